@@ -1,0 +1,140 @@
+#ifndef PROPHET_CFG_H
+#define PROPHET_CFG_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+/*
+ * The configuration is one table: every key with its type, default, bounds,
+ * whether SIGHUP may reload it, and its help text. The same table validates
+ * input, answers lookups and writes deploy/prophet.conf.example.
+ *
+ * X(id, section, key, type, default, min, max, check, reload, help)
+ */
+#define CFG_KEYS(X)                                                            \
+	X(CLUSTER_ROOT, "cluster", "root", CFG_STR, "/prophet", 0, 0,          \
+	  cfg_check_zk_path, 0, "ZooKeeper root path of this cluster")         \
+	X(CLUSTER_SLOTS, "cluster", "slots", CFG_INT, "16", 1, 1024, NULL, 0,  \
+	  "number of slots; fixed when the cluster is first created")          \
+	X(ZK_HOSTS, "zookeeper", "hosts", CFG_STR, "127.0.0.1:2181", 0, 0,     \
+	  cfg_check_nonempty, 0, "ZooKeeper connect string host:port[,...]")   \
+	X(ZK_SESSION_TIMEOUT_MS, "zookeeper", "session_timeout_ms", CFG_INT,   \
+	  "10000", 2000, 120000, NULL, 0,                                      \
+	  "ZooKeeper session timeout; a worker stops claiming after 2/3 of "  \
+	  "it disconnected")                                                   \
+	X(REDIS_URL, "redis", "url", CFG_STR, "redis://127.0.0.1:6379/0", 0,   \
+	  0, cfg_check_redis_url, 0,                                           \
+	  "Redis index: redis://[:password@]host:port/db")                     \
+	X(REDIS_TIMEOUT_MS, "redis", "timeout_ms", CFG_INT, "2000", 100,       \
+	  60000, NULL, 0, "Redis connect and command timeout")                 \
+	X(DB_URL, "db", "url", CFG_STR,                                        \
+	  "mysql://prophet:secret@127.0.0.1:3306/prophet", 0, 0,               \
+	  cfg_check_db_url, 0,                                                 \
+	  "database (MySQL protocol): mysql://user:password@host:port/db")     \
+	X(DB_POOL_SIZE, "db", "pool_size", CFG_INT, "4", 1, 64, NULL, 0,       \
+	  "database connections (each on its own thread)")                     \
+	X(DB_BATCH_MAX, "db", "batch_max", CFG_INT, "1000", 1, 10000, NULL, 0, \
+	  "most rows written by one group-commit INSERT/UPDATE")               \
+	X(DB_GROUP_COMMIT_US, "db", "group_commit_us", CFG_INT, "1000", 0,     \
+	  100000, NULL, 1,                                                     \
+	  "how long concurrent submissions are gathered into one commit")      \
+	X(KAFKA_BROKERS, "kafka", "brokers", CFG_STR, "127.0.0.1:9092", 0, 0,  \
+	  cfg_check_nonempty, 0, "Kafka bootstrap servers")                    \
+	X(KAFKA_TOPIC_PREFIX, "kafka", "topic_prefix", CFG_STR, "", 0, 0,      \
+	  cfg_check_topic_prefix, 0,                                           \
+	  "due task of topic T goes to Kafka topic <prefix>T")                 \
+	X(KAFKA_INGEST_TOPIC, "kafka", "ingest_topic", CFG_STR, "", 0, 0,      \
+	  NULL, 0, "optional: task submissions consumed from this topic")      \
+	X(KAFKA_LINGER_MS, "kafka", "linger_ms", CFG_INT, "2", 0, 1000, NULL,  \
+	  0, "producer linger.ms (batching delay)")                            \
+	X(KAFKA_QUEUE_MAX, "kafka", "queue_max", CFG_INT, "200000", 1000,      \
+	  10000000, NULL, 0,                                                   \
+	  "most messages waiting in the producer before claiming pauses")      \
+	X(HTTP_LISTEN, "http", "listen", CFG_STR, "127.0.0.1:7070", 0, 0,      \
+	  cfg_check_listen, 0, "manager API address (loopback by default)")    \
+	X(HTTP_MAX_BODY_BYTES, "http", "max_body_bytes", CFG_INT, "4194304",   \
+	  1024, 67108864, NULL, 0, "largest request body accepted")            \
+	X(HTTP_TIMEOUT_S, "http", "timeout_s", CFG_INT, "30", 1, 3600, NULL,   \
+	  0, "request read/write timeout")                                     \
+	X(TASK_MAX_BODY_BYTES, "task", "max_body_bytes", CFG_INT, "65536", 1,  \
+	  16777216, NULL, 0, "largest task body")                              \
+	X(TASK_MAX_DELAY_MS, "task", "max_delay_ms", CFG_INT, "315576000000",  \
+	  1000, 3155760000000, NULL, 0,                                        \
+	  "furthest due time accepted, from now (default 10 years)")          \
+	X(TASK_HORIZON_MS, "task", "horizon_ms", CFG_INT, "1800000", 10000,    \
+	  86400000, NULL, 0,                                                   \
+	  "tasks due within this time are indexed in Redis, later ones only " \
+	  "in the DB")                                                         \
+	X(WORKER_ID, "worker", "id", CFG_STR, "", 0, 0, cfg_check_worker_id,   \
+	  0, "unique worker id; default hostname-pid")                         \
+	X(WORKER_HTTP_LISTEN, "worker", "http_listen", CFG_STR,                \
+	  "127.0.0.1:7071", 0, 0, cfg_check_listen, 0,                         \
+	  "worker /metrics and /healthz address")                              \
+	X(WORKER_LOOKAHEAD_MS, "worker", "lookahead_ms", CFG_INT, "1500", 100, \
+	  60000, NULL, 0,                                                      \
+	  "due ids read this far ahead into the in-memory timing wheel")       \
+	X(WORKER_SCAN_INTERVAL_MS, "worker", "scan_interval_ms", CFG_INT,      \
+	  "200", 10, 10000, NULL, 0, "how often each owned slot is scanned")  \
+	X(WORKER_SCAN_BATCH, "worker", "scan_batch", CFG_INT, "5000", 10,      \
+	  100000, NULL, 0, "most ids read from one slot per scan")             \
+	X(WORKER_CLAIM_BATCH, "worker", "claim_batch", CFG_INT, "500", 1,      \
+	  10000, NULL, 0, "most tasks claimed by one Redis round trip")        \
+	X(WORKER_LEASE_MS, "worker", "lease_ms", CFG_INT, "30000", 1000,       \
+	  3600000, NULL, 0,                                                    \
+	  "a claimed task not confirmed delivered within this is re-fired")    \
+	X(LOG_LEVEL, "log", "level", CFG_STR, "info", 0, 0, cfg_check_level,   \
+	  1, "debug, info, warn or error")
+
+enum cfg_type { CFG_STR, CFG_INT, CFG_BOOL };
+
+enum cfg_id {
+#define CFG_ENUM(id, ...) CFG_##id,
+	CFG_KEYS(CFG_ENUM)
+#undef CFG_ENUM
+		CFG__COUNT
+};
+
+struct cfg;
+
+/* A config with every key at its default. */
+struct cfg *cfg_create(void);
+void cfg_destroy(struct cfg *cfg);
+/* Sets one key from its text form, validating it. */
+int cfg_set(struct cfg *cfg, const char *section, const char *key,
+	    const char *value, char *err, size_t errlen);
+/* "section.key=value", as given to --set. */
+int cfg_set_arg(struct cfg *cfg, const char *arg, char *err, size_t errlen);
+int cfg_load_file(struct cfg *cfg, const char *path, char *err, size_t errlen);
+
+const char *cfg_str(const struct cfg *cfg, enum cfg_id id);
+int64_t cfg_int(const struct cfg *cfg, enum cfg_id id);
+int cfg_bool(const struct cfg *cfg, enum cfg_id id);
+const char *cfg_path(const struct cfg *cfg);
+
+/* Pass-through settings of [kafka.producer] / [kafka.consumer]. */
+size_t cfg_extra_count(const struct cfg *cfg, const char *section);
+void cfg_extra_get(const struct cfg *cfg, const char *section, size_t i,
+		   const char **key, const char **value);
+
+/* Writes an example file documenting every key with its default. */
+void cfg_write_example(FILE *fp);
+
+/*
+ * The shared command line of every program: -c/--config, --set,
+ * --check-config, --version, --help. Exits on --help, --version,
+ * --check-config and on any error; returns the loaded config otherwise.
+ * Arguments it does not know are left in argv (compacted), *argcp updated.
+ */
+struct cfg *cfg_from_args(int *argcp, char **argv, const char *prog,
+			  const char *summary);
+
+int cfg_check_zk_path(const char *v, char *err, size_t errlen);
+int cfg_check_nonempty(const char *v, char *err, size_t errlen);
+int cfg_check_redis_url(const char *v, char *err, size_t errlen);
+int cfg_check_db_url(const char *v, char *err, size_t errlen);
+int cfg_check_topic_prefix(const char *v, char *err, size_t errlen);
+int cfg_check_listen(const char *v, char *err, size_t errlen);
+int cfg_check_worker_id(const char *v, char *err, size_t errlen);
+int cfg_check_level(const char *v, char *err, size_t errlen);
+
+#endif

@@ -1,0 +1,140 @@
+#ifdef HAVE_CONFIG_H
+#include "config.h"
+#endif
+
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <event2/event.h>
+#include <systemd/sd-daemon.h>
+
+#include "daemon.h"
+#include "log.h"
+#include "xmalloc.h"
+
+struct daemon {
+	struct event *term_ev;
+	struct event *int_ev;
+	struct event *hup_ev;
+	struct event *wd_ev;
+	void (*stop_cb)(int count, void *arg);
+	void (*reload_cb)(void *arg);
+	void *arg;
+	int stops;
+};
+
+int64_t
+clock_now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+int64_t
+clock_mono_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+int64_t
+clock_mono_us(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+static void
+signal_cb(evutil_socket_t sig, short what, void *arg)
+{
+	struct daemon *d = arg;
+
+	if (sig == SIGHUP) {
+		log_info("reload requested", "signal=HUP");
+		if (d->reload_cb != NULL)
+			d->reload_cb(d->arg);
+		return;
+	}
+	d->stops++;
+	log_info("stop requested", "signal=%s count=%d",
+		 sig == SIGTERM ? "TERM" : "INT", d->stops);
+	if (d->stops == 1)
+		daemon_notify("STOPPING=1");
+	d->stop_cb(d->stops, d->arg);
+}
+
+static void
+watchdog_cb(evutil_socket_t fd, short what, void *arg)
+{
+	sd_notify(0, "WATCHDOG=1");
+}
+
+struct daemon *
+daemon_create(struct event_base *base, void (*stop_cb)(int count, void *arg),
+	      void (*reload_cb)(void *arg), void *arg)
+{
+	struct daemon *d = xcalloc(1, sizeof(*d));
+	uint64_t usec = 0;
+
+	signal(SIGPIPE, SIG_IGN);
+	d->stop_cb = stop_cb;
+	d->reload_cb = reload_cb;
+	d->arg = arg;
+	d->term_ev = evsignal_new(base, SIGTERM, signal_cb, d);
+	d->int_ev = evsignal_new(base, SIGINT, signal_cb, d);
+	d->hup_ev = evsignal_new(base, SIGHUP, signal_cb, d);
+	event_add(d->term_ev, NULL);
+	event_add(d->int_ev, NULL);
+	event_add(d->hup_ev, NULL);
+	if (sd_watchdog_enabled(0, &usec) > 0 && usec > 0) {
+		struct timeval tv = {(time_t)(usec / 2 / 1000000),
+				     (suseconds_t)(usec / 2 % 1000000)};
+
+		d->wd_ev = event_new(base, -1, EV_PERSIST, watchdog_cb, d);
+		event_add(d->wd_ev, &tv);
+	}
+	return d;
+}
+
+void
+daemon_destroy(struct daemon *d)
+{
+	if (d == NULL)
+		return;
+	event_free(d->term_ev);
+	event_free(d->int_ev);
+	event_free(d->hup_ev);
+	if (d->wd_ev != NULL)
+		event_free(d->wd_ev);
+	xfree(d);
+}
+
+void
+daemon_notify(const char *state)
+{
+	sd_notify(0, state);
+}
+
+void
+daemon_default_id(char *buf, size_t len)
+{
+	char host[128];
+
+	if (gethostname(host, sizeof(host)) != 0)
+		snprintf(host, sizeof(host), "host");
+	host[sizeof(host) - 1] = '\0';
+	for (char *p = host; *p; p++)
+		if (*p == '.')
+			*p = '_';
+	snprintf(buf, len, "%s-%d", host, (int)getpid());
+}

@@ -1,0 +1,778 @@
+#ifdef HAVE_CONFIG_H
+#include "config.h"
+#endif
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <errmsg.h>
+#include <event2/event.h>
+#include <mysql.h>
+
+#include "db.h"
+#include "log.h"
+#include "url.h"
+#include "xmalloc.h"
+
+#define DB_STMT_CACHE_MAX 32
+#define DB_RECONNECT_INTERVAL_MS 1000
+
+struct db_stmt_entry {
+	char *sql;
+	MYSQL_STMT *stmt;
+	struct db_stmt_entry *next;
+};
+
+struct db_conn {
+	MYSQL *my;
+	int up;
+	struct db_stmt_entry *stmts;
+	size_t nstmts;
+	char err[256];
+	unsigned int errnum;
+	char *host, *user, *password, *database;
+	int port;
+	int64_t next_try_ms;
+};
+
+struct db_pool {
+	struct event_base *base;
+	struct event *done_ev;
+	pthread_mutex_t mu;
+	pthread_cond_t cond;
+	struct db_job *queue_head, *queue_tail;
+	struct db_job *done_head, *done_tail;
+	size_t queued;
+	int stopping;
+	int nthreads;
+	pthread_t *threads;
+	struct db_conn *conns;
+	int connected; /* only approximately current; a gauge */
+	char *name;
+};
+
+static int64_t
+mono_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static void
+conn_seterr(struct db_conn *c, unsigned int num, const char *msg)
+{
+	c->errnum = num;
+	snprintf(c->err, sizeof(c->err), "%s", msg);
+}
+
+static void
+stmt_cache_clear(struct db_conn *c)
+{
+	struct db_stmt_entry *e, *n;
+
+	for (e = c->stmts; e != NULL; e = n) {
+		n = e->next;
+		mysql_stmt_close(e->stmt);
+		xfree(e->sql);
+		xfree(e);
+	}
+	c->stmts = NULL;
+	c->nstmts = 0;
+}
+
+static void
+conn_drop(struct db_conn *c)
+{
+	stmt_cache_clear(c);
+	if (c->my != NULL)
+		mysql_close(c->my);
+	c->my = NULL;
+	c->up = 0;
+}
+
+static int
+conn_is_lost(unsigned int e)
+{
+	return e == CR_SERVER_GONE_ERROR || e == CR_SERVER_LOST ||
+	       e == CR_CONNECTION_ERROR || e == CR_CONN_HOST_ERROR ||
+	       e == CR_SERVER_LOST_EXTENDED || e == 1927 /* killed */ ||
+	       e == 1053 /* shutdown in progress */;
+}
+
+static int
+conn_connect(struct db_conn *c)
+{
+	unsigned int timeout = 5, rw_timeout = 30;
+	my_bool off = 0;
+
+	conn_drop(c);
+	c->my = mysql_init(NULL);
+	mysql_options(c->my, MYSQL_OPT_CONNECT_TIMEOUT, &timeout);
+	mysql_options(c->my, MYSQL_OPT_READ_TIMEOUT, &rw_timeout);
+	mysql_options(c->my, MYSQL_OPT_WRITE_TIMEOUT, &rw_timeout);
+	mysql_options(c->my, MYSQL_OPT_RECONNECT, &off);
+	mysql_options(c->my, MYSQL_SET_CHARSET_NAME, "utf8mb4");
+	if (mysql_real_connect(c->my, c->host, c->user, c->password,
+			       c->database, (unsigned)c->port, NULL, 0) ==
+	    NULL) {
+		conn_seterr(c, mysql_errno(c->my), mysql_error(c->my));
+		mysql_close(c->my);
+		c->my = NULL;
+		return -1;
+	}
+	c->up = 1;
+	return 0;
+}
+
+static int
+conn_init(struct db_conn *c, const char *url, char *err, size_t errlen)
+{
+	struct url u;
+
+	memset(c, 0, sizeof(*c));
+	if (url_parse(url, &u, err, errlen) < 0)
+		return -1;
+	c->host = xstrdup(u.host);
+	c->user = xstrdup(u.user ? u.user : "");
+	c->password = u.password ? xstrdup(u.password) : NULL;
+	c->database = xstrdup(u.path ? u.path : "");
+	c->port = u.port ? u.port : 3306;
+	url_clear(&u);
+	return 0;
+}
+
+static void
+conn_fini(struct db_conn *c)
+{
+	conn_drop(c);
+	xfree(c->host);
+	xfree(c->user);
+	xfree(c->password);
+	xfree(c->database);
+}
+
+struct db_conn *
+db_conn_open(const char *url, char *err, size_t errlen)
+{
+	struct db_conn *c = xcalloc(1, sizeof(*c));
+
+	mysql_library_init(0, NULL, NULL);
+	if (conn_init(c, url, err, errlen) < 0) {
+		xfree(c);
+		return NULL;
+	}
+	if (conn_connect(c) < 0) {
+		snprintf(err, errlen, "%s", c->err);
+		conn_fini(c);
+		xfree(c);
+		return NULL;
+	}
+	return c;
+}
+
+void
+db_conn_close(struct db_conn *c)
+{
+	if (c == NULL)
+		return;
+	conn_fini(c);
+	xfree(c);
+}
+
+const char *
+db_conn_error(struct db_conn *c)
+{
+	return c->err;
+}
+
+unsigned int
+db_conn_errno(struct db_conn *c)
+{
+	return c->errnum;
+}
+
+static int
+conn_fail(struct db_conn *c, MYSQL_STMT *stmt)
+{
+	if (stmt != NULL)
+		conn_seterr(c, mysql_stmt_errno(stmt), mysql_stmt_error(stmt));
+	else
+		conn_seterr(c, mysql_errno(c->my), mysql_error(c->my));
+	if (conn_is_lost(c->errnum))
+		conn_drop(c);
+	return -1;
+}
+
+static MYSQL_STMT *
+conn_stmt(struct db_conn *c, const char *sql)
+{
+	struct db_stmt_entry *e, **pp;
+	MYSQL_STMT *stmt;
+
+	if (!c->up) {
+		conn_seterr(c, CR_SERVER_GONE_ERROR, "database unavailable");
+		return NULL;
+	}
+	for (pp = &c->stmts; (e = *pp) != NULL; pp = &e->next) {
+		if (!strcmp(e->sql, sql)) {
+			/* Move to front: the cache evicts from the tail. */
+			*pp = e->next;
+			e->next = c->stmts;
+			c->stmts = e;
+			return e->stmt;
+		}
+	}
+	stmt = mysql_stmt_init(c->my);
+	if (stmt == NULL) {
+		conn_fail(c, NULL);
+		return NULL;
+	}
+	if (mysql_stmt_prepare(stmt, sql, strlen(sql)) != 0) {
+		conn_fail(c, stmt);
+		mysql_stmt_close(stmt);
+		return NULL;
+	}
+	if (c->nstmts >= DB_STMT_CACHE_MAX) {
+		for (pp = &c->stmts; (*pp)->next != NULL; pp = &(*pp)->next)
+			;
+		mysql_stmt_close((*pp)->stmt);
+		xfree((*pp)->sql);
+		xfree(*pp);
+		*pp = NULL;
+		c->nstmts--;
+	}
+	e = xcalloc(1, sizeof(*e));
+	e->sql = xstrdup(sql);
+	e->stmt = stmt;
+	e->next = c->stmts;
+	c->stmts = e;
+	c->nstmts++;
+	return stmt;
+}
+
+void
+db_params_init(struct db_params *p, size_t cap)
+{
+	p->n = 0;
+	p->cap = cap ? cap : 1;
+	p->b = xcalloc(p->cap, sizeof(*p->b));
+	p->ints = xcalloc(p->cap, sizeof(*p->ints));
+	p->lens = xcalloc(p->cap, sizeof(*p->lens));
+}
+
+void
+db_params_free(struct db_params *p)
+{
+	xfree(p->b);
+	xfree(p->ints);
+	xfree(p->lens);
+	memset(p, 0, sizeof(*p));
+}
+
+static MYSQL_BIND *
+params_next(struct db_params *p)
+{
+	MYSQL_BIND *b;
+
+	if (p->n == p->cap) {
+		size_t old = p->cap;
+
+		p->cap *= 2;
+		p->b = xrealloc(p->b, p->cap * sizeof(*p->b));
+		p->ints = xrealloc(p->ints, p->cap * sizeof(*p->ints));
+		p->lens = xrealloc(p->lens, p->cap * sizeof(*p->lens));
+		/* The binds point into ints/lens: re-aim them after a move. */
+		for (size_t i = 0; i < old; i++) {
+			if (p->b[i].buffer_type == MYSQL_TYPE_LONGLONG)
+				p->b[i].buffer = &p->ints[i];
+			if (p->b[i].length != NULL)
+				p->b[i].length = &p->lens[i];
+		}
+	}
+	b = &p->b[p->n];
+	memset(b, 0, sizeof(*b));
+	return b;
+}
+
+void
+db_params_int(struct db_params *p, long long v)
+{
+	MYSQL_BIND *b = params_next(p);
+
+	p->ints[p->n] = v;
+	b->buffer_type = MYSQL_TYPE_LONGLONG;
+	b->buffer = &p->ints[p->n];
+	p->n++;
+}
+
+void
+db_params_uint(struct db_params *p, unsigned long long v)
+{
+	MYSQL_BIND *b = params_next(p);
+
+	memcpy(&p->ints[p->n], &v, sizeof(v));
+	b->buffer_type = MYSQL_TYPE_LONGLONG;
+	b->buffer = &p->ints[p->n];
+	b->is_unsigned = 1;
+	p->n++;
+}
+
+void
+db_params_blob(struct db_params *p, const void *data, size_t len)
+{
+	MYSQL_BIND *b = params_next(p);
+
+	p->lens[p->n] = (unsigned long)len;
+	b->buffer_type = MYSQL_TYPE_BLOB;
+	b->buffer = (void *)data;
+	b->buffer_length = (unsigned long)len;
+	b->length = &p->lens[p->n];
+	p->n++;
+}
+
+void
+db_params_str(struct db_params *p, const char *s)
+{
+	if (s == NULL)
+		db_params_null(p);
+	else
+		db_params_blob(p, s, strlen(s));
+	if (s != NULL)
+		p->b[p->n - 1].buffer_type = MYSQL_TYPE_STRING;
+}
+
+void
+db_params_null(struct db_params *p)
+{
+	MYSQL_BIND *b = params_next(p);
+
+	b->buffer_type = MYSQL_TYPE_NULL;
+	p->n++;
+}
+
+static MYSQL_STMT *
+stmt_run(struct db_conn *c, const char *sql, struct db_params *params)
+{
+	MYSQL_STMT *stmt = conn_stmt(c, sql);
+
+	if (stmt == NULL)
+		return NULL;
+	if (mysql_stmt_param_count(stmt) != (params ? params->n : 0)) {
+		conn_seterr(c, 0, "parameter count mismatch");
+		return NULL;
+	}
+	if (params != NULL && params->n > 0 &&
+	    mysql_stmt_bind_param(stmt, params->b) != 0) {
+		conn_fail(c, stmt);
+		return NULL;
+	}
+	if (mysql_stmt_execute(stmt) != 0) {
+		conn_fail(c, stmt);
+		return NULL;
+	}
+	return stmt;
+}
+
+int
+db_exec(struct db_conn *c, const char *sql, struct db_params *params,
+	unsigned long long *affected)
+{
+	MYSQL_STMT *stmt = stmt_run(c, sql, params);
+
+	if (stmt == NULL)
+		return -1;
+	if (affected != NULL)
+		*affected = (unsigned long long)mysql_stmt_affected_rows(stmt);
+	return 0;
+}
+
+int
+db_query(struct db_conn *c, const char *sql, struct db_params *params,
+	 struct db_rows *rows)
+{
+	MYSQL_STMT *stmt = stmt_run(c, sql, params);
+	MYSQL_RES *meta;
+	MYSQL_BIND *rb = NULL;
+	unsigned long *lens = NULL;
+	my_bool *nulls = NULL, one = 1;
+	size_t cap = 0;
+	int r;
+
+	memset(rows, 0, sizeof(*rows));
+	if (stmt == NULL)
+		return -1;
+	meta = mysql_stmt_result_metadata(stmt);
+	if (meta == NULL) {
+		conn_seterr(c, 0, "statement returned no result set");
+		return -1;
+	}
+	rows->ncols = mysql_num_fields(meta);
+	mysql_stmt_attr_set(stmt, STMT_ATTR_UPDATE_MAX_LENGTH, &one);
+	if (mysql_stmt_store_result(stmt) != 0) {
+		mysql_free_result(meta);
+		return conn_fail(c, stmt);
+	}
+	rb = xcalloc(rows->ncols, sizeof(*rb));
+	lens = xcalloc(rows->ncols, sizeof(*lens));
+	nulls = xcalloc(rows->ncols, sizeof(*nulls));
+	for (size_t i = 0; i < rows->ncols; i++) {
+		MYSQL_FIELD *f = mysql_fetch_field_direct(meta, (unsigned)i);
+		unsigned long sz = f->max_length > 64 ? f->max_length : 64;
+
+		rb[i].buffer_type = MYSQL_TYPE_STRING;
+		rb[i].buffer = xmalloc(sz + 1);
+		rb[i].buffer_length = sz + 1;
+		rb[i].length = &lens[i];
+		rb[i].is_null = &nulls[i];
+	}
+	mysql_free_result(meta);
+	if (mysql_stmt_bind_result(stmt, rb) != 0) {
+		r = conn_fail(c, stmt);
+		goto out;
+	}
+	while ((r = mysql_stmt_fetch(stmt)) == 0 || r == MYSQL_DATA_TRUNCATED) {
+		size_t base;
+
+		if (r == MYSQL_DATA_TRUNCATED) {
+			conn_seterr(c, 0, "result truncated");
+			mysql_stmt_free_result(stmt);
+			db_rows_free(rows);
+			r = -1;
+			goto out;
+		}
+		if (rows->nrows == cap) {
+			cap = cap ? cap * 2 : 16;
+			rows->cell = xrealloc(rows->cell, cap * rows->ncols *
+								  sizeof(char *));
+			rows->len = xrealloc(rows->len, cap * rows->ncols *
+								sizeof(unsigned long));
+		}
+		base = rows->nrows * rows->ncols;
+		for (size_t i = 0; i < rows->ncols; i++) {
+			if (nulls[i]) {
+				rows->cell[base + i] = NULL;
+				rows->len[base + i] = 0;
+			} else {
+				char *s = xmalloc(lens[i] + 1);
+
+				memcpy(s, rb[i].buffer, lens[i]);
+				s[lens[i]] = '\0';
+				rows->cell[base + i] = s;
+				rows->len[base + i] = lens[i];
+			}
+		}
+		rows->nrows++;
+	}
+	if (r == 1) {
+		r = conn_fail(c, stmt);
+		mysql_stmt_free_result(stmt);
+		db_rows_free(rows);
+		goto out;
+	}
+	mysql_stmt_free_result(stmt);
+	r = 0;
+out:
+	for (size_t i = 0; i < rows->ncols && rb != NULL; i++)
+		xfree(rb[i].buffer);
+	xfree(rb);
+	xfree(lens);
+	xfree(nulls);
+	return r;
+}
+
+void
+db_rows_free(struct db_rows *r)
+{
+	for (size_t i = 0; i < r->nrows * r->ncols; i++)
+		xfree(r->cell[i]);
+	xfree(r->cell);
+	xfree(r->len);
+	memset(r, 0, sizeof(*r));
+}
+
+const char *
+db_rows_get(const struct db_rows *r, size_t row, size_t col,
+	    unsigned long *len)
+{
+	size_t i = row * r->ncols + col;
+
+	if (len != NULL)
+		*len = r->len[i];
+	return r->cell[i];
+}
+
+long long
+db_rows_int(const struct db_rows *r, size_t row, size_t col)
+{
+	const char *s = db_rows_get(r, row, col, NULL);
+
+	return s ? strtoll(s, NULL, 10) : 0;
+}
+
+int
+db_simple(struct db_conn *c, const char *sql)
+{
+	if (!c->up) {
+		conn_seterr(c, CR_SERVER_GONE_ERROR, "database unavailable");
+		return -1;
+	}
+	if (mysql_real_query(c->my, sql, strlen(sql)) != 0)
+		return conn_fail(c, NULL);
+	return 0;
+}
+
+int
+db_begin(struct db_conn *c)
+{
+	return db_simple(c, "START TRANSACTION");
+}
+
+int
+db_commit(struct db_conn *c)
+{
+	if (!c->up) {
+		conn_seterr(c, CR_SERVER_GONE_ERROR, "database unavailable");
+		return -1;
+	}
+	if (mysql_commit(c->my) != 0)
+		return conn_fail(c, NULL);
+	return 0;
+}
+
+int
+db_rollback(struct db_conn *c)
+{
+	if (!c->up)
+		return -1;
+	if (mysql_rollback(c->my) != 0)
+		return conn_fail(c, NULL);
+	return 0;
+}
+
+int
+db_exec_rows(struct db_conn *c, const char *prefix, const char *row,
+	     size_t nrows, size_t ncols,
+	     void (*bind_row)(struct db_params *p, size_t i, void *arg),
+	     void *arg, unsigned long long *affected)
+{
+	static const size_t chunks[] = {256, 64, 16, 4, 1};
+	size_t done = 0, plen = strlen(prefix), rlen = strlen(row);
+	struct db_params p;
+	char *sql = xmalloc(plen + (rlen + 1) * 256 + 1);
+
+	db_params_init(&p, ncols * 16);
+	for (size_t k = 0; k < sizeof(chunks) / sizeof(chunks[0]); k++) {
+		size_t n = chunks[k], off;
+
+		if (nrows - done < n)
+			continue;
+		memcpy(sql, prefix, plen);
+		off = plen;
+		for (size_t i = 0; i < n; i++) {
+			if (i > 0)
+				sql[off++] = ',';
+			memcpy(sql + off, row, rlen);
+			off += rlen;
+		}
+		sql[off] = '\0';
+		while (nrows - done >= n) {
+			unsigned long long a = 0;
+
+			p.n = 0;
+			for (size_t i = 0; i < n; i++)
+				bind_row(&p, done + i, arg);
+			if (db_exec(c, sql, &p, &a) < 0) {
+				db_params_free(&p);
+				xfree(sql);
+				return -1;
+			}
+			if (affected != NULL)
+				*affected += a;
+			done += n;
+		}
+	}
+	db_params_free(&p);
+	xfree(sql);
+	return 0;
+}
+
+static void
+pool_done_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct db_pool *p = arg;
+	struct db_job *list, *j;
+
+	pthread_mutex_lock(&p->mu);
+	list = p->done_head;
+	p->done_head = p->done_tail = NULL;
+	pthread_mutex_unlock(&p->mu);
+	while ((j = list) != NULL) {
+		list = j->next;
+		j->next = NULL;
+		j->done_cb(j, j->status, j->err);
+	}
+}
+
+static void *
+pool_thread(void *arg)
+{
+	struct db_pool *p = ((void **)arg)[0];
+	struct db_conn *c = ((void **)arg)[1];
+	struct db_job *j;
+
+	xfree(arg);
+	mysql_thread_init();
+	for (;;) {
+		pthread_mutex_lock(&p->mu);
+		while (p->queue_head == NULL && !p->stopping)
+			pthread_cond_wait(&p->cond, &p->mu);
+		j = p->queue_head;
+		if (j == NULL) {
+			pthread_mutex_unlock(&p->mu);
+			break;
+		}
+		p->queue_head = j->next;
+		if (p->queue_head == NULL)
+			p->queue_tail = NULL;
+		p->queued--;
+		pthread_mutex_unlock(&p->mu);
+
+		if (!c->up && mono_ms() >= c->next_try_ms) {
+			if (conn_connect(c) < 0) {
+				c->next_try_ms =
+					mono_ms() + DB_RECONNECT_INTERVAL_MS;
+				log_warn("database connect failed",
+					 "pool=%s error=\"%s\"", p->name,
+					 c->err);
+			} else {
+				log_info("database connected", "pool=%s",
+					 p->name);
+				__atomic_add_fetch(&p->connected, 1,
+						   __ATOMIC_RELAXED);
+			}
+		}
+		j->err[0] = '\0';
+		if (!c->up) {
+			j->status = -1;
+			snprintf(j->err, sizeof(j->err),
+				 "database unavailable: %.200s", c->err);
+		} else {
+			j->status = j->run(c, j);
+			if (j->status < 0)
+				snprintf(j->err, sizeof(j->err), "%s", c->err);
+			if (!c->up) {
+				log_warn("database connection lost",
+					 "pool=%s error=\"%s\"", p->name,
+					 c->err);
+				__atomic_sub_fetch(&p->connected, 1,
+						   __ATOMIC_RELAXED);
+				c->next_try_ms = 0;
+			}
+		}
+		j->next = NULL;
+		pthread_mutex_lock(&p->mu);
+		if (p->done_tail != NULL)
+			p->done_tail->next = j;
+		else
+			p->done_head = j;
+		p->done_tail = j;
+		pthread_mutex_unlock(&p->mu);
+		event_active(p->done_ev, EV_READ, 0);
+	}
+	mysql_thread_end();
+	return NULL;
+}
+
+struct db_pool *
+db_pool_create(struct event_base *base, const char *url, int nconns,
+	       const char *name)
+{
+	struct db_pool *p = xcalloc(1, sizeof(*p));
+	char err[256];
+
+	mysql_library_init(0, NULL, NULL);
+	p->base = base;
+	p->name = xstrdup(name);
+	p->nthreads = nconns;
+	pthread_mutex_init(&p->mu, NULL);
+	pthread_cond_init(&p->cond, NULL);
+	p->done_ev = event_new(base, -1, 0, pool_done_cb, p);
+	p->conns = xcalloc((size_t)nconns, sizeof(*p->conns));
+	p->threads = xcalloc((size_t)nconns, sizeof(*p->threads));
+	for (int i = 0; i < nconns; i++) {
+		void **arg = xcalloc(2, sizeof(void *));
+
+		if (conn_init(&p->conns[i], url, err, sizeof(err)) < 0)
+			log_fatal("bad database url", "error=\"%s\"", err);
+		if (conn_connect(&p->conns[i]) == 0)
+			p->connected++;
+		else if (i == 0)
+			log_warn("database connect failed",
+				 "pool=%s error=\"%s\"", name,
+				 p->conns[i].err);
+		arg[0] = p;
+		arg[1] = &p->conns[i];
+		if (pthread_create(&p->threads[i], NULL, pool_thread, arg) != 0)
+			log_fatal("cannot start database thread", "pool=%s",
+				  name);
+	}
+	return p;
+}
+
+void
+db_pool_submit(struct db_pool *p, struct db_job *job)
+{
+	job->next = NULL;
+	pthread_mutex_lock(&p->mu);
+	if (p->queue_tail != NULL)
+		p->queue_tail->next = job;
+	else
+		p->queue_head = job;
+	p->queue_tail = job;
+	p->queued++;
+	pthread_cond_signal(&p->cond);
+	pthread_mutex_unlock(&p->mu);
+}
+
+int
+db_pool_connected(const struct db_pool *p)
+{
+	return __atomic_load_n(&p->connected, __ATOMIC_RELAXED);
+}
+
+size_t
+db_pool_queued(const struct db_pool *p)
+{
+	return p->queued;
+}
+
+/* Runs every queued job to completion (their done_cb included), then
+ * stops the threads. */
+void
+db_pool_destroy(struct db_pool *p)
+{
+	if (p == NULL)
+		return;
+	pthread_mutex_lock(&p->mu);
+	p->stopping = 1;
+	pthread_cond_broadcast(&p->cond);
+	pthread_mutex_unlock(&p->mu);
+	for (int i = 0; i < p->nthreads; i++)
+		pthread_join(p->threads[i], NULL);
+	pool_done_cb(-1, 0, p);
+	for (int i = 0; i < p->nthreads; i++)
+		conn_fini(&p->conns[i]);
+	event_free(p->done_ev);
+	pthread_mutex_destroy(&p->mu);
+	pthread_cond_destroy(&p->cond);
+	xfree(p->conns);
+	xfree(p->threads);
+	xfree(p->name);
+	xfree(p);
+}

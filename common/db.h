@@ -1,0 +1,94 @@
+#ifndef PROPHET_DB_H
+#define PROPHET_DB_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <mysql.h>
+
+struct event_base;
+
+/*
+ * MariaDB Connector/C calls block, so they run on a small pool of threads,
+ * each with its own connection. The loop thread submits jobs; a job's run()
+ * executes on a pool thread, then its done_cb() on the loop thread.
+ * Prepared statements only: every value is bound, never spliced into SQL.
+ */
+struct db_pool;
+struct db_conn;
+
+struct db_job {
+	/* On a pool thread. Returns 0 or -1 (set db_conn_error() text). */
+	int (*run)(struct db_conn *c, struct db_job *job);
+	/* On the loop thread, after run(); status is run()'s result. */
+	void (*done_cb)(struct db_job *job, int status, const char *err);
+	/* private */
+	struct db_job *next;
+	int status;
+	char err[256];
+};
+
+struct db_pool *db_pool_create(struct event_base *base, const char *url,
+			       int nconns, const char *name);
+void db_pool_destroy(struct db_pool *p);
+void db_pool_submit(struct db_pool *p, struct db_job *job);
+/* Connections currently up (a gauge for /readyz and metrics). */
+int db_pool_connected(const struct db_pool *p);
+size_t db_pool_queued(const struct db_pool *p);
+
+/* A typed parameter list, built on the stack of run(). */
+struct db_params {
+	MYSQL_BIND *b;
+	size_t n;
+	size_t cap;
+	long long *ints;
+	unsigned long *lens;
+};
+void db_params_init(struct db_params *p, size_t cap);
+void db_params_free(struct db_params *p);
+void db_params_int(struct db_params *p, long long v);
+void db_params_uint(struct db_params *p, unsigned long long v);
+void db_params_str(struct db_params *p, const char *s); /* NULL -> NULL */
+void db_params_blob(struct db_params *p, const void *data, size_t len);
+void db_params_null(struct db_params *p);
+
+/* Result rows, every column as bytes (NUL-terminated for convenience). */
+struct db_rows {
+	size_t nrows;
+	size_t ncols;
+	char **cell;		/* nrows * ncols; NULL for SQL NULL */
+	unsigned long *len;
+};
+void db_rows_free(struct db_rows *r);
+const char *db_rows_get(const struct db_rows *r, size_t row, size_t col,
+			unsigned long *len);
+long long db_rows_int(const struct db_rows *r, size_t row, size_t col);
+
+/* Prepares (cached per connection by SQL text) and executes. */
+int db_exec(struct db_conn *c, const char *sql, struct db_params *params,
+	    unsigned long long *affected);
+int db_query(struct db_conn *c, const char *sql, struct db_params *params,
+	     struct db_rows *rows);
+/* Plain statement without parameters (DDL, BEGIN, COMMIT). */
+int db_simple(struct db_conn *c, const char *sql);
+int db_begin(struct db_conn *c);
+int db_commit(struct db_conn *c);
+int db_rollback(struct db_conn *c);
+const char *db_conn_error(struct db_conn *c);
+unsigned int db_conn_errno(struct db_conn *c);
+
+/*
+ * "PREFIX ROW,ROW,...": runs a multi-row statement in chunks of 256, 64,
+ * 16, 4 and 1 rows so each connection prepares at most five texts. bind_row
+ * appends one row's ncols parameters. Adds affected rows to *affected.
+ */
+int db_exec_rows(struct db_conn *c, const char *prefix, const char *row,
+		 size_t nrows, size_t ncols,
+		 void (*bind_row)(struct db_params *p, size_t i, void *arg),
+		 void *arg, unsigned long long *affected);
+
+/* One blocking connection for startup work (migrations) and tools. */
+struct db_conn *db_conn_open(const char *url, char *err, size_t errlen);
+void db_conn_close(struct db_conn *c);
+
+#endif

@@ -1,0 +1,26 @@
+#ifndef PROPHET_HTTP_H
+#define PROPHET_HTTP_H
+
+#include <stddef.h>
+
+#include <event2/http.h>
+#include <jansson.h>
+
+/* evhttp with the limits and JSON helpers every daemon shares. */
+struct evhttp *http_server_create(struct event_base *base, const char *listen,
+				  size_t max_body, int timeout_s, char *err,
+				  size_t errlen);
+/* Takes over body. */
+void http_reply_json(struct evhttp_request *req, int code, json_t *body);
+void http_reply_error(struct evhttp_request *req, int code, const char *ecode,
+		      const char *field, const char *fmt, ...)
+	__attribute__((format(printf, 5, 6)));
+void http_reply_text(struct evhttp_request *req, int code,
+		     const char *content_type, const char *text);
+/* The request body as a new NUL-terminated buffer. */
+char *http_body(struct evhttp_request *req, size_t *lenp);
+/* GET /metrics for any daemon. */
+void http_metrics_cb(struct evhttp_request *req, void *arg);
+const char *http_reason(int code);
+
+#endif

@@ -1,0 +1,219 @@
+#ifdef HAVE_CONFIG_H
+#include "config.h"
+#endif
+
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <event2/event.h>
+
+#include "cfg.h"
+#include "kafka.h"
+#include "log.h"
+#include "xmalloc.h"
+
+struct kafka_producer {
+	rd_kafka_t *rk;
+	rd_kafka_queue_t *mainq;
+	struct event *ev;
+	int pipefd[2];
+	kafka_dr_fn dr_cb;
+	void *arg;
+	int all_down;
+};
+
+static void
+dr_msg_cb(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaque)
+{
+	struct kafka_producer *p = opaque;
+
+	p->dr_cb(m->_private, m->err, p->arg);
+}
+
+static void
+error_cb(rd_kafka_t *rk, int err, const char *reason, void *opaque)
+{
+	struct kafka_producer *p = opaque;
+
+	if (err == RD_KAFKA_RESP_ERR__ALL_BROKERS_DOWN) {
+		if (!p->all_down)
+			log_warn("kafka brokers down", "reason=\"%s\"", reason);
+		p->all_down = 1;
+		return;
+	}
+	if (err == RD_KAFKA_RESP_ERR__FATAL) {
+		char buf[512];
+
+		rd_kafka_fatal_error(rk, buf, sizeof(buf));
+		log_error("kafka fatal error", "reason=\"%s\"", buf);
+		return;
+	}
+	log_warn("kafka error", "code=%s reason=\"%s\"", rd_kafka_err2name(err),
+		 reason);
+}
+
+static void
+log_cb(const rd_kafka_t *rk, int level, const char *fac, const char *buf)
+{
+	if (level <= 3)
+		log_error("librdkafka", "facility=%s text=\"%s\"", fac, buf);
+	else if (level <= 4)
+		log_warn("librdkafka", "facility=%s text=\"%s\"", fac, buf);
+	else
+		log_debug("librdkafka", "facility=%s text=\"%s\"", fac, buf);
+}
+
+static void
+wake_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct kafka_producer *p = arg;
+	char buf[256];
+
+	while (read(fd, buf, sizeof(buf)) > 0)
+		;
+	rd_kafka_poll(p->rk, 0);
+	/* Any delivery at all means a broker is back. */
+	if (p->all_down && rd_kafka_outq_len(p->rk) == 0)
+		p->all_down = 0;
+}
+
+static int
+set(rd_kafka_conf_t *conf, const char *k, const char *v, char *err,
+    size_t errlen)
+{
+	if (rd_kafka_conf_set(conf, k, v, err, errlen) != RD_KAFKA_CONF_OK)
+		return -1;
+	return 0;
+}
+
+struct kafka_producer *
+kafka_producer_create(struct event_base *base, const struct cfg *cfg,
+		      kafka_dr_fn dr_cb, void *arg, char *err, size_t errlen)
+{
+	struct kafka_producer *p = xcalloc(1, sizeof(*p));
+	rd_kafka_conf_t *conf = rd_kafka_conf_new();
+	char num[32];
+	size_t n;
+
+	p->dr_cb = dr_cb;
+	p->arg = arg;
+	snprintf(num, sizeof(num), "%lld",
+		 (long long)cfg_int(cfg, CFG_KAFKA_LINGER_MS));
+	if (set(conf, "bootstrap.servers", cfg_str(cfg, CFG_KAFKA_BROKERS), err,
+		errlen) ||
+	    set(conf, "enable.idempotence", "true", err, errlen) ||
+	    set(conf, "linger.ms", num, err, errlen) ||
+	    set(conf, "message.timeout.ms", "0", err, errlen) ||
+	    set(conf, "socket.keepalive.enable", "true", err, errlen) ||
+	    set(conf, "reconnect.backoff.max.ms", "1000", err, errlen))
+		goto fail;
+	snprintf(num, sizeof(num), "%lld",
+		 (long long)cfg_int(cfg, CFG_KAFKA_QUEUE_MAX));
+	if (set(conf, "queue.buffering.max.messages", num, err, errlen))
+		goto fail;
+	n = cfg_extra_count(cfg, "kafka.producer");
+	for (size_t i = 0; i < n; i++) {
+		const char *k, *v;
+		char why[256];
+
+		cfg_extra_get(cfg, "kafka.producer", i, &k, &v);
+		if (set(conf, k, v, why, sizeof(why))) {
+			snprintf(err, errlen, "kafka.producer.%s: %s", k, why);
+			goto fail;
+		}
+	}
+	rd_kafka_conf_set_opaque(conf, p);
+	rd_kafka_conf_set_dr_msg_cb(conf, dr_msg_cb);
+	rd_kafka_conf_set_error_cb(conf, error_cb);
+	rd_kafka_conf_set_log_cb(conf, log_cb);
+	p->rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, err, errlen);
+	if (p->rk == NULL) {
+		xfree(p);
+		return NULL;
+	}
+	if (pipe2(p->pipefd, O_NONBLOCK | O_CLOEXEC) < 0)
+		log_fatal("pipe failed", "");
+	p->mainq = rd_kafka_queue_get_main(p->rk);
+	rd_kafka_queue_io_event_enable(p->mainq, p->pipefd[1], "1", 1);
+	p->ev = event_new(base, p->pipefd[0], EV_READ | EV_PERSIST, wake_cb, p);
+	event_add(p->ev, NULL);
+	return p;
+fail:
+	rd_kafka_conf_destroy(conf);
+	xfree(p);
+	return NULL;
+}
+
+void
+kafka_producer_destroy(struct kafka_producer *p, int timeout_ms)
+{
+	if (p == NULL)
+		return;
+	rd_kafka_flush(p->rk, timeout_ms);
+	rd_kafka_queue_io_event_enable(p->mainq, -1, NULL, 0);
+	rd_kafka_queue_destroy(p->mainq);
+	/* Reports for what is still queued fire from purge with an error. */
+	rd_kafka_purge(p->rk, RD_KAFKA_PURGE_F_QUEUE | RD_KAFKA_PURGE_F_INFLIGHT);
+	rd_kafka_poll(p->rk, 0);
+	rd_kafka_destroy(p->rk);
+	event_free(p->ev);
+	close(p->pipefd[0]);
+	close(p->pipefd[1]);
+	xfree(p);
+}
+
+int
+kafka_produce(struct kafka_producer *p, const char *topic, const void *key,
+	      size_t keylen, const void *value, size_t valuelen,
+	      rd_kafka_headers_t *hdrs, void *opaque, rd_kafka_resp_err_t *errp)
+{
+	rd_kafka_resp_err_t e;
+
+	e = rd_kafka_producev(p->rk, RD_KAFKA_V_TOPIC(topic),
+			      RD_KAFKA_V_KEY(key, keylen),
+			      RD_KAFKA_V_VALUE((void *)value, valuelen),
+			      RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
+			      RD_KAFKA_V_HEADERS(hdrs),
+			      RD_KAFKA_V_OPAQUE(opaque), RD_KAFKA_V_END);
+	if (e != RD_KAFKA_RESP_ERR_NO_ERROR) {
+		rd_kafka_headers_destroy(hdrs);
+		*errp = e;
+		return -1;
+	}
+	return 0;
+}
+
+int
+kafka_outq_len(const struct kafka_producer *p)
+{
+	return rd_kafka_outq_len(p->rk);
+}
+
+int
+kafka_flush(struct kafka_producer *p, int timeout_ms)
+{
+	return rd_kafka_flush(p->rk, timeout_ms) == RD_KAFKA_RESP_ERR_NO_ERROR
+		       ? 0
+		       : -1;
+}
+
+int
+kafka_ping(struct kafka_producer *p, int timeout_ms)
+{
+	const struct rd_kafka_metadata *md;
+
+	if (rd_kafka_metadata(p->rk, 0, NULL, &md, timeout_ms) !=
+	    RD_KAFKA_RESP_ERR_NO_ERROR)
+		return -1;
+	rd_kafka_metadata_destroy(md);
+	return 0;
+}
+
+int
+kafka_brokers_down(const struct kafka_producer *p)
+{
+	return p->all_down;
+}

@@ -1,0 +1,46 @@
+#ifndef PROPHET_KAFKA_H
+#define PROPHET_KAFKA_H
+
+#include <stddef.h>
+
+#include <librdkafka/rdkafka.h>
+
+struct event_base;
+struct cfg;
+
+/*
+ * An idempotent librdkafka producer whose delivery reports are served on
+ * the libevent loop (the main queue wakes the loop through a pipe).
+ */
+struct kafka_producer;
+
+/* opaque is the value given to kafka_produce(). */
+typedef void (*kafka_dr_fn)(void *opaque, rd_kafka_resp_err_t err, void *arg);
+
+struct kafka_producer *kafka_producer_create(struct event_base *base,
+					     const struct cfg *cfg,
+					     kafka_dr_fn dr_cb, void *arg,
+					     char *err, size_t errlen);
+/* Flushes up to timeout_ms, then frees; undelivered reports fire with
+ * an error. */
+void kafka_producer_destroy(struct kafka_producer *p, int timeout_ms);
+/*
+ * Queues a message; hdrs is taken over (freed on failure too). Returns -1
+ * with *errp set if it was not queued (RD_KAFKA_RESP_ERR__QUEUE_FULL is the
+ * back-pressure signal).
+ */
+int kafka_produce(struct kafka_producer *p, const char *topic, const void *key,
+		  size_t keylen, const void *value, size_t valuelen,
+		  rd_kafka_headers_t *hdrs, void *opaque,
+		  rd_kafka_resp_err_t *errp);
+/* Messages queued or in flight. */
+int kafka_outq_len(const struct kafka_producer *p);
+/* Blocks until everything queued is delivered or timeout; reports are
+ * served. Returns 0 when empty. */
+int kafka_flush(struct kafka_producer *p, int timeout_ms);
+/* Asks the cluster for metadata: broker reachable within timeout. */
+int kafka_ping(struct kafka_producer *p, int timeout_ms);
+/* Whether the last error callback said all brokers are down. */
+int kafka_brokers_down(const struct kafka_producer *p);
+
+#endif

@@ -1,0 +1,37 @@
+#ifndef PROPHET_METRICS_H
+#define PROPHET_METRICS_H
+
+#include <stddef.h>
+
+struct evbuffer;
+
+/*
+ * A Prometheus registry. Each daemon declares its metrics in one X-macro
+ * table; metrics_register() makes them, metrics_render() writes the text
+ * exposition format. Metrics are touched on the loop thread only.
+ */
+enum metric_type { METRIC_COUNTER, METRIC_GAUGE, METRIC_HISTOGRAM };
+
+struct metric;
+
+/* label may be NULL (a scalar) or a label name with nvalues values
+ * indexed 0..nvalues-1 (label value = the index, e.g. a slot). */
+struct metric *metrics_register(enum metric_type type, const char *name,
+				const char *help, const char *label,
+				size_t nvalues);
+/* Histogram bucket bounds (upper, ascending); default: latency seconds. */
+void metric_set_buckets(struct metric *m, const double *bounds, size_t n);
+void metric_inc(struct metric *m);
+void metric_add(struct metric *m, double v);
+void metric_set(struct metric *m, double v);
+void metric_observe(struct metric *m, double v);
+void metric_vec_add(struct metric *m, size_t i, double v);
+void metric_vec_set(struct metric *m, size_t i, double v);
+double metric_value(const struct metric *m);
+double metric_vec_value(const struct metric *m, size_t i);
+/* Quantile estimate from a histogram's buckets (for logs and tests). */
+double metric_quantile(const struct metric *m, double q);
+void metrics_render(struct evbuffer *out);
+void metrics_free_all(void);
+
+#endif

@@ -1,0 +1,306 @@
+#ifdef HAVE_CONFIG_H
+#include "config.h"
+#endif
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <event2/event.h>
+#include <hiredis/adapters/libevent.h>
+
+#include "log.h"
+#include "redis.h"
+#include "url.h"
+#include "xmalloc.h"
+
+struct redis {
+	struct event_base *base;
+	redisAsyncContext *ac;
+	struct event *retry_ev;
+	int up;
+	int ready;		/* AUTH/SELECT done */
+	int backoff_ms;
+	int timeout_ms;
+	char *host;
+	int port;
+	char *password;
+	int db;
+	size_t pending;
+	redis_state_fn state_cb;
+	void *arg;
+	int destroying;
+};
+
+struct redis_call {
+	struct redis *r;
+	redis_reply_fn cb;
+	void *arg;
+};
+
+static void redis_connect(struct redis *r);
+
+static void
+redis_set_state(struct redis *r, int up)
+{
+	if (r->up == up)
+		return;
+	r->up = up;
+	if (up)
+		log_info("redis connected", "host=%s port=%d db=%d", r->host,
+			 r->port, r->db);
+	else
+		log_warn("redis disconnected", "host=%s port=%d", r->host,
+			 r->port);
+	if (r->state_cb != NULL && !r->destroying)
+		r->state_cb(r, up, r->arg);
+}
+
+static void
+schedule_retry(struct redis *r)
+{
+	struct timeval tv;
+
+	if (r->destroying)
+		return;
+	tv.tv_sec = r->backoff_ms / 1000;
+	tv.tv_usec = (r->backoff_ms % 1000) * 1000;
+	evtimer_add(r->retry_ev, &tv);
+	r->backoff_ms = r->backoff_ms * 2 > 1000 ? 1000 : r->backoff_ms * 2;
+}
+
+static void
+retry_cb(evutil_socket_t fd, short what, void *arg)
+{
+	redis_connect(arg);
+}
+
+static void
+call_cb(redisAsyncContext *ac, void *reply, void *privdata)
+{
+	struct redis_call *c = privdata;
+	struct redis *r = c->r;
+
+	r->pending--;
+	if (c->cb != NULL)
+		c->cb(r, reply, c->arg);
+	xfree(c);
+}
+
+static void
+setup_done_cb(redisAsyncContext *ac, void *reply, void *privdata)
+{
+	struct redis *r = privdata;
+	redisReply *rep = reply;
+
+	if (rep == NULL)
+		return;
+	if (rep->type == REDIS_REPLY_ERROR) {
+		log_error("redis setup failed", "error=\"%s\"", rep->str);
+		redisAsyncDisconnect(ac);
+		return;
+	}
+	if (ac != r->ac)
+		return;
+	r->ready = 1;
+	r->backoff_ms = 50;
+	redis_set_state(r, 1);
+}
+
+static void
+connect_cb(const redisAsyncContext *ac, int status)
+{
+	struct redis *r = ac->data;
+
+	if (status != REDIS_OK) {
+		log_debug("redis connect failed", "error=\"%s\"", ac->errstr);
+		r->ac = NULL;
+		schedule_retry(r);
+		return;
+	}
+	if (r->password != NULL)
+		redisAsyncCommand(r->ac, NULL, NULL, "AUTH %s", r->password);
+	/* The reply to SELECT (or PING) marks the connection usable. */
+	redisAsyncCommand(r->ac, setup_done_cb, r, "SELECT %d", r->db);
+}
+
+static void
+disconnect_cb(const redisAsyncContext *ac, int status)
+{
+	struct redis *r = ac->data;
+
+	if (r->ac == ac)
+		r->ac = NULL;
+	r->ready = 0;
+	redis_set_state(r, 0);
+	schedule_retry(r);
+}
+
+static void
+redis_connect(struct redis *r)
+{
+	redisAsyncContext *ac = redisAsyncConnect(r->host, r->port);
+
+	if (ac == NULL || ac->err) {
+		if (ac != NULL) {
+			log_debug("redis connect failed", "error=\"%s\"",
+				  ac->errstr);
+			redisAsyncFree(ac);
+		}
+		schedule_retry(r);
+		return;
+	}
+	ac->data = r;
+	r->ac = ac;
+	redisLibeventAttach(ac, r->base);
+	redisAsyncSetConnectCallback(ac, connect_cb);
+	redisAsyncSetDisconnectCallback(ac, disconnect_cb);
+}
+
+struct redis *
+redis_create(struct event_base *base, const char *url, int timeout_ms,
+	     redis_state_fn state_cb, void *arg)
+{
+	struct redis *r = xcalloc(1, sizeof(*r));
+	char err[256];
+	struct url u;
+
+	if (url_parse(url, &u, err, sizeof(err)) < 0)
+		log_fatal("bad redis url", "error=\"%s\"", err);
+	r->base = base;
+	r->host = xstrdup(u.host);
+	r->port = u.port ? u.port : 6379;
+	r->password = u.password ? xstrdup(u.password) : NULL;
+	r->db = u.path ? atoi(u.path) : 0;
+	url_clear(&u);
+	r->timeout_ms = timeout_ms;
+	r->backoff_ms = 50;
+	r->state_cb = state_cb;
+	r->arg = arg;
+	r->retry_ev = evtimer_new(base, retry_cb, r);
+	redis_connect(r);
+	return r;
+}
+
+void
+redis_destroy(struct redis *r)
+{
+	if (r == NULL)
+		return;
+	r->destroying = 1;
+	if (r->ac != NULL) {
+		redisAsyncContext *ac = r->ac;
+
+		r->ac = NULL;
+		redisAsyncFree(ac);
+	}
+	event_free(r->retry_ev);
+	xfree(r->host);
+	xfree(r->password);
+	xfree(r);
+}
+
+int
+redis_up(const struct redis *r)
+{
+	return r->ac != NULL && r->ready;
+}
+
+size_t
+redis_pending(const struct redis *r)
+{
+	return r->pending;
+}
+
+int
+redis_command(struct redis *r, redis_reply_fn cb, void *arg, const char *fmt,
+	      ...)
+{
+	struct redis_call *c;
+	va_list ap;
+	int rc;
+
+	if (!redis_up(r))
+		return -1;
+	c = xmalloc(sizeof(*c));
+	c->r = r;
+	c->cb = cb;
+	c->arg = arg;
+	va_start(ap, fmt);
+	rc = redisvAsyncCommand(r->ac, call_cb, c, fmt, ap);
+	va_end(ap);
+	if (rc != REDIS_OK) {
+		xfree(c);
+		return -1;
+	}
+	r->pending++;
+	return 0;
+}
+
+int
+redis_command_argv(struct redis *r, redis_reply_fn cb, void *arg, int argc,
+		   const char **argv, const size_t *argvlen)
+{
+	struct redis_call *c;
+
+	if (!redis_up(r))
+		return -1;
+	c = xmalloc(sizeof(*c));
+	c->r = r;
+	c->cb = cb;
+	c->arg = arg;
+	if (redisAsyncCommandArgv(r->ac, call_cb, c, argc, argv, argvlen) !=
+	    REDIS_OK) {
+		xfree(c);
+		return -1;
+	}
+	r->pending++;
+	return 0;
+}
+
+void
+redis_args_init(struct redis_args *a)
+{
+	memset(a, 0, sizeof(*a));
+}
+
+void
+redis_args_free(struct redis_args *a)
+{
+	for (int i = 0; i < a->nowned; i++)
+		xfree(a->owned[i]);
+	xfree(a->owned);
+	xfree(a->argv);
+	xfree(a->len);
+	memset(a, 0, sizeof(*a));
+}
+
+void
+redis_args_add(struct redis_args *a, const char *s, size_t len)
+{
+	if (a->argc == a->cap) {
+		a->cap = a->cap ? a->cap * 2 : 16;
+		a->argv = xrealloc(a->argv, (size_t)a->cap * sizeof(*a->argv));
+		a->len = xrealloc(a->len, (size_t)a->cap * sizeof(*a->len));
+	}
+	a->argv[a->argc] = s;
+	a->len[a->argc] = len;
+	a->argc++;
+}
+
+void
+redis_args_addstr(struct redis_args *a, const char *s)
+{
+	redis_args_add(a, s, strlen(s));
+}
+
+void
+redis_args_addint(struct redis_args *a, long long v)
+{
+	char *s = xasprintf("%lld", v);
+
+	a->owned = xrealloc(a->owned, (size_t)(a->nowned + 1) * sizeof(char *));
+	a->owned[a->nowned++] = s;
+	redis_args_addstr(a, s);
+}

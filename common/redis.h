@@ -1,0 +1,48 @@
+#ifndef PROPHET_REDIS_H
+#define PROPHET_REDIS_H
+
+#include <stddef.h>
+
+#include <hiredis/async.h>
+#include <hiredis/hiredis.h>
+
+struct event_base;
+
+/*
+ * One hiredis async connection on the loop, with AUTH/SELECT from the URL
+ * and automatic reconnect (backoff up to 1 s). While disconnected, commands
+ * are refused (-1) rather than queued, so callers can fall back at once.
+ * A command's callback gets reply NULL if the connection dropped under it.
+ */
+struct redis;
+
+typedef void (*redis_state_fn)(struct redis *r, int up, void *arg);
+typedef void (*redis_reply_fn)(struct redis *r, redisReply *reply, void *arg);
+
+struct redis *redis_create(struct event_base *base, const char *url,
+			   int timeout_ms, redis_state_fn state_cb, void *arg);
+void redis_destroy(struct redis *r);
+int redis_up(const struct redis *r);
+int redis_command(struct redis *r, redis_reply_fn cb, void *arg,
+		  const char *fmt, ...);
+int redis_command_argv(struct redis *r, redis_reply_fn cb, void *arg,
+		       int argc, const char **argv, const size_t *argvlen);
+/* Commands sent and not yet answered. */
+size_t redis_pending(const struct redis *r);
+
+/* A growable argv for commands with many arguments. */
+struct redis_args {
+	int argc;
+	int cap;
+	const char **argv;
+	size_t *len;
+	char **owned;
+	int nowned;
+};
+void redis_args_init(struct redis_args *a);
+void redis_args_free(struct redis_args *a);
+void redis_args_add(struct redis_args *a, const char *s, size_t len);
+void redis_args_addstr(struct redis_args *a, const char *s);
+void redis_args_addint(struct redis_args *a, long long v);
+
+#endif

@@ -1,0 +1,162 @@
+#ifdef HAVE_CONFIG_H
+#include "config.h"
+#endif
+
+#include <ctype.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "url.h"
+#include "xmalloc.h"
+
+static int
+hexval(int c)
+{
+	if (c >= '0' && c <= '9')
+		return c - '0';
+	c = tolower(c);
+	if (c >= 'a' && c <= 'f')
+		return c - 'a' + 10;
+	return -1;
+}
+
+static char *
+pct_decode(const char *s, size_t n)
+{
+	char *out = xmalloc(n + 1);
+	size_t j = 0;
+
+	for (size_t i = 0; i < n; i++) {
+		if (s[i] == '%' && i + 2 < n &&
+		    hexval(s[i + 1]) >= 0 && hexval(s[i + 2]) >= 0) {
+			out[j++] = (char)(hexval(s[i + 1]) * 16 + hexval(s[i + 2]));
+			i += 2;
+		} else {
+			out[j++] = s[i];
+		}
+	}
+	out[j] = '\0';
+	return out;
+}
+
+static int
+port_parse(const char *s, size_t n, int *port)
+{
+	int v = 0;
+
+	if (n == 0 || n > 5)
+		return -1;
+	for (size_t i = 0; i < n; i++) {
+		if (!isdigit((unsigned char)s[i]))
+			return -1;
+		v = v * 10 + (s[i] - '0');
+	}
+	if (v < 1 || v > 65535)
+		return -1;
+	*port = v;
+	return 0;
+}
+
+int
+url_parse(const char *s, struct url *u, char *err, size_t errlen)
+{
+	const char *p, *auth, *at, *hostend, *slash;
+
+	memset(u, 0, sizeof(*u));
+	p = strstr(s, "://");
+	if (p == NULL || p == s) {
+		snprintf(err, errlen, "missing scheme:// in '%s'", s);
+		return -1;
+	}
+	u->scheme = xstrndup(s, (size_t)(p - s));
+	auth = p + 3;
+	slash = strchr(auth, '/');
+	if (slash == NULL)
+		slash = auth + strlen(auth);
+	at = NULL;
+	for (const char *q = auth; q < slash; q++)
+		if (*q == '@')
+			at = q;
+	if (at != NULL) {
+		const char *colon = memchr(auth, ':', (size_t)(at - auth));
+
+		if (colon != NULL) {
+			u->user = pct_decode(auth, (size_t)(colon - auth));
+			u->password =
+				pct_decode(colon + 1, (size_t)(at - colon - 1));
+		} else {
+			u->user = pct_decode(auth, (size_t)(at - auth));
+		}
+		auth = at + 1;
+	}
+	if (*auth == '[') {
+		const char *close = memchr(auth, ']', (size_t)(slash - auth));
+
+		if (close == NULL) {
+			snprintf(err, errlen, "unterminated [ in host");
+			url_clear(u);
+			return -1;
+		}
+		u->host = xstrndup(auth + 1, (size_t)(close - auth - 1));
+		hostend = close + 1;
+	} else {
+		hostend = auth;
+		while (hostend < slash && *hostend != ':')
+			hostend++;
+		u->host = xstrndup(auth, (size_t)(hostend - auth));
+	}
+	if (u->host[0] == '\0') {
+		snprintf(err, errlen, "missing host");
+		url_clear(u);
+		return -1;
+	}
+	if (hostend < slash && *hostend == ':') {
+		if (port_parse(hostend + 1, (size_t)(slash - hostend - 1),
+			       &u->port) < 0) {
+			snprintf(err, errlen, "bad port in '%.*s'",
+				 (int)(slash - hostend), hostend);
+			url_clear(u);
+			return -1;
+		}
+	} else if (hostend != slash) {
+		snprintf(err, errlen, "unexpected text after host");
+		url_clear(u);
+		return -1;
+	}
+	if (*slash == '/' && slash[1] != '\0')
+		u->path = xstrdup(slash + 1);
+	return 0;
+}
+
+void
+url_clear(struct url *u)
+{
+	xfree(u->scheme);
+	xfree(u->user);
+	xfree(u->password);
+	xfree(u->host);
+	xfree(u->path);
+	memset(u, 0, sizeof(*u));
+}
+
+int
+hostport_parse(const char *s, char *host, size_t hostlen, int *port)
+{
+	const char *colon = strrchr(s, ':');
+	const char *h = s;
+	size_t n;
+
+	if (colon == NULL)
+		return -1;
+	n = (size_t)(colon - s);
+	if (n >= 2 && s[0] == '[' && s[n - 1] == ']') {
+		h = s + 1;
+		n -= 2;
+	}
+	if (n == 0 || n >= hostlen)
+		return -1;
+	memcpy(host, h, n);
+	host[n] = '\0';
+	return port_parse(colon + 1, strlen(colon + 1), port);
+}

@@ -1,0 +1,354 @@
+#ifdef HAVE_CONFIG_H
+#include "config.h"
+#endif
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/queue.h>
+
+#include <event2/buffer.h>
+#include <event2/http.h>
+#include <event2/keyvalq_struct.h>
+#include <jansson.h>
+
+#include "cfg.h"
+#include "daemon.h"
+#include "db.h"
+#include "http.h"
+#include "log.h"
+#include "manager.h"
+#include "metrics.h"
+#include "redis.h"
+#include "schema.h"
+#include "slot.h"
+#include "xmalloc.h"
+#include "zk.h"
+
+#define TASKS_PREFIX "/v1/tasks/"
+
+struct submit_ctx {
+	struct ingest_req req;
+	struct evhttp_request *http;
+	struct manager *mg;
+};
+
+static void
+submit_done_cb(struct ingest_req *r, void *arg)
+{
+	struct submit_ctx *ctx = arg;
+	struct manager *mg = ctx->mg;
+	const struct task *t = &r->task;
+	json_t *out;
+
+	metric_observe(mg->m.submit_seconds,
+		       (double)(clock_mono_us() - r->started_us) / 1e6);
+	switch (r->result) {
+	case 201:
+		metric_inc(mg->m.accepted);
+		out = json_pack("{s:s, s:i, s:s, s:I}", "id", t->id, "slot",
+				slot_of(t->id, strlen(t->id), mg->nslots),
+				"status", "scheduled", "due_at",
+				(json_int_t)t->due_at);
+		http_reply_json(ctx->http, 201, out);
+		break;
+	case 200:
+		metric_inc(mg->m.replayed);
+		out = json_pack("{s:s, s:i, s:s, s:I}", "id", t->id, "slot",
+				slot_of(t->id, strlen(t->id), mg->nslots),
+				"status", task_status_name(r->stored_status),
+				"due_at", (json_int_t)r->stored_due_at);
+		http_reply_json(ctx->http, 200, out);
+		break;
+	case 409:
+		metric_inc(mg->m.conflicts);
+		http_reply_error(ctx->http, 409, "conflict", "id",
+				 "task '%s' exists with different content",
+				 t->id);
+		break;
+	default:
+		metric_inc(mg->m.unavailable);
+		http_reply_error(ctx->http, 503, "unavailable", NULL,
+				 "database unavailable, task not accepted: %s",
+				 r->err);
+		break;
+	}
+	task_clear(&ctx->req.task);
+	xfree(ctx);
+	mg->inflight--;
+}
+
+static void
+reply_task_error(struct manager *mg, struct evhttp_request *req,
+		 const struct task_error *e)
+{
+	metric_inc(mg->m.rejected);
+	http_reply_json(req, e->http, task_error_json(e));
+}
+
+static void
+post_task(struct manager *mg, struct evhttp_request *req)
+{
+	struct task_error terr;
+	struct submit_ctx *ctx;
+	json_error_t jerr;
+	json_t *in;
+	size_t len;
+	char *body;
+
+	if (mg->stopping) {
+		http_reply_error(req, 503, "unavailable", NULL,
+				 "server is shutting down");
+		return;
+	}
+	body = http_body(req, &len);
+	in = json_loadb(body, len, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL,
+			&jerr);
+	xfree(body);
+	if (in == NULL) {
+		task_error_set(&terr, 400, "invalid_json", NULL,
+			       "malformed JSON at line %d column %d: %s",
+			       jerr.line, jerr.column, jerr.text);
+		reply_task_error(mg, req, &terr);
+		return;
+	}
+	ctx = xcalloc(1, sizeof(*ctx));
+	if (task_from_json(in, &mg->limits, clock_now_ms(), &ctx->req.task,
+			   &terr) < 0) {
+		json_decref(in);
+		xfree(ctx);
+		reply_task_error(mg, req, &terr);
+		return;
+	}
+	json_decref(in);
+	ctx->http = req;
+	ctx->mg = mg;
+	ctx->req.started_us = clock_mono_us();
+	ctx->req.done_cb = submit_done_cb;
+	ctx->req.arg = ctx;
+	mg->inflight++;
+	ingest_submit(mg->ingest, &ctx->req);
+}
+
+struct get_ctx {
+	struct db_job job;
+	struct manager *mg;
+	struct evhttp_request *http;
+	char id[TASK_ID_MAX + 1];
+	int with_log;
+	struct db_rows task;
+	struct db_rows log;
+};
+
+static int
+get_run(struct db_conn *c, struct db_job *job)
+{
+	struct get_ctx *g = (struct get_ctx *)job;
+	struct db_params p;
+	int rc;
+
+	db_params_init(&p, 1);
+	db_params_str(&p, g->id);
+	rc = db_query(c, SQL_TASK_GET, &p, &g->task);
+	if (rc == 0 && g->with_log && g->task.nrows == 1)
+		rc = db_query(c, SQL_TASK_LOG_GET, &p, &g->log);
+	db_params_free(&p);
+	return rc;
+}
+
+static json_t *
+json_or_null(const char *s)
+{
+	json_t *j;
+
+	if (s == NULL)
+		return NULL;
+	j = json_loads(s, 0, NULL);
+	return j;
+}
+
+static json_t *
+row_to_json(const struct db_rows *r)
+{
+	struct task t;
+	unsigned long blen;
+	const char *s;
+	json_t *out;
+
+	memset(&t, 0, sizeof(t));
+	snprintf(t.id, sizeof(t.id), "%s", db_rows_get(r, 0, SQL_TC_ID, NULL));
+	t.topic = (char *)db_rows_get(r, 0, SQL_TC_TOPIC, NULL);
+	t.body = (char *)db_rows_get(r, 0, SQL_TC_BODY, &blen);
+	t.body_len = blen;
+	t.key = (char *)db_rows_get(r, 0, SQL_TC_KEY, NULL);
+	t.headers = json_or_null(db_rows_get(r, 0, SQL_TC_HEADERS, NULL));
+	t.callback = json_or_null(db_rows_get(r, 0, SQL_TC_CALLBACK, NULL));
+	t.due_at = db_rows_int(r, 0, SQL_TC_DUE_AT);
+	t.ttl_ms = db_rows_int(r, 0, SQL_TC_TTL_MS);
+	t.max_attempts = (int)db_rows_int(r, 0, SQL_TC_MAX_ATTEMPTS);
+	t.priority = (int)db_rows_int(r, 0, SQL_TC_PRIORITY);
+	task_status_parse(db_rows_get(r, 0, SQL_TC_STATUS, NULL), &t.status);
+	t.attempt = (int)db_rows_int(r, 0, SQL_TC_ATTEMPT);
+	t.created_at = db_rows_int(r, 0, SQL_TC_CREATED_AT);
+	t.updated_at = db_rows_int(r, 0, SQL_TC_UPDATED_AT);
+	t.fired_at = db_rows_int(r, 0, SQL_TC_FIRED_AT);
+	t.delivered_at = db_rows_int(r, 0, SQL_TC_DELIVERED_AT);
+	s = db_rows_get(r, 0, SQL_TC_CALLBACK_STATUS, NULL);
+	if (s != NULL)
+		task_callback_status_parse(s, &t.callback_status);
+	out = task_to_json(&t);
+	json_object_set_new(out, "slot",
+			    json_integer(db_rows_int(r, 0, SQL_TC_SLOT)));
+	json_object_set_new(out, "epoch",
+			    json_integer(db_rows_int(r, 0, SQL_TC_EPOCH)));
+	s = db_rows_get(r, 0, SQL_TC_OWNER, NULL);
+	json_object_set_new(out, "owner", s ? json_string(s) : json_null());
+	json_decref(t.headers);
+	json_decref(t.callback);
+	return out;
+}
+
+static void
+get_done_cb(struct db_job *job, int status, const char *err)
+{
+	struct get_ctx *g = (struct get_ctx *)job;
+	json_t *out;
+
+	if (status < 0) {
+		http_reply_error(g->http, 503, "unavailable", NULL,
+				 "database unavailable: %s", err);
+	} else if (g->task.nrows == 0) {
+		http_reply_error(g->http, 404, "not_found", "id",
+				 "no task '%s'", g->id);
+	} else {
+		out = row_to_json(&g->task);
+		if (g->with_log) {
+			json_t *log = json_array();
+
+			for (size_t i = 0; i < g->log.nrows; i++) {
+				const char *note = db_rows_get(&g->log, i, 6,
+							       NULL);
+
+				json_array_append_new(
+					log,
+					json_pack("{s:s, s:s, s:s, s:I, s:I, "
+						  "s:I, s:s?}",
+						  "from",
+						  db_rows_get(&g->log, i, 0,
+							      NULL),
+						  "to",
+						  db_rows_get(&g->log, i, 1,
+							      NULL),
+						  "actor",
+						  db_rows_get(&g->log, i, 2,
+							      NULL),
+						  "epoch",
+						  (json_int_t)db_rows_int(
+							  &g->log, i, 3),
+						  "attempt",
+						  (json_int_t)db_rows_int(
+							  &g->log, i, 4),
+						  "at",
+						  (json_int_t)db_rows_int(
+							  &g->log, i, 5),
+						  "note", note));
+			}
+			json_object_set_new(out, "log", log);
+		}
+		http_reply_json(g->http, 200, out);
+	}
+	db_rows_free(&g->task);
+	db_rows_free(&g->log);
+	g->mg->inflight--;
+	xfree(g);
+}
+
+static void
+get_task(struct manager *mg, struct evhttp_request *req, const char *id)
+{
+	struct evkeyvalq q;
+	const char *logp;
+	struct get_ctx *g;
+
+	if (!task_id_valid(id, strlen(id))) {
+		http_reply_error(req, 400, "invalid_value", "id",
+				 "id must be 1-%d characters of "
+				 "[A-Za-z0-9._:-]",
+				 TASK_ID_MAX);
+		return;
+	}
+	g = xcalloc(1, sizeof(*g));
+	g->mg = mg;
+	g->http = req;
+	snprintf(g->id, sizeof(g->id), "%s", id);
+	TAILQ_INIT(&q);
+	if (evhttp_parse_query_str(
+		    evhttp_uri_get_query(evhttp_request_get_evhttp_uri(req))
+			    ?: "",
+		    &q) == 0) {
+		logp = evhttp_find_header(&q, "log");
+		g->with_log = logp != NULL && strcmp(logp, "0") &&
+			      strcmp(logp, "false");
+	}
+	evhttp_clear_headers(&q);
+	g->job.run = get_run;
+	g->job.done_cb = get_done_cb;
+	mg->inflight++;
+	db_pool_submit(mg->db, &g->job);
+}
+
+static void
+readyz(struct manager *mg, struct evhttp_request *req)
+{
+	int zk = zk_is_connected(mg->zk), redis = redis_up(mg->redis);
+	int db = db_pool_connected(mg->db) > 0;
+	json_t *out = json_pack("{s:b, s:b, s:b}", "zookeeper", zk, "redis",
+				redis, "db", db);
+
+	/* The API still accepts without Redis (the DB is the truth). */
+	json_object_set_new(out, "ready", json_boolean(zk && db));
+	http_reply_json(req, zk && db ? 200 : 503, out);
+}
+
+static void
+route_cb(struct evhttp_request *req, void *arg)
+{
+	struct manager *mg = arg;
+	const char *path = evhttp_uri_get_path(evhttp_request_get_evhttp_uri(req));
+	enum evhttp_cmd_type m = evhttp_request_get_command(req);
+	char *decoded = NULL;
+
+	metric_inc(mg->m.http_requests);
+	if (path == NULL)
+		path = "/";
+	if (!strcmp(path, "/v1/tasks")) {
+		if (m == EVHTTP_REQ_POST)
+			post_task(mg, req);
+		else
+			http_reply_error(req, 405, "method_not_allowed", NULL,
+					 "use POST to submit a task");
+	} else if (!strncmp(path, TASKS_PREFIX, strlen(TASKS_PREFIX))) {
+		decoded = evhttp_uridecode(path + strlen(TASKS_PREFIX), 0, NULL);
+		if (m == EVHTTP_REQ_GET)
+			get_task(mg, req, decoded);
+		else
+			http_reply_error(req, 405, "method_not_allowed", NULL,
+					 "method not allowed here");
+	} else if (!strcmp(path, "/metrics")) {
+		http_metrics_cb(req, mg);
+	} else if (!strcmp(path, "/healthz")) {
+		http_reply_json(req, 200, json_pack("{s:b}", "ok", 1));
+	} else if (!strcmp(path, "/readyz")) {
+		readyz(mg, req);
+	} else {
+		http_reply_error(req, 404, "not_found", NULL, "no route %s",
+				 path);
+	}
+	free(decoded);
+}
+
+void
+api_register(struct manager *mg)
+{
+	evhttp_set_gencb(mg->http, route_cb, mg);
+}

@@ -1,0 +1,392 @@
+#ifdef HAVE_CONFIG_H
+#include "config.h"
+#endif
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+
+#include <event2/event.h>
+
+#include "cfg.h"
+#include "daemon.h"
+#include "db.h"
+#include "keys.h"
+#include "log.h"
+#include "manager.h"
+#include "metrics.h"
+#include "payload.h"
+#include "redis.h"
+#include "schema.h"
+#include "slot.h"
+#include "xmalloc.h"
+
+/*
+ * Group commit: submissions arriving within db.group_commit_us of each
+ * other (or while every connection is busy) share one transaction with
+ * multi-row INSERTs. A submission is answered only after its COMMIT.
+ */
+struct ingest {
+	struct manager *mg;
+	struct ingest_req *head, *tail;
+	size_t nwaiting;
+	size_t inflight_batches;
+	size_t inflight_reqs;
+	size_t max_batches;
+	size_t batch_max;
+	struct event *timer;
+	int timer_armed;
+};
+
+struct ingest_batch {
+	struct db_job job;
+	struct ingest *ing;
+	struct ingest_req **reqs;
+	size_t n;
+	uint64_t batch_id;
+	int nslots;
+};
+
+static void bind_task_row(struct db_params *p, size_t i, void *arg);
+
+static char *
+headers_text(const json_t *j)
+{
+	return j ? json_dumps(j, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
+}
+
+struct insert_ctx {
+	struct ingest_batch *b;
+	struct ingest_req **rows;
+	char **headers;
+	char **callbacks;
+};
+
+static void
+bind_task_row(struct db_params *p, size_t i, void *arg)
+{
+	struct insert_ctx *ctx = arg;
+	struct task *t = &ctx->rows[i]->task;
+
+	db_params_str(p, t->id);
+	db_params_int(p, slot_of(t->id, strlen(t->id), ctx->b->nslots));
+	db_params_str(p, t->topic);
+	if (t->key != NULL)
+		db_params_blob(p, t->key, strlen(t->key));
+	else
+		db_params_null(p);
+	db_params_blob(p, t->body, t->body_len);
+	db_params_str(p, ctx->headers[i]);
+	db_params_str(p, ctx->callbacks[i]);
+	db_params_int(p, t->due_at);
+	db_params_int(p, t->ttl_ms);
+	db_params_int(p, t->max_attempts);
+	db_params_int(p, t->priority);
+	db_params_uint(p, t->content_hash);
+	db_params_uint(p, ctx->b->batch_id);
+	db_params_int(p, t->created_at);
+	db_params_int(p, t->updated_at);
+}
+
+/* After an INSERT IGNORE skipped rows: tell replays from conflicts. */
+static int
+resolve_existing(struct db_conn *c, struct ingest_batch *b)
+{
+	struct db_params p;
+	struct db_rows rows;
+
+	db_params_init(&p, 1);
+	for (size_t i = 0; i < b->n; i++) {
+		struct ingest_req *r = b->reqs[i];
+
+		if (!r->task.id_given || r->result != 0)
+			continue;
+		p.n = 0;
+		db_params_str(&p, r->task.id);
+		if (db_query(c,
+			     "SELECT content_hash, batch_id, status, due_at "
+			     "FROM tasks WHERE id = ?",
+			     &p, &rows) < 0) {
+			db_params_free(&p);
+			return -1;
+		}
+		if (rows.nrows == 1) {
+			uint64_t hash = strtoull(db_rows_get(&rows, 0, 0, NULL),
+						 NULL, 10);
+			uint64_t bid = strtoull(db_rows_get(&rows, 0, 1, NULL),
+						NULL, 10);
+
+			if (bid == b->batch_id) {
+				r->result = 201;
+			} else {
+				r->result = hash == r->task.content_hash ? 200
+									 : 409;
+				task_status_parse(db_rows_get(&rows, 0, 2, NULL),
+						  &r->stored_status);
+				r->stored_due_at = db_rows_int(&rows, 0, 3);
+			}
+		}
+		db_rows_free(&rows);
+	}
+	db_params_free(&p);
+	return 0;
+}
+
+static int
+batch_run(struct db_conn *c, struct db_job *job)
+{
+	struct ingest_batch *b = (struct ingest_batch *)job;
+	struct insert_ctx ctx = {b, NULL, NULL, NULL};
+	unsigned long long affected = 0;
+	size_t nrows = 0;
+	int rc = -1;
+
+	ctx.rows = xcalloc(b->n, sizeof(*ctx.rows));
+	ctx.headers = xcalloc(b->n, sizeof(char *));
+	ctx.callbacks = xcalloc(b->n, sizeof(char *));
+	for (size_t i = 0; i < b->n; i++) {
+		struct ingest_req *r = b->reqs[i];
+
+		r->result = 0;
+		/* The same id twice in one batch: the first one is inserted,
+		 * the others are answered as replays or conflicts of it. */
+		for (size_t j = 0; r->task.id_given && j < i; j++) {
+			struct ingest_req *o = b->reqs[j];
+
+			if (o->result == -1 || strcmp(o->task.id, r->task.id))
+				continue;
+			r->result = -1;
+		}
+		if (r->result == -1)
+			continue;
+		ctx.headers[nrows] = headers_text(r->task.headers);
+		ctx.callbacks[nrows] = headers_text(r->task.callback);
+		ctx.rows[nrows++] = r;
+	}
+	if (db_begin(c) < 0)
+		goto out;
+	if (db_exec_rows(c, SQL_TASK_INSERT_PREFIX, SQL_TASK_INSERT_ROW, nrows,
+			 SQL_TASK_INSERT_NCOLS, bind_task_row, &ctx,
+			 &affected) < 0) {
+		db_rollback(c);
+		goto out;
+	}
+	if (affected < nrows && resolve_existing(c, b) < 0) {
+		db_rollback(c);
+		goto out;
+	}
+	if (db_commit(c) < 0)
+		goto out;
+	for (size_t i = 0; i < b->n; i++)
+		if (b->reqs[i]->result == 0)
+			b->reqs[i]->result = 201;
+	rc = 0;
+out:
+	for (size_t i = 0; i < nrows; i++) {
+		free(ctx.headers[i]);
+		free(ctx.callbacks[i]);
+	}
+	xfree(ctx.headers);
+	xfree(ctx.callbacks);
+	xfree(ctx.rows);
+	return rc;
+}
+
+static void
+index_reply_cb(struct redis *r, redisReply *reply, void *arg)
+{
+	struct manager *mg = arg;
+
+	if (reply == NULL || reply->type == REDIS_REPLY_ERROR) {
+		metric_inc(mg->m.index_failures);
+		if (reply != NULL)
+			log_warn("redis index failed", "error=\"%s\"",
+				 reply->str);
+	}
+}
+
+/* Indexes a committed task in Redis when it is due within the horizon
+ * (plus a margin, so the loader and this path overlap, never gap). */
+static void
+index_task(struct manager *mg, const struct task *t, int64_t now)
+{
+	int slot = slot_of(t->id, strlen(t->id), mg->nslots);
+	char kdue[RKEY_MAX], ktask[RKEY_MAX], score[32];
+	char *payload;
+	size_t plen;
+
+	if (t->due_at >= now + mg->horizon_ms + 60000)
+		return;
+	rkey_due(kdue, sizeof(kdue), slot);
+	rkey_task(ktask, sizeof(ktask), slot);
+	payload = payload_encode(t, &plen);
+	snprintf(score, sizeof(score), "%lld", (long long)t->due_at);
+	{
+		const char *argv1[] = {"HSET", ktask, t->id, payload};
+		size_t len1[] = {4, strlen(ktask), strlen(t->id), plen};
+		const char *argv2[] = {"ZADD", kdue, score, t->id};
+		size_t len2[] = {4, strlen(kdue), strlen(score), strlen(t->id)};
+
+		/* Payload first: a due id always has its payload. */
+		if (redis_command_argv(mg->redis, index_reply_cb, mg, 4, argv1,
+				       len1) < 0 ||
+		    redis_command_argv(mg->redis, index_reply_cb, mg, 4, argv2,
+				       len2) < 0)
+			metric_inc(mg->m.index_failures);
+		else
+			metric_inc(mg->m.indexed);
+	}
+	free(payload);
+}
+
+static void ingest_flush(struct ingest *ing);
+
+static void
+batch_done_cb(struct db_job *job, int status, const char *err)
+{
+	struct ingest_batch *b = (struct ingest_batch *)job;
+	struct ingest *ing = b->ing;
+	struct manager *mg = ing->mg;
+	int64_t now = clock_now_ms();
+
+	metric_inc(mg->m.db_batches);
+	metric_observe(mg->m.db_batch_rows, (double)b->n);
+	if (status < 0)
+		log_warn("group commit failed", "rows=%zu error=\"%s\"", b->n,
+			 err);
+	for (size_t i = 0; i < b->n; i++) {
+		struct ingest_req *r = b->reqs[i];
+
+		if (status < 0) {
+			r->result = 503;
+			snprintf(r->err, sizeof(r->err), "%s", err);
+		} else if (r->result == -1) {
+			/* Duplicate id inside this batch: compare with the
+			 * first occurrence. */
+			r->result = 409;
+			for (size_t j = 0; j < i; j++) {
+				struct ingest_req *o = b->reqs[j];
+
+				if (o->result != -1 &&
+				    !strcmp(o->task.id, r->task.id)) {
+					r->result = o->task.content_hash ==
+								    r->task.content_hash
+							    ? 200
+							    : 409;
+					r->stored_status = TASK_SCHEDULED;
+					r->stored_due_at = o->task.due_at;
+					break;
+				}
+			}
+		}
+		if (r->result == 201)
+			index_task(mg, &r->task, now);
+	}
+	ing->inflight_batches--;
+	ing->inflight_reqs -= b->n;
+	for (size_t i = 0; i < b->n; i++)
+		b->reqs[i]->done_cb(b->reqs[i], b->reqs[i]->arg);
+	xfree(b->reqs);
+	xfree(b);
+	if (ing->head != NULL && !ing->timer_armed)
+		ingest_flush(ing);
+}
+
+static void
+ingest_flush(struct ingest *ing)
+{
+	struct ingest_batch *b;
+	size_t n;
+
+	while (ing->head != NULL && ing->inflight_batches < ing->max_batches) {
+		n = ing->nwaiting < ing->batch_max ? ing->nwaiting
+						   : ing->batch_max;
+		b = xcalloc(1, sizeof(*b));
+		b->ing = ing;
+		b->nslots = ing->mg->nslots;
+		b->reqs = xcalloc(n, sizeof(*b->reqs));
+		if (getrandom(&b->batch_id, sizeof(b->batch_id), 0) !=
+		    sizeof(b->batch_id))
+			abort();
+		b->batch_id >>= 1; /* fits a signed BIGINT too */
+		for (size_t i = 0; i < n; i++) {
+			struct ingest_req *r = ing->head;
+
+			ing->head = r->next;
+			r->next = NULL;
+			b->reqs[i] = r;
+		}
+		if (ing->head == NULL)
+			ing->tail = NULL;
+		b->n = n;
+		ing->nwaiting -= n;
+		ing->inflight_batches++;
+		ing->inflight_reqs += n;
+		b->job.run = batch_run;
+		b->job.done_cb = batch_done_cb;
+		db_pool_submit(ing->mg->db, &b->job);
+	}
+}
+
+static void
+timer_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct ingest *ing = arg;
+
+	ing->timer_armed = 0;
+	ingest_flush(ing);
+}
+
+struct ingest *
+ingest_create(struct manager *mg)
+{
+	struct ingest *ing = xcalloc(1, sizeof(*ing));
+
+	ing->mg = mg;
+	ing->max_batches = (size_t)cfg_int(mg->cfg, CFG_DB_POOL_SIZE);
+	ing->batch_max = (size_t)cfg_int(mg->cfg, CFG_DB_BATCH_MAX);
+	ing->timer = evtimer_new(mg->base, timer_cb, ing);
+	return ing;
+}
+
+void
+ingest_destroy(struct ingest *ing)
+{
+	if (ing == NULL)
+		return;
+	event_free(ing->timer);
+	xfree(ing);
+}
+
+void
+ingest_submit(struct ingest *ing, struct ingest_req *r)
+{
+	int64_t us = cfg_int(ing->mg->cfg, CFG_DB_GROUP_COMMIT_US);
+
+	r->next = NULL;
+	if (ing->tail != NULL)
+		ing->tail->next = r;
+	else
+		ing->head = r;
+	ing->tail = r;
+	ing->nwaiting++;
+	if (ing->nwaiting >= ing->batch_max || us == 0) {
+		if (ing->timer_armed) {
+			evtimer_del(ing->timer);
+			ing->timer_armed = 0;
+		}
+		ingest_flush(ing);
+	} else if (!ing->timer_armed) {
+		struct timeval tv = {0, (suseconds_t)us};
+
+		evtimer_add(ing->timer, &tv);
+		ing->timer_armed = 1;
+	}
+}
+
+size_t
+ingest_pending(const struct ingest *ing)
+{
+	return ing->nwaiting + ing->inflight_reqs;
+}

@@ -1,0 +1,195 @@
+#ifdef HAVE_CONFIG_H
+#include "config.h"
+#endif
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <event2/event.h>
+#include <event2/thread.h>
+
+#include "cfg.h"
+#include "daemon.h"
+#include "db.h"
+#include "http.h"
+#include "log.h"
+#include "manager.h"
+#include "metrics.h"
+#include "redis.h"
+#include "xmalloc.h"
+#include "zk.h"
+
+static void
+register_metrics(struct manager *mg)
+{
+#define MM_REG(f, t, n, h) mg->m.f = metrics_register(METRIC_##t, n, h, NULL, 0);
+	MANAGER_METRICS(MM_REG)
+#undef MM_REG
+	{
+		static const double rows[] = {1,   2,	 5,    10,   50,
+					      100, 250, 500, 1000, 5000};
+
+		metric_set_buckets(mg->m.db_batch_rows, rows,
+				   sizeof(rows) / sizeof(rows[0]));
+	}
+}
+
+static void
+zk_event_cb(struct zk *z, int type, int state, const char *path, void *arg)
+{
+	struct manager *mg = arg;
+	char err[512];
+
+	if (type != ZOO_SESSION_EVENT)
+		return;
+	metric_set(mg->m.zk_up, state == ZOO_CONNECTED_STATE);
+	log_info("zookeeper session", "state=%s", zk_state_name(state));
+	if (state == ZOO_EXPIRED_SESSION_STATE) {
+		zk_reopen(z);
+	} else if (state == ZOO_CONNECTED_STATE && !mg->stopping) {
+		/* Repair the tree on every (re)connect: someone may have
+		 * deleted nodes while we were away. */
+		if (zktree_ensure(z, cfg_str(mg->cfg, CFG_CLUSTER_ROOT),
+				  mg->nslots, err, sizeof(err)) < 0)
+			log_error("zookeeper tree repair failed",
+				  "error=\"%s\"", err);
+	}
+}
+
+static void
+redis_state_cb(struct redis *r, int up, void *arg)
+{
+	struct manager *mg = arg;
+
+	metric_set(mg->m.redis_up, up);
+}
+
+static void
+gauges_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct manager *mg = arg;
+
+	metric_set(mg->m.db_up, db_pool_connected(mg->db));
+}
+
+/* Waits for requests already handed to the database to be answered. */
+static void
+drain_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct manager *mg = arg;
+
+	if (mg->inflight == 0 || clock_mono_ms() > mg->stop_deadline_ms)
+		event_base_loopexit(mg->base, NULL);
+}
+
+static void
+stop_cb(int count, void *arg)
+{
+	struct manager *mg = arg;
+	struct timeval tick = {0, 10000};
+
+	if (count > 1) {
+		log_warn("second stop signal: exiting now", "");
+		exit(1);
+	}
+	/* New submissions get 503 from here on. */
+	mg->stopping = 1;
+	mg->stop_deadline_ms = clock_mono_ms() + 10000;
+	mg->stop_ev = event_new(mg->base, -1, EV_PERSIST, drain_cb, mg);
+	event_add(mg->stop_ev, &tick);
+}
+
+int
+main(int argc, char **argv)
+{
+	struct manager mg;
+	struct event *gauges;
+	struct timeval one_s = {1, 0};
+	enum log_level lvl;
+	char err[512], masked[512];
+
+	memset(&mg, 0, sizeof(mg));
+	mg.cfg = cfg_from_args(&argc, argv, "prophet-manager",
+			       "Prophet control plane and HTTP API.");
+	if (argc > 1) {
+		fprintf(stderr, "prophet-manager: unexpected argument '%s'\n",
+			argv[1]);
+		return 2;
+	}
+	log_level_parse(cfg_str(mg.cfg, CFG_LOG_LEVEL), &lvl);
+	log_init("manager", lvl);
+	log_info("starting", "version=%s config=%s", PACKAGE_VERSION,
+		 cfg_path(mg.cfg));
+	mg.nslots = (int)cfg_int(mg.cfg, CFG_CLUSTER_SLOTS);
+	mg.horizon_ms = cfg_int(mg.cfg, CFG_TASK_HORIZON_MS);
+	mg.limits.max_body = (size_t)cfg_int(mg.cfg, CFG_TASK_MAX_BODY_BYTES);
+	mg.limits.max_delay_ms = cfg_int(mg.cfg, CFG_TASK_MAX_DELAY_MS);
+
+	evthread_use_pthreads();
+	mg.base = event_base_new();
+	mg.daemon = daemon_create(mg.base, stop_cb, NULL, &mg);
+	register_metrics(&mg);
+
+	log_info("database", "url=%s",
+		 log_mask_url(cfg_str(mg.cfg, CFG_DB_URL), masked,
+			      sizeof(masked)));
+	if (migrate_apply(cfg_str(mg.cfg, CFG_DB_URL), 30, err, sizeof(err)) <
+	    0)
+		log_fatal("database migration failed", "error=\"%s\"", err);
+
+	mg.zk = zk_create(mg.base, cfg_str(mg.cfg, CFG_ZK_HOSTS),
+			  (int)cfg_int(mg.cfg, CFG_ZK_SESSION_TIMEOUT_MS),
+			  zk_event_cb, &mg);
+	if (mg.zk == NULL || zk_wait_connected(mg.zk, 30000) < 0)
+		log_fatal("cannot connect to zookeeper", "hosts=%s",
+			  cfg_str(mg.cfg, CFG_ZK_HOSTS));
+	if (zktree_ensure(mg.zk, cfg_str(mg.cfg, CFG_CLUSTER_ROOT), mg.nslots,
+			  err, sizeof(err)) < 0)
+		log_fatal("zookeeper tree", "error=\"%s\"", err);
+
+	mg.db = db_pool_create(mg.base, cfg_str(mg.cfg, CFG_DB_URL),
+			       (int)cfg_int(mg.cfg, CFG_DB_POOL_SIZE), "api");
+	mg.redis = redis_create(mg.base, cfg_str(mg.cfg, CFG_REDIS_URL),
+				(int)cfg_int(mg.cfg, CFG_REDIS_TIMEOUT_MS),
+				redis_state_cb, &mg);
+	mg.ingest = ingest_create(&mg);
+	mg.http = http_server_create(
+		mg.base, cfg_str(mg.cfg, CFG_HTTP_LISTEN),
+		(size_t)cfg_int(mg.cfg, CFG_HTTP_MAX_BODY_BYTES),
+		(int)cfg_int(mg.cfg, CFG_HTTP_TIMEOUT_S), err, sizeof(err));
+	if (mg.http == NULL)
+		log_fatal("http", "error=\"%s\"", err);
+	api_register(&mg);
+	gauges = event_new(mg.base, -1, EV_PERSIST, gauges_cb, &mg);
+	event_add(gauges, &one_s);
+	gauges_cb(-1, 0, &mg);
+
+	log_info("ready", "listen=%s slots=%d",
+		 cfg_str(mg.cfg, CFG_HTTP_LISTEN), mg.nslots);
+	daemon_notify("READY=1");
+	event_base_dispatch(mg.base);
+
+	log_info("stopping", "pending=%zu", mg.inflight);
+	if (mg.inflight > 0) {
+		log_warn("exiting with requests unanswered",
+			 "pending=%zu", mg.inflight);
+		return 1;
+	}
+	evhttp_free(mg.http);
+	if (mg.stop_ev != NULL)
+		event_free(mg.stop_ev);
+	/* Commits in flight complete (their answers are lost with the
+	 * connections, but what was committed stays committed). */
+	db_pool_destroy(mg.db);
+	ingest_destroy(mg.ingest);
+	event_free(gauges);
+	redis_destroy(mg.redis);
+	zk_destroy(mg.zk);
+	daemon_destroy(mg.daemon);
+	event_base_free(mg.base);
+	metrics_free_all();
+	cfg_destroy(mg.cfg);
+	log_info("stopped", "");
+	return 0;
+}

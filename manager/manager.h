@@ -1,0 +1,103 @@
+#ifndef PROPHET_MANAGER_H
+#define PROPHET_MANAGER_H
+
+#include <stdint.h>
+
+#include <event2/event.h>
+#include <event2/http.h>
+
+#include "task.h"
+
+struct cfg;
+struct db_pool;
+struct redis;
+struct zk;
+struct ingest;
+struct daemon;
+struct metric;
+
+#define MANAGER_METRICS(X)                                                     \
+	X(accepted, COUNTER, "prophet_tasks_accepted_total",                  \
+	  "Tasks committed to the database")                                   \
+	X(replayed, COUNTER, "prophet_tasks_replayed_total",                  \
+	  "Submissions answered 200 as an identical replay of a stored id")   \
+	X(conflicts, COUNTER, "prophet_tasks_conflicts_total",                \
+	  "Submissions refused 409: same id, different content")              \
+	X(rejected, COUNTER, "prophet_tasks_rejected_total",                  \
+	  "Submissions refused with a 4xx for bad input")                      \
+	X(unavailable, COUNTER, "prophet_tasks_unavailable_total",            \
+	  "Submissions refused 503 because the database failed")              \
+	X(indexed, COUNTER, "prophet_redis_indexed_total",                    \
+	  "Tasks written to the Redis index at submit")                        \
+	X(index_failures, COUNTER, "prophet_redis_index_failures_total",      \
+	  "Tasks not indexed in Redis at submit (left to the loader)")        \
+	X(db_batches, COUNTER, "prophet_db_commit_batches_total",             \
+	  "Group commits executed")                                            \
+	X(db_batch_rows, HISTOGRAM, "prophet_db_commit_batch_rows",           \
+	  "Rows per group commit")                                             \
+	X(submit_seconds, HISTOGRAM, "prophet_submit_duration_seconds",       \
+	  "Time from request to durable answer")                               \
+	X(http_requests, COUNTER, "prophet_http_requests_total",              \
+	  "HTTP requests served")                                              \
+	X(redis_up, GAUGE, "prophet_redis_up", "1 when Redis is connected")   \
+	X(db_up, GAUGE, "prophet_db_up", "Database connections up")           \
+	X(zk_up, GAUGE, "prophet_zookeeper_up",                               \
+	  "1 when the ZooKeeper session is connected")
+
+struct manager_metrics {
+#define MM_FIELD(f, t, n, h) struct metric *f;
+	MANAGER_METRICS(MM_FIELD)
+#undef MM_FIELD
+};
+
+struct manager {
+	struct cfg *cfg;
+	struct event_base *base;
+	struct daemon *daemon;
+	struct evhttp *http;
+	struct db_pool *db;
+	struct redis *redis;
+	struct zk *zk;
+	struct ingest *ingest;
+	struct task_limits limits;
+	int nslots;
+	int64_t horizon_ms;
+	int stopping;
+	int64_t stop_deadline_ms;
+	size_t inflight;	/* requests waiting for the DB */
+	struct event *stop_ev;
+	struct manager_metrics m;
+};
+
+/* migrate.c: applies pending schema migrations (blocking, startup). */
+int migrate_apply(const char *db_url, int wait_s, char *err, size_t errlen);
+
+/* zktree.c: creates and repairs the cluster tree. */
+int zktree_ensure(struct zk *z, const char *root, int nslots, char *err,
+		  size_t errlen);
+
+/* ingest.c: group commit of submissions. */
+struct ingest_req;
+typedef void (*ingest_done_fn)(struct ingest_req *r, void *arg);
+struct ingest_req {
+	struct task task;
+	int64_t started_us;
+	/* Outcome: 201 new, 200 replay, 409 conflict, 503 database error. */
+	int result;
+	enum task_status stored_status;
+	int64_t stored_due_at;
+	char err[256];
+	ingest_done_fn done_cb;
+	void *arg;
+	struct ingest_req *next;
+};
+struct ingest *ingest_create(struct manager *mg);
+void ingest_destroy(struct ingest *ing);
+void ingest_submit(struct ingest *ing, struct ingest_req *r);
+/* Submissions waiting or in flight. */
+size_t ingest_pending(const struct ingest *ing);
+
+/* api.c */
+void api_register(struct manager *mg);
+
+#endif

@@ -1,0 +1,100 @@
+#ifdef HAVE_CONFIG_H
+#include "config.h"
+#endif
+
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "daemon.h"
+#include "db.h"
+#include "log.h"
+#include "manager.h"
+#include "schema.h"
+
+static int
+current_version(struct db_conn *c, int *version)
+{
+	struct db_rows rows;
+
+	if (db_simple(c, "CREATE TABLE IF NOT EXISTS prophet_schema ("
+			 " version INT NOT NULL PRIMARY KEY,"
+			 " name VARCHAR(255) NOT NULL,"
+			 " applied_at BIGINT NOT NULL) ENGINE=InnoDB") < 0)
+		return -1;
+	if (db_query(c, "SELECT COALESCE(MAX(version), 0) FROM prophet_schema",
+		     NULL, &rows) < 0)
+		return -1;
+	*version = rows.nrows ? (int)db_rows_int(&rows, 0, 0) : 0;
+	db_rows_free(&rows);
+	return 0;
+}
+
+static int
+apply_one(struct db_conn *c, const struct schema_migration *m)
+{
+	struct db_params p;
+	int r;
+
+	for (const char *const *s = m->stmts; *s != NULL; s++)
+		if (db_simple(c, *s) < 0)
+			return -1;
+	db_params_init(&p, 3);
+	db_params_int(&p, m->version);
+	db_params_str(&p, m->name);
+	db_params_int(&p, clock_now_ms());
+	r = db_exec(c, "INSERT INTO prophet_schema (version, name, applied_at) "
+		       "VALUES (?, ?, ?)",
+		    &p, NULL);
+	db_params_free(&p);
+	return r;
+}
+
+/* Several managers may start at once: a named lock serialises them, and
+ * each step is idempotent anyway. */
+int
+migrate_apply(const char *db_url, int wait_s, char *err, size_t errlen)
+{
+	struct db_conn *c = NULL;
+	struct db_rows rows;
+	int version, rc = -1;
+
+	for (int i = 0; i <= wait_s; i++) {
+		c = db_conn_open(db_url, err, errlen);
+		if (c != NULL)
+			break;
+		if (i == 0 || i % 10 == 0)
+			log_warn("waiting for the database", "error=\"%s\"",
+				 err);
+		sleep(1);
+	}
+	if (c == NULL)
+		return -1;
+	if (db_query(c, "SELECT GET_LOCK('prophet_migrate', 60)", NULL,
+		     &rows) < 0)
+		goto out;
+	db_rows_free(&rows);
+	if (current_version(c, &version) < 0)
+		goto out;
+	for (size_t i = 0; i < schema_migration_count; i++) {
+		const struct schema_migration *m = &schema_migrations[i];
+
+		if (m->version <= version)
+			continue;
+		log_info("applying migration", "version=%d name=\"%s\"",
+			 m->version, m->name);
+		if (apply_one(c, m) < 0)
+			goto out;
+		version = m->version;
+	}
+	log_info("database schema ready", "version=%d", version);
+	rc = 0;
+out:
+	if (rc < 0)
+		snprintf(err, errlen, "migration: %s", db_conn_error(c));
+	if (db_query(c, "SELECT RELEASE_LOCK('prophet_migrate')", NULL,
+		     &rows) == 0)
+		db_rows_free(&rows);
+	db_conn_close(c);
+	return rc;
+}

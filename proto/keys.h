@@ -1,0 +1,67 @@
+#ifndef PROPHET_KEYS_H
+#define PROPHET_KEYS_H
+
+#include <stdio.h>
+
+/*
+ * Redis key names. Every key of a slot carries the hash tag {prophet:N} so
+ * that, on Redis Cluster, a slot lives on one node and its Lua scripts are
+ * legal.
+ *   {prophet:N}:due       ZSET  id -> due ms        (scheduled, within horizon)
+ *   {prophet:N}:task      HASH  id -> payload        (what the worker publishes)
+ *   {prophet:N}:inflight  ZSET  id -> lease deadline (claimed, not yet delivered)
+ *   {prophet:N}:attempt   HASH  id -> publish attempts so far
+ *   {prophet:N}:epoch     STRING highest owner epoch seen (the Redis fence)
+ *   prophet:generation    STRING set when the index is built; its absence
+ *                         means Redis lost its data
+ */
+#define RKEY_MAX 64
+#define RKEY_GENERATION "prophet:generation"
+
+static inline void
+rkey_due(char *buf, size_t len, int slot)
+{
+	snprintf(buf, len, "{prophet:%d}:due", slot);
+}
+
+static inline void
+rkey_task(char *buf, size_t len, int slot)
+{
+	snprintf(buf, len, "{prophet:%d}:task", slot);
+}
+
+static inline void
+rkey_inflight(char *buf, size_t len, int slot)
+{
+	snprintf(buf, len, "{prophet:%d}:inflight", slot);
+}
+
+static inline void
+rkey_attempt(char *buf, size_t len, int slot)
+{
+	snprintf(buf, len, "{prophet:%d}:attempt", slot);
+}
+
+static inline void
+rkey_epoch(char *buf, size_t len, int slot)
+{
+	snprintf(buf, len, "{prophet:%d}:epoch", slot);
+}
+
+/* Kafka headers on every published task (CONTRACT.md). */
+#define KHDR_ID "prophet-id"
+#define KHDR_DUE_AT "prophet-due-at"
+#define KHDR_FIRED_AT "prophet-fired-at"
+#define KHDR_ATTEMPT "prophet-attempt"
+#define KHDR_SLOT "prophet-slot"
+#define KHDR_EPOCH "prophet-epoch"
+
+/* ZooKeeper nodes under the cluster root. */
+#define ZPATH_CONFIG "/config"
+#define ZPATH_SLOTS "/work_slot"
+#define ZPATH_SLOT_PREFIX "/work_slot/ws_"
+#define ZPATH_WORKERS "/workers"
+#define ZPATH_ELECTION "/election"
+#define ZPATH_MASTER "/master"
+
+#endif

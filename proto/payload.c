@@ -1,0 +1,71 @@
+#ifdef HAVE_CONFIG_H
+#include "config.h"
+#endif
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "payload.h"
+#include "xmalloc.h"
+
+char *
+payload_encode(const struct task *t, size_t *lenp)
+{
+	json_t *o = json_object();
+	char *s;
+
+	json_object_set_new(o, "t", json_string(t->topic));
+	json_object_set_new(o, "b", json_stringn(t->body, t->body_len));
+	json_object_set_new(o, "d", json_integer(t->due_at));
+	if (t->key != NULL)
+		json_object_set_new(o, "k", json_string(t->key));
+	if (t->headers != NULL)
+		json_object_set(o, "h", t->headers);
+	if (t->ttl_ms > 0)
+		json_object_set_new(o, "x", json_integer(t->ttl_ms));
+	if (t->attempt > 0)
+		json_object_set_new(o, "a", json_integer(t->attempt));
+	s = json_dumps(o, JSON_COMPACT);
+	json_decref(o);
+	if (s == NULL)
+		abort();
+	*lenp = strlen(s);
+	return s;
+}
+
+int
+payload_decode(const char *s, size_t len, struct task *t)
+{
+	json_t *o, *v;
+	json_error_t jerr;
+
+	memset(t, 0, sizeof(*t));
+	o = json_loadb(s, len, JSON_ALLOW_NUL, &jerr);
+	if (o == NULL)
+		return -1;
+	v = json_object_get(o, "t");
+	if (!json_is_string(v) || !json_is_string(json_object_get(o, "b")) ||
+	    !json_is_integer(json_object_get(o, "d"))) {
+		json_decref(o);
+		return -1;
+	}
+	t->topic = xstrdup(json_string_value(v));
+	v = json_object_get(o, "b");
+	t->body_len = json_string_length(v);
+	t->body = xmemdup(json_string_value(v), t->body_len + 1);
+	t->due_at = json_integer_value(json_object_get(o, "d"));
+	v = json_object_get(o, "k");
+	if (json_is_string(v))
+		t->key = xstrdup(json_string_value(v));
+	v = json_object_get(o, "h");
+	if (json_is_object(v))
+		t->headers = json_incref(v);
+	v = json_object_get(o, "x");
+	if (json_is_integer(v))
+		t->ttl_ms = json_integer_value(v);
+	v = json_object_get(o, "a");
+	if (json_is_integer(v))
+		t->attempt = (int)json_integer_value(v);
+	json_decref(o);
+	return 0;
+}

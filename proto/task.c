@@ -1,0 +1,576 @@
+#ifdef HAVE_CONFIG_H
+#include "config.h"
+#endif
+
+#include <ctype.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/random.h>
+
+#include "task.h"
+#include "xmalloc.h"
+
+static const char *const status_names[TASK__STATUS_COUNT] = {
+	"scheduled", "firing", "delivered", "cancelled", "expired"};
+static const char *const cb_status_names[TASK__CB_COUNT] = {
+	"none", "ok", "retrying", "failed"};
+
+static const char *const known_fields[] = {
+	"id",	    "topic",	"body",	    "due_at",	"delay_ms",
+	"key",	    "headers",	"callback", "max_attempts", "ttl_ms",
+	"cron",	    "timezone", "priority", NULL};
+
+const char *
+task_status_name(enum task_status s)
+{
+	return (unsigned)s < TASK__STATUS_COUNT ? status_names[s] : "unknown";
+}
+
+int
+task_status_parse(const char *s, enum task_status *out)
+{
+	for (int i = 0; i < TASK__STATUS_COUNT; i++) {
+		if (!strcmp(s, status_names[i])) {
+			*out = (enum task_status)i;
+			return 0;
+		}
+	}
+	return -1;
+}
+
+const char *
+task_callback_status_name(enum task_callback_status s)
+{
+	return (unsigned)s < TASK__CB_COUNT ? cb_status_names[s] : "unknown";
+}
+
+int
+task_callback_status_parse(const char *s, enum task_callback_status *out)
+{
+	for (int i = 0; i < TASK__CB_COUNT; i++) {
+		if (!strcmp(s, cb_status_names[i])) {
+			*out = (enum task_callback_status)i;
+			return 0;
+		}
+	}
+	return -1;
+}
+
+int
+task_error_set(struct task_error *err, int http, const char *code,
+	       const char *field, const char *fmt, ...)
+{
+	va_list ap;
+
+	err->http = http;
+	snprintf(err->code, sizeof(err->code), "%s", code);
+	snprintf(err->field, sizeof(err->field), "%s", field ? field : "");
+	va_start(ap, fmt);
+	vsnprintf(err->message, sizeof(err->message), fmt, ap);
+	va_end(ap);
+	return -1;
+}
+
+json_t *
+task_error_json(const struct task_error *err)
+{
+	json_t *e = json_pack("{s:s, s:s}", "code", err->code, "message",
+			      err->message);
+
+	if (err->field[0] != '\0')
+		json_object_set_new(e, "field", json_string(err->field));
+	return json_pack("{s:o}", "error", e);
+}
+
+int
+task_id_valid(const char *id, size_t len)
+{
+	if (len < 1 || len > TASK_ID_MAX)
+		return 0;
+	for (size_t i = 0; i < len; i++) {
+		unsigned char c = (unsigned char)id[i];
+
+		if (!isalnum(c) && c != '.' && c != '_' && c != ':' && c != '-')
+			return 0;
+	}
+	return 1;
+}
+
+int
+task_topic_valid(const char *topic, size_t len)
+{
+	if (len < 1 || len > TASK_TOPIC_MAX)
+		return 0;
+	if (!strcmp(topic, ".") || !strcmp(topic, ".."))
+		return 0;
+	for (size_t i = 0; i < len; i++) {
+		unsigned char c = (unsigned char)topic[i];
+
+		if (!isalnum(c) && c != '.' && c != '_' && c != '-')
+			return 0;
+	}
+	return 1;
+}
+
+/* Crockford base32: ids sort by creation time and read unambiguously. */
+static const char b32[] = "0123456789ABCDEFGHJKMNPQRSTVWXYZ";
+
+void
+task_id_generate(char *buf, int64_t now_ms)
+{
+	static __thread unsigned char pool[1024];
+	static __thread size_t used = sizeof(pool);
+	uint64_t t = (uint64_t)now_ms;
+	unsigned char *r;
+
+	if (used + 10 > sizeof(pool)) {
+		if (getrandom(pool, sizeof(pool), 0) != (ssize_t)sizeof(pool))
+			abort();
+		used = 0;
+	}
+	r = pool + used;
+	used += 10;
+	for (int i = 9; i >= 0; i--) {
+		buf[i] = b32[t & 31];
+		t >>= 5;
+	}
+	/* 80 random bits in 16 characters. */
+	for (int i = 0; i < 2; i++) {
+		uint64_t v = 0;
+
+		for (int j = 0; j < 5; j++)
+			v = (v << 8) | r[i * 5 + j];
+		for (int j = 7; j >= 0; j--) {
+			buf[10 + i * 8 + j] = b32[v & 31];
+			v >>= 5;
+		}
+	}
+	buf[26] = '\0';
+}
+
+static uint64_t
+fnv64(uint64_t h, const void *p, size_t n)
+{
+	const unsigned char *s = p;
+
+	for (size_t i = 0; i < n; i++) {
+		h ^= s[i];
+		h *= 1099511628211ULL;
+	}
+	return h;
+}
+
+static uint64_t
+fnv64_str(uint64_t h, const char *s)
+{
+	static const char nul = '\0';
+
+	if (s != NULL)
+		h = fnv64(h, s, strlen(s));
+	return fnv64(h, &nul, 1);
+}
+
+static uint64_t
+fnv64_json(uint64_t h, const json_t *j)
+{
+	char *s;
+
+	if (j == NULL)
+		return fnv64_str(h, NULL);
+	s = json_dumps(j, JSON_COMPACT | JSON_SORT_KEYS | JSON_ENCODE_ANY);
+	h = fnv64_str(h, s);
+	free(s);
+	return h;
+}
+
+/* Hash of the submission as the client wrote it (delay_ms, not the due
+ * time it resolved to), so that a replay hashes the same. */
+static uint64_t
+task_hash(const struct task *t)
+{
+	uint64_t h = 14695981039346656037ULL;
+	char num[128];
+
+	h = fnv64_str(h, t->topic);
+	h = fnv64(h, t->body, t->body_len);
+	snprintf(num, sizeof(num), "%s%lld/%d/%lld/%d",
+		 t->delay_ms >= 0 ? "delay:" : "due:",
+		 (long long)(t->delay_ms >= 0 ? t->delay_ms : t->due_at),
+		 t->max_attempts, (long long)t->ttl_ms, t->priority);
+	h = fnv64_str(h, num);
+	h = fnv64_str(h, t->key);
+	h = fnv64_json(h, t->headers);
+	h = fnv64_json(h, t->callback);
+	h = fnv64_str(h, t->cron);
+	h = fnv64_str(h, t->timezone);
+	return h;
+}
+
+static int
+get_int(const json_t *in, const char *field, int64_t min, int64_t max,
+	int64_t *out, int *present, struct task_error *err)
+{
+	const json_t *v = json_object_get(in, field);
+	double d;
+
+	*present = 0;
+	if (v == NULL || json_is_null(v))
+		return 0;
+	if (json_is_integer(v)) {
+		*out = json_integer_value(v);
+	} else if (json_is_real(v)) {
+		d = json_real_value(v);
+		if (d != (double)(int64_t)d)
+			return task_error_set(err, 400, "invalid_type", field,
+					      "%s must be an integer", field);
+		*out = (int64_t)d;
+	} else {
+		return task_error_set(err, 400, "invalid_type", field,
+				      "%s must be an integer", field);
+	}
+	if (*out < min || *out > max)
+		return task_error_set(err, 400, "invalid_value", field,
+				      "%s must be between %lld and %lld", field,
+				      (long long)min, (long long)max);
+	*present = 1;
+	return 0;
+}
+
+static int
+check_string_map(const json_t *m, const char *field, struct task_error *err)
+{
+	const char *k;
+	json_t *v;
+
+	if (!json_is_object(m))
+		return task_error_set(err, 400, "invalid_type", field,
+				      "%s must be an object of strings", field);
+	if (json_object_size(m) > TASK_HEADERS_MAX)
+		return task_error_set(err, 400, "too_large", field,
+				      "%s has more than %d entries", field,
+				      TASK_HEADERS_MAX);
+	json_object_foreach((json_t *)m, k, v) {
+		size_t kl = strlen(k);
+
+		if (kl == 0 || kl > TASK_HEADER_NAME_MAX)
+			return task_error_set(err, 400, "invalid_value", field,
+					      "%s names must be 1-%d bytes",
+					      field, TASK_HEADER_NAME_MAX);
+		if (!json_is_string(v))
+			return task_error_set(err, 400, "invalid_type", field,
+					      "%s.%s must be a string", field,
+					      k);
+		if (json_string_length(v) > TASK_HEADER_VALUE_MAX)
+			return task_error_set(err, 400, "too_large", field,
+					      "%s.%s is longer than %d bytes",
+					      field, k, TASK_HEADER_VALUE_MAX);
+	}
+	return 0;
+}
+
+static int
+check_headers(const json_t *h, struct task_error *err)
+{
+	const char *k;
+	json_t *v;
+
+	if (check_string_map(h, "headers", err) < 0)
+		return -1;
+	json_object_foreach((json_t *)h, k, v) {
+		if (!strncasecmp(k, "prophet-", 8))
+			return task_error_set(err, 400, "invalid_value",
+					      "headers",
+					      "header '%s': the prophet- prefix "
+					      "is reserved",
+					      k);
+	}
+	return 0;
+}
+
+static int
+check_callback(const json_t *cb, struct task_error *err)
+{
+	static const char *const methods[] = {"GET",   "POST",	 "PUT",
+					      "PATCH", "DELETE", NULL};
+	const json_t *url, *method, *headers, *timeout;
+	const char *k, *u;
+	json_t *v;
+	size_t n;
+
+	if (!json_is_object(cb))
+		return task_error_set(err, 400, "invalid_type", "callback",
+				      "callback must be an object");
+	json_object_foreach((json_t *)cb, k, v) {
+		if (strcmp(k, "url") && strcmp(k, "method") &&
+		    strcmp(k, "headers") && strcmp(k, "timeout_ms"))
+			return task_error_set(err, 400, "unknown_field",
+					      "callback",
+					      "callback.%s is not a known field",
+					      k);
+	}
+	url = json_object_get(cb, "url");
+	if (!json_is_string(url))
+		return task_error_set(err, 400, "missing_field", "callback.url",
+				      "callback.url is required (a string)");
+	u = json_string_value(url);
+	n = json_string_length(url);
+	if (n > TASK_URL_MAX)
+		return task_error_set(err, 400, "too_large", "callback.url",
+				      "callback.url is longer than %d bytes",
+				      TASK_URL_MAX);
+	if ((strncasecmp(u, "http://", 7) || n <= 7) &&
+	    (strncasecmp(u, "https://", 8) || n <= 8))
+		return task_error_set(err, 400, "invalid_value", "callback.url",
+				      "callback.url must be an http:// or "
+				      "https:// URL");
+	for (size_t i = 0; i < n; i++)
+		if ((unsigned char)u[i] <= ' ' || u[i] == 0x7f)
+			return task_error_set(err, 400, "invalid_value",
+					      "callback.url",
+					      "callback.url contains spaces or "
+					      "control characters");
+	method = json_object_get(cb, "method");
+	if (method != NULL) {
+		int ok = 0;
+
+		if (!json_is_string(method))
+			return task_error_set(err, 400, "invalid_type",
+					      "callback.method",
+					      "callback.method must be a string");
+		for (int i = 0; methods[i]; i++)
+			if (!strcmp(json_string_value(method), methods[i]))
+				ok = 1;
+		if (!ok)
+			return task_error_set(err, 400, "invalid_value",
+					      "callback.method",
+					      "callback.method must be GET, POST, "
+					      "PUT, PATCH or DELETE");
+	}
+	headers = json_object_get(cb, "headers");
+	if (headers != NULL &&
+	    check_string_map(headers, "callback.headers", err) < 0)
+		return -1;
+	timeout = json_object_get(cb, "timeout_ms");
+	if (timeout != NULL &&
+	    (!json_is_integer(timeout) || json_integer_value(timeout) < 1 ||
+	     json_integer_value(timeout) > 300000))
+		return task_error_set(err, 400, "invalid_value",
+				      "callback.timeout_ms",
+				      "callback.timeout_ms must be an integer "
+				      "1..300000");
+	return 0;
+}
+
+static int
+task_parse(const json_t *in, const struct task_limits *lim, int64_t now_ms,
+	   struct task *t, struct task_error *err)
+{
+	const json_t *v;
+	const char *k;
+	json_t *jv;
+	int64_t n;
+	int has_due, has_delay, present;
+
+	if (!json_is_object(in))
+		return task_error_set(err, 400, "invalid_type", NULL,
+				      "a task must be a JSON object");
+	json_object_foreach((json_t *)in, k, jv) {
+		int known = 0;
+
+		for (int i = 0; known_fields[i]; i++)
+			if (!strcmp(k, known_fields[i]))
+				known = 1;
+		if (!known)
+			return task_error_set(err, 400, "unknown_field", k,
+					      "'%s' is not a task field", k);
+	}
+
+	v = json_object_get(in, "id");
+	if (v != NULL && !json_is_null(v)) {
+		if (!json_is_string(v))
+			return task_error_set(err, 400, "invalid_type", "id",
+					      "id must be a string");
+		if (!task_id_valid(json_string_value(v), json_string_length(v)))
+			return task_error_set(err, 400, "invalid_value", "id",
+					      "id must be 1-%d characters of "
+					      "[A-Za-z0-9._:-]",
+					      TASK_ID_MAX);
+		memcpy(t->id, json_string_value(v), json_string_length(v) + 1);
+		t->id_given = 1;
+	} else {
+		task_id_generate(t->id, now_ms);
+	}
+
+	v = json_object_get(in, "topic");
+	if (v == NULL || json_is_null(v))
+		return task_error_set(err, 400, "missing_field", "topic",
+				      "topic is required");
+	if (!json_is_string(v))
+		return task_error_set(err, 400, "invalid_type", "topic",
+				      "topic must be a string");
+	if (!task_topic_valid(json_string_value(v), json_string_length(v)))
+		return task_error_set(err, 400, "invalid_value", "topic",
+				      "topic must be 1-%d characters of "
+				      "[A-Za-z0-9._-]",
+				      TASK_TOPIC_MAX);
+	t->topic = xstrdup(json_string_value(v));
+
+	v = json_object_get(in, "body");
+	if (v == NULL || json_is_null(v))
+		return task_error_set(err, 400, "missing_field", "body",
+				      "body is required");
+	if (!json_is_string(v))
+		return task_error_set(err, 400, "invalid_type", "body",
+				      "body must be a string");
+	if (json_string_length(v) > lim->max_body)
+		return task_error_set(err, 413, "too_large", "body",
+				      "body is larger than %zu bytes",
+				      lim->max_body);
+	t->body_len = json_string_length(v);
+	t->body = xmemdup(json_string_value(v), t->body_len + 1);
+
+	if (get_int(in, "due_at", 0, INT64_MAX / 2, &n, &has_due, err) < 0)
+		return -1;
+	if (has_due)
+		t->due_at = n;
+	if (get_int(in, "delay_ms", 0, lim->max_delay_ms, &n, &has_delay,
+		    err) < 0)
+		return -1;
+	if (has_due && has_delay)
+		return task_error_set(err, 400, "invalid_value", "delay_ms",
+				      "give due_at or delay_ms, not both");
+	if (!has_due && !has_delay)
+		return task_error_set(err, 400, "missing_field", "due_at",
+				      "due_at (ms since the epoch) or delay_ms "
+				      "is required");
+	if (has_delay) {
+		t->delay_ms = n;
+		t->due_at = now_ms + n;
+	} else {
+		t->delay_ms = -1;
+		if (t->due_at > now_ms + lim->max_delay_ms)
+			return task_error_set(err, 400, "invalid_value",
+					      "due_at",
+					      "due_at is more than %lld ms in "
+					      "the future",
+					      (long long)lim->max_delay_ms);
+	}
+
+	v = json_object_get(in, "key");
+	if (v != NULL && !json_is_null(v)) {
+		if (!json_is_string(v))
+			return task_error_set(err, 400, "invalid_type", "key",
+					      "key must be a string");
+		if (json_string_length(v) < 1 ||
+		    json_string_length(v) > TASK_KEY_MAX ||
+		    strlen(json_string_value(v)) != json_string_length(v))
+			return task_error_set(err, 400, "invalid_value", "key",
+					      "key must be 1-%d bytes without "
+					      "NUL",
+					      TASK_KEY_MAX);
+		t->key = xstrdup(json_string_value(v));
+	}
+
+	v = json_object_get(in, "headers");
+	if (v != NULL && !json_is_null(v)) {
+		if (check_headers(v, err) < 0)
+			return -1;
+		t->headers = json_deep_copy(v);
+	}
+	v = json_object_get(in, "callback");
+	if (v != NULL && !json_is_null(v)) {
+		if (check_callback(v, err) < 0)
+			return -1;
+		t->callback = json_deep_copy(v);
+	}
+
+	if (get_int(in, "max_attempts", 1, 100, &n, &present, err) < 0)
+		return -1;
+	t->max_attempts = present ? (int)n : 0;
+	if (get_int(in, "ttl_ms", 0, lim->max_delay_ms, &n, &present, err) < 0)
+		return -1;
+	t->ttl_ms = present ? n : 0;
+	if (get_int(in, "priority", -1000, 1000, &n, &present, err) < 0)
+		return -1;
+	t->priority = present ? (int)n : 0;
+
+	if (json_object_get(in, "cron") != NULL ||
+	    json_object_get(in, "timezone") != NULL)
+		return task_error_set(err, 400, "unsupported", "cron",
+				      "recurring tasks (cron) are not "
+				      "supported by this version");
+
+	t->content_hash = task_hash(t);
+	t->status = TASK_SCHEDULED;
+	t->created_at = t->updated_at = now_ms;
+	return 0;
+}
+
+int
+task_from_json(const json_t *in, const struct task_limits *lim, int64_t now_ms,
+	       struct task *t, struct task_error *err)
+{
+	memset(t, 0, sizeof(*t));
+	if (task_parse(in, lim, now_ms, t, err) < 0) {
+		task_clear(t);
+		return -1;
+	}
+	return 0;
+}
+
+json_t *
+task_to_json(const struct task *t)
+{
+	json_t *o = json_object();
+
+	json_object_set_new(o, "id", json_string(t->id));
+	json_object_set_new(o, "topic", json_string(t->topic));
+	json_object_set_new(o, "body", json_stringn(t->body, t->body_len));
+	json_object_set_new(o, "due_at", json_integer(t->due_at));
+	json_object_set_new(o, "status",
+			    json_string(task_status_name(t->status)));
+	if (t->key != NULL)
+		json_object_set_new(o, "key", json_string(t->key));
+	if (t->headers != NULL)
+		json_object_set(o, "headers", t->headers);
+	if (t->callback != NULL) {
+		json_object_set(o, "callback", t->callback);
+	}
+	json_object_set_new(o, "callback_status",
+			    json_string(task_callback_status_name(
+				    t->callback_status)));
+	if (t->max_attempts > 0)
+		json_object_set_new(o, "max_attempts",
+				    json_integer(t->max_attempts));
+	if (t->ttl_ms > 0)
+		json_object_set_new(o, "ttl_ms", json_integer(t->ttl_ms));
+	if (t->priority != 0)
+		json_object_set_new(o, "priority", json_integer(t->priority));
+	json_object_set_new(o, "attempt", json_integer(t->attempt));
+	json_object_set_new(o, "created_at", json_integer(t->created_at));
+	json_object_set_new(o, "updated_at", json_integer(t->updated_at));
+	json_object_set_new(o, "fired_at",
+			    t->fired_at ? json_integer(t->fired_at)
+					: json_null());
+	json_object_set_new(o, "delivered_at",
+			    t->delivered_at ? json_integer(t->delivered_at)
+					    : json_null());
+	return o;
+}
+
+void
+task_clear(struct task *t)
+{
+	xfree(t->topic);
+	xfree(t->body);
+	xfree(t->key);
+	json_decref(t->headers);
+	json_decref(t->callback);
+	xfree(t->cron);
+	xfree(t->timezone);
+	xfree(t->owner);
+	memset(t, 0, sizeof(*t));
+}

@@ -1,0 +1,109 @@
+#ifndef PROPHET_TASK_H
+#define PROPHET_TASK_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <jansson.h>
+
+/* The task model of CONTRACT.md, its JSON codec and its validation. */
+
+#define TASK_ID_MAX 128
+#define TASK_TOPIC_MAX 200
+#define TASK_KEY_MAX 1024
+#define TASK_HEADERS_MAX 32
+#define TASK_HEADER_NAME_MAX 128
+#define TASK_HEADER_VALUE_MAX 4096
+#define TASK_URL_MAX 2048
+
+enum task_status {
+	TASK_SCHEDULED,
+	TASK_FIRING,
+	TASK_DELIVERED,
+	TASK_CANCELLED,
+	TASK_EXPIRED,
+	TASK__STATUS_COUNT
+};
+
+enum task_callback_status {
+	TASK_CB_NONE,
+	TASK_CB_OK,
+	TASK_CB_RETRYING,
+	TASK_CB_FAILED,
+	TASK__CB_COUNT
+};
+
+struct task {
+	char id[TASK_ID_MAX + 1];
+	int id_given;		/* the client chose the id */
+	char *topic;
+	char *body;
+	size_t body_len;
+	int64_t due_at;		/* ms since the epoch */
+	int64_t delay_ms;	/* as submitted, or -1 when due_at was given */
+	char *key;		/* Kafka key; NULL means the id */
+	json_t *headers;	/* object of strings, or NULL */
+	json_t *callback;	/* object, or NULL */
+	int max_attempts;	/* 0: the configured default */
+	int64_t ttl_ms;		/* 0: never expires */
+	int priority;
+	char *cron;
+	char *timezone;
+	uint64_t content_hash;	/* of the submission, for idempotent replays */
+
+	/* Stored state. */
+	enum task_status status;
+	enum task_callback_status callback_status;
+	int attempt;
+	int64_t epoch;
+	char *owner;
+	int64_t created_at;
+	int64_t updated_at;
+	int64_t fired_at;	/* 0: not yet */
+	int64_t delivered_at;	/* 0: not yet */
+};
+
+struct task_limits {
+	size_t max_body;
+	int64_t max_delay_ms;
+};
+
+/* A client error: HTTP status, machine code, offending field, message. */
+struct task_error {
+	int http;
+	char code[32];
+	char field[64];
+	char message[256];
+};
+
+/*
+ * Validates a submission and fills t (zeroed first). now_ms resolves
+ * delay_ms and bounds due_at. Returns 0, or -1 with err filled and t
+ * cleared.
+ */
+int task_from_json(const json_t *in, const struct task_limits *lim,
+		   int64_t now_ms, struct task *t, struct task_error *err);
+/* The public view of a task (GET /v1/tasks/{id}). */
+json_t *task_to_json(const struct task *t);
+void task_clear(struct task *t);
+
+const char *task_status_name(enum task_status s);
+int task_status_parse(const char *s, enum task_status *out);
+const char *task_callback_status_name(enum task_callback_status s);
+int task_callback_status_parse(const char *s, enum task_callback_status *out);
+
+/* 1-128 chars of [A-Za-z0-9._:-]. */
+int task_id_valid(const char *id, size_t len);
+/* Kafka topic rules: 1-TASK_TOPIC_MAX of [A-Za-z0-9._-], not "." or "..". */
+int task_topic_valid(const char *topic, size_t len);
+/* Fills buf (>= 27 bytes) with a new 26-char time-ordered unique id. */
+void task_id_generate(char *buf, int64_t now_ms);
+
+/* Fills err; returns -1 so callers can `return task_error_set(...)`. */
+int task_error_set(struct task_error *err, int http, const char *code,
+		   const char *field, const char *fmt, ...)
+	__attribute__((format(printf, 5, 6)));
+/* {"error":{"code","message","field"}} */
+json_t *task_error_json(const struct task_error *err);
+
+#endif

@@ -1,0 +1,381 @@
+#ifdef HAVE_CONFIG_H
+#include "config.h"
+#endif
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <event2/event.h>
+
+#include "cfg.h"
+#include "daemon.h"
+#include "db.h"
+#include "hmap.h"
+#include "keys.h"
+#include "log.h"
+#include "metrics.h"
+#include "payload.h"
+#include "redis.h"
+#include "schema.h"
+#include "scripts.h"
+#include "worker.h"
+#include "xmalloc.h"
+
+#define MARK_BATCH_MAX 2000
+#define MARK_DELAY_US 2000
+#define MARK_RETRY_MS 1000
+
+static void mark_schedule(struct worker *w);
+
+static void
+add_header_int(rd_kafka_headers_t *h, const char *name, long long v)
+{
+	char buf[32];
+	int n = snprintf(buf, sizeof(buf), "%lld", v);
+
+	rd_kafka_header_add(h, name, -1, buf, n);
+}
+
+static void
+mark_enqueue(struct worker *w, struct wtask *t)
+{
+	t->state = WT_MARKING;
+	t->next = NULL;
+	if (w->mark_tail != NULL)
+		w->mark_tail->next = t;
+	else
+		w->mark_head = t;
+	w->mark_tail = t;
+	w->mark_n++;
+	mark_schedule(w);
+}
+
+void
+firing_expire(struct worker *w, struct wtask *t)
+{
+	t->expire = 1;
+	mark_enqueue(w, t);
+}
+
+void
+firing_publish(struct worker *w, struct wtask *t, const char *payload,
+	       size_t len)
+{
+	rd_kafka_resp_err_t err;
+	rd_kafka_headers_t *h;
+	struct task pt;
+	int64_t now = clock_now_ms();
+	char topic[256];
+	const char *k, *key;
+	json_t *v;
+
+	if (payload_decode(payload, len, &pt) < 0) {
+		log_error("undecodable task payload in redis", "id=%s slot=%d",
+			  t->id, t->slot);
+		metric_inc(w->m.publish_errors);
+		wtask_release(w, t);
+		return;
+	}
+	t->due_at = pt.due_at;
+	if (pt.ttl_ms > 0 && now > pt.due_at + pt.ttl_ms) {
+		log_info("task expired before it could fire",
+			 "id=%s due_at=%lld ttl_ms=%lld", t->id,
+			 (long long)pt.due_at, (long long)pt.ttl_ms);
+		task_clear(&pt);
+		firing_expire(w, t);
+		return;
+	}
+	h = rd_kafka_headers_new(8 + (pt.headers ? json_object_size(pt.headers)
+						 : 0));
+	rd_kafka_header_add(h, KHDR_ID, -1, t->id, -1);
+	add_header_int(h, KHDR_DUE_AT, pt.due_at);
+	add_header_int(h, KHDR_FIRED_AT, now);
+	add_header_int(h, KHDR_ATTEMPT, t->attempt);
+	add_header_int(h, KHDR_SLOT, t->slot);
+	add_header_int(h, KHDR_EPOCH, t->epoch);
+	if (pt.headers != NULL)
+		json_object_foreach(pt.headers, k, v)
+			rd_kafka_header_add(h, k, -1, json_string_value(v),
+					    (ssize_t)json_string_length(v));
+	snprintf(topic, sizeof(topic), "%s%s", w->topic_prefix, pt.topic);
+	key = pt.key != NULL ? pt.key : t->id;
+	t->fired_at = now;
+	t->state = WT_PUBLISHING;
+	if (kafka_produce(w->kafka, topic, key, strlen(key), pt.body,
+			  pt.body_len, h, t, &err) < 0) {
+		/* Still in flight in Redis: the lease reaper re-fires it. */
+		log_warn("produce failed", "id=%s topic=%s error=\"%s\"", t->id,
+			 topic, rd_kafka_err2str(err));
+		metric_inc(w->m.publish_errors);
+		task_clear(&pt);
+		wtask_release(w, t);
+		return;
+	}
+	w->publishing++;
+	metric_inc(w->m.fired);
+	metric_observe(w->m.lateness, (double)(now - pt.due_at) / 1000.0);
+	task_clear(&pt);
+}
+
+void
+firing_dr_cb(void *opaque, rd_kafka_resp_err_t err, void *arg)
+{
+	struct worker *w = arg;
+	struct wtask *t = opaque;
+
+	w->publishing--;
+	if (err != RD_KAFKA_RESP_ERR_NO_ERROR) {
+		log_warn("delivery failed", "id=%s error=\"%s\"", t->id,
+			 rd_kafka_err2str(err));
+		metric_inc(w->m.publish_errors);
+		wtask_release(w, t);
+		return;
+	}
+	metric_inc(w->m.published);
+	mark_enqueue(w, t);
+}
+
+/* The delivered/expired updates ------------------------------------- */
+
+struct mark_job {
+	struct db_job job;
+	struct worker *w;
+	struct wtask **tasks;
+	size_t n;
+	int *updated;
+	size_t *order;	/* indices of the updated tasks */
+	size_t nupdated;
+	int64_t now;
+};
+
+static void
+bind_log_row(struct db_params *p, size_t i, void *arg)
+{
+	struct mark_job *mj = arg;
+	struct wtask *t = mj->tasks[mj->order[i]];
+
+	db_params_str(p, t->id);
+	db_params_str(p, "scheduled");
+	db_params_str(p, t->expire ? "expired" : "delivered");
+	db_params_str(p, mj->w->id);
+	db_params_int(p, t->epoch);
+	db_params_int(p, t->attempt);
+	db_params_int(p, t->expire ? mj->now : t->fired_at);
+	db_params_null(p);
+}
+
+static int
+mark_run(struct db_conn *c, struct db_job *job)
+{
+	struct mark_job *mj = (struct mark_job *)job;
+	struct db_params p;
+
+	mj->nupdated = 0;
+	if (db_begin(c) < 0)
+		return -1;
+	db_params_init(&p, 8);
+	for (size_t i = 0; i < mj->n; i++) {
+		struct wtask *t = mj->tasks[i];
+		unsigned long long a = 0;
+		int rc;
+
+		p.n = 0;
+		if (t->expire) {
+			db_params_int(&p, mj->now);
+			db_params_str(&p, t->id);
+			db_params_int(&p, t->epoch);
+			rc = db_exec(c,
+				     "UPDATE tasks SET status = 'expired', "
+				     "updated_at = ? WHERE id = ? AND status "
+				     "IN ('scheduled', 'firing') AND epoch <= ?",
+				     &p, &a);
+		} else {
+			db_params_int(&p, t->fired_at);
+			db_params_int(&p, mj->now);
+			db_params_int(&p, t->attempt);
+			db_params_int(&p, t->epoch);
+			db_params_str(&p, mj->w->id);
+			db_params_int(&p, mj->now);
+			db_params_str(&p, t->id);
+			db_params_int(&p, t->epoch);
+			rc = db_exec(c, SQL_TASK_MARK_DELIVERED, &p, &a);
+		}
+		if (rc < 0) {
+			db_params_free(&p);
+			db_rollback(c);
+			return -1;
+		}
+		mj->updated[i] = a > 0;
+		if (a > 0)
+			mj->order[mj->nupdated++] = i;
+	}
+	db_params_free(&p);
+	if (mj->nupdated > 0 &&
+	    db_exec_rows(c, SQL_TASK_LOG_INSERT_PREFIX, SQL_TASK_LOG_INSERT_ROW,
+			 mj->nupdated, SQL_TASK_LOG_INSERT_NCOLS, bind_log_row,
+			 mj, NULL) < 0) {
+		db_rollback(c);
+		return -1;
+	}
+	return db_commit(c);
+}
+
+/* Drops the Redis copies of finished tasks, one script call per slot. */
+static void
+forget(struct worker *w, struct wtask **tasks, size_t n)
+{
+	for (int slot = 0; slot < w->nslots; slot++) {
+		char kinf[RKEY_MAX], ktask[RKEY_MAX], katt[RKEY_MAX];
+		struct redis_args a;
+
+		redis_args_init(&a);
+		for (size_t i = 0; i < n; i++) {
+			if (tasks[i]->slot != slot)
+				continue;
+			if (a.argc == 0) {
+				rkey_inflight(kinf, sizeof(kinf), slot);
+				rkey_task(ktask, sizeof(ktask), slot);
+				rkey_attempt(katt, sizeof(katt), slot);
+				redis_args_addstr(&a, "EVAL");
+				redis_args_addstr(&a, SCRIPT_FORGET);
+				redis_args_addstr(&a, "3");
+				redis_args_addstr(&a, kinf);
+				redis_args_addstr(&a, ktask);
+				redis_args_addstr(&a, katt);
+			}
+			redis_args_addstr(&a, tasks[i]->id);
+		}
+		if (a.argc > 0 &&
+		    redis_command_argv(w->redis, NULL, NULL, a.argc, a.argv,
+				       a.len) < 0)
+			log_warn("redis cleanup skipped (disconnected)",
+				 "slot=%d", slot);
+		redis_args_free(&a);
+	}
+}
+
+static void mark_flush(struct worker *w);
+
+static void
+mark_done_cb(struct db_job *job, int status, const char *err)
+{
+	struct mark_job *mj = (struct mark_job *)job;
+	struct worker *w = mj->w;
+
+	w->marking = 0;
+	if (status < 0) {
+		/* Put them back in front, in order, and retry later. */
+		metric_inc(w->m.mark_failures);
+		log_warn("state update failed, will retry",
+			 "tasks=%zu error=\"%s\"", mj->n, err);
+		for (size_t i = mj->n; i-- > 0;) {
+			mj->tasks[i]->next = w->mark_head;
+			w->mark_head = mj->tasks[i];
+			if (w->mark_tail == NULL)
+				w->mark_tail = mj->tasks[i];
+			w->mark_n++;
+		}
+		w->mark_retry_at_ms = clock_mono_ms() + MARK_RETRY_MS;
+	} else {
+		size_t fenced = 0;
+
+		for (size_t i = 0; i < mj->n; i++) {
+			if (!mj->updated[i])
+				fenced++;
+			else if (mj->tasks[i]->expire)
+				metric_inc(w->m.expired);
+			else
+				metric_inc(w->m.delivered);
+		}
+		if (fenced > 0) {
+			/* Already final (another publisher won) or a newer
+			 * epoch owns the task. */
+			metric_add(w->m.fenced, (double)fenced);
+			log_info("state updates refused", "count=%zu", fenced);
+		}
+		forget(w, mj->tasks, mj->n);
+		for (size_t i = 0; i < mj->n; i++)
+			wtask_release(w, mj->tasks[i]);
+	}
+	xfree(mj->tasks);
+	xfree(mj->updated);
+	xfree(mj->order);
+	xfree(mj);
+	if (w->mark_n > 0)
+		mark_schedule(w);
+}
+
+static void
+mark_flush(struct worker *w)
+{
+	struct mark_job *mj;
+	size_t n;
+
+	if (w->marking || w->mark_n == 0)
+		return;
+	n = w->mark_n < MARK_BATCH_MAX ? w->mark_n : MARK_BATCH_MAX;
+	mj = xcalloc(1, sizeof(*mj));
+	mj->w = w;
+	mj->tasks = xcalloc(n, sizeof(*mj->tasks));
+	mj->updated = xcalloc(n, sizeof(int));
+	mj->order = xcalloc(n, sizeof(size_t));
+	mj->n = n;
+	mj->now = clock_now_ms();
+	for (size_t i = 0; i < n; i++) {
+		mj->tasks[i] = w->mark_head;
+		w->mark_head = w->mark_head->next;
+		mj->tasks[i]->next = NULL;
+	}
+	if (w->mark_head == NULL)
+		w->mark_tail = NULL;
+	w->mark_n -= n;
+	w->marking = 1;
+	mj->job.run = mark_run;
+	mj->job.done_cb = mark_done_cb;
+	db_pool_submit(w->db, &mj->job);
+}
+
+static void
+mark_timer_cb(evutil_socket_t fd, short what, void *arg)
+{
+	mark_flush(arg);
+}
+
+static void
+mark_schedule(struct worker *w)
+{
+	int64_t wait_ms = w->mark_retry_at_ms - clock_mono_ms();
+	struct timeval tv = {0, MARK_DELAY_US};
+
+	if (w->marking || evtimer_pending(w->mark_ev, NULL))
+		return;
+	if (wait_ms > 0) {
+		tv.tv_sec = (time_t)(wait_ms / 1000);
+		tv.tv_usec = (suseconds_t)(wait_ms % 1000) * 1000;
+	} else if (w->mark_n >= MARK_BATCH_MAX) {
+		mark_flush(w);
+		return;
+	}
+	evtimer_add(w->mark_ev, &tv);
+}
+
+void
+firing_start(struct worker *w)
+{
+	w->mark_ev = evtimer_new(w->base, mark_timer_cb, w);
+}
+
+void
+firing_stop(struct worker *w)
+{
+	if (w->mark_ev != NULL)
+		event_free(w->mark_ev);
+	w->mark_ev = NULL;
+}
+
+size_t
+firing_busy(const struct worker *w)
+{
+	return w->publishing + w->mark_n + (w->marking ? 1 : 0);
+}

@@ -1,0 +1,200 @@
+#ifdef HAVE_CONFIG_H
+#include "config.h"
+#endif
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <event2/event.h>
+#include <event2/thread.h>
+
+#include "cfg.h"
+#include "daemon.h"
+#include "db.h"
+#include "hmap.h"
+#include "http.h"
+#include "kafka.h"
+#include "log.h"
+#include "metrics.h"
+#include "redis.h"
+#include "worker.h"
+#include "xmalloc.h"
+#include "zk.h"
+
+#define STOP_GRACE_MS 15000
+
+static void
+register_metrics(struct worker *w)
+{
+#define WM_REG(f, t, n, h) w->m.f = metrics_register(METRIC_##t, n, h, NULL, 0);
+	WORKER_METRICS(WM_REG)
+#undef WM_REG
+}
+
+static void
+redis_state_cb(struct redis *r, int up, void *arg)
+{
+	struct worker *w = arg;
+
+	metric_set(w->m.redis_up, up);
+}
+
+static void
+gauges_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct worker *w = arg;
+
+	metric_set(w->m.db_up, db_pool_connected(w->db));
+	metric_set(w->m.kafka_queue, kafka_outq_len(w->kafka));
+}
+
+/* Graceful stop: no new claims; wait until what was claimed is published
+ * and recorded, then leave. */
+static void
+drain_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct worker *w = arg;
+	int busy = 0;
+
+	for (int i = 0; i < w->nslots; i++)
+		busy |= w->slots[i].claiming;
+	if ((firing_busy(w) == 0 && !busy) ||
+	    clock_mono_ms() > w->stop_deadline_ms)
+		event_base_loopexit(w->base, NULL);
+}
+
+static void
+stop_cb(int count, void *arg)
+{
+	struct worker *w = arg;
+	struct timeval tick = {0, 10000};
+
+	if (count > 1) {
+		log_warn("second stop signal: exiting now", "");
+		exit(1);
+	}
+	w->stopping = 1;
+	scanner_stop(w);
+	w->stop_deadline_ms = clock_mono_ms() + STOP_GRACE_MS;
+	w->stop_ev = event_new(w->base, -1, EV_PERSIST, drain_cb, w);
+	event_add(w->stop_ev, &tick);
+}
+
+static void
+route_cb(struct evhttp_request *req, void *arg)
+{
+	struct worker *w = arg;
+	const char *path = evhttp_uri_get_path(evhttp_request_get_evhttp_uri(req));
+
+	if (path != NULL && !strcmp(path, "/metrics")) {
+		http_metrics_cb(req, w);
+	} else if (path != NULL && !strcmp(path, "/healthz")) {
+		http_reply_json(req, 200, json_pack("{s:b}", "ok", 1));
+	} else if (path != NULL && !strcmp(path, "/readyz")) {
+		int zk = zk_is_connected(w->zk), redis = redis_up(w->redis);
+		int db = db_pool_connected(w->db) > 0;
+		int kafka = !kafka_brokers_down(w->kafka);
+		int ok = zk && redis && db && kafka;
+
+		http_reply_json(req, ok ? 200 : 503,
+				json_pack("{s:b, s:b, s:b, s:b, s:b, s:s}",
+					  "ready", ok, "zookeeper", zk, "redis",
+					  redis, "db", db, "kafka", kafka, "id",
+					  w->id));
+	} else {
+		http_reply_error(req, 404, "not_found", NULL, "no route");
+	}
+}
+
+int
+main(int argc, char **argv)
+{
+	struct worker w;
+	struct event *gauges;
+	struct timeval one_s = {1, 0};
+	enum log_level lvl;
+	char err[512];
+
+	memset(&w, 0, sizeof(w));
+	w.cfg = cfg_from_args(&argc, argv, "prophet-worker",
+			      "Prophet data plane: fires due tasks to Kafka.");
+	if (argc > 1) {
+		fprintf(stderr, "prophet-worker: unexpected argument '%s'\n",
+			argv[1]);
+		return 2;
+	}
+	log_level_parse(cfg_str(w.cfg, CFG_LOG_LEVEL), &lvl);
+	log_init("worker", lvl);
+	if (cfg_str(w.cfg, CFG_WORKER_ID)[0] != '\0')
+		snprintf(w.id, sizeof(w.id), "%s", cfg_str(w.cfg, CFG_WORKER_ID));
+	else
+		daemon_default_id(w.id, sizeof(w.id));
+	log_info("starting", "version=%s id=%s config=%s", PACKAGE_VERSION,
+		 w.id, cfg_path(w.cfg));
+	w.nslots = (int)cfg_int(w.cfg, CFG_CLUSTER_SLOTS);
+	w.slots = xcalloc((size_t)w.nslots, sizeof(*w.slots));
+	w.lookahead_ms = cfg_int(w.cfg, CFG_WORKER_LOOKAHEAD_MS);
+	w.lease_ms = cfg_int(w.cfg, CFG_WORKER_LEASE_MS);
+	w.horizon_ms = cfg_int(w.cfg, CFG_TASK_HORIZON_MS);
+	w.claim_batch = (int)cfg_int(w.cfg, CFG_WORKER_CLAIM_BATCH);
+	w.scan_batch = (int)cfg_int(w.cfg, CFG_WORKER_SCAN_BATCH);
+	w.queue_max = (int)cfg_int(w.cfg, CFG_KAFKA_QUEUE_MAX);
+	w.topic_prefix = cfg_str(w.cfg, CFG_KAFKA_TOPIC_PREFIX);
+	w.tasks = hmap_create();
+
+	evthread_use_pthreads();
+	w.base = event_base_new();
+	w.daemon = daemon_create(w.base, stop_cb, NULL, &w);
+	register_metrics(&w);
+
+	w.kafka = kafka_producer_create(w.base, w.cfg, firing_dr_cb, &w, err,
+					sizeof(err));
+	if (w.kafka == NULL)
+		log_fatal("kafka producer", "error=\"%s\"", err);
+	w.db = db_pool_create(w.base, cfg_str(w.cfg, CFG_DB_URL),
+			      (int)cfg_int(w.cfg, CFG_DB_POOL_SIZE), "worker");
+	w.redis = redis_create(w.base, cfg_str(w.cfg, CFG_REDIS_URL),
+			       (int)cfg_int(w.cfg, CFG_REDIS_TIMEOUT_MS),
+			       redis_state_cb, &w);
+	w.http = http_server_create(w.base, cfg_str(w.cfg, CFG_WORKER_HTTP_LISTEN),
+				    65536, 30, err, sizeof(err));
+	if (w.http == NULL)
+		log_fatal("http", "error=\"%s\"", err);
+	evhttp_set_gencb(w.http, route_cb, &w);
+	if (membership_start(&w, err, sizeof(err)) < 0)
+		log_fatal("membership", "error=\"%s\"", err);
+	firing_start(&w);
+	scanner_start(&w);
+	gauges = event_new(w.base, -1, EV_PERSIST, gauges_cb, &w);
+	event_add(gauges, &one_s);
+
+	log_info("ready", "id=%s slots=%d listen=%s", w.id, w.nslots,
+		 cfg_str(w.cfg, CFG_WORKER_HTTP_LISTEN));
+	daemon_notify("READY=1");
+	event_base_dispatch(w.base);
+
+	log_info("stopping", "held=%zu publishing=%zu", hmap_count(w.tasks),
+		 w.publishing);
+	membership_stop(&w);
+	kafka_producer_destroy(w.kafka, 2000);
+	db_pool_destroy(w.db);
+	firing_stop(&w);
+	event_free(gauges);
+	if (w.stop_ev != NULL)
+		event_free(w.stop_ev);
+	event_free(w.scan_ev);
+	event_free(w.tick_ev);
+	event_free(w.claim_retry_ev);
+	redis_destroy(w.redis);
+	timerwheel_destroy(w.wheel);
+	evhttp_free(w.http);
+	daemon_destroy(w.daemon);
+	event_base_free(w.base);
+	metrics_free_all();
+	hmap_destroy(w.tasks);
+	xfree(w.slots);
+	cfg_destroy(w.cfg);
+	log_info("stopped", "");
+	return 0;
+}

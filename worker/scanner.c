@@ -1,0 +1,697 @@
+#ifdef HAVE_CONFIG_H
+#include "config.h"
+#endif
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <event2/event.h>
+
+#include "cfg.h"
+#include "daemon.h"
+#include "db.h"
+#include "hmap.h"
+#include "keys.h"
+#include "log.h"
+#include "metrics.h"
+#include "payload.h"
+#include "redis.h"
+#include "schema.h"
+#include "scripts.h"
+#include "worker.h"
+#include "xmalloc.h"
+
+#define REAP_INTERVAL_MS 1000
+#define LOAD_INTERVAL_MS 5000
+#define LOAD_BATCH 2000
+
+struct slot_call {
+	struct worker *w;
+	int slot;
+	/* For claims: the tasks sent, in order. */
+	struct wtask **tasks;
+	size_t n;
+};
+
+static struct slot_call *
+slot_call_new(struct worker *w, int slot)
+{
+	struct slot_call *c = xcalloc(1, sizeof(*c));
+
+	c->w = w;
+	c->slot = slot;
+	return c;
+}
+
+static void
+slot_call_free(struct slot_call *c)
+{
+	xfree(c->tasks);
+	xfree(c);
+}
+
+void
+wtask_release(struct worker *w, struct wtask *t)
+{
+	if (timerwheel_pending(&t->timer))
+		timerwheel_cancel(w->wheel, &t->timer);
+	hmap_del(w->tasks, t->id);
+	xfree(t);
+}
+
+static void
+arm_tick(struct worker *w)
+{
+	int64_t next = timerwheel_next_timeout(w->wheel);
+	struct timeval tv;
+
+	if (next < 0)
+		next = 1000;
+	if (next > 1000)
+		next = 1000;
+	tv.tv_sec = 0;
+	tv.tv_usec = (suseconds_t)next * 1000;
+	evtimer_add(w->tick_ev, &tv);
+}
+
+static void claim_slot(struct worker *w, int slot);
+
+/* The wheel says a task is due: queue it for the next claim round trip. */
+static void
+due_cb(struct timerwheel_timer *tm, void *arg)
+{
+	struct wtask *t = arg;
+	struct worker *w = t->w;
+	struct wslot *s = &w->slots[t->slot];
+
+	t->state = WT_CLAIMQ;
+	t->next = NULL;
+	if (s->claimq_tail != NULL)
+		s->claimq_tail->next = t;
+	else
+		s->claimq_head = t;
+	s->claimq_tail = t;
+	s->claimq_n++;
+}
+
+static void
+claim_all(struct worker *w)
+{
+	for (int i = 0; i < w->nslots; i++)
+		if (w->slots[i].claimq_n > 0 && !w->slots[i].claiming)
+			claim_slot(w, i);
+}
+
+void
+scanner_tick(struct worker *w)
+{
+	timerwheel_advance(w->wheel, clock_now_ms());
+	claim_all(w);
+	metric_set(w->m.wheel_size, (double)timerwheel_count(w->wheel));
+	metric_set(w->m.held, (double)hmap_count(w->tasks));
+}
+
+static void
+tick_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct worker *w = arg;
+
+	scanner_tick(w);
+	arm_tick(w);
+}
+
+static void
+claim_retry_cb(evutil_socket_t fd, short what, void *arg)
+{
+	claim_all(arg);
+}
+
+static void
+claim_reply_cb(struct redis *r, redisReply *reply, void *arg)
+{
+	struct slot_call *c = arg;
+	struct worker *w = c->w;
+	struct wslot *s = &w->slots[c->slot];
+	int slot;
+
+	s->claiming = 0;
+	metric_inc(w->m.claims);
+	if (reply == NULL || reply->type == REDIS_REPLY_ERROR) {
+		/* Unknown outcome: the lease reaper re-fires anything that
+		 * was claimed but never published. */
+		log_warn("claim failed", "slot=%d error=\"%s\"", c->slot,
+			 reply ? reply->str : "disconnected");
+		for (size_t i = 0; i < c->n; i++)
+			wtask_release(w, c->tasks[i]);
+		slot_call_free(c);
+		return;
+	}
+	if (reply->type == REDIS_REPLY_INTEGER && reply->integer == -1) {
+		metric_add(w->m.fenced, (double)c->n);
+		log_warn("claim fenced: a newer epoch owns the slot",
+			 "slot=%d epoch=%lld", c->slot, (long long)s->epoch);
+		for (size_t i = 0; i < c->n; i++)
+			wtask_release(w, c->tasks[i]);
+		slot_call_free(c);
+		return;
+	}
+	for (size_t i = 0; i + 2 < reply->elements; i += 3) {
+		redisReply *id = reply->element[i];
+		redisReply *payload = reply->element[i + 1];
+		redisReply *attempt = reply->element[i + 2];
+		struct wtask *t;
+
+		if (id->type != REDIS_REPLY_STRING ||
+		    payload->type != REDIS_REPLY_STRING ||
+		    attempt->type != REDIS_REPLY_INTEGER)
+			continue;
+		t = hmap_get(w->tasks, id->str);
+		if (t == NULL || t->state != WT_CLAIMING)
+			continue;
+		t->attempt = (int)attempt->integer;
+		t->epoch = s->epoch;
+		firing_publish(w, t, payload->str, payload->len);
+	}
+	/* Sent but not returned: cancelled, rescheduled or taken. */
+	for (size_t i = 0; i < c->n; i++) {
+		if (c->tasks[i]->state == WT_CLAIMING) {
+			metric_inc(w->m.claim_lost);
+			wtask_release(w, c->tasks[i]);
+		}
+	}
+	slot = c->slot;
+	slot_call_free(c);
+	if (s->claimq_n > 0)
+		claim_slot(w, slot);
+}
+
+static void
+claim_slot(struct worker *w, int slot)
+{
+	struct wslot *s = &w->slots[slot];
+	char kdue[RKEY_MAX], ktask[RKEY_MAX], kinf[RKEY_MAX], katt[RKEY_MAX],
+		kep[RKEY_MAX];
+	struct redis_args a;
+	struct slot_call *c;
+	int64_t now = clock_now_ms();
+	size_t n;
+
+	if (!s->owned || w->stopping || !redis_up(w->redis))
+		return;
+	/* Back-pressure: leave tasks due in Redis while Kafka is full. */
+	if (kafka_outq_len(w->kafka) + w->claim_batch > w->queue_max) {
+		struct timeval tv = {0, 20000};
+
+		metric_inc(w->m.backpressure);
+		if (!evtimer_pending(w->claim_retry_ev, NULL))
+			evtimer_add(w->claim_retry_ev, &tv);
+		return;
+	}
+	n = s->claimq_n < (size_t)w->claim_batch ? s->claimq_n
+						 : (size_t)w->claim_batch;
+	c = slot_call_new(w, slot);
+	c->tasks = xcalloc(n, sizeof(*c->tasks));
+	rkey_due(kdue, sizeof(kdue), slot);
+	rkey_task(ktask, sizeof(ktask), slot);
+	rkey_inflight(kinf, sizeof(kinf), slot);
+	rkey_attempt(katt, sizeof(katt), slot);
+	rkey_epoch(kep, sizeof(kep), slot);
+	redis_args_init(&a);
+	redis_args_addstr(&a, "EVAL");
+	redis_args_addstr(&a, SCRIPT_CLAIM);
+	redis_args_addstr(&a, "5");
+	redis_args_addstr(&a, kdue);
+	redis_args_addstr(&a, ktask);
+	redis_args_addstr(&a, kinf);
+	redis_args_addstr(&a, katt);
+	redis_args_addstr(&a, kep);
+	redis_args_addint(&a, s->epoch);
+	redis_args_addint(&a, now);
+	redis_args_addint(&a, now + w->lease_ms);
+	for (size_t i = 0; i < n; i++) {
+		struct wtask *t = s->claimq_head;
+
+		s->claimq_head = t->next;
+		t->next = NULL;
+		t->state = WT_CLAIMING;
+		c->tasks[i] = t;
+		redis_args_addstr(&a, t->id);
+	}
+	if (s->claimq_head == NULL)
+		s->claimq_tail = NULL;
+	s->claimq_n -= n;
+	c->n = n;
+	if (redis_command_argv(w->redis, claim_reply_cb, c, a.argc, a.argv,
+			       a.len) < 0) {
+		for (size_t i = 0; i < n; i++)
+			wtask_release(w, c->tasks[i]);
+		slot_call_free(c);
+	} else {
+		s->claiming = 1;
+	}
+	redis_args_free(&a);
+}
+
+static void
+scan_reply_cb(struct redis *r, redisReply *reply, void *arg)
+{
+	struct slot_call *c = arg;
+	struct worker *w = c->w;
+	struct wslot *s = &w->slots[c->slot];
+	int added = 0;
+
+	s->scanning = 0;
+	if (reply == NULL || reply->type != REDIS_REPLY_ARRAY || !s->owned ||
+	    w->stopping) {
+		slot_call_free(c);
+		return;
+	}
+	for (size_t i = 0; i + 1 < reply->elements; i += 2) {
+		const char *id = reply->element[i]->str;
+		int64_t due = strtoll(reply->element[i + 1]->str, NULL, 10);
+		struct wtask *t = hmap_get(w->tasks, id);
+
+		if (t != NULL) {
+			/* Rescheduled while waiting in the wheel. */
+			if (t->state == WT_WHEEL && t->due_at != due) {
+				t->due_at = due;
+				timerwheel_add(w->wheel, &t->timer, due);
+			}
+			continue;
+		}
+		if (reply->element[i]->len > TASK_ID_MAX)
+			continue;
+		t = xcalloc(1, sizeof(*t));
+		memcpy(t->id, id, reply->element[i]->len + 1);
+		t->slot = c->slot;
+		t->due_at = due;
+		t->state = WT_WHEEL;
+		t->w = w;
+		t->timer.fire_cb = due_cb;
+		t->timer.arg = t;
+		hmap_put(w->tasks, t->id, t);
+		timerwheel_add(w->wheel, &t->timer, due);
+		added++;
+	}
+	slot_call_free(c);
+	if (added) {
+		/* Overdue ones fire now; the rest on their millisecond. */
+		scanner_tick(w);
+		evtimer_del(w->tick_ev);
+		arm_tick(w);
+	}
+}
+
+static void
+scan_slot(struct worker *w, int slot, int64_t now)
+{
+	char kdue[RKEY_MAX], max[32], limit[32];
+	struct slot_call *c = slot_call_new(w, slot);
+
+	rkey_due(kdue, sizeof(kdue), slot);
+	snprintf(max, sizeof(max), "%lld", (long long)(now + w->lookahead_ms));
+	snprintf(limit, sizeof(limit), "%d", w->scan_batch);
+	if (redis_command(w->redis, scan_reply_cb, c,
+			  "ZRANGEBYSCORE %s -inf %s WITHSCORES LIMIT 0 %s",
+			  kdue, max, limit) < 0)
+		slot_call_free(c);
+	else
+		w->slots[slot].scanning = 1;
+}
+
+static void
+requeue_reply_cb(struct redis *r, redisReply *reply, void *arg)
+{
+	struct slot_call *c = arg;
+	struct worker *w = c->w;
+
+	w->slots[c->slot].reaping = 0;
+	if (reply != NULL && reply->type == REDIS_REPLY_INTEGER &&
+	    reply->integer > 0) {
+		metric_add(w->m.requeued, (double)reply->integer);
+		log_info("leases expired: tasks requeued", "slot=%d count=%lld",
+			 c->slot, (long long)reply->integer);
+	}
+	slot_call_free(c);
+}
+
+/* Expired leases of tasks we do not hold go back to due; the ones we hold
+ * (Kafka slow, DB update pending) get their lease extended. */
+static void
+reap_reply_cb(struct redis *r, redisReply *reply, void *arg)
+{
+	struct slot_call *c = arg;
+	struct worker *w = c->w;
+	char kdue[RKEY_MAX], kinf[RKEY_MAX];
+	struct redis_args req, ext;
+	int64_t now = clock_now_ms();
+
+	if (reply == NULL || reply->type != REDIS_REPLY_ARRAY ||
+	    reply->elements == 0 || w->stopping) {
+		w->slots[c->slot].reaping = 0;
+		slot_call_free(c);
+		return;
+	}
+	rkey_due(kdue, sizeof(kdue), c->slot);
+	rkey_inflight(kinf, sizeof(kinf), c->slot);
+	redis_args_init(&req);
+	redis_args_init(&ext);
+	redis_args_addstr(&req, "EVAL");
+	redis_args_addstr(&req, SCRIPT_REQUEUE);
+	redis_args_addstr(&req, "2");
+	redis_args_addstr(&req, kdue);
+	redis_args_addstr(&req, kinf);
+	redis_args_addint(&req, now);
+	redis_args_addstr(&ext, "ZADD");
+	redis_args_addstr(&ext, kinf);
+	redis_args_addstr(&ext, "XX");
+	for (size_t i = 0; i < reply->elements; i++) {
+		const char *id = reply->element[i]->str;
+
+		if (hmap_get(w->tasks, id) != NULL) {
+			redis_args_addint(&ext, now + w->lease_ms);
+			redis_args_addstr(&ext, id);
+		} else {
+			redis_args_addstr(&req, id);
+		}
+	}
+	if (ext.argc > 3)
+		redis_command_argv(w->redis, NULL, NULL, ext.argc, ext.argv,
+				   ext.len);
+	if (req.argc > 6 &&
+	    redis_command_argv(w->redis, requeue_reply_cb, c, req.argc,
+			       req.argv, req.len) == 0)
+		c = NULL;
+	else
+		w->slots[c->slot].reaping = 0;
+	redis_args_free(&req);
+	redis_args_free(&ext);
+	if (c != NULL)
+		slot_call_free(c);
+}
+
+static void
+reap_slot(struct worker *w, int slot, int64_t now)
+{
+	char kinf[RKEY_MAX], max[32];
+	struct slot_call *c = slot_call_new(w, slot);
+
+	rkey_inflight(kinf, sizeof(kinf), slot);
+	snprintf(max, sizeof(max), "%lld", (long long)now);
+	if (redis_command(w->redis, reap_reply_cb, c,
+			  "ZRANGEBYSCORE %s -inf %s LIMIT 0 1000", kinf,
+			  max) < 0)
+		slot_call_free(c);
+	else
+		w->slots[slot].reaping = 1;
+}
+
+/* Horizon loader ------------------------------------------------------ */
+
+struct load_job {
+	struct db_job job;
+	struct worker *w;
+	int slot;
+	int64_t from;
+	int64_t to;
+	int64_t next_from;
+	struct db_rows rows;
+};
+
+static int
+load_run(struct db_conn *c, struct db_job *job)
+{
+	struct load_job *l = (struct load_job *)job;
+	struct db_params p;
+	struct db_rows st;
+	int rc;
+
+	db_params_init(&p, 4);
+	db_params_int(&p, l->slot);
+	rc = db_query(c, "SELECT loaded_until FROM slot_state WHERE slot = ?",
+		      &p, &st);
+	if (rc < 0) {
+		db_params_free(&p);
+		return -1;
+	}
+	l->from = st.nrows ? db_rows_int(&st, 0, 0) : 0;
+	db_rows_free(&st);
+	if (l->from >= l->to) {
+		l->next_from = l->from;
+		db_params_free(&p);
+		return 0;
+	}
+	db_params_int(&p, l->from);
+	db_params_int(&p, l->to);
+	db_params_int(&p, LOAD_BATCH);
+	rc = db_query(c, SQL_TASK_DUE_IN_SLOT, &p, &l->rows);
+	db_params_free(&p);
+	if (rc < 0)
+		return -1;
+	/* A full batch may stop inside a millisecond: resume at the last
+	 * due time (re-indexing that millisecond is harmless). */
+	l->next_from = l->rows.nrows == LOAD_BATCH
+			       ? db_rows_int(&l->rows, l->rows.nrows - 1, 5)
+			       : l->to;
+	if (l->next_from == l->from && l->rows.nrows == LOAD_BATCH)
+		l->next_from = l->from + 1;
+	return 0;
+}
+
+struct pointer_job {
+	struct db_job job;
+	int slot;
+	int64_t until;
+};
+
+static int
+pointer_run(struct db_conn *c, struct db_job *job)
+{
+	struct pointer_job *pj = (struct pointer_job *)job;
+	struct db_params p;
+	int rc;
+
+	db_params_init(&p, 3);
+	db_params_int(&p, pj->slot);
+	db_params_int(&p, pj->until);
+	db_params_int(&p, clock_now_ms());
+	rc = db_exec(c,
+		     "INSERT INTO slot_state (slot, loaded_until, updated_at) "
+		     "VALUES (?, ?, ?) ON DUPLICATE KEY UPDATE "
+		     "loaded_until = GREATEST(loaded_until, "
+		     "VALUES(loaded_until)), updated_at = VALUES(updated_at)",
+		     &p, NULL);
+	db_params_free(&p);
+	return rc;
+}
+
+static void
+pointer_done_cb(struct db_job *job, int status, const char *err)
+{
+	struct pointer_job *pj = (struct pointer_job *)job;
+
+	if (status < 0)
+		log_warn("time pointer not saved", "slot=%d error=\"%s\"",
+			 pj->slot, err);
+	xfree(pj);
+}
+
+struct index_call {
+	struct worker *w;
+	int slot;
+	int64_t next_from;
+	size_t n;
+};
+
+static void
+index_reply_cb(struct redis *r, redisReply *reply, void *arg)
+{
+	struct index_call *ic = arg;
+	struct worker *w = ic->w;
+	struct pointer_job *pj;
+
+	w->slots[ic->slot].loading = 0;
+	if (reply == NULL || reply->type == REDIS_REPLY_ERROR) {
+		log_warn("horizon load not indexed", "slot=%d error=\"%s\"",
+			 ic->slot, reply ? reply->str : "disconnected");
+		xfree(ic);
+		return;
+	}
+	if (reply->integer > 0) {
+		metric_add(w->m.loaded, (double)reply->integer);
+		log_info("horizon loaded", "slot=%d tasks=%lld", ic->slot,
+			 (long long)reply->integer);
+	}
+	/* Only once the index holds the window does the pointer move. */
+	pj = xcalloc(1, sizeof(*pj));
+	pj->slot = ic->slot;
+	pj->until = ic->next_from;
+	pj->job.run = pointer_run;
+	pj->job.done_cb = pointer_done_cb;
+	db_pool_submit(w->db, &pj->job);
+	if (ic->n == LOAD_BATCH)
+		w->slots[ic->slot].next_load_ms = 0;
+	xfree(ic);
+}
+
+static void
+load_done_cb(struct db_job *job, int status, const char *err)
+{
+	struct load_job *l = (struct load_job *)job;
+	struct worker *w = l->w;
+	char kdue[RKEY_MAX], ktask[RKEY_MAX], kinf[RKEY_MAX];
+	struct redis_args a;
+	struct index_call *ic;
+	char **payloads;
+
+	if (status < 0) {
+		log_warn("horizon load failed", "slot=%d error=\"%s\"",
+			 l->slot, err);
+		w->slots[l->slot].loading = 0;
+		goto out;
+	}
+	if (l->next_from == l->from || !w->slots[l->slot].owned) {
+		w->slots[l->slot].loading = 0;
+		goto out;
+	}
+	rkey_due(kdue, sizeof(kdue), l->slot);
+	rkey_task(ktask, sizeof(ktask), l->slot);
+	rkey_inflight(kinf, sizeof(kinf), l->slot);
+	redis_args_init(&a);
+	redis_args_addstr(&a, "EVAL");
+	redis_args_addstr(&a, SCRIPT_INDEX);
+	redis_args_addstr(&a, "3");
+	redis_args_addstr(&a, kdue);
+	redis_args_addstr(&a, ktask);
+	redis_args_addstr(&a, kinf);
+	payloads = xcalloc(l->rows.nrows + 1, sizeof(char *));
+	for (size_t i = 0; i < l->rows.nrows; i++) {
+		struct task t;
+		unsigned long blen;
+		size_t plen;
+		const char *h;
+
+		memset(&t, 0, sizeof(t));
+		t.topic = (char *)db_rows_get(&l->rows, i, 1, NULL);
+		t.key = (char *)db_rows_get(&l->rows, i, 2, NULL);
+		t.body = (char *)db_rows_get(&l->rows, i, 3, &blen);
+		t.body_len = blen;
+		h = db_rows_get(&l->rows, i, 4, NULL);
+		t.headers = h ? json_loads(h, 0, NULL) : NULL;
+		t.due_at = db_rows_int(&l->rows, i, 5);
+		t.ttl_ms = db_rows_int(&l->rows, i, 6);
+		payloads[i] = payload_encode(&t, &plen);
+		json_decref(t.headers);
+		redis_args_addstr(&a, db_rows_get(&l->rows, i, 0, NULL));
+		redis_args_addstr(&a, db_rows_get(&l->rows, i, 5, NULL));
+		redis_args_add(&a, payloads[i], plen);
+	}
+	ic = xcalloc(1, sizeof(*ic));
+	ic->w = w;
+	ic->slot = l->slot;
+	ic->next_from = l->next_from;
+	ic->n = l->rows.nrows;
+	if (l->rows.nrows == 0) {
+		/* Nothing to index: just move the pointer. */
+		redisReply zero = {.type = REDIS_REPLY_INTEGER, .integer = 0};
+
+		index_reply_cb(w->redis, &zero, ic);
+	} else if (redis_command_argv(w->redis, index_reply_cb, ic, a.argc,
+				      a.argv, a.len) < 0) {
+		w->slots[l->slot].loading = 0;
+		xfree(ic);
+	}
+	for (size_t i = 0; i < l->rows.nrows; i++)
+		free(payloads[i]);
+	xfree(payloads);
+	redis_args_free(&a);
+out:
+	db_rows_free(&l->rows);
+	xfree(l);
+}
+
+static void
+load_slot(struct worker *w, int slot, int64_t now)
+{
+	struct load_job *l = xcalloc(1, sizeof(*l));
+
+	l->w = w;
+	l->slot = slot;
+	l->to = now + w->horizon_ms;
+	l->job.run = load_run;
+	l->job.done_cb = load_done_cb;
+	w->slots[slot].loading = 1;
+	db_pool_submit(w->db, &l->job);
+}
+
+static void
+scan_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct worker *w = arg;
+	int64_t now = clock_now_ms(), mono = clock_mono_ms();
+
+	if (w->stopping || !redis_up(w->redis))
+		return;
+	for (int i = 0; i < w->nslots; i++) {
+		struct wslot *s = &w->slots[i];
+
+		if (!s->owned)
+			continue;
+		if (!s->scanning)
+			scan_slot(w, i, now);
+		if (!s->reaping && mono >= s->next_reap_ms) {
+			s->next_reap_ms = mono + REAP_INTERVAL_MS;
+			reap_slot(w, i, now);
+		}
+		if (!s->loading && mono >= s->next_load_ms) {
+			s->next_load_ms = mono + LOAD_INTERVAL_MS;
+			load_slot(w, i, now);
+		}
+	}
+}
+
+void
+scanner_start(struct worker *w)
+{
+	int64_t ms = cfg_int(w->cfg, CFG_WORKER_SCAN_INTERVAL_MS);
+	struct timeval tv = {(time_t)(ms / 1000), (suseconds_t)(ms % 1000) * 1000};
+
+	w->wheel = timerwheel_create(clock_now_ms());
+	w->scan_ev = event_new(w->base, -1, EV_PERSIST, scan_cb, w);
+	w->tick_ev = evtimer_new(w->base, tick_cb, w);
+	w->claim_retry_ev = evtimer_new(w->base, claim_retry_cb, w);
+	event_add(w->scan_ev, &tv);
+	arm_tick(w);
+}
+
+static void
+drop_waiting(const char *key, void *value, void *arg)
+{
+	struct wtask *t = value;
+	struct wtask ***list = arg;
+
+	if (t->state == WT_WHEEL || t->state == WT_CLAIMQ) {
+		**list = t;
+		(*list)++;
+	}
+}
+
+/* Stops scanning and claiming; tasks not yet claimed stay due in Redis. */
+void
+scanner_stop(struct worker *w)
+{
+	size_t n = hmap_count(w->tasks);
+	struct wtask **all = xcalloc(n + 1, sizeof(*all)), **end = all;
+
+	event_del(w->scan_ev);
+	evtimer_del(w->claim_retry_ev);
+	hmap_foreach(w->tasks, drop_waiting, &end);
+	for (struct wtask **p = all; p < end; p++)
+		wtask_release(w, *p);
+	xfree(all);
+	for (int i = 0; i < w->nslots; i++) {
+		w->slots[i].claimq_head = w->slots[i].claimq_tail = NULL;
+		w->slots[i].claimq_n = 0;
+	}
+}

@@ -1,0 +1,165 @@
+#ifndef PROPHET_WORKER_H
+#define PROPHET_WORKER_H
+
+#include <stdint.h>
+
+#include <event2/event.h>
+#include <event2/http.h>
+
+#include "kafka.h"
+#include "task.h"
+#include "timerwheel.h"
+
+struct cfg;
+struct db_pool;
+struct redis;
+struct zk;
+struct kafka_producer;
+struct daemon;
+struct metric;
+struct hmap;
+
+#define WORKER_METRICS(X)                                                      \
+	X(fired, COUNTER, "prophet_tasks_fired_total",                        \
+	  "Tasks claimed and handed to the Kafka producer")                    \
+	X(published, COUNTER, "prophet_tasks_published_total",                \
+	  "Delivery reports with success")                                     \
+	X(delivered, COUNTER, "prophet_tasks_delivered_total",                \
+	  "Tasks marked delivered in the database")                            \
+	X(expired, COUNTER, "prophet_tasks_expired_total",                    \
+	  "Tasks given up because their ttl_ms passed before publishing")     \
+	X(publish_errors, COUNTER, "prophet_publish_errors_total",            \
+	  "Produce calls or delivery reports that failed")                     \
+	X(lateness, HISTOGRAM, "prophet_fire_lateness_seconds",               \
+	  "Publish time minus due time")                                       \
+	X(claims, COUNTER, "prophet_claim_calls_total",                       \
+	  "Redis claim round trips")                                           \
+	X(claim_lost, COUNTER, "prophet_claim_lost_total",                    \
+	  "Ids that were no longer due when claimed (cancelled, moved, or "  \
+	  "claimed by another worker)")                                        \
+	X(fenced, COUNTER, "prophet_fenced_writes_total",                     \
+	  "Claims or state updates refused because a newer epoch owns the "   \
+	  "slot")                                                              \
+	X(requeued, COUNTER, "prophet_lease_requeued_total",                  \
+	  "Claimed tasks whose lease ran out and went back to due")           \
+	X(loaded, COUNTER, "prophet_horizon_loaded_total",                    \
+	  "Tasks moved from the database into Redis by the horizon loader")   \
+	X(mark_failures, COUNTER, "prophet_db_mark_failures_total",           \
+	  "Failed database batches of state updates (retried)")               \
+	X(backpressure, COUNTER, "prophet_kafka_backpressure_total",          \
+	  "Claim rounds postponed because the producer queue was full")       \
+	X(wheel_size, GAUGE, "prophet_wheel_tasks",                           \
+	  "Tasks waiting in the in-memory timing wheel")                       \
+	X(held, GAUGE, "prophet_tasks_held",                                  \
+	  "Tasks this worker holds (wheel, claiming, publishing, marking)")   \
+	X(kafka_queue, GAUGE, "prophet_kafka_queue_messages",                 \
+	  "Messages in the producer queue")                                    \
+	X(slots_owned, GAUGE, "prophet_slots_owned", "Slots this worker owns") \
+	X(redis_up, GAUGE, "prophet_redis_up", "1 when Redis is connected")   \
+	X(db_up, GAUGE, "prophet_db_up", "Database connections up")           \
+	X(zk_up, GAUGE, "prophet_zookeeper_up",                               \
+	  "1 when the ZooKeeper session is connected")
+
+struct worker_metrics {
+#define WM_FIELD(f, t, n, h) struct metric *f;
+	WORKER_METRICS(WM_FIELD)
+#undef WM_FIELD
+	struct metric *pending; /* per slot */
+	struct metric *epoch;	/* per slot */
+};
+
+enum wtask_state {
+	WT_WHEEL,	/* waiting for its due millisecond */
+	WT_CLAIMQ,	/* due, waiting for a claim round trip */
+	WT_CLAIMING,	/* in a claim round trip */
+	WT_PUBLISHING,	/* handed to Kafka, no delivery report yet */
+	WT_MARKING,	/* delivered; database update pending */
+};
+
+/* A task this worker holds, from the look-ahead scan to its DB update. */
+struct wtask {
+	char id[TASK_ID_MAX + 1];
+	int slot;
+	enum wtask_state state;
+	int64_t due_at;
+	int64_t epoch;
+	int attempt;
+	int64_t fired_at;
+	int expire;		/* ttl passed: mark expired, do not publish */
+	struct timerwheel_timer timer;
+	struct wtask *next;	/* claim queue or mark batch */
+	struct worker *w;
+};
+
+struct wslot {
+	int owned;
+	int64_t epoch;
+	int scanning;
+	int claiming;
+	int reaping;
+	int loading;
+	struct wtask *claimq_head, *claimq_tail;
+	size_t claimq_n;
+	int64_t next_load_ms;
+	int64_t next_reap_ms;
+};
+
+struct worker {
+	struct cfg *cfg;
+	struct event_base *base;
+	struct daemon *daemon;
+	struct evhttp *http;
+	struct db_pool *db;
+	struct redis *redis;
+	struct zk *zk;
+	struct kafka_producer *kafka;
+	struct timerwheel *wheel;
+	struct hmap *tasks;	/* id -> struct wtask */
+	char id[128];
+	int nslots;
+	struct wslot *slots;
+	struct event *scan_ev;
+	struct event *tick_ev;
+	struct event *claim_retry_ev;
+	struct event *mark_ev;
+	struct event *stop_ev;
+	int64_t lookahead_ms;
+	int64_t lease_ms;
+	int64_t horizon_ms;
+	int claim_batch;
+	int scan_batch;
+	int queue_max;
+	const char *topic_prefix;
+	int stopping;
+	int64_t stop_deadline_ms;
+	/* Tasks whose delivery (or expiry) waits for the DB update. */
+	struct wtask *mark_head, *mark_tail;
+	size_t mark_n;
+	int marking;
+	size_t publishing;
+	int64_t mark_retry_at_ms;
+	struct worker_metrics m;
+};
+
+/* scanner.c: look-ahead scan, timing wheel, claims, lease reaper, loader */
+void scanner_start(struct worker *w);
+void scanner_stop(struct worker *w);
+void scanner_tick(struct worker *w);
+/* Forgets a held task (frees it). */
+void wtask_release(struct worker *w, struct wtask *t);
+
+/* firing.c: publishing and the delivered/expired state updates */
+void firing_publish(struct worker *w, struct wtask *t, const char *payload,
+		    size_t len);
+void firing_dr_cb(void *opaque, rd_kafka_resp_err_t err, void *arg);
+void firing_expire(struct worker *w, struct wtask *t);
+void firing_start(struct worker *w);
+void firing_stop(struct worker *w);
+/* Tasks publishing or waiting for their DB update. */
+size_t firing_busy(const struct worker *w);
+
+/* membership.c: the worker's ZooKeeper presence */
+int membership_start(struct worker *w, char *err, size_t errlen);
+void membership_stop(struct worker *w);
+
+#endif

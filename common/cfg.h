@@ -20,7 +20,7 @@
 	  cfg_check_nonempty, 0, "ZooKeeper connect string host:port[,...]")   \
 	X(ZK_SESSION_TIMEOUT_MS, "zookeeper", "session_timeout_ms", CFG_INT,   \
 	  "10000", 2000, 120000, NULL, 0,                                      \
-	  "ZooKeeper session timeout; a worker stops claiming after 2/3 of "  \
+	  "ZooKeeper session timeout; a worker stops claiming after 2/3 of "   \
 	  "it disconnected")                                                   \
 	X(REDIS_URL, "redis", "url", CFG_STR, "redis://127.0.0.1:6379/0", 0,   \
 	  0, cfg_check_redis_url, 0,                                           \
@@ -60,10 +60,10 @@
 	  16777216, NULL, 0, "largest task body")                              \
 	X(TASK_MAX_DELAY_MS, "task", "max_delay_ms", CFG_INT, "315576000000",  \
 	  1000, 3155760000000, NULL, 0,                                        \
-	  "furthest due time accepted, from now (default 10 years)")          \
+	  "furthest due time accepted, from now (default 10 years)")           \
 	X(TASK_HORIZON_MS, "task", "horizon_ms", CFG_INT, "1800000", 10000,    \
 	  86400000, NULL, 0,                                                   \
-	  "tasks due within this time are indexed in Redis, later ones only " \
+	  "tasks due within this time are indexed in Redis, later ones only "  \
 	  "in the DB")                                                         \
 	X(WORKER_ID, "worker", "id", CFG_STR, "", 0, 0, cfg_check_worker_id,   \
 	  0, "unique worker id; default hostname-pid")                         \
@@ -74,7 +74,7 @@
 	  60000, NULL, 0,                                                      \
 	  "due ids read this far ahead into the in-memory timing wheel")       \
 	X(WORKER_SCAN_INTERVAL_MS, "worker", "scan_interval_ms", CFG_INT,      \
-	  "200", 10, 10000, NULL, 0, "how often each owned slot is scanned")  \
+	  "200", 10, 10000, NULL, 0, "how often each owned slot is scanned")   \
 	X(WORKER_SCAN_BATCH, "worker", "scan_batch", CFG_INT, "5000", 10,      \
 	  100000, NULL, 0, "most ids read from one slot per scan")             \
 	X(WORKER_CLAIM_BATCH, "worker", "claim_batch", CFG_INT, "500", 1,      \
@@ -115,6 +115,9 @@ const char *cfg_path(const struct cfg *cfg);
 size_t cfg_extra_count(const struct cfg *cfg, const char *section);
 void cfg_extra_get(const struct cfg *cfg, const char *section, size_t i,
 		   const char **key, const char **value);
+
+/* Re-reads the file and applies the keys marked reloadable. */
+int cfg_reload(struct cfg *cfg, char *err, size_t errlen);
 
 /* Writes an example file documenting every key with its default. */
 void cfg_write_example(FILE *fp);

@@ -119,8 +119,8 @@ conn_connect(struct db_conn *c)
 	mysql_options(c->my, MYSQL_OPT_RECONNECT, &off);
 	mysql_options(c->my, MYSQL_SET_CHARSET_NAME, "utf8mb4");
 	if (mysql_real_connect(c->my, c->host, c->user, c->password,
-			       c->database, (unsigned)c->port, NULL, 0) ==
-	    NULL) {
+			       c->database, (unsigned)c->port, NULL,
+			       0) == NULL) {
 		conn_seterr(c, mysql_errno(c->my), mysql_error(c->my));
 		mysql_close(c->my);
 		c->my = NULL;
@@ -448,10 +448,11 @@ db_query(struct db_conn *c, const char *sql, struct db_params *params,
 		}
 		if (rows->nrows == cap) {
 			cap = cap ? cap * 2 : 16;
-			rows->cell = xrealloc(rows->cell, cap * rows->ncols *
-								  sizeof(char *));
-			rows->len = xrealloc(rows->len, cap * rows->ncols *
-								sizeof(unsigned long));
+			rows->cell = xrealloc(
+				rows->cell, cap * rows->ncols * sizeof(char *));
+			rows->len = xrealloc(rows->len,
+					     cap * rows->ncols *
+						     sizeof(unsigned long));
 		}
 		base = rows->nrows * rows->ncols;
 		for (size_t i = 0; i < rows->ncols; i++) {
@@ -497,8 +498,7 @@ db_rows_free(struct db_rows *r)
 }
 
 const char *
-db_rows_get(const struct db_rows *r, size_t row, size_t col,
-	    unsigned long *len)
+db_rows_get(const struct db_rows *r, size_t row, size_t col, unsigned long *len)
 {
 	size_t i = row * r->ncols + col;
 
@@ -714,8 +714,7 @@ db_pool_create(struct event_base *base, const char *url, int nconns,
 			p->connected++;
 		else if (i == 0)
 			log_warn("database connect failed",
-				 "pool=%s error=\"%s\"", name,
-				 p->conns[i].err);
+				 "pool=%s error=\"%s\"", name, p->conns[i].err);
 		arg[0] = p;
 		arg[1] = &p->conns[i];
 		if (pthread_create(&p->threads[i], NULL, pool_thread, arg) != 0)

@@ -56,7 +56,7 @@ void db_params_null(struct db_params *p);
 struct db_rows {
 	size_t nrows;
 	size_t ncols;
-	char **cell;		/* nrows * ncols; NULL for SQL NULL */
+	char **cell; /* nrows * ncols; NULL for SQL NULL */
 	unsigned long *len;
 };
 void db_rows_free(struct db_rows *r);

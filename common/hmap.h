@@ -18,8 +18,8 @@ void *hmap_get(const struct hmap *m, const char *key);
 void *hmap_del(struct hmap *m, const char *key);
 size_t hmap_count(const struct hmap *m);
 /* Calls fn for every entry; fn must not modify the map. */
-void hmap_foreach(struct hmap *m, void (*fn)(const char *key, void *value,
-					     void *arg),
+void hmap_foreach(struct hmap *m,
+		  void (*fn)(const char *key, void *value, void *arg),
 		  void *arg);
 
 #endif

@@ -40,8 +40,8 @@ http_reason(int code)
 }
 
 struct evhttp *
-http_server_create(struct event_base *base, const char *listen,
-		   size_t max_body, int timeout_s, char *err, size_t errlen)
+http_server_create(struct event_base *base, const char *listen, size_t max_body,
+		   int timeout_s, char *err, size_t errlen)
 {
 	struct evhttp *h = evhttp_new(base);
 	char host[256];
@@ -60,10 +60,9 @@ http_server_create(struct event_base *base, const char *listen,
 	evhttp_set_max_body_size(h, (ev_ssize_t)max_body);
 	evhttp_set_max_headers_size(h, 16384);
 	evhttp_set_timeout(h, timeout_s);
-	evhttp_set_allowed_methods(h, EVHTTP_REQ_GET | EVHTTP_REQ_POST |
-					      EVHTTP_REQ_DELETE |
-					      EVHTTP_REQ_PATCH |
-					      EVHTTP_REQ_HEAD);
+	evhttp_set_allowed_methods(
+		h, EVHTTP_REQ_GET | EVHTTP_REQ_POST | EVHTTP_REQ_DELETE |
+			   EVHTTP_REQ_PATCH | EVHTTP_REQ_HEAD);
 	evhttp_set_default_content_type(h, "application/json");
 	return h;
 }

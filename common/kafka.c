@@ -156,7 +156,8 @@ kafka_producer_destroy(struct kafka_producer *p, int timeout_ms)
 	rd_kafka_queue_io_event_enable(p->mainq, -1, NULL, 0);
 	rd_kafka_queue_destroy(p->mainq);
 	/* Reports for what is still queued fire from purge with an error. */
-	rd_kafka_purge(p->rk, RD_KAFKA_PURGE_F_QUEUE | RD_KAFKA_PURGE_F_INFLIGHT);
+	rd_kafka_purge(p->rk,
+		       RD_KAFKA_PURGE_F_QUEUE | RD_KAFKA_PURGE_F_INFLIGHT);
 	rd_kafka_poll(p->rk, 0);
 	rd_kafka_destroy(p->rk);
 	event_free(p->ev);

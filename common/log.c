@@ -63,8 +63,8 @@ log_vwrite(enum log_level lvl, const char *msg, const char *kvfmt, va_list ap)
 	gmtime_r(&tv.tv_sec, &tm);
 	n = strftime(line, sizeof(line), "ts=%Y-%m-%dT%H:%M:%S", &tm);
 	r = snprintf(line + n, sizeof(line) - n,
-		     ".%03ldZ level=%s prog=%s msg=\"%s\"", (long)tv.tv_usec / 1000,
-		     level_names[lvl], log_prog, msg);
+		     ".%03ldZ level=%s prog=%s msg=\"%s\"",
+		     (long)tv.tv_usec / 1000, level_names[lvl], log_prog, msg);
 	if (r > 0)
 		n += (size_t)r;
 	if (n < sizeof(line) - 2 && kvfmt != NULL && kvfmt[0] != '\0') {

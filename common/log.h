@@ -21,10 +21,10 @@ void log_fatal(const char *msg, const char *kvfmt, ...)
 /* Copies url into buf with any password replaced by "***". */
 const char *log_mask_url(const char *url, char *buf, size_t len);
 
-#define log_debug(msg, ...)                                                    \
-	do {                                                                   \
-		if (log_enabled(PLOG_DEBUG))                                   \
-			log_write(PLOG_DEBUG, msg, __VA_ARGS__);               \
+#define log_debug(msg, ...)                                      \
+	do {                                                     \
+		if (log_enabled(PLOG_DEBUG))                     \
+			log_write(PLOG_DEBUG, msg, __VA_ARGS__); \
 	} while (0)
 #define log_info(msg, ...) log_write(PLOG_INFO, msg, __VA_ARGS__)
 #define log_warn(msg, ...) log_write(PLOG_WARN, msg, __VA_ARGS__)

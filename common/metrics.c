@@ -21,10 +21,10 @@ struct metric {
 	char *help;
 	char *label;
 	size_t nvalues;
-	double *values;	  /* nvalues, or 1 */
-	double *bounds;	  /* histogram */
+	double *values; /* nvalues, or 1 */
+	double *bounds; /* histogram */
 	size_t nbounds;
-	double *counts;	  /* nbounds + 1 (last = +Inf) */
+	double *counts; /* nbounds + 1 (last = +Inf) */
 	double sum;
 	double count;
 	struct metric *next;
@@ -158,8 +158,7 @@ metrics_render(struct evbuffer *out)
 
 	for (struct metric *m = registry_head; m != NULL; m = m->next) {
 		evbuffer_add_printf(out, "# HELP %s %s\n# TYPE %s %s\n",
-				    m->name, m->help, m->name,
-				    tnames[m->type]);
+				    m->name, m->help, m->name, tnames[m->type]);
 		if (m->type == METRIC_HISTOGRAM) {
 			double cum = 0;
 

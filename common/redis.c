@@ -20,7 +20,7 @@ struct redis {
 	redisAsyncContext *ac;
 	struct event *retry_ev;
 	int up;
-	int ready;		/* AUTH/SELECT done */
+	int ready; /* AUTH/SELECT done */
 	int backoff_ms;
 	int timeout_ms;
 	char *host;

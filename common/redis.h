@@ -25,8 +25,8 @@ void redis_destroy(struct redis *r);
 int redis_up(const struct redis *r);
 int redis_command(struct redis *r, redis_reply_fn cb, void *arg,
 		  const char *fmt, ...);
-int redis_command_argv(struct redis *r, redis_reply_fn cb, void *arg,
-		       int argc, const char **argv, const size_t *argvlen);
+int redis_command_argv(struct redis *r, redis_reply_fn cb, void *arg, int argc,
+		       const char **argv, const size_t *argvlen);
 /* Commands sent and not yet answered. */
 size_t redis_pending(const struct redis *r);
 

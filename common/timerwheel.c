@@ -25,24 +25,24 @@
  * free for parked timers; it is cascaded whenever the top level wraps.
  */
 
-#define TW_LVL_BITS	6
-#define TW_LVL_SLOTS	(1u << TW_LVL_BITS)
-#define TW_LVL_MASK	((uint64_t)TW_LVL_SLOTS - 1)
-#define TW_LEVELS	6
-#define TW_TOP		(TW_LEVELS - 1)
-#define TW_NSLOTS	(TW_LEVELS * TW_LVL_SLOTS)
-#define TW_SPAN_BITS	(TW_LEVELS * TW_LVL_BITS)
-#define TW_PARK_SLOT	(TW_TOP * TW_LVL_SLOTS)
-#define TW_BUCKET_DUE	TW_NSLOTS
+#define TW_LVL_BITS 6
+#define TW_LVL_SLOTS (1u << TW_LVL_BITS)
+#define TW_LVL_MASK ((uint64_t)TW_LVL_SLOTS - 1)
+#define TW_LEVELS 6
+#define TW_TOP (TW_LEVELS - 1)
+#define TW_NSLOTS (TW_LEVELS * TW_LVL_SLOTS)
+#define TW_SPAN_BITS (TW_LEVELS * TW_LVL_BITS)
+#define TW_PARK_SLOT (TW_TOP * TW_LVL_SLOTS)
+#define TW_BUCKET_DUE TW_NSLOTS
 
 struct timerwheel {
-	uint64_t now;			/* key of the wheel's current time */
-	size_t count;			/* pending timers, all lists */
+	uint64_t now; /* key of the wheel's current time */
+	size_t count; /* pending timers, all lists */
 	int in_advance;
-	int due_sorted;			/* due list in expiry order */
-	uint64_t occupied[TW_LEVELS];	/* bit s set: slot s non-empty */
-	struct timerwheel_link due;	/* expiry <= now, for next advance */
-	struct timerwheel_link run;	/* being fired by advance */
+	int due_sorted;		      /* due list in expiry order */
+	uint64_t occupied[TW_LEVELS]; /* bit s set: slot s non-empty */
+	struct timerwheel_link due;   /* expiry <= now, for next advance */
+	struct timerwheel_link run;   /* being fired by advance */
 	struct timerwheel_link slot[TW_NSLOTS];
 };
 
@@ -56,7 +56,8 @@ static inline struct timerwheel_timer *
 link_timer(struct timerwheel_link *l)
 {
 	return (struct timerwheel_timer *)((char *)l -
-	    offsetof(struct timerwheel_timer, link));
+					   offsetof(struct timerwheel_timer,
+						    link));
 }
 
 static inline unsigned int
@@ -156,7 +157,7 @@ timer_unlink(struct timerwheel *tw, struct timerwheel_timer *t)
 	if (b < TW_NSLOTS) {
 		if (list_empty(&tw->slot[b]))
 			tw->occupied[b / TW_LVL_SLOTS] &=
-			    ~(UINT64_C(1) << (b % TW_LVL_SLOTS));
+				~(UINT64_C(1) << (b % TW_LVL_SLOTS));
 	} else if (list_empty(&tw->due)) {
 		tw->due_sorted = 1;
 	}
@@ -226,8 +227,8 @@ due_sort(struct timerwheel *tw)
 					q = q->next;
 					qsize--;
 				} else if (qsize == 0 || q == NULL ||
-				    link_timer(p)->expire <=
-				    link_timer(q)->expire) {
+					   link_timer(p)->expire <=
+						   link_timer(q)->expire) {
 					e = p;
 					p = p->next;
 					psize--;
@@ -280,7 +281,8 @@ next_event(const struct timerwheel *tw, uint64_t *when)
 		if (above) {
 			shift += TW_LVL_BITS;
 			*when = (tw->now >> shift << shift) |
-			    ((uint64_t)ctz64(above) << (shift - TW_LVL_BITS));
+				((uint64_t)ctz64(above)
+				 << (shift - TW_LVL_BITS));
 			return 0;
 		}
 	}

@@ -21,7 +21,7 @@ struct timerwheel_link {
 /* Embedded by the caller; zero-initialise before first use. */
 struct timerwheel_timer {
 	/* private: managed by timerwheel_*, do not touch */
-	struct timerwheel_link link;	/* next == NULL: not pending */
+	struct timerwheel_link link; /* next == NULL: not pending */
 	int64_t expire;
 	unsigned int bucket;
 	/* public: set before timerwheel_add() */

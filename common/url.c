@@ -28,9 +28,10 @@ pct_decode(const char *s, size_t n)
 	size_t j = 0;
 
 	for (size_t i = 0; i < n; i++) {
-		if (s[i] == '%' && i + 2 < n &&
-		    hexval(s[i + 1]) >= 0 && hexval(s[i + 2]) >= 0) {
-			out[j++] = (char)(hexval(s[i + 1]) * 16 + hexval(s[i + 2]));
+		if (s[i] == '%' && i + 2 < n && hexval(s[i + 1]) >= 0 &&
+		    hexval(s[i + 2]) >= 0) {
+			out[j++] = (char)(hexval(s[i + 1]) * 16 +
+					  hexval(s[i + 2]));
 			i += 2;
 		} else {
 			out[j++] = s[i];

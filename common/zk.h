@@ -15,11 +15,11 @@ struct event_base;
  */
 struct zk;
 
-typedef void (*zk_event_fn)(struct zk *z, int type, int state,
-			    const char *path, void *arg);
+typedef void (*zk_event_fn)(struct zk *z, int type, int state, const char *path,
+			    void *arg);
 
-struct zk *zk_create(struct event_base *base, const char *hosts,
-		     int timeout_ms, zk_event_fn cb, void *arg);
+struct zk *zk_create(struct event_base *base, const char *hosts, int timeout_ms,
+		     zk_event_fn cb, void *arg);
 void zk_destroy(struct zk *z);
 /* Blocks until connected or timeout. 0 when connected. */
 int zk_wait_connected(struct zk *z, int timeout_ms);

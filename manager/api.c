@@ -226,8 +226,8 @@ get_done_cb(struct db_job *job, int status, const char *err)
 			json_t *log = json_array();
 
 			for (size_t i = 0; i < g->log.nrows; i++) {
-				const char *note = db_rows_get(&g->log, i, 6,
-							       NULL);
+				const char *note =
+					db_rows_get(&g->log, i, 6, NULL);
 
 				json_array_append_new(
 					log,
@@ -314,7 +314,8 @@ static void
 route_cb(struct evhttp_request *req, void *arg)
 {
 	struct manager *mg = arg;
-	const char *path = evhttp_uri_get_path(evhttp_request_get_evhttp_uri(req));
+	const char *path =
+		evhttp_uri_get_path(evhttp_request_get_evhttp_uri(req));
 	enum evhttp_cmd_type m = evhttp_request_get_command(req);
 	char *decoded = NULL;
 
@@ -328,7 +329,8 @@ route_cb(struct evhttp_request *req, void *arg)
 			http_reply_error(req, 405, "method_not_allowed", NULL,
 					 "use POST to submit a task");
 	} else if (!strncmp(path, TASKS_PREFIX, strlen(TASKS_PREFIX))) {
-		decoded = evhttp_uridecode(path + strlen(TASKS_PREFIX), 0, NULL);
+		decoded =
+			evhttp_uridecode(path + strlen(TASKS_PREFIX), 0, NULL);
 		if (m == EVHTTP_REQ_GET)
 			get_task(mg, req, decoded);
 		else

@@ -122,8 +122,9 @@ resolve_existing(struct db_conn *c, struct ingest_batch *b)
 			} else {
 				r->result = hash == r->task.content_hash ? 200
 									 : 409;
-				task_status_parse(db_rows_get(&rows, 0, 2, NULL),
-						  &r->stored_status);
+				task_status_parse(
+					db_rows_get(&rows, 0, 2, NULL),
+					&r->stored_status);
 				r->stored_due_at = db_rows_int(&rows, 0, 3);
 			}
 		}
@@ -270,10 +271,11 @@ batch_done_cb(struct db_job *job, int status, const char *err)
 
 				if (o->result != -1 &&
 				    !strcmp(o->task.id, r->task.id)) {
-					r->result = o->task.content_hash ==
-								    r->task.content_hash
-							    ? 200
-							    : 409;
+					r->result =
+						o->task.content_hash ==
+								r->task.content_hash
+							? 200
+							: 409;
 					r->stored_status = TASK_SCHEDULED;
 					r->stored_due_at = o->task.due_at;
 					break;

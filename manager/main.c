@@ -23,11 +23,12 @@
 static void
 register_metrics(struct manager *mg)
 {
-#define MM_REG(f, t, n, h) mg->m.f = metrics_register(METRIC_##t, n, h, NULL, 0);
+#define MM_REG(f, t, n, h) \
+	mg->m.f = metrics_register(METRIC_##t, n, h, NULL, 0);
 	MANAGER_METRICS(MM_REG)
 #undef MM_REG
 	{
-		static const double rows[] = {1,   2,	 5,    10,   50,
+		static const double rows[] = {1,   2,	5,   10,   50,
 					      100, 250, 500, 1000, 5000};
 
 		metric_set_buckets(mg->m.db_batch_rows, rows,
@@ -84,6 +85,22 @@ drain_cb(evutil_socket_t fd, short what, void *arg)
 }
 
 static void
+reload_cb(void *arg)
+{
+	struct manager *mg = arg;
+	enum log_level lvl;
+	char err[512];
+
+	if (cfg_reload(mg->cfg, err, sizeof(err)) < 0) {
+		log_error("reload failed; keeping the running config",
+			  "error=\"%s\"", err);
+		return;
+	}
+	log_level_parse(cfg_str(mg->cfg, CFG_LOG_LEVEL), &lvl);
+	log_set_level(lvl);
+}
+
+static void
 stop_cb(int count, void *arg)
 {
 	struct manager *mg = arg;
@@ -128,7 +145,7 @@ main(int argc, char **argv)
 
 	evthread_use_pthreads();
 	mg.base = event_base_new();
-	mg.daemon = daemon_create(mg.base, stop_cb, NULL, &mg);
+	mg.daemon = daemon_create(mg.base, stop_cb, reload_cb, &mg);
 	register_metrics(&mg);
 
 	log_info("database", "url=%s",
@@ -172,8 +189,8 @@ main(int argc, char **argv)
 
 	log_info("stopping", "pending=%zu", mg.inflight);
 	if (mg.inflight > 0) {
-		log_warn("exiting with requests unanswered",
-			 "pending=%zu", mg.inflight);
+		log_warn("exiting with requests unanswered", "pending=%zu",
+			 mg.inflight);
 		return 1;
 	}
 	evhttp_free(mg.http);

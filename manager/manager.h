@@ -16,32 +16,32 @@ struct ingest;
 struct daemon;
 struct metric;
 
-#define MANAGER_METRICS(X)                                                     \
-	X(accepted, COUNTER, "prophet_tasks_accepted_total",                  \
-	  "Tasks committed to the database")                                   \
-	X(replayed, COUNTER, "prophet_tasks_replayed_total",                  \
-	  "Submissions answered 200 as an identical replay of a stored id")   \
-	X(conflicts, COUNTER, "prophet_tasks_conflicts_total",                \
-	  "Submissions refused 409: same id, different content")              \
-	X(rejected, COUNTER, "prophet_tasks_rejected_total",                  \
-	  "Submissions refused with a 4xx for bad input")                      \
-	X(unavailable, COUNTER, "prophet_tasks_unavailable_total",            \
-	  "Submissions refused 503 because the database failed")              \
-	X(indexed, COUNTER, "prophet_redis_indexed_total",                    \
-	  "Tasks written to the Redis index at submit")                        \
-	X(index_failures, COUNTER, "prophet_redis_index_failures_total",      \
-	  "Tasks not indexed in Redis at submit (left to the loader)")        \
-	X(db_batches, COUNTER, "prophet_db_commit_batches_total",             \
-	  "Group commits executed")                                            \
-	X(db_batch_rows, HISTOGRAM, "prophet_db_commit_batch_rows",           \
-	  "Rows per group commit")                                             \
-	X(submit_seconds, HISTOGRAM, "prophet_submit_duration_seconds",       \
-	  "Time from request to durable answer")                               \
-	X(http_requests, COUNTER, "prophet_http_requests_total",              \
-	  "HTTP requests served")                                              \
-	X(redis_up, GAUGE, "prophet_redis_up", "1 when Redis is connected")   \
-	X(db_up, GAUGE, "prophet_db_up", "Database connections up")           \
-	X(zk_up, GAUGE, "prophet_zookeeper_up",                               \
+#define MANAGER_METRICS(X)                                                  \
+	X(accepted, COUNTER, "prophet_tasks_accepted_total",                \
+	  "Tasks committed to the database")                                \
+	X(replayed, COUNTER, "prophet_tasks_replayed_total",                \
+	  "Submissions answered 200 as an identical replay of a stored id") \
+	X(conflicts, COUNTER, "prophet_tasks_conflicts_total",              \
+	  "Submissions refused 409: same id, different content")            \
+	X(rejected, COUNTER, "prophet_tasks_rejected_total",                \
+	  "Submissions refused with a 4xx for bad input")                   \
+	X(unavailable, COUNTER, "prophet_tasks_unavailable_total",          \
+	  "Submissions refused 503 because the database failed")            \
+	X(indexed, COUNTER, "prophet_redis_indexed_total",                  \
+	  "Tasks written to the Redis index at submit")                     \
+	X(index_failures, COUNTER, "prophet_redis_index_failures_total",    \
+	  "Tasks not indexed in Redis at submit (left to the loader)")      \
+	X(db_batches, COUNTER, "prophet_db_commit_batches_total",           \
+	  "Group commits executed")                                         \
+	X(db_batch_rows, HISTOGRAM, "prophet_db_commit_batch_rows",         \
+	  "Rows per group commit")                                          \
+	X(submit_seconds, HISTOGRAM, "prophet_submit_duration_seconds",     \
+	  "Time from request to durable answer")                            \
+	X(http_requests, COUNTER, "prophet_http_requests_total",            \
+	  "HTTP requests served")                                           \
+	X(redis_up, GAUGE, "prophet_redis_up", "1 when Redis is connected") \
+	X(db_up, GAUGE, "prophet_db_up", "Database connections up")         \
+	X(zk_up, GAUGE, "prophet_zookeeper_up",                             \
 	  "1 when the ZooKeeper session is connected")
 
 struct manager_metrics {
@@ -64,7 +64,7 @@ struct manager {
 	int64_t horizon_ms;
 	int stopping;
 	int64_t stop_deadline_ms;
-	size_t inflight;	/* requests waiting for the DB */
+	size_t inflight; /* requests waiting for the DB */
 	struct event *stop_ev;
 	struct manager_metrics m;
 };

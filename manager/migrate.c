@@ -43,8 +43,9 @@ apply_one(struct db_conn *c, const struct schema_migration *m)
 	db_params_int(&p, m->version);
 	db_params_str(&p, m->name);
 	db_params_int(&p, clock_now_ms());
-	r = db_exec(c, "INSERT INTO prophet_schema (version, name, applied_at) "
-		       "VALUES (?, ?, ?)",
+	r = db_exec(c,
+		    "INSERT INTO prophet_schema (version, name, applied_at) "
+		    "VALUES (?, ?, ?)",
 		    &p, NULL);
 	db_params_free(&p);
 	return r;
@@ -70,8 +71,8 @@ migrate_apply(const char *db_url, int wait_s, char *err, size_t errlen)
 	}
 	if (c == NULL)
 		return -1;
-	if (db_query(c, "SELECT GET_LOCK('prophet_migrate', 60)", NULL,
-		     &rows) < 0)
+	if (db_query(c, "SELECT GET_LOCK('prophet_migrate', 60)", NULL, &rows) <
+	    0)
 		goto out;
 	db_rows_free(&rows);
 	if (current_version(c, &version) < 0)

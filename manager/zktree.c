@@ -56,10 +56,11 @@ check_config_node(struct zk *z, const char *path, int nslots, char *err,
 		return -1;
 	}
 	if (json_integer_value(s) != nslots) {
-		snprintf(err, errlen,
-			 "cluster.slots = %d but the cluster at %s was "
-			 "created with %lld slots; the slot count cannot change",
-			 nslots, path, (long long)json_integer_value(s));
+		snprintf(
+			err, errlen,
+			"cluster.slots = %d but the cluster at %s was "
+			"created with %lld slots; the slot count cannot change",
+			nslots, path, (long long)json_integer_value(s));
 		json_decref(j);
 		return -1;
 	}

@@ -18,20 +18,20 @@ extern const struct schema_migration schema_migrations[];
 extern const size_t schema_migration_count;
 
 /* Columns written on submit, in bind order; one "(?,...)" row per task. */
-#define SQL_TASK_INSERT_PREFIX                                                 \
-	"INSERT IGNORE INTO tasks (id, slot, topic, msg_key, body, headers, "  \
-	"callback, due_at, ttl_ms, max_attempts, priority, status, "           \
+#define SQL_TASK_INSERT_PREFIX                                                \
+	"INSERT IGNORE INTO tasks (id, slot, topic, msg_key, body, headers, " \
+	"callback, due_at, ttl_ms, max_attempts, priority, status, "          \
 	"content_hash, batch_id, created_at, updated_at) VALUES "
 #define SQL_TASK_INSERT_ROW "(?,?,?,?,?,?,?,?,?,?,?,'scheduled',?,?,?,?)"
 #define SQL_TASK_INSERT_NCOLS 15
 
 /* Which of a batch's client-chosen ids were there before it. */
-#define SQL_TASK_HASH_BY_ID                                                    \
+#define SQL_TASK_HASH_BY_ID \
 	"SELECT content_hash, batch_id, status FROM tasks WHERE id = ?"
 
-#define SQL_TASK_COLUMNS                                                       \
-	"id, slot, topic, msg_key, body, headers, callback, due_at, ttl_ms, "  \
-	"max_attempts, priority, status, attempt, epoch, owner, created_at, "  \
+#define SQL_TASK_COLUMNS                                                      \
+	"id, slot, topic, msg_key, body, headers, callback, due_at, ttl_ms, " \
+	"max_attempts, priority, status, attempt, epoch, owner, created_at, " \
 	"updated_at, fired_at, delivered_at, callback_status"
 enum sql_task_col {
 	SQL_TC_ID,
@@ -58,8 +58,8 @@ enum sql_task_col {
 };
 #define SQL_TASK_GET "SELECT " SQL_TASK_COLUMNS " FROM tasks WHERE id = ?"
 
-#define SQL_TASK_LOG_GET                                                       \
-	"SELECT from_status, to_status, actor, epoch, attempt, at, note "      \
+#define SQL_TASK_LOG_GET                                                  \
+	"SELECT from_status, to_status, actor, epoch, attempt, at, note " \
 	"FROM task_log WHERE task_id = ? ORDER BY seq"
 
 /*
@@ -71,16 +71,17 @@ enum sql_task_col {
 	"delivered_at = ?, attempt = ?, epoch = ?, owner = ?, updated_at = ? " \
 	"WHERE id = ? AND status IN ('scheduled', 'firing') AND epoch <= ?"
 
-#define SQL_TASK_LOG_INSERT_PREFIX                                             \
-	"INSERT INTO task_log (task_id, from_status, to_status, actor, epoch, "\
+#define SQL_TASK_LOG_INSERT_PREFIX                                       \
+	"INSERT INTO task_log (task_id, from_status, to_status, actor, " \
+	"epoch, "                                                        \
 	"attempt, at, note) VALUES "
 #define SQL_TASK_LOG_INSERT_ROW "(?,?,?,?,?,?,?,?)"
 #define SQL_TASK_LOG_INSERT_NCOLS 8
 
 /* Scheduled tasks of one slot due in [from, to), for the horizon loader. */
-#define SQL_TASK_DUE_IN_SLOT                                                   \
-	"SELECT id, topic, msg_key, body, headers, due_at, ttl_ms, attempt "   \
-	"FROM tasks WHERE slot = ? AND status = 'scheduled' AND due_at >= ? "  \
+#define SQL_TASK_DUE_IN_SLOT                                                  \
+	"SELECT id, topic, msg_key, body, headers, due_at, ttl_ms, attempt "  \
+	"FROM tasks WHERE slot = ? AND status = 'scheduled' AND due_at >= ? " \
 	"AND due_at < ? ORDER BY due_at LIMIT ?"
 
 #endif

@@ -14,40 +14,40 @@
  * flat array id, payload, attempt for every id that was still due (score
  * <= now) and is now in flight.
  */
-#define SCRIPT_CLAIM                                                           \
-	"local fence = tonumber(redis.call('GET', KEYS[5]) or '0')\n"         \
-	"local epoch = tonumber(ARGV[1])\n"                                    \
-	"if fence > epoch then return -1 end\n"                                \
-	"if fence < epoch then redis.call('SET', KEYS[5], ARGV[1]) end\n"     \
-	"local now = tonumber(ARGV[2])\n"                                      \
-	"local out = {}\n"                                                     \
-	"for i = 4, #ARGV do\n"                                                \
-	"  local id = ARGV[i]\n"                                               \
-	"  local s = redis.call('ZSCORE', KEYS[1], id)\n"                      \
-	"  if s and tonumber(s) <= now then\n"                                 \
-	"    redis.call('ZREM', KEYS[1], id)\n"                                \
-	"    local p = redis.call('HGET', KEYS[2], id)\n"                      \
-	"    if p then\n"                                                      \
-	"      redis.call('ZADD', KEYS[3], ARGV[3], id)\n"                     \
-	"      local a = redis.call('HINCRBY', KEYS[4], id, 1)\n"              \
-	"      out[#out + 1] = id\n"                                           \
-	"      out[#out + 1] = p\n"                                            \
-	"      out[#out + 1] = a\n"                                            \
-	"    end\n"                                                            \
-	"  end\n"                                                              \
-	"end\n"                                                                \
+#define SCRIPT_CLAIM                                                      \
+	"local fence = tonumber(redis.call('GET', KEYS[5]) or '0')\n"     \
+	"local epoch = tonumber(ARGV[1])\n"                               \
+	"if fence > epoch then return -1 end\n"                           \
+	"if fence < epoch then redis.call('SET', KEYS[5], ARGV[1]) end\n" \
+	"local now = tonumber(ARGV[2])\n"                                 \
+	"local out = {}\n"                                                \
+	"for i = 4, #ARGV do\n"                                           \
+	"  local id = ARGV[i]\n"                                          \
+	"  local s = redis.call('ZSCORE', KEYS[1], id)\n"                 \
+	"  if s and tonumber(s) <= now then\n"                            \
+	"    redis.call('ZREM', KEYS[1], id)\n"                           \
+	"    local p = redis.call('HGET', KEYS[2], id)\n"                 \
+	"    if p then\n"                                                 \
+	"      redis.call('ZADD', KEYS[3], ARGV[3], id)\n"                \
+	"      local a = redis.call('HINCRBY', KEYS[4], id, 1)\n"         \
+	"      out[#out + 1] = id\n"                                      \
+	"      out[#out + 1] = p\n"                                       \
+	"      out[#out + 1] = a\n"                                       \
+	"    end\n"                                                       \
+	"  end\n"                                                         \
+	"end\n"                                                           \
 	"return out\n"
 
 /*
  * Forget delivered (or expired) tasks.
  * KEYS: inflight, task, attempt     ARGV: id...
  */
-#define SCRIPT_FORGET                                                          \
-	"for i = 1, #ARGV do\n"                                                \
-	"  redis.call('ZREM', KEYS[1], ARGV[i])\n"                             \
-	"  redis.call('HDEL', KEYS[2], ARGV[i])\n"                             \
-	"  redis.call('HDEL', KEYS[3], ARGV[i])\n"                             \
-	"end\n"                                                                \
+#define SCRIPT_FORGET                              \
+	"for i = 1, #ARGV do\n"                    \
+	"  redis.call('ZREM', KEYS[1], ARGV[i])\n" \
+	"  redis.call('HDEL', KEYS[2], ARGV[i])\n" \
+	"  redis.call('HDEL', KEYS[3], ARGV[i])\n" \
+	"end\n"                                    \
 	"return #ARGV\n"
 
 /*
@@ -55,31 +55,32 @@
  * KEYS: due, inflight     ARGV: now_ms, id...
  * Returns how many went back to due.
  */
-#define SCRIPT_REQUEUE                                                         \
-	"local now = tonumber(ARGV[1])\n"                                      \
-	"local n = 0\n"                                                        \
-	"for i = 2, #ARGV do\n"                                                \
-	"  local s = redis.call('ZSCORE', KEYS[2], ARGV[i])\n"                 \
-	"  if s and tonumber(s) <= now then\n"                                 \
-	"    redis.call('ZREM', KEYS[2], ARGV[i])\n"                           \
-	"    redis.call('ZADD', KEYS[1], now, ARGV[i])\n"                      \
-	"    n = n + 1\n"                                                      \
-	"  end\n"                                                              \
-	"end\n"                                                                \
+#define SCRIPT_REQUEUE                                         \
+	"local now = tonumber(ARGV[1])\n"                      \
+	"local n = 0\n"                                        \
+	"for i = 2, #ARGV do\n"                                \
+	"  local s = redis.call('ZSCORE', KEYS[2], ARGV[i])\n" \
+	"  if s and tonumber(s) <= now then\n"                 \
+	"    redis.call('ZREM', KEYS[2], ARGV[i])\n"           \
+	"    redis.call('ZADD', KEYS[1], now, ARGV[i])\n"      \
+	"    n = n + 1\n"                                      \
+	"  end\n"                                              \
+	"end\n"                                                \
 	"return n\n"
 
 /*
  * Index tasks loaded from the DB unless they are in flight already.
  * KEYS: due, task, inflight     ARGV: (id, due_ms, payload)...
  */
-#define SCRIPT_INDEX                                                           \
-	"local n = 0\n"                                                        \
-	"for i = 1, #ARGV, 3 do\n"                                             \
-	"  if not redis.call('ZSCORE', KEYS[3], ARGV[i]) then\n"               \
-	"    redis.call('HSET', KEYS[2], ARGV[i], ARGV[i + 2])\n"              \
-	"    n = n + redis.call('ZADD', KEYS[1], 'NX', ARGV[i + 1], ARGV[i])\n" \
-	"  end\n"                                                              \
-	"end\n"                                                                \
+#define SCRIPT_INDEX                                                  \
+	"local n = 0\n"                                               \
+	"for i = 1, #ARGV, 3 do\n"                                    \
+	"  if not redis.call('ZSCORE', KEYS[3], ARGV[i]) then\n"      \
+	"    redis.call('HSET', KEYS[2], ARGV[i], ARGV[i + 2])\n"     \
+	"    n = n + redis.call('ZADD', KEYS[1], 'NX', ARGV[i + 1], " \
+	"ARGV[i])\n"                                                  \
+	"  end\n"                                                     \
+	"end\n"                                                       \
 	"return n\n"
 
 #endif

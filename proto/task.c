@@ -19,9 +19,10 @@ static const char *const cb_status_names[TASK__CB_COUNT] = {
 	"none", "ok", "retrying", "failed"};
 
 static const char *const known_fields[] = {
-	"id",	    "topic",	"body",	    "due_at",	"delay_ms",
-	"key",	    "headers",	"callback", "max_attempts", "ttl_ms",
-	"cron",	    "timezone", "priority", NULL};
+	"id",		"topic",  "body",    "due_at",
+	"delay_ms",	"key",	  "headers", "callback",
+	"max_attempts", "ttl_ms", "cron",    "timezone",
+	"priority",	NULL};
 
 const char *
 task_status_name(enum task_status s)
@@ -252,7 +253,7 @@ check_string_map(const json_t *m, const char *field, struct task_error *err)
 		return task_error_set(err, 400, "too_large", field,
 				      "%s has more than %d entries", field,
 				      TASK_HEADERS_MAX);
-	json_object_foreach((json_t *)m, k, v) {
+	json_object_foreach ((json_t *)m, k, v) {
 		size_t kl = strlen(k);
 
 		if (kl == 0 || kl > TASK_HEADER_NAME_MAX)
@@ -279,13 +280,13 @@ check_headers(const json_t *h, struct task_error *err)
 
 	if (check_string_map(h, "headers", err) < 0)
 		return -1;
-	json_object_foreach((json_t *)h, k, v) {
+	json_object_foreach ((json_t *)h, k, v) {
 		if (!strncasecmp(k, "prophet-", 8))
-			return task_error_set(err, 400, "invalid_value",
-					      "headers",
-					      "header '%s': the prophet- prefix "
-					      "is reserved",
-					      k);
+			return task_error_set(
+				err, 400, "invalid_value", "headers",
+				"header '%s': the prophet- prefix "
+				"is reserved",
+				k);
 	}
 	return 0;
 }
@@ -303,13 +304,12 @@ check_callback(const json_t *cb, struct task_error *err)
 	if (!json_is_object(cb))
 		return task_error_set(err, 400, "invalid_type", "callback",
 				      "callback must be an object");
-	json_object_foreach((json_t *)cb, k, v) {
+	json_object_foreach ((json_t *)cb, k, v) {
 		if (strcmp(k, "url") && strcmp(k, "method") &&
 		    strcmp(k, "headers") && strcmp(k, "timeout_ms"))
-			return task_error_set(err, 400, "unknown_field",
-					      "callback",
-					      "callback.%s is not a known field",
-					      k);
+			return task_error_set(
+				err, 400, "unknown_field", "callback",
+				"callback.%s is not a known field", k);
 	}
 	url = json_object_get(cb, "url");
 	if (!json_is_string(url))
@@ -337,17 +337,17 @@ check_callback(const json_t *cb, struct task_error *err)
 		int ok = 0;
 
 		if (!json_is_string(method))
-			return task_error_set(err, 400, "invalid_type",
-					      "callback.method",
-					      "callback.method must be a string");
+			return task_error_set(
+				err, 400, "invalid_type", "callback.method",
+				"callback.method must be a string");
 		for (int i = 0; methods[i]; i++)
 			if (!strcmp(json_string_value(method), methods[i]))
 				ok = 1;
 		if (!ok)
-			return task_error_set(err, 400, "invalid_value",
-					      "callback.method",
-					      "callback.method must be GET, POST, "
-					      "PUT, PATCH or DELETE");
+			return task_error_set(
+				err, 400, "invalid_value", "callback.method",
+				"callback.method must be GET, POST, "
+				"PUT, PATCH or DELETE");
 	}
 	headers = json_object_get(cb, "headers");
 	if (headers != NULL &&
@@ -377,7 +377,7 @@ task_parse(const json_t *in, const struct task_limits *lim, int64_t now_ms,
 	if (!json_is_object(in))
 		return task_error_set(err, 400, "invalid_type", NULL,
 				      "a task must be a JSON object");
-	json_object_foreach((json_t *)in, k, jv) {
+	json_object_foreach ((json_t *)in, k, jv) {
 		int known = 0;
 
 		for (int i = 0; known_fields[i]; i++)
@@ -436,8 +436,8 @@ task_parse(const json_t *in, const struct task_limits *lim, int64_t now_ms,
 		return -1;
 	if (has_due)
 		t->due_at = n;
-	if (get_int(in, "delay_ms", 0, lim->max_delay_ms, &n, &has_delay,
-		    err) < 0)
+	if (get_int(in, "delay_ms", 0, lim->max_delay_ms, &n, &has_delay, err) <
+	    0)
 		return -1;
 	if (has_due && has_delay)
 		return task_error_set(err, 400, "invalid_value", "delay_ms",
@@ -539,9 +539,9 @@ task_to_json(const struct task *t)
 	if (t->callback != NULL) {
 		json_object_set(o, "callback", t->callback);
 	}
-	json_object_set_new(o, "callback_status",
-			    json_string(task_callback_status_name(
-				    t->callback_status)));
+	json_object_set_new(
+		o, "callback_status",
+		json_string(task_callback_status_name(t->callback_status)));
 	if (t->max_attempts > 0)
 		json_object_set_new(o, "max_attempts",
 				    json_integer(t->max_attempts));

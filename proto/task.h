@@ -35,21 +35,21 @@ enum task_callback_status {
 
 struct task {
 	char id[TASK_ID_MAX + 1];
-	int id_given;		/* the client chose the id */
+	int id_given; /* the client chose the id */
 	char *topic;
 	char *body;
 	size_t body_len;
-	int64_t due_at;		/* ms since the epoch */
-	int64_t delay_ms;	/* as submitted, or -1 when due_at was given */
-	char *key;		/* Kafka key; NULL means the id */
-	json_t *headers;	/* object of strings, or NULL */
-	json_t *callback;	/* object, or NULL */
-	int max_attempts;	/* 0: the configured default */
-	int64_t ttl_ms;		/* 0: never expires */
+	int64_t due_at;	  /* ms since the epoch */
+	int64_t delay_ms; /* as submitted, or -1 when due_at was given */
+	char *key;	  /* Kafka key; NULL means the id */
+	json_t *headers;  /* object of strings, or NULL */
+	json_t *callback; /* object, or NULL */
+	int max_attempts; /* 0: the configured default */
+	int64_t ttl_ms;	  /* 0: never expires */
 	int priority;
 	char *cron;
 	char *timezone;
-	uint64_t content_hash;	/* of the submission, for idempotent replays */
+	uint64_t content_hash; /* of the submission, for idempotent replays */
 
 	/* Stored state. */
 	enum task_status status;
@@ -59,8 +59,8 @@ struct task {
 	char *owner;
 	int64_t created_at;
 	int64_t updated_at;
-	int64_t fired_at;	/* 0: not yet */
-	int64_t delivered_at;	/* 0: not yet */
+	int64_t fired_at;     /* 0: not yet */
+	int64_t delivered_at; /* 0: not yet */
 };
 
 struct task_limits {

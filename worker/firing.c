@@ -86,8 +86,8 @@ firing_publish(struct worker *w, struct wtask *t, const char *payload,
 		firing_expire(w, t);
 		return;
 	}
-	h = rd_kafka_headers_new(8 + (pt.headers ? json_object_size(pt.headers)
-						 : 0));
+	h = rd_kafka_headers_new(
+		8 + (pt.headers ? json_object_size(pt.headers) : 0));
 	rd_kafka_header_add(h, KHDR_ID, -1, t->id, -1);
 	add_header_int(h, KHDR_DUE_AT, pt.due_at);
 	add_header_int(h, KHDR_FIRED_AT, now);
@@ -95,7 +95,7 @@ firing_publish(struct worker *w, struct wtask *t, const char *payload,
 	add_header_int(h, KHDR_SLOT, t->slot);
 	add_header_int(h, KHDR_EPOCH, t->epoch);
 	if (pt.headers != NULL)
-		json_object_foreach(pt.headers, k, v)
+		json_object_foreach (pt.headers, k, v)
 			rd_kafka_header_add(h, k, -1, json_string_value(v),
 					    (ssize_t)json_string_length(v));
 	snprintf(topic, sizeof(topic), "%s%s", w->topic_prefix, pt.topic);
@@ -144,7 +144,7 @@ struct mark_job {
 	struct wtask **tasks;
 	size_t n;
 	int *updated;
-	size_t *order;	/* indices of the updated tasks */
+	size_t *order; /* indices of the updated tasks */
 	size_t nupdated;
 	int64_t now;
 };
@@ -185,11 +185,12 @@ mark_run(struct db_conn *c, struct db_job *job)
 			db_params_int(&p, mj->now);
 			db_params_str(&p, t->id);
 			db_params_int(&p, t->epoch);
-			rc = db_exec(c,
-				     "UPDATE tasks SET status = 'expired', "
-				     "updated_at = ? WHERE id = ? AND status "
-				     "IN ('scheduled', 'firing') AND epoch <= ?",
-				     &p, &a);
+			rc = db_exec(
+				c,
+				"UPDATE tasks SET status = 'expired', "
+				"updated_at = ? WHERE id = ? AND status "
+				"IN ('scheduled', 'firing') AND epoch <= ?",
+				&p, &a);
 		} else {
 			db_params_int(&p, t->fired_at);
 			db_params_int(&p, mj->now);
@@ -246,9 +247,8 @@ forget(struct worker *w, struct wtask **tasks, size_t n)
 			}
 			redis_args_addstr(&a, tasks[i]->id);
 		}
-		if (a.argc > 0 &&
-		    redis_command_argv(w->redis, NULL, NULL, a.argc, a.argv,
-				       a.len) < 0)
+		if (a.argc > 0 && redis_command_argv(w->redis, NULL, NULL,
+						     a.argc, a.argv, a.len) < 0)
 			log_warn("redis cleanup skipped (disconnected)",
 				 "slot=%d", slot);
 		redis_args_free(&a);

@@ -65,6 +65,22 @@ drain_cb(evutil_socket_t fd, short what, void *arg)
 }
 
 static void
+reload_cb(void *arg)
+{
+	struct worker *w = arg;
+	enum log_level lvl;
+	char err[512];
+
+	if (cfg_reload(w->cfg, err, sizeof(err)) < 0) {
+		log_error("reload failed; keeping the running config",
+			  "error=\"%s\"", err);
+		return;
+	}
+	log_level_parse(cfg_str(w->cfg, CFG_LOG_LEVEL), &lvl);
+	log_set_level(lvl);
+}
+
+static void
 stop_cb(int count, void *arg)
 {
 	struct worker *w = arg;
@@ -85,7 +101,8 @@ static void
 route_cb(struct evhttp_request *req, void *arg)
 {
 	struct worker *w = arg;
-	const char *path = evhttp_uri_get_path(evhttp_request_get_evhttp_uri(req));
+	const char *path =
+		evhttp_uri_get_path(evhttp_request_get_evhttp_uri(req));
 
 	if (path != NULL && !strcmp(path, "/metrics")) {
 		http_metrics_cb(req, w);
@@ -127,7 +144,8 @@ main(int argc, char **argv)
 	log_level_parse(cfg_str(w.cfg, CFG_LOG_LEVEL), &lvl);
 	log_init("worker", lvl);
 	if (cfg_str(w.cfg, CFG_WORKER_ID)[0] != '\0')
-		snprintf(w.id, sizeof(w.id), "%s", cfg_str(w.cfg, CFG_WORKER_ID));
+		snprintf(w.id, sizeof(w.id), "%s",
+			 cfg_str(w.cfg, CFG_WORKER_ID));
 	else
 		daemon_default_id(w.id, sizeof(w.id));
 	log_info("starting", "version=%s id=%s config=%s", PACKAGE_VERSION,
@@ -145,7 +163,7 @@ main(int argc, char **argv)
 
 	evthread_use_pthreads();
 	w.base = event_base_new();
-	w.daemon = daemon_create(w.base, stop_cb, NULL, &w);
+	w.daemon = daemon_create(w.base, stop_cb, reload_cb, &w);
 	register_metrics(&w);
 
 	w.kafka = kafka_producer_create(w.base, w.cfg, firing_dr_cb, &w, err,
@@ -157,7 +175,8 @@ main(int argc, char **argv)
 	w.redis = redis_create(w.base, cfg_str(w.cfg, CFG_REDIS_URL),
 			       (int)cfg_int(w.cfg, CFG_REDIS_TIMEOUT_MS),
 			       redis_state_cb, &w);
-	w.http = http_server_create(w.base, cfg_str(w.cfg, CFG_WORKER_HTTP_LISTEN),
+	w.http = http_server_create(w.base,
+				    cfg_str(w.cfg, CFG_WORKER_HTTP_LISTEN),
 				    65536, 30, err, sizeof(err));
 	if (w.http == NULL)
 		log_fatal("http", "error=\"%s\"", err);

@@ -44,8 +44,8 @@ register_node(struct worker *w, char *err, size_t errlen)
 	char *data = member_json(w);
 	int rc;
 
-	snprintf(path, sizeof(path), "%s%s/%s", cfg_str(w->cfg, CFG_CLUSTER_ROOT),
-		 ZPATH_WORKERS, w->id);
+	snprintf(path, sizeof(path), "%s%s/%s",
+		 cfg_str(w->cfg, CFG_CLUSTER_ROOT), ZPATH_WORKERS, w->id);
 	rc = zoo_create(zk_handle(w->zk), path, data, (int)strlen(data),
 			&ZOO_OPEN_ACL_UNSAFE, ZOO_EPHEMERAL, NULL, 0);
 	free(data);
@@ -64,7 +64,8 @@ register_node(struct worker *w, char *err, size_t errlen)
 	}
 	if (rc == ZNONODE) {
 		snprintf(err, errlen,
-			 "%s does not exist: start prophet-manager first", path);
+			 "%s does not exist: start prophet-manager first",
+			 path);
 		return -1;
 	}
 	if (rc != ZOK) {

@@ -546,8 +546,8 @@ load_done_cb(struct db_job *job, int status, const char *err)
 	char **payloads;
 
 	if (status < 0) {
-		log_warn("horizon load failed", "slot=%d error=\"%s\"",
-			 l->slot, err);
+		log_warn("horizon load failed", "slot=%d error=\"%s\"", l->slot,
+			 err);
 		w->slots[l->slot].loading = 0;
 		goto out;
 	}
@@ -655,7 +655,8 @@ void
 scanner_start(struct worker *w)
 {
 	int64_t ms = cfg_int(w->cfg, CFG_WORKER_SCAN_INTERVAL_MS);
-	struct timeval tv = {(time_t)(ms / 1000), (suseconds_t)(ms % 1000) * 1000};
+	struct timeval tv = {(time_t)(ms / 1000),
+			     (suseconds_t)(ms % 1000) * 1000};
 
 	w->wheel = timerwheel_create(clock_now_ms());
 	w->scan_ev = event_new(w->base, -1, EV_PERSIST, scan_cb, w);

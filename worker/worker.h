@@ -20,44 +20,44 @@ struct metric;
 struct hmap;
 
 #define WORKER_METRICS(X)                                                      \
-	X(fired, COUNTER, "prophet_tasks_fired_total",                        \
+	X(fired, COUNTER, "prophet_tasks_fired_total",                         \
 	  "Tasks claimed and handed to the Kafka producer")                    \
-	X(published, COUNTER, "prophet_tasks_published_total",                \
+	X(published, COUNTER, "prophet_tasks_published_total",                 \
 	  "Delivery reports with success")                                     \
-	X(delivered, COUNTER, "prophet_tasks_delivered_total",                \
+	X(delivered, COUNTER, "prophet_tasks_delivered_total",                 \
 	  "Tasks marked delivered in the database")                            \
-	X(expired, COUNTER, "prophet_tasks_expired_total",                    \
-	  "Tasks given up because their ttl_ms passed before publishing")     \
-	X(publish_errors, COUNTER, "prophet_publish_errors_total",            \
+	X(expired, COUNTER, "prophet_tasks_expired_total",                     \
+	  "Tasks given up because their ttl_ms passed before publishing")      \
+	X(publish_errors, COUNTER, "prophet_publish_errors_total",             \
 	  "Produce calls or delivery reports that failed")                     \
-	X(lateness, HISTOGRAM, "prophet_fire_lateness_seconds",               \
+	X(lateness, HISTOGRAM, "prophet_fire_lateness_seconds",                \
 	  "Publish time minus due time")                                       \
-	X(claims, COUNTER, "prophet_claim_calls_total",                       \
+	X(claims, COUNTER, "prophet_claim_calls_total",                        \
 	  "Redis claim round trips")                                           \
-	X(claim_lost, COUNTER, "prophet_claim_lost_total",                    \
-	  "Ids that were no longer due when claimed (cancelled, moved, or "  \
+	X(claim_lost, COUNTER, "prophet_claim_lost_total",                     \
+	  "Ids that were no longer due when claimed (cancelled, moved, or "    \
 	  "claimed by another worker)")                                        \
-	X(fenced, COUNTER, "prophet_fenced_writes_total",                     \
-	  "Claims or state updates refused because a newer epoch owns the "   \
+	X(fenced, COUNTER, "prophet_fenced_writes_total",                      \
+	  "Claims or state updates refused because a newer epoch owns the "    \
 	  "slot")                                                              \
-	X(requeued, COUNTER, "prophet_lease_requeued_total",                  \
-	  "Claimed tasks whose lease ran out and went back to due")           \
-	X(loaded, COUNTER, "prophet_horizon_loaded_total",                    \
-	  "Tasks moved from the database into Redis by the horizon loader")   \
-	X(mark_failures, COUNTER, "prophet_db_mark_failures_total",           \
-	  "Failed database batches of state updates (retried)")               \
-	X(backpressure, COUNTER, "prophet_kafka_backpressure_total",          \
-	  "Claim rounds postponed because the producer queue was full")       \
-	X(wheel_size, GAUGE, "prophet_wheel_tasks",                           \
+	X(requeued, COUNTER, "prophet_lease_requeued_total",                   \
+	  "Claimed tasks whose lease ran out and went back to due")            \
+	X(loaded, COUNTER, "prophet_horizon_loaded_total",                     \
+	  "Tasks moved from the database into Redis by the horizon loader")    \
+	X(mark_failures, COUNTER, "prophet_db_mark_failures_total",            \
+	  "Failed database batches of state updates (retried)")                \
+	X(backpressure, COUNTER, "prophet_kafka_backpressure_total",           \
+	  "Claim rounds postponed because the producer queue was full")        \
+	X(wheel_size, GAUGE, "prophet_wheel_tasks",                            \
 	  "Tasks waiting in the in-memory timing wheel")                       \
-	X(held, GAUGE, "prophet_tasks_held",                                  \
-	  "Tasks this worker holds (wheel, claiming, publishing, marking)")   \
-	X(kafka_queue, GAUGE, "prophet_kafka_queue_messages",                 \
+	X(held, GAUGE, "prophet_tasks_held",                                   \
+	  "Tasks this worker holds (wheel, claiming, publishing, marking)")    \
+	X(kafka_queue, GAUGE, "prophet_kafka_queue_messages",                  \
 	  "Messages in the producer queue")                                    \
 	X(slots_owned, GAUGE, "prophet_slots_owned", "Slots this worker owns") \
-	X(redis_up, GAUGE, "prophet_redis_up", "1 when Redis is connected")   \
-	X(db_up, GAUGE, "prophet_db_up", "Database connections up")           \
-	X(zk_up, GAUGE, "prophet_zookeeper_up",                               \
+	X(redis_up, GAUGE, "prophet_redis_up", "1 when Redis is connected")    \
+	X(db_up, GAUGE, "prophet_db_up", "Database connections up")            \
+	X(zk_up, GAUGE, "prophet_zookeeper_up",                                \
 	  "1 when the ZooKeeper session is connected")
 
 struct worker_metrics {
@@ -69,11 +69,11 @@ struct worker_metrics {
 };
 
 enum wtask_state {
-	WT_WHEEL,	/* waiting for its due millisecond */
-	WT_CLAIMQ,	/* due, waiting for a claim round trip */
-	WT_CLAIMING,	/* in a claim round trip */
-	WT_PUBLISHING,	/* handed to Kafka, no delivery report yet */
-	WT_MARKING,	/* delivered; database update pending */
+	WT_WHEEL,      /* waiting for its due millisecond */
+	WT_CLAIMQ,     /* due, waiting for a claim round trip */
+	WT_CLAIMING,   /* in a claim round trip */
+	WT_PUBLISHING, /* handed to Kafka, no delivery report yet */
+	WT_MARKING,    /* delivered; database update pending */
 };
 
 /* A task this worker holds, from the look-ahead scan to its DB update. */
@@ -85,9 +85,9 @@ struct wtask {
 	int64_t epoch;
 	int attempt;
 	int64_t fired_at;
-	int expire;		/* ttl passed: mark expired, do not publish */
+	int expire; /* ttl passed: mark expired, do not publish */
 	struct timerwheel_timer timer;
-	struct wtask *next;	/* claim queue or mark batch */
+	struct wtask *next; /* claim queue or mark batch */
 	struct worker *w;
 };
 
@@ -114,7 +114,7 @@ struct worker {
 	struct zk *zk;
 	struct kafka_producer *kafka;
 	struct timerwheel *wheel;
-	struct hmap *tasks;	/* id -> struct wtask */
+	struct hmap *tasks; /* id -> struct wtask */
 	char id[128];
 	int nslots;
 	struct wslot *slots;

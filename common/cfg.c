@@ -269,7 +269,27 @@ struct ini_ctx {
 	char *err;
 	size_t errlen;
 	int failed;
+	FILE *fp;
+	int lines;	/* newline-terminated lines read so far */
+	int partial;	/* the last read had no newline */
+	int fail_line;
 };
+
+/* Counts lines so a value error can be told apart from an earlier
+ * syntax error: ini_parse reports only the first error's line. */
+static char *
+cfg_ini_reader(char *str, int num, void *stream)
+{
+	struct ini_ctx *ctx = stream;
+	char *s = fgets(str, num, ctx->fp);
+
+	if (s != NULL) {
+		ctx->partial = strchr(s, '\n') == NULL;
+		if (!ctx->partial)
+			ctx->lines++;
+	}
+	return s;
+}
 
 static int
 cfg_ini_cb(void *user, const char *section, const char *name, const char *value)
@@ -282,6 +302,7 @@ cfg_ini_cb(void *user, const char *section, const char *name, const char *value)
 	if (cfg_set(ctx->cfg, section, name, value, why, sizeof(why)) < 0) {
 		snprintf(ctx->err, ctx->errlen, "%s", why);
 		ctx->failed = 1;
+		ctx->fail_line = ctx->lines + ctx->partial;
 		return 0;
 	}
 	return 1;
@@ -290,20 +311,26 @@ cfg_ini_cb(void *user, const char *section, const char *name, const char *value)
 int
 cfg_load_file(struct cfg *cfg, const char *path, char *err, size_t errlen)
 {
-	struct ini_ctx ctx = {cfg, err, errlen, 0};
+	struct ini_ctx ctx = {cfg, err, errlen, 0, NULL, 0, 0, 0};
 	char why[512] = "";
 	int r;
 
 	ctx.err = why;
 	ctx.errlen = sizeof(why);
-	r = ini_parse(path, cfg_ini_cb, &ctx);
+	ctx.fp = fopen(path, "r");
+	if (ctx.fp == NULL)
+		r = -1;
+	else
+		r = ini_parse_stream(cfg_ini_reader, &ctx, cfg_ini_cb, &ctx);
+	if (ctx.fp != NULL)
+		fclose(ctx.fp);
 	if (r == -1) {
 		snprintf(err, errlen, "%s: cannot open: %s", path,
 			 strerror(errno));
 		return -1;
 	}
 	if (r != 0) {
-		if (ctx.failed)
+		if (ctx.failed && ctx.fail_line == r)
 			snprintf(err, errlen, "%s:%d: %s", path, r, why);
 		else
 			snprintf(err, errlen, "%s:%d: syntax error", path, r);
@@ -576,7 +603,7 @@ cfg_check_level(const char *v, char *err, size_t errlen)
 {
 	enum log_level l;
 
-	if (log_level_parse(v, &l) < 0) {
+	if (log_level_parse(v, &l) < 0 || l == PLOG_FATAL) {
 		snprintf(err, errlen, "'%s' is not debug, info, warn or error",
 			 v);
 		return -1;

@@ -16,8 +16,22 @@ slot_hash(const char *id, size_t len)
 	return h;
 }
 
+/* FNV-1a alone is weak in its low bits (a multiply only carries upward),
+ * and slot counts are often powers of two: finish with murmur3's fmix32 so
+ * every input bit reaches the bits the modulo keeps. */
+static uint32_t
+fmix32(uint32_t h)
+{
+	h ^= h >> 16;
+	h *= 0x85ebca6bu;
+	h ^= h >> 13;
+	h *= 0xc2b2ae35u;
+	h ^= h >> 16;
+	return h;
+}
+
 int
 slot_of(const char *id, size_t len, int nslots)
 {
-	return (int)(slot_hash(id, len) % (uint32_t)nslots);
+	return (int)(fmix32(slot_hash(id, len)) % (uint32_t)nslots);
 }

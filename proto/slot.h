@@ -5,7 +5,7 @@
 #include <stdint.h>
 
 /*
- * slot = FNV-1a-32(id) mod slots. Part of the on-disk format: a task's slot
+ * slot = fmix32(FNV-1a-32(id)) mod slots (fmix32: murmur3's finaliser). Part of the on-disk format: a task's slot
  * is stored with it, and the hash must never change.
  */
 uint32_t slot_hash(const char *id, size_t len);

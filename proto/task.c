@@ -224,7 +224,8 @@ get_int(const json_t *in, const char *field, int64_t min, int64_t max,
 		*out = json_integer_value(v);
 	} else if (json_is_real(v)) {
 		d = json_real_value(v);
-		if (d != (double)(int64_t)d)
+		/* Range first: casting an out-of-range double is undefined. */
+		if (!(d >= -9.2e18 && d <= 9.2e18) || d != (double)(int64_t)d)
 			return task_error_set(err, 400, "invalid_type", field,
 					      "%s must be an integer", field);
 		*out = (int64_t)d;
@@ -312,9 +313,12 @@ check_callback(const json_t *cb, struct task_error *err)
 				"callback.%s is not a known field", k);
 	}
 	url = json_object_get(cb, "url");
-	if (!json_is_string(url))
+	if (url == NULL || json_is_null(url))
 		return task_error_set(err, 400, "missing_field", "callback.url",
-				      "callback.url is required (a string)");
+				      "callback.url is required");
+	if (!json_is_string(url))
+		return task_error_set(err, 400, "invalid_type", "callback.url",
+				      "callback.url must be a string");
 	u = json_string_value(url);
 	n = json_string_length(url);
 	if (n > TASK_URL_MAX)
@@ -354,13 +358,15 @@ check_callback(const json_t *cb, struct task_error *err)
 	    check_string_map(headers, "callback.headers", err) < 0)
 		return -1;
 	timeout = json_object_get(cb, "timeout_ms");
-	if (timeout != NULL &&
-	    (!json_is_integer(timeout) || json_integer_value(timeout) < 1 ||
-	     json_integer_value(timeout) > 300000))
+	if (timeout != NULL && !json_is_integer(timeout))
+		return task_error_set(err, 400, "invalid_type",
+				      "callback.timeout_ms",
+				      "callback.timeout_ms must be an integer");
+	if (timeout != NULL && (json_integer_value(timeout) < 1 ||
+				json_integer_value(timeout) > 300000))
 		return task_error_set(err, 400, "invalid_value",
 				      "callback.timeout_ms",
-				      "callback.timeout_ms must be an integer "
-				      "1..300000");
+				      "callback.timeout_ms must be 1..300000");
 	return 0;
 }
 

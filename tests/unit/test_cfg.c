@@ -1,0 +1,686 @@
+#ifdef HAVE_CONFIG_H
+#include "config.h"
+#endif
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include "cfg.h"
+#include "url.h"
+#include "xmalloc.h"
+
+struct tmpconf {
+	char path[64];
+};
+
+static void
+tmpconf_write(struct tmpconf *tc, const char *text)
+{
+	int fd;
+
+	snprintf(tc->path, sizeof(tc->path), "/tmp/prophet-test-cfg-XXXXXX");
+	fd = mkstemp(tc->path);
+	assert_true(fd >= 0);
+	assert_int_equal(write(fd, text, strlen(text)), (ssize_t)strlen(text));
+	assert_int_equal(close(fd), 0);
+}
+
+static void
+tmpconf_remove(struct tmpconf *tc)
+{
+	unlink(tc->path);
+}
+
+static void
+assert_contains(const char *haystack, const char *needle)
+{
+	if (strstr(haystack, needle) == NULL)
+		fail_msg("'%s' does not contain '%s'", haystack, needle);
+}
+
+/* cfg_set must accept value for section.key. */
+static void
+set_ok(const char *section, const char *key, const char *value)
+{
+	struct cfg *cfg = cfg_create();
+	char err[256] = "";
+	int rc = cfg_set(cfg, section, key, value, err, sizeof(err));
+
+	cfg_destroy(cfg);
+	if (rc != 0)
+		fail_msg("%s.%s = '%s' rejected: %s", section, key, value, err);
+}
+
+/* Whether every key of a holds the same value as in b. */
+static int
+cfg_same(const struct cfg *a, const struct cfg *b)
+{
+	for (int i = 0; i < CFG__COUNT; i++)
+		if (strcmp(cfg_str(a, (enum cfg_id)i),
+			   cfg_str(b, (enum cfg_id)i)) ||
+		    cfg_int(a, (enum cfg_id)i) != cfg_int(b, (enum cfg_id)i))
+			return 0;
+	return 1;
+}
+
+/* cfg_set must reject value, name the key, and keep the old value. */
+static void
+set_bad(const char *section, const char *key, const char *value)
+{
+	struct cfg *cfg = cfg_create(), *ref = cfg_create();
+	char err[256] = "", name[128];
+	int rc = cfg_set(cfg, section, key, value, err, sizeof(err));
+	int same = cfg_same(cfg, ref);
+
+	cfg_destroy(ref);
+	cfg_destroy(cfg);
+	if (rc != -1)
+		fail_msg("%s.%s = '%s' accepted", section, key, value);
+	snprintf(name, sizeof(name), "%s.%s", section, key);
+	assert_contains(err, name);
+	assert_true(same);
+}
+
+static void
+test_defaults(void **state)
+{
+	struct cfg *cfg = cfg_create();
+
+	(void)state;
+
+	assert_int_equal(cfg_int(cfg, CFG_CLUSTER_SLOTS), 16);
+	assert_string_equal(cfg_str(cfg, CFG_CLUSTER_SLOTS), "16");
+	assert_string_equal(cfg_str(cfg, CFG_CLUSTER_ROOT), "/prophet");
+	assert_string_equal(cfg_str(cfg, CFG_ZK_HOSTS), "127.0.0.1:2181");
+	assert_int_equal(cfg_int(cfg, CFG_ZK_SESSION_TIMEOUT_MS), 10000);
+	assert_string_equal(cfg_str(cfg, CFG_REDIS_URL),
+			    "redis://127.0.0.1:6379/0");
+	assert_string_equal(cfg_str(cfg, CFG_DB_URL),
+			    "mysql://prophet:secret@127.0.0.1:3306/prophet");
+	assert_string_equal(cfg_str(cfg, CFG_KAFKA_BROKERS), "127.0.0.1:9092");
+	assert_string_equal(cfg_str(cfg, CFG_KAFKA_TOPIC_PREFIX), "");
+	assert_string_equal(cfg_str(cfg, CFG_KAFKA_INGEST_TOPIC), "");
+	assert_string_equal(cfg_str(cfg, CFG_HTTP_LISTEN), "127.0.0.1:7070");
+	assert_string_equal(cfg_str(cfg, CFG_WORKER_ID), "");
+	assert_string_equal(cfg_str(cfg, CFG_LOG_LEVEL), "info");
+	assert_int_equal(cfg_int(cfg, CFG_TASK_MAX_BODY_BYTES), 65536);
+	assert_int_equal(cfg_int(cfg, CFG_TASK_MAX_DELAY_MS),
+			 INT64_C(315576000000));
+	assert_string_equal(cfg_path(cfg), "(defaults)");
+	assert_int_equal(cfg_extra_count(cfg, "kafka.producer"), 0);
+	assert_int_equal(cfg_extra_count(cfg, "kafka.consumer"), 0);
+	cfg_destroy(cfg);
+	cfg_destroy(NULL);
+}
+
+static void
+test_set_errors(void **state)
+{
+	struct cfg *cfg = cfg_create();
+	char err[256] = "";
+
+	(void)state;
+
+	assert_int_equal(
+		cfg_set(cfg, "cluster", "slots", "0", err, sizeof(err)), -1);
+	assert_contains(err, "cluster.slots");
+	assert_contains(err, "out of range");
+	assert_int_equal(
+		cfg_set(cfg, "cluster", "slots", "abc", err, sizeof(err)), -1);
+	assert_contains(err, "cluster.slots");
+	assert_contains(err, "not an integer");
+	assert_int_equal(cfg_set(cfg, "foo", "bar", "1", err, sizeof(err)), -1);
+	assert_contains(err, "unknown key 'foo.bar'");
+	assert_int_equal(cfg_set(cfg, "cluster", "nope", "1", err, sizeof(err)),
+			 -1);
+	assert_contains(err, "unknown key 'cluster.nope'");
+	assert_int_equal(cfg_int(cfg, CFG_CLUSTER_SLOTS), 16);
+
+	assert_int_equal(
+		cfg_set(cfg, "cluster", "slots", "1024", err, sizeof(err)), 0);
+	assert_int_equal(cfg_int(cfg, CFG_CLUSTER_SLOTS), 1024);
+	assert_int_equal(
+		cfg_set(cfg, "cluster", "slots", "1", err, sizeof(err)), 0);
+	assert_int_equal(cfg_int(cfg, CFG_CLUSTER_SLOTS), 1);
+	cfg_destroy(cfg);
+
+	set_bad("cluster", "slots", "1025");
+	set_bad("cluster", "slots", "-1");
+	set_bad("cluster", "slots", "");
+	set_bad("cluster", "slots", "32x");
+	set_bad("cluster", "slots", "3.5");
+	set_bad("cluster", "slots", "99999999999999999999");
+	set_bad("zookeeper", "session_timeout_ms", "1999");
+	set_bad("task", "max_delay_ms", "999");
+	set_ok("task", "max_delay_ms", "3155760000000");
+	set_bad("task", "max_delay_ms", "3155760000001");
+}
+
+static void
+test_set_arg(void **state)
+{
+	struct cfg *cfg = cfg_create();
+	const char *k, *v;
+	char err[256] = "";
+
+	(void)state;
+
+	assert_int_equal(cfg_set_arg(cfg, "cluster.slots=32", err, sizeof(err)),
+			 0);
+	assert_int_equal(cfg_int(cfg, CFG_CLUSTER_SLOTS), 32);
+	assert_int_equal(
+		cfg_set_arg(cfg, "http.listen=[::1]:8080", err, sizeof(err)),
+		0);
+	assert_string_equal(cfg_str(cfg, CFG_HTTP_LISTEN), "[::1]:8080");
+	/* Only the first '=' separates the value. */
+	assert_int_equal(cfg_set_arg(cfg, "redis.url=redis://:a=b@h:6379/1",
+				     err, sizeof(err)),
+			 0);
+	assert_string_equal(cfg_str(cfg, CFG_REDIS_URL),
+			    "redis://:a=b@h:6379/1");
+	assert_int_equal(
+		cfg_set_arg(cfg, "kafka.topic_prefix=", err, sizeof(err)), 0);
+	assert_string_equal(cfg_str(cfg, CFG_KAFKA_TOPIC_PREFIX), "");
+
+	assert_int_equal(cfg_set_arg(cfg, "kafka.producer.compression.type=lz4",
+				     err, sizeof(err)),
+			 0);
+	assert_int_equal(cfg_extra_count(cfg, "kafka.producer"), 1);
+	assert_int_equal(cfg_extra_count(cfg, "kafka.consumer"), 0);
+	cfg_extra_get(cfg, "kafka.producer", 0, &k, &v);
+	assert_string_equal(k, "compression.type");
+	assert_string_equal(v, "lz4");
+	assert_int_equal(cfg_set_arg(cfg,
+				     "kafka.producer.compression.type=zstd",
+				     err, sizeof(err)),
+			 0);
+	assert_int_equal(cfg_extra_count(cfg, "kafka.producer"), 1);
+	cfg_extra_get(cfg, "kafka.producer", 0, &k, &v);
+	assert_string_equal(v, "zstd");
+	assert_int_equal(cfg_set_arg(cfg, "kafka.consumer.fetch.wait.max.ms=5",
+				     err, sizeof(err)),
+			 0);
+	assert_int_equal(cfg_extra_count(cfg, "kafka.consumer"), 1);
+	cfg_extra_get(cfg, "kafka.consumer", 0, &k, &v);
+	assert_string_equal(k, "fetch.wait.max.ms");
+	assert_string_equal(v, "5");
+	cfg_extra_get(cfg, "kafka.consumer", 1, &k, &v);
+	assert_null(k);
+	assert_null(v);
+
+	assert_int_equal(cfg_set_arg(cfg, "cluster.slots", err, sizeof(err)),
+			 -1);
+	assert_contains(err, "cluster.slots");
+	assert_contains(err, "section.key=value");
+	assert_int_equal(cfg_set_arg(cfg, "slots=5", err, sizeof(err)), -1);
+	assert_contains(err, "section.key=value");
+	assert_int_equal(cfg_set_arg(cfg, ".slots=5", err, sizeof(err)), -1);
+	assert_int_equal(cfg_set_arg(cfg, "cluster.=5", err, sizeof(err)), -1);
+	assert_int_equal(cfg_set_arg(cfg, "=5", err, sizeof(err)), -1);
+	assert_int_equal(cfg_set_arg(cfg, "cluster.slots=0", err, sizeof(err)),
+			 -1);
+	assert_contains(err, "cluster.slots");
+	assert_int_equal(cfg_set_arg(cfg, "foo.bar=1", err, sizeof(err)), -1);
+	assert_contains(err, "unknown key 'foo.bar'");
+	assert_int_equal(cfg_int(cfg, CFG_CLUSTER_SLOTS), 32);
+	cfg_destroy(cfg);
+}
+
+static void
+test_load_file(void **state)
+{
+	struct cfg *cfg = cfg_create();
+	struct tmpconf tc;
+	const char *k, *v;
+	char err[512] = "";
+
+	(void)state;
+
+	tmpconf_write(&tc, "; a comment\n"
+			   "[cluster]\n"
+			   "root = /prod/prophet\n"
+			   "slots = 64\n"
+			   "\n"
+			   "[http]\n"
+			   "listen = 0.0.0.0:8080   ; all interfaces\n"
+			   "[worker]\n"
+			   "id = w-1\n"
+			   "[kafka.producer]\n"
+			   "compression.type = lz4\n"
+			   "linger.ms = 5\n");
+	assert_int_equal(cfg_load_file(cfg, tc.path, err, sizeof(err)), 0);
+	assert_string_equal(cfg_str(cfg, CFG_CLUSTER_ROOT), "/prod/prophet");
+	assert_int_equal(cfg_int(cfg, CFG_CLUSTER_SLOTS), 64);
+	assert_string_equal(cfg_str(cfg, CFG_HTTP_LISTEN), "0.0.0.0:8080");
+	assert_string_equal(cfg_str(cfg, CFG_WORKER_ID), "w-1");
+	assert_string_equal(cfg_str(cfg, CFG_REDIS_URL),
+			    "redis://127.0.0.1:6379/0");
+	assert_string_equal(cfg_path(cfg), tc.path);
+	assert_int_equal(cfg_extra_count(cfg, "kafka.producer"), 2);
+	cfg_extra_get(cfg, "kafka.producer", 0, &k, &v);
+	assert_string_equal(k, "compression.type");
+	assert_string_equal(v, "lz4");
+	cfg_extra_get(cfg, "kafka.producer", 1, &k, &v);
+	assert_string_equal(k, "linger.ms");
+	assert_string_equal(v, "5");
+	tmpconf_remove(&tc);
+	cfg_destroy(cfg);
+}
+
+static void
+expect_load_error(const char *text, const char *line, const char *what)
+{
+	struct cfg *cfg = cfg_create();
+	struct tmpconf tc;
+	char err[512] = "", want[128];
+	int rc;
+
+	tmpconf_write(&tc, text);
+	rc = cfg_load_file(cfg, tc.path, err, sizeof(err));
+	snprintf(want, sizeof(want), "%s:%s:", tc.path, line);
+	tmpconf_remove(&tc);
+	cfg_destroy(cfg);
+	assert_int_equal(rc, -1);
+	assert_contains(err, want);
+	assert_contains(err, what);
+}
+
+static void
+test_load_errors(void **state)
+{
+	struct cfg *cfg = cfg_create();
+	char err[512] = "";
+
+	(void)state;
+
+	expect_load_error("[cluster]\n"
+			  "slots = 32\n"
+			  "this line has no equals sign\n"
+			  "root = /x\n",
+			  "3", "syntax error");
+	expect_load_error("[cluster]\n"
+			  "root = /prophet\n"
+			  "\n"
+			  "slots = 0\n",
+			  "4", "cluster.slots");
+	expect_load_error("[redis]\n"
+			  "url = http://127.0.0.1:6379/0\n",
+			  "2", "redis.url");
+	expect_load_error("[cluster]\n"
+			  "slots = 16\n"
+			  "[foo]\n"
+			  "bar = 1\n",
+			  "4", "unknown key 'foo.bar'");
+	/* The first error is the one reported. */
+	expect_load_error("[cluster]\n"
+			  "slots = abc\n"
+			  "root = relative\n",
+			  "2", "cluster.slots");
+
+	assert_int_equal(cfg_load_file(cfg, "/tmp/prophet-test-no-such-file",
+				       err, sizeof(err)),
+			 -1);
+	assert_contains(err, "/tmp/prophet-test-no-such-file");
+	assert_contains(err, "cannot open");
+	assert_string_equal(cfg_path(cfg), "(defaults)");
+	cfg_destroy(cfg);
+}
+
+/*
+ * A syntax error followed by a bad value: the message must describe the
+ * line it names, not the later value error.
+ */
+static void
+test_load_syntax_then_bad_value(void **state)
+{
+	(void)state;
+
+	expect_load_error("[cluster\n"
+			  "slots = 32\n",
+			  "1", "syntax error");
+	expect_load_error("[cluster]\n"
+			  "slots = 32\n"
+			  "garbage\n"
+			  "root = relative\n",
+			  "3", "syntax error");
+}
+
+static void
+test_check_urls(void **state)
+{
+	(void)state;
+
+	set_ok("redis", "url", "redis://127.0.0.1:6379/0");
+	set_ok("redis", "url", "redis://:secret@redis.internal:6380/3");
+	set_ok("redis", "url", "redis://[::1]:6379");
+	set_ok("redis", "url", "redis://h");
+	set_bad("redis", "url", "http://127.0.0.1:6379/0");
+	set_bad("redis", "url", "rediss://127.0.0.1:6379/0");
+	set_bad("redis", "url", "127.0.0.1:6379");
+	set_bad("redis", "url", "");
+	set_bad("redis", "url", "redis://h:6379/abc");
+	set_bad("redis", "url", "redis://h:0/0");
+	set_bad("redis", "url", "redis://h:port/0");
+
+	set_ok("db", "url", "mysql://user@host/db");
+	set_ok("db", "url", "mysql://u:p%40ss@10.0.0.5:3306/prophet");
+	set_bad("db", "url", "mysql://host/db");
+	set_bad("db", "url", "mysql://user@host");
+	set_bad("db", "url", "mysql://user@host/");
+	set_bad("db", "url", "postgres://user@host/db");
+	set_bad("db", "url", "user@host/db");
+}
+
+static void
+test_check_values(void **state)
+{
+	char *s;
+
+	(void)state;
+
+	set_ok("cluster", "root", "/prophet");
+	set_ok("cluster", "root", "/a/b-c");
+	set_bad("cluster", "root", "prophet");
+	set_bad("cluster", "root", "/prophet/");
+	set_bad("cluster", "root", "/");
+	set_bad("cluster", "root", "");
+	set_bad("cluster", "root", "/a//b");
+
+	set_ok("http", "listen", "127.0.0.1:7070");
+	set_ok("http", "listen", "0.0.0.0:80");
+	set_ok("http", "listen", "[::1]:7070");
+	set_ok("http", "listen", "localhost:65535");
+	set_bad("http", "listen", "7070");
+	set_bad("http", "listen", "localhost");
+	set_bad("http", "listen", ":7070");
+	set_bad("http", "listen", "h:");
+	set_bad("http", "listen", "h:0");
+	set_bad("http", "listen", "h:65536");
+	set_bad("http", "listen", "h:80x");
+	set_bad("worker", "http_listen", "nope");
+
+	set_ok("worker", "id", "");
+	set_ok("worker", "id", "worker-1.host_a");
+	set_bad("worker", "id", "w 1");
+	set_bad("worker", "id", "w/1");
+	set_bad("worker", "id", "w:1");
+	set_bad("worker", "id", "w\xc3\xa9");
+	s = xmalloc(102);
+	memset(s, 'w', 101);
+	s[101] = '\0';
+	set_bad("worker", "id", s);
+	s[100] = '\0';
+	set_ok("worker", "id", s);
+	xfree(s);
+
+	set_ok("log", "level", "debug");
+	set_ok("log", "level", "info");
+	set_ok("log", "level", "warn");
+	set_ok("log", "level", "error");
+	set_bad("log", "level", "verbose");
+	set_bad("log", "level", "");
+
+	set_ok("kafka", "topic_prefix", "prod.");
+	set_bad("kafka", "topic_prefix", "a/b");
+	set_bad("zookeeper", "hosts", "");
+	set_bad("kafka", "brokers", "");
+}
+
+static char *
+example_text(void)
+{
+	FILE *fp = tmpfile();
+	char *buf;
+	long n;
+
+	assert_non_null(fp);
+	cfg_write_example(fp);
+	n = ftell(fp);
+	assert_true(n > 0);
+	rewind(fp);
+	buf = xmalloc((size_t)n + 1);
+	assert_int_equal(fread(buf, 1, (size_t)n, fp), (size_t)n);
+	buf[n] = '\0';
+	fclose(fp);
+	return buf;
+}
+
+static int
+count_of(const char *haystack, const char *needle)
+{
+	int n = 0;
+
+	for (const char *p = haystack; (p = strstr(p, needle)) != NULL; p++)
+		n++;
+	return n;
+}
+
+static void
+test_write_example(void **state)
+{
+	static const char *const sections[] = {
+		"[cluster]\n", "[zookeeper]\n",	     "[redis]\n", "[db]\n",
+		"[kafka]\n",   "[http]\n",	     "[task]\n",  "[worker]\n",
+		"[log]\n",     "[kafka.producer]\n", NULL};
+	char *text = example_text();
+
+	(void)state;
+
+	for (int i = 0; sections[i]; i++)
+		if (count_of(text, sections[i]) != 1)
+			fail_msg("section %s appears %d times", sections[i],
+				 count_of(text, sections[i]));
+	assert_contains(text, "\nslots = 16\n");
+	assert_contains(text, "\nroot = /prophet\n");
+	assert_contains(text, "\nlisten = 127.0.0.1:7070\n");
+	assert_contains(text, "\nurl = redis://127.0.0.1:6379/0\n");
+	assert_contains(text, "\nlevel = info\n");
+	assert_contains(text, "compression.type");
+	xfree(text);
+}
+
+/* The example loads back and changes nothing. */
+static void
+test_example_loads(void **state)
+{
+	struct cfg *cfg = cfg_create(), *ref = cfg_create();
+	char *text = example_text();
+	char err[512] = "";
+	struct tmpconf tc;
+
+	(void)state;
+
+	tmpconf_write(&tc, text);
+	if (cfg_load_file(cfg, tc.path, err, sizeof(err)) != 0)
+		fail_msg("example rejected: %s", err);
+	for (int i = 0; i < CFG__COUNT; i++) {
+		assert_string_equal(cfg_str(cfg, (enum cfg_id)i),
+				    cfg_str(ref, (enum cfg_id)i));
+		assert_int_equal(cfg_int(cfg, (enum cfg_id)i),
+				 cfg_int(ref, (enum cfg_id)i));
+	}
+	assert_int_equal(cfg_extra_count(cfg, "kafka.producer"), 0);
+	tmpconf_remove(&tc);
+	xfree(text);
+	cfg_destroy(ref);
+	cfg_destroy(cfg);
+}
+
+static void
+test_url_parse(void **state)
+{
+	char err[256] = "";
+	struct url u;
+
+	(void)state;
+
+	assert_int_equal(url_parse("mysql://prophet:p%40ss@db.example.com:3306/"
+				   "prophet",
+				   &u, err, sizeof(err)),
+			 0);
+	assert_string_equal(u.scheme, "mysql");
+	assert_string_equal(u.user, "prophet");
+	assert_string_equal(u.password, "p@ss");
+	assert_string_equal(u.host, "db.example.com");
+	assert_int_equal(u.port, 3306);
+	assert_string_equal(u.path, "prophet");
+	url_clear(&u);
+	assert_null(u.scheme);
+	assert_null(u.host);
+
+	assert_int_equal(
+		url_parse("redis://[::1]:6379/0", &u, err, sizeof(err)), 0);
+	assert_string_equal(u.scheme, "redis");
+	assert_string_equal(u.host, "::1");
+	assert_int_equal(u.port, 6379);
+	assert_string_equal(u.path, "0");
+	assert_null(u.user);
+	assert_null(u.password);
+	url_clear(&u);
+
+	assert_int_equal(url_parse("redis://h", &u, err, sizeof(err)), 0);
+	assert_string_equal(u.host, "h");
+	assert_int_equal(u.port, 0);
+	assert_null(u.path);
+	assert_null(u.user);
+	assert_null(u.password);
+	url_clear(&u);
+
+	assert_int_equal(url_parse("redis://h/", &u, err, sizeof(err)), 0);
+	assert_null(u.path);
+	url_clear(&u);
+
+	assert_int_equal(
+		url_parse("redis://:s3cret@h:6380", &u, err, sizeof(err)), 0);
+	assert_string_equal(u.password, "s3cret");
+	assert_string_equal(u.host, "h");
+	assert_int_equal(u.port, 6380);
+	url_clear(&u);
+
+	assert_int_equal(url_parse("mysql://bob@h/db", &u, err, sizeof(err)),
+			 0);
+	assert_string_equal(u.user, "bob");
+	assert_null(u.password);
+	url_clear(&u);
+
+	assert_int_equal(
+		url_parse("x://u%3Ax:a%2Fb%25%zz%4@h", &u, err, sizeof(err)),
+		0);
+	assert_string_equal(u.user, "u:x");
+	assert_string_equal(u.password, "a/b%%zz%4");
+	url_clear(&u);
+
+	/* The last '@' ends the credentials. */
+	assert_int_equal(url_parse("x://u:p@ss@h:1/d", &u, err, sizeof(err)),
+			 0);
+	assert_string_equal(u.password, "p@ss");
+	assert_string_equal(u.host, "h");
+	url_clear(&u);
+}
+
+static void
+url_bad(const char *s, const char *what)
+{
+	char err[256] = "";
+	struct url u;
+
+	assert_int_equal(url_parse(s, &u, err, sizeof(err)), -1);
+	assert_contains(err, what);
+	assert_null(u.scheme);
+	assert_null(u.user);
+	assert_null(u.password);
+	assert_null(u.host);
+	assert_null(u.path);
+}
+
+static void
+test_url_errors(void **state)
+{
+	(void)state;
+
+	url_bad("127.0.0.1:6379", "scheme");
+	url_bad("://h:1", "scheme");
+	url_bad("redis:/h", "scheme");
+	url_bad("redis://h:abc/0", "port");
+	url_bad("redis://h:0", "port");
+	url_bad("redis://h:65536", "port");
+	url_bad("redis://h:123456", "port");
+	url_bad("redis://h:", "port");
+	url_bad("redis://u:p@h:-1/0", "port");
+	url_bad("redis://", "host");
+	url_bad("redis://u@:1/0", "host");
+	url_bad("redis://[::1:6379", "[");
+	url_bad("redis://[::1]x", "after host");
+}
+
+static void
+test_hostport_parse(void **state)
+{
+	char host[64];
+	int port = 0;
+
+	(void)state;
+
+	assert_int_equal(
+		hostport_parse("127.0.0.1:7070", host, sizeof(host), &port), 0);
+	assert_string_equal(host, "127.0.0.1");
+	assert_int_equal(port, 7070);
+	assert_int_equal(
+		hostport_parse("[::1]:6379", host, sizeof(host), &port), 0);
+	assert_string_equal(host, "::1");
+	assert_int_equal(port, 6379);
+	assert_int_equal(
+		hostport_parse("localhost:65535", host, sizeof(host), &port),
+		0);
+	assert_string_equal(host, "localhost");
+	assert_int_equal(port, 65535);
+	assert_int_equal(hostport_parse("h:1", host, sizeof(host), &port), 0);
+	assert_int_equal(port, 1);
+
+	assert_int_equal(hostport_parse("localhost", host, sizeof(host), &port),
+			 -1);
+	assert_int_equal(hostport_parse(":80", host, sizeof(host), &port), -1);
+	assert_int_equal(hostport_parse("[]:80", host, sizeof(host), &port),
+			 -1);
+	assert_int_equal(hostport_parse("h:", host, sizeof(host), &port), -1);
+	assert_int_equal(hostport_parse("h:0", host, sizeof(host), &port), -1);
+	assert_int_equal(hostport_parse("h:65536", host, sizeof(host), &port),
+			 -1);
+	assert_int_equal(hostport_parse("h:8o", host, sizeof(host), &port), -1);
+	assert_int_equal(hostport_parse("h:+80", host, sizeof(host), &port),
+			 -1);
+	/* The host must fit with its NUL. */
+	assert_int_equal(hostport_parse("abcd:80", host, 4, &port), -1);
+	assert_int_equal(hostport_parse("abc:80", host, 4, &port), 0);
+	assert_string_equal(host, "abc");
+}
+
+int
+main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_defaults),
+		cmocka_unit_test(test_set_errors),
+		cmocka_unit_test(test_set_arg),
+		cmocka_unit_test(test_load_file),
+		cmocka_unit_test(test_load_errors),
+		cmocka_unit_test(test_load_syntax_then_bad_value),
+		cmocka_unit_test(test_check_urls),
+		cmocka_unit_test(test_check_values),
+		cmocka_unit_test(test_write_example),
+		cmocka_unit_test(test_example_loads),
+		cmocka_unit_test(test_url_parse),
+		cmocka_unit_test(test_url_errors),
+		cmocka_unit_test(test_hostport_parse),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -270,8 +270,8 @@ struct ini_ctx {
 	size_t errlen;
 	int failed;
 	FILE *fp;
-	int lines;	/* newline-terminated lines read so far */
-	int partial;	/* the last read had no newline */
+	int lines;   /* newline-terminated lines read so far */
+	int partial; /* the last read had no newline */
 	int fail_line;
 };
 

@@ -62,7 +62,7 @@ http_server_create(struct event_base *base, const char *listen, size_t max_body,
 	evhttp_set_timeout(h, timeout_s);
 	evhttp_set_allowed_methods(
 		h, EVHTTP_REQ_GET | EVHTTP_REQ_POST | EVHTTP_REQ_DELETE |
-			   EVHTTP_REQ_PATCH | EVHTTP_REQ_HEAD);
+			   EVHTTP_REQ_PATCH | EVHTTP_REQ_PUT | EVHTTP_REQ_HEAD);
 	evhttp_set_default_content_type(h, "application/json");
 	return h;
 }

@@ -264,13 +264,15 @@ get_done_cb(struct db_job *job, int status, const char *err)
 }
 
 static void
-get_task(struct manager *mg, struct evhttp_request *req, const char *id)
+get_task(struct manager *mg, struct evhttp_request *req, const char *id,
+	 size_t idlen)
 {
 	struct evkeyvalq q;
 	const char *logp;
 	struct get_ctx *g;
 
-	if (!task_id_valid(id, strlen(id))) {
+	/* idlen, not strlen: an encoded NUL must not cut the id short. */
+	if (id == NULL || !task_id_valid(id, idlen)) {
 		http_reply_error(req, 400, "invalid_value", "id",
 				 "id must be 1-%d characters of "
 				 "[A-Za-z0-9._:-]",
@@ -318,6 +320,7 @@ route_cb(struct evhttp_request *req, void *arg)
 		evhttp_uri_get_path(evhttp_request_get_evhttp_uri(req));
 	enum evhttp_cmd_type m = evhttp_request_get_command(req);
 	char *decoded = NULL;
+	size_t idlen = 0;
 
 	metric_inc(mg->m.http_requests);
 	if (path == NULL)
@@ -329,10 +332,10 @@ route_cb(struct evhttp_request *req, void *arg)
 			http_reply_error(req, 405, "method_not_allowed", NULL,
 					 "use POST to submit a task");
 	} else if (!strncmp(path, TASKS_PREFIX, strlen(TASKS_PREFIX))) {
-		decoded =
-			evhttp_uridecode(path + strlen(TASKS_PREFIX), 0, NULL);
+		decoded = evhttp_uridecode(path + strlen(TASKS_PREFIX), 0,
+					   &idlen);
 		if (m == EVHTTP_REQ_GET)
-			get_task(mg, req, decoded);
+			get_task(mg, req, decoded, idlen);
 		else
 			http_reply_error(req, 405, "method_not_allowed", NULL,
 					 "method not allowed here");

@@ -12,31 +12,41 @@
  * ARGV: epoch, now_ms, lease_deadline_ms, id...
  * Returns -1 if a higher epoch was recorded (the caller is stale), else a
  * flat array id, payload, attempt for every id that was still due (score
- * <= now) and is now in flight.
+ * <= now) and is now in flight. attempt is the number this publish will
+ * carry; it is only counted (SCRIPT_ATTEMPTED) once the message is handed
+ * to Kafka, so a crash between claim and publish does not skip a number.
  */
-#define SCRIPT_CLAIM                                                      \
-	"local fence = tonumber(redis.call('GET', KEYS[5]) or '0')\n"     \
-	"local epoch = tonumber(ARGV[1])\n"                               \
-	"if fence > epoch then return -1 end\n"                           \
-	"if fence < epoch then redis.call('SET', KEYS[5], ARGV[1]) end\n" \
-	"local now = tonumber(ARGV[2])\n"                                 \
-	"local out = {}\n"                                                \
-	"for i = 4, #ARGV do\n"                                           \
-	"  local id = ARGV[i]\n"                                          \
-	"  local s = redis.call('ZSCORE', KEYS[1], id)\n"                 \
-	"  if s and tonumber(s) <= now then\n"                            \
-	"    redis.call('ZREM', KEYS[1], id)\n"                           \
-	"    local p = redis.call('HGET', KEYS[2], id)\n"                 \
-	"    if p then\n"                                                 \
-	"      redis.call('ZADD', KEYS[3], ARGV[3], id)\n"                \
-	"      local a = redis.call('HINCRBY', KEYS[4], id, 1)\n"         \
-	"      out[#out + 1] = id\n"                                      \
-	"      out[#out + 1] = p\n"                                       \
-	"      out[#out + 1] = a\n"                                       \
-	"    end\n"                                                       \
-	"  end\n"                                                         \
-	"end\n"                                                           \
+#define SCRIPT_CLAIM                                                          \
+	"local fence = tonumber(redis.call('GET', KEYS[5]) or '0')\n"         \
+	"local epoch = tonumber(ARGV[1])\n"                                   \
+	"if fence > epoch then return -1 end\n"                               \
+	"if fence < epoch then redis.call('SET', KEYS[5], ARGV[1]) end\n"     \
+	"local now = tonumber(ARGV[2])\n"                                     \
+	"local out = {}\n"                                                    \
+	"for i = 4, #ARGV do\n"                                               \
+	"  local id = ARGV[i]\n"                                              \
+	"  local s = redis.call('ZSCORE', KEYS[1], id)\n"                     \
+	"  if s and tonumber(s) <= now then\n"                                \
+	"    redis.call('ZREM', KEYS[1], id)\n"                               \
+	"    local p = redis.call('HGET', KEYS[2], id)\n"                     \
+	"    if p then\n"                                                     \
+	"      redis.call('ZADD', KEYS[3], ARGV[3], id)\n"                    \
+	"      local a = tonumber(redis.call('HGET', KEYS[4], id) or '0') + " \
+	"1\n"                                                                 \
+	"      out[#out + 1] = id\n"                                          \
+	"      out[#out + 1] = p\n"                                           \
+	"      out[#out + 1] = a\n"                                           \
+	"    end\n"                                                           \
+	"  end\n"                                                             \
+	"end\n"                                                               \
 	"return out\n"
+
+/*
+ * Count a publish attempt for each id.   KEYS: attempt   ARGV: id...
+ */
+#define SCRIPT_ATTEMPTED                                                       \
+	"for i = 1, #ARGV do redis.call('HINCRBY', KEYS[1], ARGV[i], 1) end\n" \
+	"return #ARGV\n"
 
 /*
  * Forget delivered (or expired) tasks.

@@ -58,7 +58,9 @@ firing_expire(struct worker *w, struct wtask *t)
 	mark_enqueue(w, t);
 }
 
-void
+/* Returns 0 when handed to Kafka, 1 when expired instead, -1 when the task
+ * was dropped (and freed). */
+int
 firing_publish(struct worker *w, struct wtask *t, const char *payload,
 	       size_t len)
 {
@@ -75,7 +77,7 @@ firing_publish(struct worker *w, struct wtask *t, const char *payload,
 			  t->id, t->slot);
 		metric_inc(w->m.publish_errors);
 		wtask_release(w, t);
-		return;
+		return -1;
 	}
 	t->due_at = pt.due_at;
 	if (pt.ttl_ms > 0 && now > pt.due_at + pt.ttl_ms) {
@@ -84,7 +86,7 @@ firing_publish(struct worker *w, struct wtask *t, const char *payload,
 			 (long long)pt.due_at, (long long)pt.ttl_ms);
 		task_clear(&pt);
 		firing_expire(w, t);
-		return;
+		return 1;
 	}
 	h = rd_kafka_headers_new(
 		8 + (pt.headers ? json_object_size(pt.headers) : 0));
@@ -110,12 +112,13 @@ firing_publish(struct worker *w, struct wtask *t, const char *payload,
 		metric_inc(w->m.publish_errors);
 		task_clear(&pt);
 		wtask_release(w, t);
-		return;
+		return -1;
 	}
 	w->publishing++;
 	metric_inc(w->m.fired);
 	metric_observe(w->m.lateness, (double)(now - pt.due_at) / 1000.0);
 	task_clear(&pt);
+	return 0;
 }
 
 void
@@ -257,6 +260,38 @@ forget(struct worker *w, struct wtask **tasks, size_t n)
 
 static void mark_flush(struct worker *w);
 
+/* Delivered tasks count their attempt now, not at claim: a worker that
+ * dies between claim and delivery has not used up an attempt number, so
+ * the first message Kafka holds for a task carries prophet-attempt 1. */
+static void
+count_attempts(struct worker *w, struct wtask **tasks, size_t n)
+{
+	for (int slot = 0; slot < w->nslots; slot++) {
+		char katt[RKEY_MAX];
+		struct redis_args a;
+
+		redis_args_init(&a);
+		for (size_t i = 0; i < n; i++) {
+			if (tasks[i]->slot != slot || tasks[i]->expire ||
+			    tasks[i]->counted)
+				continue;
+			tasks[i]->counted = 1;
+			if (a.argc == 0) {
+				rkey_attempt(katt, sizeof(katt), slot);
+				redis_args_addstr(&a, "EVAL");
+				redis_args_addstr(&a, SCRIPT_ATTEMPTED);
+				redis_args_addstr(&a, "1");
+				redis_args_addstr(&a, katt);
+			}
+			redis_args_addstr(&a, tasks[i]->id);
+		}
+		if (a.argc > 0)
+			redis_command_argv(w->redis, NULL, NULL, a.argc, a.argv,
+					   a.len);
+		redis_args_free(&a);
+	}
+}
+
 static void
 mark_done_cb(struct db_job *job, int status, const char *err)
 {
@@ -331,6 +366,7 @@ mark_flush(struct worker *w)
 		w->mark_tail = NULL;
 	w->mark_n -= n;
 	w->marking = 1;
+	count_attempts(w, mj->tasks, n);
 	mj->job.run = mark_run;
 	mj->job.done_cb = mark_done_cb;
 	db_pool_submit(w->db, &mj->job);

@@ -35,8 +35,9 @@ member_json(const struct worker *w)
 	return s;
 }
 
-/* Registers /workers/<id> (ephemeral). A live node with our id that is not
- * ours means two workers share an id: refuse. */
+/* Registers /workers/<id> (ephemeral). Returns -2 when a node with our id
+ * belongs to another session: two workers share an id, or our previous
+ * incarnation crashed and its session has not expired yet. */
 static int
 register_node(struct worker *w, char *err, size_t errlen)
 {
@@ -60,7 +61,7 @@ register_node(struct worker *w, char *err, size_t errlen)
 			 "worker id '%s' is already registered at %s by a "
 			 "live session; give each worker a unique worker.id",
 			 w->id, path);
-		return -1;
+		return -2;
 	}
 	if (rc == ZNONODE) {
 		snprintf(err, errlen,
@@ -98,6 +99,9 @@ zk_event_cb(struct zk *z, int type, int state, const char *path, void *arg)
 int
 membership_start(struct worker *w, char *err, size_t errlen)
 {
+	int64_t deadline;
+	int rc, waited = 0;
+
 	w->zk = zk_create(w->base, cfg_str(w->cfg, CFG_ZK_HOSTS),
 			  (int)cfg_int(w->cfg, CFG_ZK_SESSION_TIMEOUT_MS),
 			  zk_event_cb, w);
@@ -106,7 +110,19 @@ membership_start(struct worker *w, char *err, size_t errlen)
 			 cfg_str(w->cfg, CFG_ZK_HOSTS));
 		return -1;
 	}
-	if (register_node(w, err, errlen) < 0)
+	/* A crashed predecessor with our id keeps its node until its session
+	 * expires: wait that long before calling the id a duplicate. */
+	deadline = clock_mono_ms() +
+		   cfg_int(w->cfg, CFG_ZK_SESSION_TIMEOUT_MS) + 5000;
+	while ((rc = register_node(w, err, errlen)) == -2 &&
+	       clock_mono_ms() < deadline) {
+		if (!waited++)
+			log_warn("worker id registered by another session; "
+				 "waiting for it to expire",
+				 "id=%s", w->id);
+		usleep(200 * 1000);
+	}
+	if (rc < 0)
 		return -1;
 	/* Until coordination lands every worker scans every slot; the
 	 * atomic Redis claim keeps a task from being published twice. */

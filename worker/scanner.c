@@ -156,7 +156,8 @@ claim_reply_cb(struct redis *r, redisReply *reply, void *arg)
 		slot_call_free(c);
 		return;
 	}
-	for (size_t i = 0; i + 2 < reply->elements; i += 3) {
+	/* Claimed ids come back in the order they were sent. */
+	for (size_t i = 0, j = 0; i + 2 < reply->elements; i += 3) {
 		redisReply *id = reply->element[i];
 		redisReply *payload = reply->element[i + 1];
 		redisReply *attempt = reply->element[i + 2];
@@ -169,15 +170,20 @@ claim_reply_cb(struct redis *r, redisReply *reply, void *arg)
 		t = hmap_get(w->tasks, id->str);
 		if (t == NULL || t->state != WT_CLAIMING)
 			continue;
+		while (j < c->n && c->tasks[j] != t)
+			j++;
 		t->attempt = (int)attempt->integer;
 		t->epoch = s->epoch;
-		firing_publish(w, t, payload->str, payload->len);
+		if (firing_publish(w, t, payload->str, payload->len) < 0 &&
+		    j < c->n)
+			c->tasks[j] = NULL; /* freed */
 	}
 	/* Sent but not returned: cancelled, rescheduled or taken. */
 	for (size_t i = 0; i < c->n; i++) {
-		if (c->tasks[i]->state == WT_CLAIMING) {
+		if (c->tasks[i] != NULL && c->tasks[i]->state == WT_CLAIMING) {
 			metric_inc(w->m.claim_lost);
 			wtask_release(w, c->tasks[i]);
+			c->tasks[i] = NULL;
 		}
 	}
 	slot = c->slot;
@@ -398,7 +404,9 @@ reap_slot(struct worker *w, int slot, int64_t now)
 	struct slot_call *c = slot_call_new(w, slot);
 
 	rkey_inflight(kinf, sizeof(kinf), slot);
-	snprintf(max, sizeof(max), "%lld", (long long)now);
+	/* Half a lease ahead: the leases of tasks we still hold are renewed
+	 * before they run out; only expired ones of others are requeued. */
+	snprintf(max, sizeof(max), "%lld", (long long)(now + w->lease_ms / 2));
 	if (redis_command(w->redis, reap_reply_cb, c,
 			  "ZRANGEBYSCORE %s -inf %s LIMIT 0 1000", kinf,
 			  max) < 0)

@@ -85,7 +85,8 @@ struct wtask {
 	int64_t epoch;
 	int attempt;
 	int64_t fired_at;
-	int expire; /* ttl passed: mark expired, do not publish */
+	int expire;  /* ttl passed: mark expired, do not publish */
+	int counted; /* its attempt is recorded in Redis */
 	struct timerwheel_timer timer;
 	struct wtask *next; /* claim queue or mark batch */
 	struct worker *w;
@@ -149,8 +150,8 @@ void scanner_tick(struct worker *w);
 void wtask_release(struct worker *w, struct wtask *t);
 
 /* firing.c: publishing and the delivered/expired state updates */
-void firing_publish(struct worker *w, struct wtask *t, const char *payload,
-		    size_t len);
+int firing_publish(struct worker *w, struct wtask *t, const char *payload,
+		   size_t len);
 void firing_dr_cb(void *opaque, rd_kafka_resp_err_t err, void *arg);
 void firing_expire(struct worker *w, struct wtask *t);
 void firing_start(struct worker *w);

@@ -1,0 +1,1061 @@
+"""Shared helpers of the Prophet integration tests (Python 3 stdlib only).
+
+Every test gets an isolated namespace on the shared dev cluster
+(scripts/devcluster): its own ZooKeeper root, MariaDB database, Redis db
+number, Kafka topic prefix and TCP ports, so that several test runs (and
+other people) can use the same servers at once.
+
+    import harness as h
+    with h.Cluster(workers=2, conf={"worker.lease_ms": 3000}) as c:
+        c.start()                        # manager, then the workers, ready
+        r = c.api().post("/v1/tasks", {...})   # r.status, r.json
+        rd = c.reader(["orders"])        # Kafka topic <prefix>orders
+        rd.wait_for(ids, timeout=10)
+        c.workers[1].kill(); c.start_worker(1)
+        c.mysql("SELECT status FROM tasks WHERE id = 'x'")
+
+A test file is a script: define test_* functions and end with
+`h.main(globals())` (or call run_tests() with a shared cluster); it prints
+`ok N - name` / `not ok N - name` lines and a summary, and exits 0 only if
+every test passed. Environment: PROPHET_BUILDDIR (binaries; default
+<repo>/build), PROPHET_INTEG_ONLY (run tests whose name contains it),
+PROPHET_INTEG_KEEP=1 (keep the logs' temp dir), PROPHET_INTEG_SEED (e2e).
+"""
+
+import atexit
+import fcntl
+import http.client
+import json
+import os
+import random
+import shlex
+import shutil
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import traceback
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(HERE))
+BUILDDIR = os.environ.get("PROPHET_BUILDDIR") or os.path.join(REPO, "build")
+MANAGER_BIN = os.path.join(BUILDDIR, "prophet-manager")
+WORKER_BIN = os.path.join(BUILDDIR, "prophet-worker")
+LOCK_DIR = os.environ.get("PROPHET_INTEG_LOCKDIR",
+                          os.path.join(tempfile.gettempdir(),
+                                       "prophet-integ-locks"))
+KEEP = os.environ.get("PROPHET_INTEG_KEEP") == "1"
+# setpriv --pdeathsig: children die with the test runner, even on SIGKILL.
+_SETPRIV = shutil.which("setpriv")
+
+
+class TestFailure(AssertionError):
+    pass
+
+
+def log(msg):
+    """A diagnostic line (TAP comment)."""
+    for line in str(msg).splitlines() or [""]:
+        print("# " + line, flush=True)
+
+
+def now_ms():
+    return int(time.time() * 1000)
+
+
+def check(cond, msg="check failed"):
+    if not cond:
+        raise TestFailure(msg)
+
+
+def check_eq(got, want, what="value"):
+    if got != want:
+        raise TestFailure("%s: got %r, want %r" % (what, got, want))
+
+
+def wait_until(fn, timeout, interval=0.05, what="condition"):
+    """Polls fn() until it returns a true value; returns that value."""
+    deadline = time.monotonic() + timeout
+    while True:
+        v = fn()
+        if v:
+            return v
+        if time.monotonic() >= deadline:
+            raise TestFailure("timed out after %.1fs waiting for %s"
+                              % (timeout, what))
+        time.sleep(interval)
+
+
+def rand_tag(n=8):
+    return "%0*x" % (n, random.SystemRandom().getrandbits(4 * n))
+
+
+def free_port():
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+    finally:
+        s.close()
+
+
+def percentile(values, p):
+    """Nearest-rank percentile of a non-empty list."""
+    v = sorted(values)
+    k = max(0, min(len(v) - 1, int(round(p / 100.0 * len(v) + 0.5)) - 1))
+    return v[k]
+
+
+# --------------------------------------------------------------- cluster ---
+
+_ENV = None
+
+
+def ensure_cluster():
+    """Starts (or adopts) the dev cluster and returns its env as a dict.
+
+    A server that cannot be started is a test failure, never a skip."""
+    global _ENV
+    if _ENV is not None:
+        return _ENV
+    for b in (MANAGER_BIN, WORKER_BIN):
+        if not os.access(b, os.X_OK):
+            raise TestFailure("%s is missing: build first (make), or set "
+                              "PROPHET_BUILDDIR" % b)
+    script = os.path.join(REPO, "scripts", "devcluster")
+    p = subprocess.run([script, "up"], stdout=subprocess.PIPE,
+                       stderr=subprocess.STDOUT, text=True)
+    if p.returncode != 0:
+        log(p.stdout)
+        raise TestFailure("scripts/devcluster up failed (exit %d)"
+                          % p.returncode)
+    run = os.environ.get("PROPHET_RUN_DIR") or os.path.join(REPO, "run")
+    env = {}
+    with open(os.path.join(run, "devcluster.env")) as f:
+        for line in f:
+            line = line.strip()
+            if not line or line.startswith("#") or "=" not in line:
+                continue
+            k, v = line.split("=", 1)
+            parts = shlex.split(v)
+            env[k] = parts[0] if parts else ""
+    for k in ("PROPHET_ZK", "PROPHET_REDIS_URL", "PROPHET_DB_URL",
+              "PROPHET_KAFKA_BROKERS"):
+        if not env.get(k):
+            raise TestFailure("devcluster.env lacks %s" % k)
+    _ENV = env
+    return env
+
+
+def _parse_db_url(url):
+    # mysql://user:password@host:port/db
+    rest = url.split("://", 1)[1]
+    cred, rest = rest.rsplit("@", 1)
+    user, password = cred.split(":", 1)
+    hostport, db = rest.split("/", 1)
+    host, port = hostport.rsplit(":", 1)
+    return user, password, host, int(port), db
+
+
+def _parse_redis_url(url):
+    rest = url.split("://", 1)[1]
+    if "@" in rest:
+        rest = rest.rsplit("@", 1)[1]
+    hostport = rest.split("/", 1)[0]
+    host, port = hostport.rsplit(":", 1)
+    return host, int(port)
+
+
+# ----------------------------------------------------------------- redis ---
+
+class Redis:
+    """A minimal blocking RESP client."""
+
+    def __init__(self, host, port, db=0, timeout=5):
+        self.sock = socket.create_connection((host, port), timeout=timeout)
+        self.buf = b""
+        if db:
+            self.cmd("SELECT", db)
+
+    def close(self):
+        try:
+            self.sock.close()
+        except OSError:
+            pass
+
+    def _line(self):
+        while b"\r\n" not in self.buf:
+            chunk = self.sock.recv(65536)
+            if not chunk:
+                raise ConnectionError("redis closed the connection")
+            self.buf += chunk
+        line, self.buf = self.buf.split(b"\r\n", 1)
+        return line
+
+    def _exact(self, n):
+        while len(self.buf) < n + 2:
+            chunk = self.sock.recv(65536)
+            if not chunk:
+                raise ConnectionError("redis closed the connection")
+            self.buf += chunk
+        data, self.buf = self.buf[:n], self.buf[n + 2:]
+        return data
+
+    def _reply(self):
+        line = self._line()
+        t, rest = line[:1], line[1:]
+        if t == b"+":
+            return rest.decode()
+        if t == b"-":
+            raise RuntimeError("redis: " + rest.decode())
+        if t == b":":
+            return int(rest)
+        if t == b"$":
+            n = int(rest)
+            return None if n < 0 else self._exact(n)
+        if t == b"*":
+            n = int(rest)
+            return None if n < 0 else [self._reply() for _ in range(n)]
+        raise RuntimeError("redis: bad reply %r" % line)
+
+    def cmd(self, *args):
+        out = [b"*%d\r\n" % len(args)]
+        for a in args:
+            if not isinstance(a, bytes):
+                a = str(a).encode()
+            out.append(b"$%d\r\n%s\r\n" % (len(a), a))
+        self.sock.sendall(b"".join(out))
+        return self._reply()
+
+
+# ------------------------------------------------------------- zookeeper ---
+
+class ZK:
+    """A minimal ZooKeeper client: get, children, delete (jute protocol)."""
+
+    def __init__(self, hosts, timeout_ms=10000):
+        host, port = hosts.split(",")[0].rsplit(":", 1)
+        self.sock = socket.create_connection((host, int(port)), timeout=10)
+        self.xid = 0
+        req = struct.pack(">iqiqi16sB", 0, 0, timeout_ms, 0, 16,
+                          b"\0" * 16, 0)
+        self._send(req)
+        self._recv()
+
+    def _send(self, data):
+        self.sock.sendall(struct.pack(">i", len(data)) + data)
+
+    def _recv(self):
+        def exact(n):
+            b = b""
+            while len(b) < n:
+                c = self.sock.recv(n - len(b))
+                if not c:
+                    raise ConnectionError("zookeeper closed the connection")
+                b += c
+            return b
+        (n,) = struct.unpack(">i", exact(4))
+        return exact(n)
+
+    @staticmethod
+    def _str(s):
+        b = s.encode()
+        return struct.pack(">i", len(b)) + b
+
+    def _call(self, op, body):
+        self.xid += 1
+        self._send(struct.pack(">ii", self.xid, op) + body)
+        while True:
+            r = self._recv()
+            xid, _zxid, err = struct.unpack(">iqi", r[:16])
+            if xid == self.xid:
+                return err, r[16:]
+
+    def get(self, path):
+        err, r = self._call(4, self._str(path) + b"\0")
+        if err == -101:
+            return None
+        if err != 0:
+            raise RuntimeError("zookeeper get %s: error %d" % (path, err))
+        (n,) = struct.unpack(">i", r[:4])
+        return b"" if n < 0 else r[4:4 + n]
+
+    def children(self, path):
+        err, r = self._call(8, self._str(path) + b"\0")
+        if err == -101:
+            return None
+        if err != 0:
+            raise RuntimeError("zookeeper ls %s: error %d" % (path, err))
+        (n,) = struct.unpack(">i", r[:4])
+        out, off = [], 4
+        for _ in range(max(n, 0)):
+            (ln,) = struct.unpack(">i", r[off:off + 4])
+            out.append(r[off + 4:off + 4 + ln].decode())
+            off += 4 + ln
+        return out
+
+    def delete_all(self, path):
+        kids = self.children(path)
+        if kids is None:
+            return
+        for k in kids:
+            self.delete_all(path.rstrip("/") + "/" + k)
+        err, _ = self._call(2, self._str(path) + struct.pack(">i", -1))
+        if err not in (0, -101):
+            raise RuntimeError("zookeeper delete %s: error %d" % (path, err))
+
+    def close(self):
+        try:
+            self._call(-11, b"")
+        except Exception:
+            pass
+        self.sock.close()
+
+
+# ------------------------------------------------------------------ http ---
+
+class Response:
+    def __init__(self, status, headers, data):
+        self.status = status
+        self.headers = headers
+        self.data = data
+        try:
+            self.json = json.loads(data) if data else None
+        except ValueError:
+            self.json = None
+
+    @property
+    def text(self):
+        return self.data.decode("utf-8", "replace")
+
+    def __repr__(self):
+        return "<HTTP %d %s>" % (self.status, self.text[:300].strip())
+
+
+class Api:
+    """HTTP/1.1 client on one kept-alive connection (not thread-safe:
+    one Api per thread)."""
+
+    def __init__(self, addr, timeout=30):
+        host, port = addr.rsplit(":", 1)
+        self.host, self.port, self.timeout = host, int(port), timeout
+        self.conn = None
+
+    def close(self):
+        if self.conn is not None:
+            self.conn.close()
+            self.conn = None
+
+    def request(self, method, path, body=None, headers=None):
+        hdrs = {"Connection": "keep-alive"}
+        if isinstance(body, (dict, list)):
+            body = json.dumps(body, ensure_ascii=False).encode()
+            hdrs["Content-Type"] = "application/json"
+        elif isinstance(body, str):
+            body = body.encode()
+        hdrs.update(headers or {})
+        for attempt in (0, 1):
+            fresh = self.conn is None
+            if fresh:
+                self.conn = http.client.HTTPConnection(
+                    self.host, self.port, timeout=self.timeout)
+            try:
+                self.conn.request(method, path, body=body, headers=hdrs)
+                r = self.conn.getresponse()
+                data = r.read()
+                resp = Response(r.status, dict(r.getheaders()), data)
+                if r.will_close:
+                    self.close()
+                return resp
+            except (http.client.RemoteDisconnected, BrokenPipeError,
+                    ConnectionResetError, http.client.BadStatusLine):
+                # A kept-alive connection the server closed: retry once
+                # on a new one (submissions in tests carry ids, so a
+                # replay is harmless).
+                self.close()
+                if fresh or attempt == 1:
+                    raise
+            except Exception:
+                self.close()
+                raise
+
+    def get(self, path):
+        return self.request("GET", path)
+
+    def post(self, path, body):
+        return self.request("POST", path, body)
+
+
+def submit_many(addr, tasks, threads=8, path="/v1/tasks"):
+    """POSTs every task (dicts) with a few threads, each on its own
+    kept-alive connection. Returns (responses in task order, seconds)."""
+    results = [None] * len(tasks)
+    errors = []
+
+    def run(k):
+        api = Api(addr)
+        try:
+            for i in range(k, len(tasks), threads):
+                results[i] = api.post(path, tasks[i])
+        except Exception as e:  # reported by the caller
+            errors.append(e)
+        finally:
+            api.close()
+
+    t0 = time.monotonic()
+    ts = [threading.Thread(target=run, args=(k,)) for k in range(threads)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    elapsed = time.monotonic() - t0
+    if errors:
+        raise TestFailure("submission failed: %r" % errors[0])
+    return results, elapsed
+
+
+# ----------------------------------------------------------------- kafka ---
+
+class KafkaMessage:
+    __slots__ = ("topic", "partition", "offset", "ts", "key", "payload",
+                 "headers", "hdr", "recv_ms")
+
+    def __init__(self, j, recv_ms):
+        self.topic = j.get("topic")
+        self.partition = j.get("partition")
+        self.offset = j.get("offset")
+        self.ts = j.get("ts")
+        self.key = j.get("key")
+        self.payload = j.get("payload")
+        h = j.get("headers") or []
+        self.headers = [(h[i], h[i + 1]) for i in range(0, len(h) - 1, 2)]
+        self.hdr = dict(self.headers)
+        self.recv_ms = recv_ms
+
+    @property
+    def id(self):
+        return self.hdr.get("prophet-id")
+
+
+class KafkaReader:
+    """Follows topics with kcat (-J), from the beginning, in background
+    threads; records each message with its local receive time.
+
+    kcat exits when a topic does not exist yet (topics auto-create on the
+    first publish): it is restarted, and messages already seen (by
+    partition and offset) are skipped."""
+
+    def __init__(self, brokers, topics):
+        self.brokers = brokers
+        self.topics = list(topics)
+        self.messages = []
+        self.by_id = {}
+        self.cond = threading.Condition()
+        self.stopping = False
+        self.procs = {}
+        self.threads = []
+        self.errors = []
+
+    def start(self):
+        for t in self.topics:
+            th = threading.Thread(target=self._follow, args=(t,), daemon=True)
+            th.start()
+            self.threads.append(th)
+        return self
+
+    def _follow(self, topic):
+        seen = set()
+        while not self.stopping:
+            pre = [_SETPRIV, "--pdeathsig", "KILL", "--"] if _SETPRIV else []
+            errf = tempfile.TemporaryFile()
+            p = subprocess.Popen(
+                pre + ["kcat", "-C", "-b", self.brokers, "-t", topic,
+                       "-o", "beginning", "-J", "-q", "-u",
+                       "-X", "fetch.wait.max.ms=20"],
+                stdout=subprocess.PIPE, stderr=errf)
+            self.procs[topic] = p
+            for line in p.stdout:
+                recv = now_ms()
+                try:
+                    j = json.loads(line)
+                except ValueError:
+                    self.errors.append("bad kcat line: %r" % line[:200])
+                    continue
+                k = (j.get("partition"), j.get("offset"))
+                if k in seen:
+                    continue
+                seen.add(k)
+                m = KafkaMessage(j, recv)
+                with self.cond:
+                    self.messages.append(m)
+                    self.by_id.setdefault(m.id, []).append(m)
+                    self.cond.notify_all()
+            p.wait()
+            p.stdout.close()
+            errf.seek(0)
+            err = errf.read().decode("utf-8", "replace")
+            errf.close()
+            if self.stopping:
+                break
+            if "Unknown topic" not in err and err.strip():
+                self.errors.append("kcat %s: %s" % (topic, err.strip()[:300]))
+            time.sleep(0.2)
+
+    def wait_for(self, ids, timeout, settle=0.0):
+        """Waits until every id was received at least once (or the
+        timeout); then `settle` more seconds for late duplicates. Returns
+        the ids still missing."""
+        ids = set(ids)
+        deadline = time.monotonic() + timeout
+        with self.cond:
+            while True:
+                missing = [i for i in ids if i not in self.by_id]
+                left = deadline - time.monotonic()
+                if not missing or left <= 0:
+                    break
+                self.cond.wait(min(left, 0.5))
+        if settle > 0:
+            time.sleep(settle)
+        with self.cond:
+            missing = [i for i in ids if i not in self.by_id]
+        if missing and self.errors:
+            log("kcat problems: %s" % self.errors[-5:])
+        return missing
+
+    def count(self):
+        with self.cond:
+            return len(self.messages)
+
+    def stop(self):
+        self.stopping = True
+        for p in list(self.procs.values()):
+            try:
+                p.terminate()
+            except OSError:
+                pass
+        for th in self.threads:
+            th.join(timeout=5)
+
+
+def create_topics(brokers, topics, timeout=20):
+    """Asks the broker to auto-create topics (a metadata request with
+    auto-creation, as a producer sends) and waits until they have
+    partitions."""
+    deadline = time.monotonic() + timeout
+    pending = set(topics)
+    while pending:
+        for t in list(pending):
+            p = subprocess.run(["kcat", "-L", "-b", brokers, "-t", t],
+                               stdout=subprocess.PIPE,
+                               stderr=subprocess.STDOUT, text=True)
+            if p.returncode == 0 and "partitions:" in p.stdout and \
+                    "0 partitions" not in p.stdout:
+                pending.discard(t)
+        if pending and time.monotonic() > deadline:
+            raise TestFailure("topics not created: %s" % sorted(pending))
+        if pending:
+            time.sleep(0.2)
+
+
+# ------------------------------------------------------------- processes ---
+
+_ALL_PROCS = []
+
+
+def _kill_leftovers():
+    for p in _ALL_PROCS:
+        if p.popen is not None and p.popen.poll() is None:
+            try:
+                p.popen.kill()
+            except OSError:
+                pass
+
+
+atexit.register(_kill_leftovers)
+
+
+class Proc:
+    """A daemon run as a subprocess, stdout+stderr appended to a log."""
+
+    def __init__(self, name, argv, log_path):
+        self.name = name
+        self.argv = argv
+        self.log_path = log_path
+        self.popen = None
+        self.starts = 0
+        _ALL_PROCS.append(self)
+
+    def start(self):
+        if self.running():
+            raise TestFailure("%s is already running" % self.name)
+        self.starts += 1
+        f = open(self.log_path, "ab")
+        f.write(("=== harness: start #%d at %d: %s\n"
+                 % (self.starts, now_ms(), " ".join(self.argv))).encode())
+        f.flush()
+        argv = self.argv
+        if _SETPRIV:
+            argv = [_SETPRIV, "--pdeathsig", "KILL", "--"] + argv
+        self.popen = subprocess.Popen(argv, stdout=f, stderr=subprocess.STDOUT,
+                                      stdin=subprocess.DEVNULL)
+        f.close()
+        return self
+
+    def running(self):
+        return self.popen is not None and self.popen.poll() is None
+
+    def signal(self, sig):
+        if self.running():
+            self.popen.send_signal(sig)
+
+    def wait(self, timeout):
+        try:
+            return self.popen.wait(timeout)
+        except subprocess.TimeoutExpired:
+            return None
+
+    def stop(self, timeout=25):
+        """SIGTERM, wait; SIGKILL if it hangs. Returns the exit code
+        (None if it had to be killed)."""
+        if not self.running():
+            return self.popen.returncode if self.popen else None
+        self.popen.send_signal(signal.SIGTERM)
+        rc = self.wait(timeout)
+        if rc is None:
+            log("%s did not stop within %ss after SIGTERM; killing"
+                % (self.name, timeout))
+            self.popen.kill()
+            self.popen.wait()
+        self._note("stopped (SIGTERM), exit %s" % rc)
+        return rc
+
+    def kill(self):
+        if self.running():
+            self.popen.kill()
+            self.popen.wait()
+            self._note("killed (SIGKILL)")
+
+    def _note(self, what):
+        with open(self.log_path, "ab") as f:
+            f.write(("=== harness: %s at %d\n" % (what, now_ms())).encode())
+
+    def tail(self, n=40):
+        try:
+            with open(self.log_path, "rb") as f:
+                lines = f.read().decode("utf-8", "replace").splitlines()
+        except OSError:
+            return []
+        return lines[-n:]
+
+    def grep(self, needle):
+        try:
+            with open(self.log_path, "rb") as f:
+                return [l for l in f.read().decode("utf-8", "replace")
+                        .splitlines() if needle in l]
+        except OSError:
+            return []
+
+
+class Cluster:
+    """An isolated Prophet cluster on the shared dev servers.
+
+    Creates a ZooKeeper root, a MariaDB database, a Redis db number, a
+    topic prefix and ports; writes prophet.conf; starts/stops the manager
+    and workers; cleans everything up on exit (keeps the temp dir, with
+    the logs, when the block failed or PROPHET_INTEG_KEEP=1)."""
+
+    def __init__(self, workers=2, conf=None, slots=16, name="t"):
+        self.env = ensure_cluster()
+        self.tag = rand_tag()
+        self.nworkers = workers
+        self.extra_conf = dict(conf or {})
+        self.slots = slots
+        self.zk_root = "/prophet-t" + self.tag
+        self.db_name = "prophet_t" + self.tag
+        self.topic_prefix = "t%s." % self.tag
+        self.brokers = self.env["PROPHET_KAFKA_BROKERS"]
+        (self.db_user, self.db_password, self.db_host, self.db_port,
+         _) = _parse_db_url(self.env["PROPHET_DB_URL"])
+        self.redis_host, self.redis_port = _parse_redis_url(
+            self.env["PROPHET_REDIS_URL"])
+        self.redis_db = None
+        self._lock_fd = None
+        self.dir = tempfile.mkdtemp(prefix="prophet-%s-%s-" % (name, self.tag))
+        self.http_port = free_port()
+        self.manager_addr = "127.0.0.1:%d" % self.http_port
+        self.conf_path = os.path.join(self.dir, "prophet.conf")
+        self.manager = None
+        self.workers = []
+        self.readers = []
+        self.created_db = False
+
+    # -- setup / teardown ------------------------------------------------
+    def __enter__(self):
+        try:
+            self._pick_redis_db()
+            self.mysql("CREATE DATABASE `%s`" % self.db_name, db="")
+            self.created_db = True
+            self.write_conf()
+            self.manager = Proc("manager", [MANAGER_BIN, "-c", self.conf_path],
+                                os.path.join(self.dir, "manager.log"))
+            for i in range(self.nworkers):
+                self.add_worker()
+        except BaseException:
+            self._cleanup(failed=True)
+            raise
+        log("cluster %s: zk %s, db %s, redis db %d, topics %s*, api %s, "
+            "logs %s" % (self.tag, self.zk_root, self.db_name, self.redis_db,
+                         self.topic_prefix, self.manager_addr, self.dir))
+        return self
+
+    def open(self):
+        """Sets the namespace up (for use without `with`; close() ends
+        it)."""
+        return self.__enter__()
+
+    def __exit__(self, etype, evalue, tb):
+        failed = etype is not None
+        if failed:
+            self.dump_logs()
+        self._cleanup(failed)
+        return False
+
+    REDIS_MARK = "prophet-integ:owner"
+
+    def _pick_redis_db(self):
+        """Takes a Redis db among 1..15: one nobody else holds (a lock file
+        per db) that is empty, or that holds only the leftovers of a test
+        run that died (our marker key, its lock free). Data of others is
+        never flushed."""
+        os.makedirs(LOCK_DIR, exist_ok=True)
+        deadline = time.monotonic() + 120
+        while self.redis_db is None:
+            r = Redis(self.redis_host, self.redis_port)
+            try:
+                cands = list(range(1, 16))
+                random.shuffle(cands)
+                for n in cands:
+                    path = os.path.join(LOCK_DIR, "redis-%d-db%d.lock"
+                                        % (self.redis_port, n))
+                    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+                    try:
+                        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    except OSError:
+                        os.close(fd)
+                        continue
+                    r.cmd("SELECT", n)
+                    if r.cmd("DBSIZE") == 0 or r.cmd("EXISTS",
+                                                     self.REDIS_MARK):
+                        self.redis_db, self._lock_fd = n, fd
+                        break
+                    os.close(fd)
+            finally:
+                r.close()
+            if self.redis_db is None:
+                if time.monotonic() > deadline:
+                    raise TestFailure("no free Redis db among 1..15 (locks "
+                                      "in %s)" % LOCK_DIR)
+                time.sleep(0.5)
+        r = self.redis()
+        r.cmd("FLUSHDB")
+        r.cmd("SET", self.REDIS_MARK, self.tag)
+        r.close()
+
+    def close(self, failed=False):
+        """Stops everything and removes the namespace (what __exit__
+        does); keeps the logs when failed."""
+        self._cleanup(failed)
+
+    def _cleanup(self, failed):
+        for r in self.readers:
+            r.stop()
+        procs = ([self.manager] if self.manager else []) + self.workers
+        for p in procs:
+            if p.running():
+                p.kill()
+        try:
+            if self.created_db:
+                self.mysql("DROP DATABASE IF EXISTS `%s`" % self.db_name,
+                           db="")
+        except Exception as e:
+            log("cleanup: drop database failed: %s" % e)
+        try:
+            z = ZK(self.env["PROPHET_ZK"])
+            z.delete_all(self.zk_root)
+            z.close()
+        except Exception as e:
+            log("cleanup: zookeeper %s not removed: %s" % (self.zk_root, e))
+        if self.redis_db is not None:
+            try:
+                r = self.redis()
+                r.cmd("FLUSHDB")
+                r.close()
+            except Exception as e:
+                log("cleanup: redis flush failed: %s" % e)
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)
+            self._lock_fd = None
+        if failed or KEEP:
+            log("logs kept in %s" % self.dir)
+        else:
+            shutil.rmtree(self.dir, ignore_errors=True)
+
+    def dump_logs(self, n=40):
+        procs = ([self.manager] if self.manager else []) + self.workers
+        for p in procs:
+            if p.popen is None:
+                continue
+            log("---- tail of %s (%s) ----" % (p.name, p.log_path))
+            for line in p.tail(n):
+                log("  " + line)
+
+    # -- configuration ---------------------------------------------------
+    def conf_dict(self):
+        c = {
+            "cluster.root": self.zk_root,
+            "cluster.slots": self.slots,
+            "zookeeper.hosts": self.env["PROPHET_ZK"],
+            "zookeeper.session_timeout_ms": 10000,
+            "redis.url": "redis://%s:%d/%d" % (self.redis_host,
+                                               self.redis_port,
+                                               self.redis_db),
+            "db.url": "mysql://%s:%s@%s:%d/%s" % (
+                self.db_user, self.db_password, self.db_host, self.db_port,
+                self.db_name),
+            "kafka.brokers": self.brokers,
+            "kafka.topic_prefix": self.topic_prefix,
+            "http.listen": self.manager_addr,
+        }
+        c.update(self.extra_conf)
+        return c
+
+    def write_conf(self):
+        sections = {}
+        for k, v in self.conf_dict().items():
+            s, key = k.split(".", 1)
+            sections.setdefault(s, []).append((key, v))
+        with open(self.conf_path, "w") as f:
+            f.write("; written by tests/integ/harness.py\n")
+            for s, kvs in sections.items():
+                f.write("[%s]\n" % s)
+                for k, v in kvs:
+                    f.write("%s = %s\n" % (k, v))
+
+    # -- processes -------------------------------------------------------
+    def add_worker(self):
+        i = len(self.workers) + 1
+        port = free_port()
+        wid = "w%d-%s" % (i, self.tag)
+        p = Proc(wid, [WORKER_BIN, "-c", self.conf_path,
+                       "--set", "worker.id=" + wid,
+                       "--set", "worker.http_listen=127.0.0.1:%d" % port],
+                 os.path.join(self.dir, "worker%d.log" % i))
+        p.wid = wid
+        p.addr = "127.0.0.1:%d" % port
+        self.workers.append(p)
+        return p
+
+    def _wait_http(self, proc, addr, path, timeout):
+        api = Api(addr, timeout=2)
+        last = [None]
+
+        def ok():
+            if not proc.running():
+                raise TestFailure("%s exited (code %s) during startup"
+                                  % (proc.name, proc.popen.returncode))
+            try:
+                r = api.get(path)
+                last[0] = r
+                return r.status == 200
+            except OSError as e:
+                last[0] = e
+                api.close()
+                return False
+        try:
+            wait_until(ok, timeout, 0.05, "%s %s (last: %r)"
+                       % (proc.name, path, last[0]))
+        finally:
+            api.close()
+
+    def start_manager(self, wait=True, timeout=60):
+        self.manager.start()
+        if wait:
+            self._wait_http(self.manager, self.manager_addr, "/readyz",
+                            timeout)
+        return self.manager
+
+    def start_worker(self, w, wait=True, timeout=60):
+        if isinstance(w, int):
+            w = self.workers[w]
+        w.start()
+        if wait:
+            self._wait_http(w, w.addr, "/healthz", timeout)
+            # Fully connected (Kafka metadata, DB, Redis, ZooKeeper).
+            self._wait_http(w, w.addr, "/readyz", timeout)
+        return w
+
+    def start_like_supervisor(self, w, every=1.0, within=30.0):
+        """Starts a worker, and restarts it every `every` seconds while it
+        exits during startup (as systemd's Restart=on-failure would), for
+        at most `within` seconds. Returns the failed attempts as
+        (time offset, last log line) pairs."""
+        if isinstance(w, int):
+            w = self.workers[w]
+        t0 = time.monotonic()
+        failures = []
+        while True:
+            try:
+                self.start_worker(w)
+                return failures
+            except TestFailure:
+                if w.running():
+                    raise
+                failures.append((round(time.monotonic() - t0, 1),
+                                 (w.tail(1) or ["?"])[-1]))
+                if time.monotonic() - t0 > within:
+                    raise TestFailure(
+                        "%s could not be restarted within %.0fs; last: %s"
+                        % (w.name, within, failures[-1][1]))
+                time.sleep(every)
+
+    def start_workers(self, wait=True):
+        for w in self.workers:
+            self.start_worker(w, wait=False)
+        if wait:
+            for w in self.workers:
+                self._wait_http(w, w.addr, "/healthz", 60)
+                self._wait_http(w, w.addr, "/readyz", 60)
+
+    def start(self):
+        self.start_manager()
+        self.start_workers()
+        return self
+
+    # -- clients ---------------------------------------------------------
+    def api(self):
+        return Api(self.manager_addr)
+
+    def redis(self):
+        return Redis(self.redis_host, self.redis_port, self.redis_db)
+
+    def topic(self, t):
+        return self.topic_prefix + t
+
+    def reader(self, topics):
+        """A started KafkaReader over the Kafka topics of task topics."""
+        r = KafkaReader(self.brokers, [self.topic(t) for t in topics])
+        self.readers.append(r)
+        return r.start()
+
+    def mysql(self, sql, db=None):
+        """Runs constant SQL (test-generated values only) with the mariadb
+        client; returns rows as lists of strings (NULL -> None)."""
+        argv = ["mariadb", "--no-defaults", "-N", "-B", "-u" + self.db_user,
+                "-p" + self.db_password, "-h" + self.db_host,
+                "-P%d" % self.db_port, "--connect-timeout=10"]
+        d = self.db_name if db is None else db
+        if d:
+            argv.append(d)
+        argv += ["-e", sql]
+        p = subprocess.run(argv, stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE)
+        if p.returncode != 0:
+            raise TestFailure("mariadb failed (%s): %s" % (
+                sql[:200], p.stderr.decode("utf-8", "replace").strip()))
+        rows = []
+        for line in p.stdout.decode("utf-8", "replace").split("\n"):
+            if line == "":
+                continue
+            rows.append([None if c == "NULL" else c
+                         for c in line.split("\t")])
+        return rows
+
+    def zk(self):
+        return ZK(self.env["PROPHET_ZK"])
+
+
+# ---------------------------------------------------------------- runner ---
+
+class Problems:
+    """Collects assertion failures so that a test reports many at once."""
+
+    def __init__(self, limit=15):
+        self.limit = limit
+        self.items = []
+        self.count = 0
+
+    def add(self, msg):
+        self.count += 1
+        if len(self.items) < self.limit:
+            self.items.append(msg)
+
+    def check(self, cond, msg):
+        if not cond:
+            self.add(msg)
+        return cond
+
+    def raise_if_any(self, what):
+        if self.count:
+            raise TestFailure("%s: %d problem(s):\n  %s%s" % (
+                what, self.count, "\n  ".join(self.items),
+                "\n  ..." if self.count > len(self.items) else ""))
+
+
+def run_tests(tests, on_failure=None):
+    """Runs test functions in order, printing TAP-like lines; returns the
+    number of failures. on_failure() runs after each failed test (e.g. to
+    print the tails of the daemons' logs)."""
+    only = os.environ.get("PROPHET_INTEG_ONLY")
+    if only:
+        tests = [t for t in tests if only in t.__name__]
+    print("1..%d" % len(tests), flush=True)
+    failed = 0
+    t_all = time.monotonic()
+    for n, fn in enumerate(tests, 1):
+        name = fn.__name__[5:] if fn.__name__.startswith("test_") \
+            else fn.__name__
+        t0 = time.monotonic()
+        try:
+            fn()
+        except Exception:
+            failed += 1
+            for line in traceback.format_exc().splitlines():
+                log(line)
+            if on_failure is not None:
+                try:
+                    on_failure()
+                except Exception as e:
+                    log("on_failure: %r" % e)
+            print("not ok %d - %s (%.1fs)" % (n, name, time.monotonic() - t0),
+                  flush=True)
+        else:
+            print("ok %d - %s (%.1fs)" % (n, name, time.monotonic() - t0),
+                  flush=True)
+    print("# %s: %d passed, %d failed, %.1fs" % (
+        os.path.basename(sys.argv[0]), len(tests) - failed, failed,
+        time.monotonic() - t_all), flush=True)
+    return failed
+
+
+def collect_tests(namespace):
+    tests = [v for k, v in namespace.items()
+             if k.startswith("test_") and callable(v)]
+    tests.sort(key=lambda f: f.__code__.co_firstlineno)
+    return tests
+
+
+def main(namespace, tests=None):
+    """Runs the test_* functions of a module in definition order and exits
+    0 iff all passed (1 otherwise, also when setup fails)."""
+    try:
+        failed = run_tests(tests or collect_tests(namespace))
+    except Exception:
+        for line in traceback.format_exc().splitlines():
+            log(line)
+        print("not ok - setup failed", flush=True)
+        sys.exit(1)
+    sys.exit(1 if failed else 0)

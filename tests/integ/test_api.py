@@ -1,0 +1,343 @@
+#!/usr/bin/env python3
+"""The manager's HTTP API under bad input, idempotent submission, health,
+readiness, metrics and --check-config. No workers are needed."""
+
+import json
+import os
+import re
+import subprocess
+import sys
+
+sys.dont_write_bytecode = True  # no __pycache__ in the source tree
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import harness as h  # noqa: E402
+
+MAX_BODY = 1024
+C = None
+API = None
+REJECTED = 0  # submissions answered 4xx by validation
+
+
+def error_of(r, status, code=None, field=None, what=""):
+    """Checks an error answer: status, the {"error":{...}} shape, and the
+    code and field when given."""
+    ctx = "%s -> %r" % (what, r)
+    h.check_eq(r.status, status, "status of " + ctx)
+    j = r.json
+    h.check(isinstance(j, dict) and set(j) == {"error"},
+            "error body must be {\"error\":{...}}: " + ctx)
+    e = j["error"]
+    h.check(isinstance(e, dict), "error must be an object: " + ctx)
+    h.check(set(e) <= {"code", "message", "field"},
+            "unexpected keys in error: %s: %s" % (sorted(e), ctx))
+    h.check(isinstance(e.get("code"), str) and e["code"],
+            "error.code missing: " + ctx)
+    h.check(isinstance(e.get("message"), str) and e["message"],
+            "error.message missing: " + ctx)
+    if "field" in e:
+        h.check(isinstance(e["field"], str) and e["field"],
+                "error.field must be a non-empty string: " + ctx)
+    if code is not None:
+        h.check_eq(e["code"], code, "error.code of " + ctx)
+    if field is not None:
+        h.check_eq(e.get("field"), field, "error.field of " + ctx)
+    return e
+
+
+def post_raw(data, ctype="application/json"):
+    return API.request("POST", "/v1/tasks", data,
+                       headers={"Content-Type": ctype})
+
+
+def bad_submit(task, status, code=None, field=None):
+    global REJECTED
+    r = post_raw(json.dumps(task, ensure_ascii=False).encode())
+    if 400 <= r.status < 500:
+        REJECTED += 1
+    return error_of(r, status, code, field, "POST %r" % (task,))
+
+
+def ok_task(**kw):
+    t = {"topic": "api", "body": "hello", "delay_ms": 60000}
+    t.update(kw)
+    return t
+
+
+def metric(text, name):
+    m = re.search(r"^%s(?:\{\})? ([0-9.eE+-]+)$" % re.escape(name), text,
+                  re.M)
+    return float(m.group(1)) if m else None
+
+
+def setup():
+    global C, API
+    C = h.Cluster(workers=0, name="api",
+                  conf={"task.max_body_bytes": MAX_BODY}).open()
+    C.start_manager()
+    API = C.api()
+
+
+# ----------------------------------------------------------------- tests ---
+
+def test_malformed_json():
+    global REJECTED
+    for data in (b"{", b"", b"not json", b'{"topic": "a",}', b"\xff\xfe{}",
+                 b'{"topic":"a","topic":"b","body":"x","delay_ms":1}',
+                 b"[" * 5000 + b"]" * 5000):
+        r = post_raw(data)
+        REJECTED += 1
+        error_of(r, 400, "invalid_json", what="POST %r" % data[:40])
+
+
+def test_not_an_object():
+    for data in ([], [ok_task()]):
+        bad_submit(data, 400, "invalid_type")
+    # A bare scalar is refused by the parser already (either code is fine).
+    for data in ("a string", 42, None, True):
+        e = bad_submit(data, 400)
+        h.check(e["code"] in ("invalid_json", "invalid_type"),
+                "POST %r: code %r" % (data, e["code"]))
+
+
+def test_missing_fields():
+    bad_submit({"body": "x", "delay_ms": 1}, 400, "missing_field", "topic")
+    bad_submit({"topic": None, "body": "x", "delay_ms": 1}, 400,
+               "missing_field", "topic")
+    bad_submit({"topic": "a", "delay_ms": 1}, 400, "missing_field", "body")
+    e = bad_submit({"topic": "a", "body": "x"}, 400, "missing_field")
+    h.check(e.get("field") in ("due_at", "delay_ms"), "field %r" % e)
+
+
+def test_due_at_and_delay_ms_together():
+    e = bad_submit(ok_task(due_at=h.now_ms() + 1000), 400)
+    h.check(e.get("field") in ("due_at", "delay_ms"),
+            "both due_at and delay_ms: field %r" % e)
+
+
+def test_body_too_large():
+    bad_submit(ok_task(body="x" * (MAX_BODY + 1)), 413, field="body")
+    # Multi-byte characters: the limit counts bytes.
+    bad_submit(ok_task(body="é" * (MAX_BODY // 2 + 1)), 413, field="body")
+
+
+def test_bad_ids():
+    for bad in ("has space", "slash/id", "semi;colon", "ünï", "", "a" * 129,
+                "nul\u0000id", "quote\"", "new\nline", "per%cent"):
+        bad_submit(ok_task(id=bad), 400, "invalid_value", "id")
+
+
+def test_unknown_field():
+    bad_submit(ok_task(colour="blue"), 400, "unknown_field")
+    bad_submit(ok_task(Topic="a"), 400, "unknown_field")
+
+
+def test_wrong_types():
+    cases = [
+        ({"id": 5}, "id"),
+        ({"topic": 5}, "topic"),
+        ({"topic": ["a"]}, "topic"),
+        ({"body": 123}, "body"),
+        ({"body": {"a": 1}}, "body"),
+        ({"delay_ms": "100"}, "delay_ms"),
+        ({"delay_ms": 1.5}, "delay_ms"),
+        ({"delay_ms": True}, "delay_ms"),
+        ({"key": 7}, "key"),
+        ({"headers": ["a", "b"]}, "headers"),
+        ({"headers": {"a": 1}}, "headers"),
+        ({"headers": "a=b"}, "headers"),
+        ({"max_attempts": "3"}, "max_attempts"),
+        ({"ttl_ms": [1]}, "ttl_ms"),
+        ({"priority": "high"}, "priority"),
+        ({"callback": "http://x"}, "callback"),
+    ]
+    for over, field in cases:
+        bad_submit(ok_task(**over), 400, "invalid_type", field)
+
+
+def test_bad_values():
+    cases = [
+        ({"delay_ms": -1}, "delay_ms"),
+        ({"topic": "bad topic"}, "topic"),
+        ({"topic": ""}, "topic"),
+        ({"topic": "../etc"}, "topic"),
+        ({"key": ""}, "key"),
+        ({"headers": {"prophet-id": "spoof"}}, "headers"),
+        ({"max_attempts": 0}, "max_attempts"),
+        ({"callback": {"url": "ftp://x"}}, "callback.url"),
+    ]
+    for over, field in cases:
+        bad_submit(ok_task(**over), 400, None, field)
+    bad_submit({"topic": "a", "body": "x", "due_at": -5}, 400, None,
+               "due_at")
+
+
+def test_get_unknown_and_invalid_ids():
+    error_of(API.get("/v1/tasks/no-such-task"), 404, "not_found",
+             what="GET unknown id")
+    for bad in ("bad%20id", "a%24b", "%C3%BC", "x" * 129, "a%2Fb"):
+        error_of(API.get("/v1/tasks/" + bad), 400, "invalid_value", "id",
+                 "GET /v1/tasks/" + bad[:40])
+
+
+def test_wrong_method_and_unknown_route():
+    # GET /v1/tasks becomes the list call (CONTRACT.md) once it lands;
+    # until then it is a wrong method, like DELETE on the collection.
+    error_of(API.get("/v1/tasks"), 405, what="GET /v1/tasks")
+    error_of(API.request("DELETE", "/v1/tasks"), 405,
+             what="DELETE /v1/tasks")
+    error_of(API.get("/v1/nothing-here"), 404, what="GET /v1/nothing-here")
+    error_of(API.request("POST", "/nope", {"a": 1}), 404, what="POST /nope")
+
+
+def test_nothing_stored_by_bad_input():
+    rows = C.mysql("SELECT COUNT(*) FROM tasks")
+    h.check_eq(rows, [["0"]], "rows in tasks after bad input only")
+    r = API.get("/healthz")
+    h.check_eq(r.status, 200, "manager alive after bad input")
+
+
+def test_idempotent_submit():
+    t = {"id": "dup-1", "topic": "api", "body": "same body",
+         "delay_ms": 60000, "headers": {"a": "b"}, "key": "k1"}
+    r1 = API.post("/v1/tasks", t)
+    h.check_eq(r1.status, 201, "first submit of dup-1 (%r)" % r1)
+    h.check_eq(r1.json.get("id"), "dup-1", "id in the answer")
+    h.check_eq(r1.json.get("status"), "scheduled", "status in the answer")
+    r2 = API.post("/v1/tasks", t)
+    h.check_eq(r2.status, 200, "identical replay of dup-1 (%r)" % r2)
+    h.check_eq(r2.json.get("id"), "dup-1", "id in the replay answer")
+    h.check_eq(r2.json.get("due_at"), r1.json.get("due_at"),
+               "a replay answers the stored due time")
+    r3 = API.post("/v1/tasks", dict(t, body="another body"))
+    error_of(r3, 409, "conflict", what="dup-1 with another body")
+    rows = C.mysql("SELECT id, body, status FROM tasks WHERE id = 'dup-1'")
+    h.check_eq(rows, [["dup-1", "same body", "scheduled"]], "dup-1 rows")
+    g = API.get("/v1/tasks/dup-1")
+    h.check_eq(g.status, 200, "GET dup-1")
+    h.check_eq((g.json["body"], g.json["status"], g.json["key"],
+                g.json["headers"]), ("same body", "scheduled", "k1",
+                                     {"a": "b"}), "GET dup-1 fields")
+
+
+def test_get_id_with_encoded_nul_is_not_truncated():
+    # An id is never cut at an encoded NUL: "dup-1%00junk" is not "dup-1"
+    # (the same path decoding will serve DELETE and PATCH).
+    h.check_eq(API.get("/v1/tasks/dup-1").status, 200, "GET dup-1")
+    error_of(API.get("/v1/tasks/dup-1%00junk"), 400, "invalid_value", "id",
+             "GET /v1/tasks/dup-1%00junk")
+
+
+def test_oversized_request_and_odd_methods():
+    """A request body over http.max_body_bytes and an unsupported method
+    are refused without harm to the server."""
+    import socket
+    s = socket.create_connection(("127.0.0.1", C.http_port), timeout=10)
+    s.sendall(b"POST /v1/tasks HTTP/1.1\r\nHost: t\r\nContent-Type: "
+              b"application/json\r\nContent-Length: 50000000\r\n\r\n{")
+    head = s.recv(65536).split(b"\r\n", 1)[0]
+    s.close()
+    h.check(head.startswith(b"HTTP/1.1 413"), "oversized request: %r" % head)
+    r = API.request("PUT", "/v1/tasks", {"a": 1})
+    h.check(r.status in (405, 501), "PUT /v1/tasks -> %r" % r)
+    h.check_eq(API.get("/healthz").status, 200, "alive after that")
+
+
+def test_health_readiness_metrics():
+    r = API.get("/healthz")
+    h.check_eq(r.status, 200, "/healthz")
+    r = API.get("/readyz")
+    h.check_eq(r.status, 200, "/readyz (%r)" % r)
+    h.check(isinstance(r.json, dict) and r.json.get("ready") is True,
+            "/readyz JSON: %r" % r)
+    for k in ("zookeeper", "db"):
+        h.check(r.json.get(k) is True, "/readyz %s: %r" % (k, r.json))
+    # Three more accepted tasks (generated ids).
+    for i in range(3):
+        r = API.post("/v1/tasks", ok_task(body="m%d" % i))
+        h.check_eq(r.status, 201, "submit (%r)" % r)
+    m = API.get("/metrics")
+    h.check_eq(m.status, 200, "/metrics")
+    h.check("text/plain" in m.headers.get("Content-Type", ""),
+            "/metrics content type %r" % m.headers.get("Content-Type"))
+    text = m.text
+    h.check("prophet_tasks_accepted_total" in text,
+            "prophet_tasks_accepted_total missing")
+    accepted = metric(text, "prophet_tasks_accepted_total")
+    db = int(C.mysql("SELECT COUNT(*) FROM tasks")[0][0])
+    h.check_eq(db, 4, "rows in tasks (dup-1 + 3)")
+    h.check_eq(accepted, 4.0, "prophet_tasks_accepted_total")
+    h.check_eq(metric(text, "prophet_tasks_replayed_total"), 1.0,
+               "prophet_tasks_replayed_total")
+    h.check_eq(metric(text, "prophet_tasks_conflicts_total"), 1.0,
+               "prophet_tasks_conflicts_total")
+    rejected = metric(text, "prophet_tasks_rejected_total")
+    h.check_eq(rejected, float(REJECTED), "prophet_tasks_rejected_total")
+
+
+def test_check_config():
+    for prog in (h.MANAGER_BIN, h.WORKER_BIN):
+        name = os.path.basename(prog)
+        p = subprocess.run([prog, "-c", C.conf_path, "--check-config"],
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                           text=True, timeout=30)
+        h.check_eq(p.returncode, 0, "%s --check-config on a good config "
+                   "(%s)" % (name, p.stdout.strip()))
+        for bad, key in (("cluster.slots=0", "cluster.slots"),
+                         ("worker.lease_ms=5", "worker.lease_ms"),
+                         ("redis.url=http://x", "redis.url"),
+                         ("http.listen=nowhere", "http.listen"),
+                         ("task.max_body_bytes=abc", "task.max_body_bytes"),
+                         ("nosuch.key=1", "nosuch.key")):
+            p = subprocess.run([prog, "-c", C.conf_path, "--set", bad,
+                                "--check-config"],
+                               stdout=subprocess.PIPE,
+                               stderr=subprocess.STDOUT, text=True,
+                               timeout=30)
+            h.check(p.returncode != 0, "%s --set %s --check-config exited 0"
+                    % (name, bad))
+            h.check(key in p.stdout, "%s --set %s: message lacks the key "
+                    "name: %r" % (name, bad, p.stdout.strip()))
+    # A bad value in the file names its key too.
+    path = os.path.join(C.dir, "bad.conf")
+    with open(path, "w") as f:
+        f.write(open(C.conf_path).read() + "\n[worker]\nscan_interval_ms = "
+                "0\n")
+    p = subprocess.run([h.MANAGER_BIN, "-c", path, "--check-config"],
+                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                       text=True, timeout=30)
+    h.check(p.returncode != 0 and "scan_interval_ms" in p.stdout,
+            "bad file value: exit %d, %r" % (p.returncode, p.stdout.strip()))
+
+
+def test_manager_survived():
+    r = API.get("/healthz")
+    h.check_eq(r.status, 200, "/healthz at the end")
+    h.check(C.manager.running(), "manager exited")
+    bad = [l for l in C.manager.tail(500)
+           if "level=error" in l or "level=fatal" in l]
+    h.check(not bad, "errors in the manager log: %s" % bad[:5])
+
+
+def main():
+    failed = 1
+    try:
+        setup()
+        failed = h.run_tests(h.collect_tests(globals()),
+                             on_failure=lambda: C.dump_logs())
+    except Exception:
+        import traceback
+        for line in traceback.format_exc().splitlines():
+            h.log(line)
+        if C is not None:
+            C.dump_logs()
+        print("not ok - setup failed", flush=True)
+    finally:
+        if API is not None:
+            API.close()
+        if C is not None:
+            C.close(failed=bool(failed))
+    sys.exit(1 if failed else 0)
+
+
+if __name__ == "__main__":
+    main()

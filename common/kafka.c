@@ -201,6 +201,12 @@ kafka_flush(struct kafka_producer *p, int timeout_ms)
 		       : -1;
 }
 
+void
+kafka_purge_queued(struct kafka_producer *p)
+{
+	rd_kafka_purge(p->rk, RD_KAFKA_PURGE_F_QUEUE);
+}
+
 int
 kafka_ping(struct kafka_producer *p, int timeout_ms)
 {

@@ -38,6 +38,8 @@ int kafka_outq_len(const struct kafka_producer *p);
 /* Blocks until everything queued is delivered or timeout; reports are
  * served. Returns 0 when empty. */
 int kafka_flush(struct kafka_producer *p, int timeout_ms);
+/* Drops messages not yet sent (their reports fire with an error). */
+void kafka_purge_queued(struct kafka_producer *p);
 /* Asks the cluster for metadata: broker reachable within timeout. */
 int kafka_ping(struct kafka_producer *p, int timeout_ms);
 /* Whether the last error callback said all brokers are down. */

@@ -44,7 +44,7 @@ static void redis_connect(struct redis *r);
 static void
 redis_set_state(struct redis *r, int up)
 {
-	if (r->up == up)
+	if (r->up == up || r->destroying)
 		return;
 	r->up = up;
 	if (up)

@@ -2,6 +2,7 @@
 #define PROPHET_ZK_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include <zookeeper/zookeeper.h>
 
@@ -27,6 +28,41 @@ int zk_wait_connected(struct zk *z, int timeout_ms);
 int zk_reopen(struct zk *z);
 zhandle_t *zk_handle(struct zk *z);
 int zk_is_connected(struct zk *z);
+
+/*
+ * Asynchronous calls: the completion runs on the loop thread. rc is the
+ * ZooKeeper result (ZOK, ZNONODE, ZCONNECTIONLOSS, ...). watch=1 arms a
+ * one-shot watch whose event arrives through the session's event_cb.
+ * They return 0, or -1 if the call could not be sent (then no callback).
+ */
+typedef void (*zk_data_fn)(struct zk *z, int rc, const char *data, int len,
+			   const struct Stat *st, void *arg);
+typedef void (*zk_children_fn)(struct zk *z, int rc,
+			       const struct String_vector *names, void *arg);
+typedef void (*zk_string_fn)(struct zk *z, int rc, const char *value,
+			     void *arg);
+typedef void (*zk_stat_fn)(struct zk *z, int rc, const struct Stat *st,
+			   void *arg);
+typedef void (*zk_void_fn)(struct zk *z, int rc, void *arg);
+
+int zk_aget(struct zk *z, const char *path, int watch, zk_data_fn cb,
+	    void *arg);
+int zk_aget_children(struct zk *z, const char *path, int watch,
+		     zk_children_fn cb, void *arg);
+int zk_aexists(struct zk *z, const char *path, int watch, zk_stat_fn cb,
+	       void *arg);
+int zk_acreate(struct zk *z, const char *path, const char *data, int flags,
+	       zk_string_fn cb, void *arg);
+int zk_aset(struct zk *z, const char *path, const char *data, int version,
+	    zk_stat_fn cb, void *arg);
+int zk_adelete(struct zk *z, const char *path, int version, zk_void_fn cb,
+	       void *arg);
+/* ops and results (and every buffer they point to) must stay valid until
+ * cb runs. */
+int zk_amulti(struct zk *z, int count, const zoo_op_t *ops,
+	      zoo_op_result_t *results, zk_void_fn cb, void *arg);
+/* The session id (changes when zk_reopen opens a new session). */
+int64_t zk_session_id(struct zk *z);
 
 /* Creates path with data if it does not exist (ZNODEEXISTS is success). */
 int zk_ensure(struct zk *z, const char *path, const char *data, int flags);

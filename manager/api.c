@@ -339,6 +339,12 @@ route_cb(struct evhttp_request *req, void *arg)
 		else
 			http_reply_error(req, 405, "method_not_allowed", NULL,
 					 "method not allowed here");
+	} else if (!strcmp(path, "/v1/cluster")) {
+		if (m == EVHTTP_REQ_GET)
+			cluster_get(mg, req);
+		else
+			http_reply_error(req, 405, "method_not_allowed", NULL,
+					 "use GET");
 	} else if (!strcmp(path, "/metrics")) {
 		http_metrics_cb(req, mg);
 	} else if (!strcmp(path, "/healthz")) {

@@ -97,6 +97,9 @@ void ingest_submit(struct ingest *ing, struct ingest_req *r);
 /* Submissions waiting or in flight. */
 size_t ingest_pending(const struct ingest *ing);
 
+/* cluster.c: GET /v1/cluster */
+void cluster_get(struct manager *mg, struct evhttp_request *req);
+
 /* api.c */
 void api_register(struct manager *mg);
 

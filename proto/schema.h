@@ -66,10 +66,23 @@ enum sql_task_col {
  * Outbox rule: delivered only from a delivery report, and only from a
  * state that allows it. The epoch guard refuses a stale owner.
  */
-#define SQL_TASK_MARK_DELIVERED                                                \
-	"UPDATE tasks SET status = 'delivered', fired_at = ?, "                \
-	"delivered_at = ?, attempt = ?, epoch = ?, owner = ?, updated_at = ? " \
-	"WHERE id = ? AND status IN ('scheduled', 'firing') AND epoch <= ?"
+#define SQL_TASK_MARK_DELIVERED                                            \
+	"UPDATE tasks t LEFT JOIN slot_state s ON s.slot = t.slot "        \
+	"SET t.status = 'delivered', t.fired_at = ?, t.delivered_at = ?, " \
+	"t.attempt = ?, t.epoch = ?, t.owner = ?, t.updated_at = ? "       \
+	"WHERE t.id = ? AND t.status IN ('scheduled', 'firing') "          \
+	"AND COALESCE(s.epoch, 0) <= ?"
+#define SQL_TASK_MARK_EXPIRED                                       \
+	"UPDATE tasks t LEFT JOIN slot_state s ON s.slot = t.slot " \
+	"SET t.status = 'expired', t.updated_at = ? "               \
+	"WHERE t.id = ? AND t.status IN ('scheduled', 'firing') "   \
+	"AND COALESCE(s.epoch, 0) <= ?"
+
+/* A new owner raises the slot's fence before it publishes. */
+#define SQL_SLOT_FENCE                                                       \
+	"INSERT INTO slot_state (slot, epoch, updated_at) VALUES (?, ?, ?) " \
+	"ON DUPLICATE KEY UPDATE epoch = GREATEST(epoch, VALUES(epoch)), "   \
+	"updated_at = VALUES(updated_at)"
 
 #define SQL_TASK_LOG_INSERT_PREFIX                                       \
 	"INSERT INTO task_log (task_id, from_status, to_status, actor, " \

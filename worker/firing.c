@@ -188,12 +188,7 @@ mark_run(struct db_conn *c, struct db_job *job)
 			db_params_int(&p, mj->now);
 			db_params_str(&p, t->id);
 			db_params_int(&p, t->epoch);
-			rc = db_exec(
-				c,
-				"UPDATE tasks SET status = 'expired', "
-				"updated_at = ? WHERE id = ? AND status "
-				"IN ('scheduled', 'firing') AND epoch <= ?",
-				&p, &a);
+			rc = db_exec(c, SQL_TASK_MARK_EXPIRED, &p, &a);
 		} else {
 			db_params_int(&p, t->fired_at);
 			db_params_int(&p, mj->now);

@@ -181,8 +181,8 @@ main(int argc, char **argv)
 	if (w.http == NULL)
 		log_fatal("http", "error=\"%s\"", err);
 	evhttp_set_gencb(w.http, route_cb, &w);
-	if (membership_start(&w, err, sizeof(err)) < 0)
-		log_fatal("membership", "error=\"%s\"", err);
+	if (coord_start(&w, err, sizeof(err)) < 0)
+		log_fatal("coordination", "error=\"%s\"", err);
 	firing_start(&w);
 	scanner_start(&w);
 	gauges = event_new(w.base, -1, EV_PERSIST, gauges_cb, &w);
@@ -195,7 +195,7 @@ main(int argc, char **argv)
 
 	log_info("stopping", "held=%zu publishing=%zu", hmap_count(w.tasks),
 		 w.publishing);
-	membership_stop(&w);
+	coord_stop(&w);
 	kafka_producer_destroy(w.kafka, 2000);
 	db_pool_destroy(w.db);
 	firing_stop(&w);

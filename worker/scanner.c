@@ -29,6 +29,7 @@
 struct slot_call {
 	struct worker *w;
 	int slot;
+	int64_t epoch;
 	/* For claims: the tasks sent, in order. */
 	struct wtask **tasks;
 	size_t n;
@@ -54,10 +55,14 @@ slot_call_free(struct slot_call *c)
 void
 wtask_release(struct worker *w, struct wtask *t)
 {
+	int slot = t->slot, busy = t->state >= WT_CLAIMING;
+
 	if (timerwheel_pending(&t->timer))
 		timerwheel_cancel(w->wheel, &t->timer);
 	hmap_del(w->tasks, t->id);
 	xfree(t);
+	if (busy && --w->slots[slot].busy == 0)
+		coord_slot_idle(w, slot);
 }
 
 static void
@@ -156,6 +161,15 @@ claim_reply_cb(struct redis *r, redisReply *reply, void *arg)
 		slot_call_free(c);
 		return;
 	}
+	/* Woken after a long stop (SIGSTOP, a VM pause): the session may be
+	 * gone and the slot someone else's. What we claimed stays in flight
+	 * for the new owner's reaper; publish nothing. */
+	if (!coord_fresh(w)) {
+		for (size_t i = 0; i < c->n; i++)
+			wtask_release(w, c->tasks[i]);
+		slot_call_free(c);
+		return;
+	}
 	/* Claimed ids come back in the order they were sent. */
 	for (size_t i = 0, j = 0; i + 2 < reply->elements; i += 3) {
 		redisReply *id = reply->element[i];
@@ -173,7 +187,7 @@ claim_reply_cb(struct redis *r, redisReply *reply, void *arg)
 		while (j < c->n && c->tasks[j] != t)
 			j++;
 		t->attempt = (int)attempt->integer;
-		t->epoch = s->epoch;
+		t->epoch = c->epoch;
 		if (firing_publish(w, t, payload->str, payload->len) < 0 &&
 		    j < c->n)
 			c->tasks[j] = NULL; /* freed */
@@ -203,7 +217,7 @@ claim_slot(struct worker *w, int slot)
 	int64_t now = clock_now_ms();
 	size_t n;
 
-	if (!s->owned || w->stopping || !redis_up(w->redis))
+	if (!coord_may_claim(w, slot) || w->stopping || !redis_up(w->redis))
 		return;
 	/* Back-pressure: leave tasks due in Redis while Kafka is full. */
 	if (kafka_outq_len(w->kafka) + w->claim_batch > w->queue_max) {
@@ -217,6 +231,7 @@ claim_slot(struct worker *w, int slot)
 	n = s->claimq_n < (size_t)w->claim_batch ? s->claimq_n
 						 : (size_t)w->claim_batch;
 	c = slot_call_new(w, slot);
+	c->epoch = s->epoch;
 	c->tasks = xcalloc(n, sizeof(*c->tasks));
 	rkey_due(kdue, sizeof(kdue), slot);
 	rkey_task(ktask, sizeof(ktask), slot);
@@ -241,6 +256,7 @@ claim_slot(struct worker *w, int slot)
 		s->claimq_head = t->next;
 		t->next = NULL;
 		t->state = WT_CLAIMING;
+		s->busy++;
 		c->tasks[i] = t;
 		redis_args_addstr(&a, t->id);
 	}
@@ -674,33 +690,52 @@ scanner_start(struct worker *w)
 	arm_tick(w);
 }
 
+struct drop_ctx {
+	int slot; /* -1: every slot */
+	struct wtask **end;
+};
+
 static void
 drop_waiting(const char *key, void *value, void *arg)
 {
 	struct wtask *t = value;
-	struct wtask ***list = arg;
+	struct drop_ctx *d = arg;
 
-	if (t->state == WT_WHEEL || t->state == WT_CLAIMQ) {
-		**list = t;
-		(*list)++;
+	if ((t->state == WT_WHEEL || t->state == WT_CLAIMQ) &&
+	    (d->slot < 0 || t->slot == d->slot))
+		*d->end++ = t;
+}
+
+static void
+drop_tasks(struct worker *w, int slot)
+{
+	size_t n = hmap_count(w->tasks);
+	struct wtask **all = xcalloc(n + 1, sizeof(*all));
+	struct drop_ctx d = {slot, all};
+
+	hmap_foreach(w->tasks, drop_waiting, &d);
+	for (struct wtask **p = all; p < d.end; p++)
+		wtask_release(w, *p);
+	xfree(all);
+	for (int i = 0; i < w->nslots; i++) {
+		if (slot >= 0 && i != slot)
+			continue;
+		w->slots[i].claimq_head = w->slots[i].claimq_tail = NULL;
+		w->slots[i].claimq_n = 0;
 	}
+}
+
+void
+scanner_drop_slot(struct worker *w, int slot)
+{
+	drop_tasks(w, slot);
 }
 
 /* Stops scanning and claiming; tasks not yet claimed stay due in Redis. */
 void
 scanner_stop(struct worker *w)
 {
-	size_t n = hmap_count(w->tasks);
-	struct wtask **all = xcalloc(n + 1, sizeof(*all)), **end = all;
-
 	event_del(w->scan_ev);
 	evtimer_del(w->claim_retry_ev);
-	hmap_foreach(w->tasks, drop_waiting, &end);
-	for (struct wtask **p = all; p < end; p++)
-		wtask_release(w, *p);
-	xfree(all);
-	for (int i = 0; i < w->nslots; i++) {
-		w->slots[i].claimq_head = w->slots[i].claimq_tail = NULL;
-		w->slots[i].claimq_n = 0;
-	}
+	drop_tasks(w, -1);
 }

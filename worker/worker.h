@@ -55,6 +55,19 @@ struct hmap;
 	X(kafka_queue, GAUGE, "prophet_kafka_queue_messages",                  \
 	  "Messages in the producer queue")                                    \
 	X(slots_owned, GAUGE, "prophet_slots_owned", "Slots this worker owns") \
+	X(slots_gained, COUNTER, "prophet_slots_gained_total",                 \
+	  "Slots this worker started owning")                                  \
+	X(slots_lost, COUNTER, "prophet_slots_lost_total",                     \
+	  "Slots this worker stopped owning (handover, reassignment, "         \
+	  "session loss)")                                                     \
+	X(is_master, GAUGE, "prophet_master",                                  \
+	  "1 while this worker is the elected master")                         \
+	X(rebalances, COUNTER, "prophet_rebalances_total",                     \
+	  "Assignment changes written by this worker as master")               \
+	X(rebalance_seconds, HISTOGRAM, "prophet_rebalance_duration_seconds",  \
+	  "From a membership change to every slot settled on its target")      \
+	X(self_fenced, GAUGE, "prophet_self_fenced",                           \
+	  "1 while claiming is stopped because ZooKeeper is unreachable")      \
 	X(redis_up, GAUGE, "prophet_redis_up", "1 when Redis is connected")    \
 	X(db_up, GAUGE, "prophet_db_up", "Database connections up")            \
 	X(zk_up, GAUGE, "prophet_zookeeper_up",                                \
@@ -93,7 +106,12 @@ struct wtask {
 };
 
 struct wslot {
-	int owned;
+	int owned;     /* scanning and claiming under epoch */
+	int starting;  /* ours in ZooKeeper; raising the fences */
+	int releasing; /* handing over: draining, then writing */
+	int release_writing;
+	int64_t release_started_ms;
+	int busy; /* tasks claiming, publishing or marking */
 	int64_t epoch;
 	int scanning;
 	int claiming;
@@ -104,6 +122,8 @@ struct wslot {
 	int64_t next_load_ms;
 	int64_t next_reap_ms;
 };
+
+struct slot_node;
 
 struct worker {
 	struct cfg *cfg;
@@ -134,6 +154,24 @@ struct worker {
 	int stopping;
 	int64_t stop_deadline_ms;
 	/* Tasks whose delivery (or expiry) waits for the DB update. */
+	/* Coordination (coord.c). */
+	char root[256];
+	char election_path[512];
+	int master;
+	int master_node;       /* /master written by us */
+	int fenced;	       /* self-fenced: ZooKeeper unreachable */
+	int64_t last_zk_ok_ms; /* monotonic time of the last ZK reply */
+	int64_t session_timeout_ms;
+	int64_t session_id;
+	struct slot_node *view; /* last read of each slot node */
+	int *view_version;	/* their data versions, -1 unknown */
+	char **members;		/* live workers (the master's view) */
+	int nmembers;
+	int members_known;
+	int multi_inflight;
+	int64_t rebalance_started_ms;
+	struct event *rebalance_ev;
+	struct event *coord_ev;
 	struct wtask *mark_head, *mark_tail;
 	size_t mark_n;
 	int marking;
@@ -159,8 +197,19 @@ void firing_stop(struct worker *w);
 /* Tasks publishing or waiting for their DB update. */
 size_t firing_busy(const struct worker *w);
 
-/* membership.c: the worker's ZooKeeper presence */
-int membership_start(struct worker *w, char *err, size_t errlen);
-void membership_stop(struct worker *w);
+/* scanner.c */
+/* Drops the tasks of a slot that wait in the wheel or the claim queue
+ * (they stay due in Redis for the next owner). */
+void scanner_drop_slot(struct worker *w, int slot);
+
+/* coord.c: membership, election, assignment, handover, fencing */
+int coord_start(struct worker *w, char *err, size_t errlen);
+void coord_stop(struct worker *w);
+/* ZooKeeper answered within 2/3 of the session timeout (monotonic). */
+int coord_fresh(const struct worker *w);
+/* Whether claims may go out for slot now (owned, not self-fenced). */
+int coord_may_claim(struct worker *w, int slot);
+/* A slot's busy count dropped: a handover may complete. */
+void coord_slot_idle(struct worker *w, int slot);
 
 #endif

@@ -1,0 +1,38 @@
+#ifndef PROPHET_CLI_H
+#define PROPHET_CLI_H
+
+#include <jansson.h>
+
+struct cfg;
+
+struct cli {
+	struct cfg *cfg;
+	char url[512]; /* API base, no trailing slash */
+	int json;      /* --json: print the server's JSON */
+};
+
+struct cli_cmd {
+	const char *name;
+	const char *usage;
+	const char *help;
+	int (*run)(struct cli *c, int argc, char **argv);
+};
+
+/*
+ * Calls the API. Returns the HTTP status (0 if the server could not be
+ * reached, with *errmsg set) and the parsed JSON answer in *out (NULL if it
+ * was not JSON).
+ */
+long cli_request(const struct cli *c, const char *method, const char *path,
+		 const char *body, json_t **out, char *errmsg, size_t errlen);
+/* Prints an API error answer ({"error":{...}}) or a transport error. */
+int cli_fail(long status, const json_t *answer, const char *errmsg);
+void cli_print_json(const json_t *j);
+/* "12:41:29.335" local time from ms since the epoch. */
+const char *cli_time(long long ms, char *buf, size_t len);
+
+int cmd_cluster(struct cli *c, int argc, char **argv);
+int cmd_get(struct cli *c, int argc, char **argv);
+int cmd_push(struct cli *c, int argc, char **argv);
+
+#endif

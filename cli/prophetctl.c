@@ -1,0 +1,189 @@
+#ifdef HAVE_CONFIG_H
+#include "config.h"
+#endif
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <curl/curl.h>
+
+#include "cfg.h"
+#include "cli.h"
+#include "log.h"
+#include "xmalloc.h"
+
+static const struct cli_cmd commands[] = {
+	{"push", "push --topic T --body B (--delay D | --due-at MS) [...]",
+	 "submit a task (or a JSON task with --file F, - for stdin)", cmd_push},
+	{"get", "get ID [--log]", "show a task, --log with its state changes",
+	 cmd_get},
+	{"cluster", "cluster",
+	 "master, workers and every slot's owner, "
+	 "epoch, backlog and lag",
+	 cmd_cluster},
+};
+
+#define NCOMMANDS (sizeof(commands) / sizeof(commands[0]))
+
+struct buf {
+	char *data;
+	size_t len;
+};
+
+static size_t
+write_cb(char *ptr, size_t size, size_t nmemb, void *arg)
+{
+	struct buf *b = arg;
+	size_t n = size * nmemb;
+
+	b->data = xrealloc(b->data, b->len + n + 1);
+	memcpy(b->data + b->len, ptr, n);
+	b->len += n;
+	b->data[b->len] = '\0';
+	return n;
+}
+
+long
+cli_request(const struct cli *c, const char *method, const char *path,
+	    const char *body, json_t **out, char *errmsg, size_t errlen)
+{
+	CURL *h = curl_easy_init();
+	struct curl_slist *hdrs = NULL;
+	struct buf b = {NULL, 0};
+	char url[1024];
+	long status = 0;
+	CURLcode rc;
+
+	*out = NULL;
+	snprintf(url, sizeof(url), "%s%s", c->url, path);
+	curl_easy_setopt(h, CURLOPT_URL, url);
+	curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, method);
+	curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, write_cb);
+	curl_easy_setopt(h, CURLOPT_WRITEDATA, &b);
+	curl_easy_setopt(h, CURLOPT_TIMEOUT, 30L);
+	curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
+	if (body != NULL) {
+		hdrs = curl_slist_append(hdrs,
+					 "Content-Type: application/json");
+		curl_easy_setopt(h, CURLOPT_HTTPHEADER, hdrs);
+		curl_easy_setopt(h, CURLOPT_POSTFIELDS, body);
+	}
+	rc = curl_easy_perform(h);
+	if (rc != CURLE_OK) {
+		snprintf(errmsg, errlen, "%s: %s", url, curl_easy_strerror(rc));
+	} else {
+		curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &status);
+		if (b.data != NULL)
+			*out = json_loads(b.data, 0, NULL);
+		if (*out == NULL)
+			snprintf(errmsg, errlen, "HTTP %ld: %.200s", status,
+				 b.data ? b.data : "(empty answer)");
+	}
+	curl_slist_free_all(hdrs);
+	curl_easy_cleanup(h);
+	xfree(b.data);
+	return status;
+}
+
+int
+cli_fail(long status, const json_t *answer, const char *errmsg)
+{
+	const json_t *e = json_object_get(answer, "error");
+
+	if (status == 0 || e == NULL) {
+		fprintf(stderr, "prophetctl: %s\n", errmsg);
+		return 1;
+	}
+	fprintf(stderr, "prophetctl: HTTP %ld %s: %s", status,
+		json_string_value(json_object_get(e, "code")),
+		json_string_value(json_object_get(e, "message")));
+	if (json_is_string(json_object_get(e, "field")))
+		fprintf(stderr, " (field %s)",
+			json_string_value(json_object_get(e, "field")));
+	fputc('\n', stderr);
+	return 1;
+}
+
+void
+cli_print_json(const json_t *j)
+{
+	json_dumpf(j, stdout, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+	fputc('\n', stdout);
+}
+
+const char *
+cli_time(long long ms, char *buf, size_t len)
+{
+	time_t t = (time_t)(ms / 1000);
+	struct tm tm;
+	size_t n;
+
+	localtime_r(&t, &tm);
+	n = strftime(buf, len, "%Y-%m-%d %H:%M:%S", &tm);
+	snprintf(buf + n, len - n, ".%03lld", ms % 1000);
+	return buf;
+}
+
+static void
+usage(FILE *fp)
+{
+	fprintf(fp, "usage: prophetctl [-c FILE] [--set K=V] [--url URL] "
+		    "[--json] COMMAND [ARGS]\n\ncommands:\n");
+	for (size_t i = 0; i < NCOMMANDS; i++)
+		fprintf(fp, "  %-58s %s\n", commands[i].usage,
+			commands[i].help);
+	fprintf(fp, "\nThe API address is http.listen of the configuration "
+		    "(default /etc/prophet/prophet.conf)\nunless --url is "
+		    "given. --json prints the server's answers as JSON.\n");
+}
+
+int
+main(int argc, char **argv)
+{
+	struct cli c;
+	int i, rc;
+
+	for (i = 1; i < argc; i++) {
+		if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
+			usage(stdout);
+			return 0;
+		}
+	}
+	memset(&c, 0, sizeof(c));
+	log_init("prophetctl", PLOG_WARN);
+	c.cfg = cfg_from_args(&argc, argv, "prophetctl",
+			      "Prophet command-line client.");
+	snprintf(c.url, sizeof(c.url), "http://%s",
+		 cfg_str(c.cfg, CFG_HTTP_LISTEN));
+	for (i = 1; i < argc; i++) {
+		if (!strcmp(argv[i], "--json")) {
+			c.json = 1;
+		} else if (!strcmp(argv[i], "--url") && i + 1 < argc) {
+			snprintf(c.url, sizeof(c.url), "%s", argv[++i]);
+			if (c.url[0] && c.url[strlen(c.url) - 1] == '/')
+				c.url[strlen(c.url) - 1] = '\0';
+		} else {
+			break;
+		}
+	}
+	if (i >= argc) {
+		usage(stderr);
+		cfg_destroy(c.cfg);
+		return 2;
+	}
+	curl_global_init(CURL_GLOBAL_DEFAULT);
+	rc = -1;
+	for (size_t k = 0; k < NCOMMANDS; k++)
+		if (!strcmp(argv[i], commands[k].name))
+			rc = commands[k].run(&c, argc - i, argv + i);
+	if (rc == -1) {
+		fprintf(stderr, "prophetctl: unknown command '%s'\n", argv[i]);
+		usage(stderr);
+		rc = 2;
+	}
+	curl_global_cleanup();
+	cfg_destroy(c.cfg);
+	return rc;
+}

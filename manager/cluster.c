@@ -1,0 +1,282 @@
+#ifdef HAVE_CONFIG_H
+#include "config.h"
+#endif
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <event2/event.h>
+#include <jansson.h>
+
+#include "cfg.h"
+#include "daemon.h"
+#include "http.h"
+#include "keys.h"
+#include "log.h"
+#include "manager.h"
+#include "redis.h"
+#include "xmalloc.h"
+#include "zk.h"
+#include "zknode.h"
+
+/*
+ * GET /v1/cluster: the same facts `zkCli.sh get /prophet/...` shows (master,
+ * workers, each slot's owner, requested owner and epoch), plus per slot the
+ * Redis backlog: pending (due, not yet claimed), in flight, and lag (how
+ * long the oldest due task has been waiting). Gathered with asynchronous
+ * calls; answered when the last one is back or after a timeout.
+ */
+
+#define CLUSTER_TIMEOUT_MS 5000
+
+struct gather {
+	struct manager *mg;
+	struct evhttp_request *req;
+	int outstanding;
+	int replied;
+	int zk_failed;
+	int64_t now;
+	json_t *master;
+	json_t *workers; /* array */
+	json_t *slots;	 /* array, index = slot */
+	struct event *timeout;
+};
+
+struct gather_arg {
+	struct gather *g;
+	int index;
+	char id[ZKNODE_ID_MAX];
+};
+
+static void
+gather_reply(struct gather *g, int code)
+{
+	json_t *out;
+
+	if (g->replied)
+		return;
+	g->replied = 1;
+	if (code != 200) {
+		http_reply_error(g->req, code, "unavailable", NULL,
+				 "zookeeper did not answer");
+	} else {
+		out = json_pack("{s:O, s:O, s:O, s:i, s:I}", "master",
+				g->master, "workers", g->workers, "slots",
+				g->slots, "slot_count", g->mg->nslots, "at",
+				(json_int_t)g->now);
+		http_reply_json(g->req, 200, out);
+	}
+	g->mg->inflight--;
+}
+
+static void
+gather_put(struct gather *g)
+{
+	if (--g->outstanding > 0)
+		return;
+	gather_reply(g, g->zk_failed ? 503 : 200);
+	event_free(g->timeout);
+	json_decref(g->master);
+	json_decref(g->workers);
+	json_decref(g->slots);
+	xfree(g);
+}
+
+static void
+timeout_cb(evutil_socket_t fd, short what, void *arg)
+{
+	gather_reply(arg, 503);
+}
+
+static json_t *
+parse_json(const char *data, int len)
+{
+	json_t *j;
+
+	if (data == NULL || len <= 0)
+		return NULL;
+	j = json_loadb(data, (size_t)len, 0, NULL);
+	return j;
+}
+
+static void
+master_cb(struct zk *z, int rc, const char *data, int len,
+	  const struct Stat *st, void *arg)
+{
+	struct gather *g = arg;
+	json_t *j = rc == ZOK ? parse_json(data, len) : NULL;
+
+	if (rc != ZOK && rc != ZNONODE)
+		g->zk_failed = 1;
+	if (j != NULL) {
+		json_decref(g->master);
+		g->master = j;
+	}
+	gather_put(g);
+}
+
+static void
+worker_cb(struct zk *z, int rc, const char *data, int len,
+	  const struct Stat *st, void *arg)
+{
+	struct gather_arg *a = arg;
+	struct gather *g = a->g;
+	json_t *j = rc == ZOK ? parse_json(data, len) : NULL;
+
+	if (j == NULL)
+		j = json_pack("{s:s}", "id", a->id);
+	json_array_append_new(g->workers, j);
+	xfree(a);
+	gather_put(g);
+}
+
+static void
+workers_cb(struct zk *z, int rc, const struct String_vector *names, void *arg)
+{
+	struct gather *g = arg;
+	char path[512];
+
+	if (rc != ZOK) {
+		g->zk_failed = 1;
+	} else {
+		for (int i = 0; i < names->count; i++) {
+			struct gather_arg *a = xcalloc(1, sizeof(*a));
+
+			a->g = g;
+			snprintf(a->id, sizeof(a->id), "%s", names->data[i]);
+			snprintf(path, sizeof(path), "%s%s/%s",
+				 cfg_str(g->mg->cfg, CFG_CLUSTER_ROOT),
+				 ZPATH_WORKERS, names->data[i]);
+			g->outstanding++;
+			if (zk_aget(z, path, 0, worker_cb, a) < 0) {
+				g->outstanding--;
+				xfree(a);
+			}
+		}
+	}
+	gather_put(g);
+}
+
+static void
+slot_cb(struct zk *z, int rc, const char *data, int len, const struct Stat *st,
+	void *arg)
+{
+	struct gather_arg *a = arg;
+	struct gather *g = a->g;
+	json_t *s = json_array_get(g->slots, (size_t)a->index);
+	struct slot_node n;
+
+	if (rc == ZOK && slot_node_decode(data, len, &n) == 0) {
+		json_object_set_new(s, "owner",
+				    n.owner[0] ? json_string(n.owner)
+					       : json_null());
+		json_object_set_new(s, "requested",
+				    n.requested[0] ? json_string(n.requested)
+						   : json_null());
+		json_object_set_new(s, "epoch", json_integer(n.epoch));
+		json_object_set_new(s, "updated_at",
+				    json_integer(n.updated_at));
+	} else {
+		g->zk_failed = 1;
+	}
+	xfree(a);
+	gather_put(g);
+}
+
+/* MULTI-less pipeline reply: ZCARD due, ZCARD inflight, oldest due. */
+static void
+backlog_cb(struct redis *r, redisReply *reply, void *arg)
+{
+	struct gather_arg *a = arg;
+	struct gather *g = a->g;
+	json_t *s = json_array_get(g->slots, (size_t)a->index);
+
+	if (reply != NULL && reply->type == REDIS_REPLY_ARRAY &&
+	    reply->elements == 3) {
+		redisReply *due = reply->element[0];
+		redisReply *inf = reply->element[1];
+		redisReply *oldest = reply->element[2];
+		long long lag = 0;
+
+		json_object_set_new(s, "pending", json_integer(due->integer));
+		json_object_set_new(s, "inflight", json_integer(inf->integer));
+		if (oldest->type == REDIS_REPLY_ARRAY &&
+		    oldest->elements == 2) {
+			long long score =
+				strtoll(oldest->element[1]->str, NULL, 10);
+
+			lag = g->now > score ? g->now - score : 0;
+		}
+		json_object_set_new(s, "lag_ms", json_integer(lag));
+	}
+	xfree(a);
+	gather_put(g);
+}
+
+#define SCRIPT_BACKLOG                                                         \
+	"return {redis.call('ZCARD', KEYS[1]), redis.call('ZCARD', KEYS[2]), " \
+	"redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')}"
+
+void
+cluster_get(struct manager *mg, struct evhttp_request *req)
+{
+	struct gather *g = xcalloc(1, sizeof(*g));
+	const char *root = cfg_str(mg->cfg, CFG_CLUSTER_ROOT);
+	struct timeval tv = {CLUSTER_TIMEOUT_MS / 1000, 0};
+	char path[512];
+
+	g->mg = mg;
+	g->req = req;
+	g->now = clock_now_ms();
+	g->master = json_null();
+	g->workers = json_array();
+	g->slots = json_array();
+	g->outstanding = 1; /* ours, dropped at the end */
+	g->timeout = evtimer_new(mg->base, timeout_cb, g);
+	evtimer_add(g->timeout, &tv);
+	mg->inflight++;
+
+	snprintf(path, sizeof(path), "%s%s", root, ZPATH_MASTER);
+	g->outstanding++;
+	if (zk_aget(mg->zk, path, 0, master_cb, g) < 0) {
+		g->outstanding--;
+		g->zk_failed = 1;
+	}
+	snprintf(path, sizeof(path), "%s%s", root, ZPATH_WORKERS);
+	g->outstanding++;
+	if (zk_aget_children(mg->zk, path, 0, workers_cb, g) < 0) {
+		g->outstanding--;
+		g->zk_failed = 1;
+	}
+	for (int i = 0; i < mg->nslots; i++) {
+		struct gather_arg *a = xcalloc(1, sizeof(*a));
+		char kdue[RKEY_MAX], kinf[RKEY_MAX];
+
+		json_array_append_new(
+			g->slots, json_pack("{s:i, s:n, s:n, s:n}", "slot", i,
+					    "pending", "inflight", "lag_ms"));
+		a->g = g;
+		a->index = i;
+		snprintf(path, sizeof(path), "%s%s%d", root, ZPATH_SLOT_PREFIX,
+			 i);
+		g->outstanding++;
+		if (zk_aget(mg->zk, path, 0, slot_cb, a) < 0) {
+			g->outstanding--;
+			g->zk_failed = 1;
+			xfree(a);
+		}
+		a = xcalloc(1, sizeof(*a));
+		a->g = g;
+		a->index = i;
+		rkey_due(kdue, sizeof(kdue), i);
+		rkey_inflight(kinf, sizeof(kinf), i);
+		g->outstanding++;
+		if (redis_command(mg->redis, backlog_cb, a, "EVAL %s 2 %s %s",
+				  SCRIPT_BACKLOG, kdue, kinf) < 0) {
+			g->outstanding--;
+			xfree(a);
+		}
+	}
+	gather_put(g);
+}

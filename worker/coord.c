@@ -1,0 +1,1114 @@
+#ifdef HAVE_CONFIG_H
+#include "config.h"
+#endif
+
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <event2/event.h>
+#include <jansson.h>
+
+#include "assign.h"
+#include "cfg.h"
+#include "daemon.h"
+#include "db.h"
+#include "keys.h"
+#include "log.h"
+#include "metrics.h"
+#include "redis.h"
+#include "schema.h"
+#include "worker.h"
+#include "xmalloc.h"
+#include "zk.h"
+#include "zknode.h"
+
+/*
+ * Coordination through ZooKeeper (DESIGN.md section 3):
+ *  - membership: ephemeral /workers/<id>;
+ *  - election: ephemeral-sequential /election/c_<id>_<seq>, each candidate
+ *    watching only its predecessor; the winner writes /master;
+ *  - assignment: the master computes it (proto/assign.c) on every change
+ *    and writes it with one zoo_multi guarded by its election node and the
+ *    slot nodes' versions, so a deposed master cannot write;
+ *  - handover: the master sets `requested`; the owner stops claiming,
+ *    drains, then writes owner=requested, epoch+1; a new owner raises the
+ *    Redis and DB fences before it claims. A dead owner's slot is given
+ *    directly with epoch+1.
+ * All ZooKeeper calls are asynchronous; completions run on the loop.
+ */
+
+#define COORD_TICK_MS 500
+#define REBALANCE_DELAY_US 20000
+#define RELEASE_TIMEOUT_MS 15000
+
+static void read_slot(struct worker *w, int slot);
+static void read_members(struct worker *w);
+static void elect(struct worker *w);
+static void check_election(struct worker *w);
+static void schedule_rebalance(struct worker *w);
+static void slot_reconcile(struct worker *w, int slot);
+
+static void
+slot_path(const struct worker *w, int slot, char *buf, size_t len)
+{
+	snprintf(buf, len, "%s%s%d", w->root, ZPATH_SLOT_PREFIX, slot);
+}
+
+static int
+slot_of_path(const struct worker *w, const char *path)
+{
+	char prefix[512];
+	size_t n;
+	char *end;
+	long v;
+
+	snprintf(prefix, sizeof(prefix), "%s%s", w->root, ZPATH_SLOT_PREFIX);
+	n = strlen(prefix);
+	if (path == NULL || strncmp(path, prefix, n) != 0)
+		return -1;
+	v = strtol(path + n, &end, 10);
+	if (*end != '\0' || v < 0 || v >= w->nslots)
+		return -1;
+	return (int)v;
+}
+
+int
+coord_fresh(const struct worker *w)
+{
+	return clock_mono_ms() - w->last_zk_ok_ms <
+	       w->session_timeout_ms * 2 / 3;
+}
+
+int
+coord_may_claim(struct worker *w, int slot)
+{
+	return w->slots[slot].owned && coord_fresh(w);
+}
+
+static void
+zk_ok(struct worker *w)
+{
+	w->last_zk_ok_ms = clock_mono_ms();
+	if (w->fenced) {
+		w->fenced = 0;
+		metric_set(w->m.self_fenced, 0);
+		log_info("zookeeper reachable again: claiming resumes", "");
+		for (int i = 0; i < w->nslots; i++)
+			read_slot(w, i);
+	}
+}
+
+static void
+update_owned_gauge(struct worker *w)
+{
+	int n = 0;
+
+	for (int i = 0; i < w->nslots; i++) {
+		n += w->slots[i].owned;
+		metric_vec_set(w->m.epoch, (size_t)i,
+			       w->slots[i].owned ? (double)w->slots[i].epoch
+						 : 0);
+	}
+	metric_set(w->m.slots_owned, n);
+}
+
+/* Slots ---------------------------------------------------------------- */
+
+static void
+slot_lose(struct worker *w, int slot, const char *why)
+{
+	struct wslot *s = &w->slots[slot];
+
+	if (!s->owned && !s->starting)
+		return;
+	if (s->owned) {
+		metric_inc(w->m.slots_lost);
+		log_info("slot lost", "slot=%d epoch=%lld reason=\"%s\"", slot,
+			 (long long)s->epoch, why);
+	}
+	s->owned = 0;
+	s->starting = 0;
+	scanner_drop_slot(w, slot);
+	update_owned_gauge(w);
+}
+
+struct fence_call {
+	struct worker *w;
+	int slot;
+	int64_t epoch;
+};
+
+struct fence_job {
+	struct db_job job;
+	struct worker *w;
+	int slot;
+	int64_t epoch;
+};
+
+static int
+fence_run(struct db_conn *c, struct db_job *job)
+{
+	struct fence_job *f = (struct fence_job *)job;
+	struct db_params p;
+	int rc;
+
+	db_params_init(&p, 3);
+	db_params_int(&p, f->slot);
+	db_params_int(&p, f->epoch);
+	db_params_int(&p, clock_now_ms());
+	rc = db_exec(c, SQL_SLOT_FENCE, &p, NULL);
+	db_params_free(&p);
+	return rc;
+}
+
+static void
+fence_done_cb(struct db_job *job, int status, const char *err)
+{
+	struct fence_job *f = (struct fence_job *)job;
+
+	if (status < 0)
+		log_warn("database fence not raised",
+			 "slot=%d epoch=%lld "
+			 "error=\"%s\"",
+			 f->slot, (long long)f->epoch, err);
+	xfree(f);
+}
+
+static void
+redis_fence_cb(struct redis *r, redisReply *reply, void *arg)
+{
+	struct fence_call *fc = arg;
+	struct worker *w = fc->w;
+	struct wslot *s = &w->slots[fc->slot];
+	struct fence_job *f;
+
+	if (!s->starting || s->epoch != fc->epoch) {
+		xfree(fc);
+		return;
+	}
+	if (reply == NULL || reply->type != REDIS_REPLY_INTEGER) {
+		/* Retried by the coordination tick. */
+		s->starting = 0;
+		xfree(fc);
+		return;
+	}
+	if (reply->integer < 0) {
+		metric_inc(w->m.fenced);
+		log_warn("slot fenced by a newer epoch in redis",
+			 "slot=%d epoch=%lld", fc->slot, (long long)fc->epoch);
+		s->starting = 0;
+		read_slot(w, fc->slot);
+		xfree(fc);
+		return;
+	}
+	f = xcalloc(1, sizeof(*f));
+	f->w = w;
+	f->slot = fc->slot;
+	f->epoch = fc->epoch;
+	f->job.run = fence_run;
+	f->job.done_cb = fence_done_cb;
+	db_pool_submit(w->db, &f->job);
+	s->starting = 0;
+	s->owned = 1;
+	s->next_load_ms = 0;
+	s->next_reap_ms = 0;
+	metric_inc(w->m.slots_gained);
+	update_owned_gauge(w);
+	log_info("slot gained", "slot=%d epoch=%lld", fc->slot,
+		 (long long)fc->epoch);
+	xfree(fc);
+}
+
+#define SCRIPT_FENCE                                              \
+	"local f = tonumber(redis.call('GET', KEYS[1]) or '0')\n" \
+	"local e = tonumber(ARGV[1])\n"                           \
+	"if f > e then return -1 end\n"                           \
+	"if f < e then redis.call('SET', KEYS[1], ARGV[1]) end\n" \
+	"return e\n"
+
+/* Ours at epoch: raise the Redis fence (the claims' check), then the DB
+ * fence (the state updates' check), then claim. */
+static void
+slot_gain(struct worker *w, int slot, int64_t epoch)
+{
+	struct wslot *s = &w->slots[slot];
+	struct fence_call *fc;
+	char kep[RKEY_MAX], ep[32];
+
+	if (!redis_up(w->redis))
+		return;
+	s->starting = 1;
+	s->epoch = epoch;
+	fc = xcalloc(1, sizeof(*fc));
+	fc->w = w;
+	fc->slot = slot;
+	fc->epoch = epoch;
+	rkey_epoch(kep, sizeof(kep), slot);
+	snprintf(ep, sizeof(ep), "%lld", (long long)epoch);
+	if (redis_command(w->redis, redis_fence_cb, fc, "EVAL %s 1 %s %s",
+			  SCRIPT_FENCE, kep, ep) < 0) {
+		s->starting = 0;
+		xfree(fc);
+	}
+}
+
+struct release_call {
+	struct worker *w;
+	int slot;
+	char *data;
+};
+
+static void
+release_done_cb(struct zk *z, int rc, const struct Stat *st, void *arg)
+{
+	struct release_call *rc_ = arg;
+	struct worker *w = rc_->w;
+	struct wslot *s = &w->slots[rc_->slot];
+
+	s->release_writing = 0;
+	if (rc == ZOK) {
+		zk_ok(w);
+		s->releasing = 0;
+		metric_inc(w->m.slots_lost);
+		log_info("slot handed over", "slot=%d to=%s epoch=%lld",
+			 rc_->slot, w->view[rc_->slot].requested,
+			 (long long)w->view[rc_->slot].epoch + 1);
+	} else {
+		log_warn("handover write failed", "slot=%d error=\"%s\"",
+			 rc_->slot, zerror(rc));
+	}
+	read_slot(w, rc_->slot);
+	xfree(rc_->data);
+	xfree(rc_);
+}
+
+/* Drained: give the slot to the requested worker with the next epoch. */
+static void
+try_finish_release(struct worker *w, int slot)
+{
+	struct wslot *s = &w->slots[slot];
+	struct slot_node n = w->view[slot];
+	struct release_call *rc;
+	char path[512];
+
+	if (!s->releasing || s->release_writing || w->view_version[slot] < 0)
+		return;
+	if (s->busy > 0) {
+		if (clock_mono_ms() - s->release_started_ms <
+		    RELEASE_TIMEOUT_MS)
+			return;
+		log_warn("handover drain timed out; releasing anyway",
+			 "slot=%d busy=%d", slot, s->busy);
+	}
+	if (!coord_fresh(w))
+		return;
+	snprintf(n.owner, sizeof(n.owner), "%s", n.requested);
+	n.requested[0] = '\0';
+	n.epoch++;
+	n.updated_at = clock_now_ms();
+	rc = xcalloc(1, sizeof(*rc));
+	rc->w = w;
+	rc->slot = slot;
+	rc->data = slot_node_encode(&n);
+	slot_path(w, slot, path, sizeof(path));
+	if (zk_aset(w->zk, path, rc->data, w->view_version[slot],
+		    release_done_cb, rc) < 0) {
+		xfree(rc->data);
+		xfree(rc);
+		return;
+	}
+	s->release_writing = 1;
+}
+
+void
+coord_slot_idle(struct worker *w, int slot)
+{
+	try_finish_release(w, slot);
+}
+
+static void
+begin_release(struct worker *w, int slot)
+{
+	struct wslot *s = &w->slots[slot];
+
+	if (s->releasing)
+		return;
+	log_info("handover requested: draining", "slot=%d to=%s busy=%d", slot,
+		 w->view[slot].requested, s->busy);
+	s->owned = 0;
+	s->starting = 0;
+	s->releasing = 1;
+	s->release_started_ms = clock_mono_ms();
+	scanner_drop_slot(w, slot);
+	update_owned_gauge(w);
+	try_finish_release(w, slot);
+}
+
+/* Makes the local state of a slot follow its node. */
+static void
+slot_reconcile(struct worker *w, int slot)
+{
+	const struct slot_node *v = &w->view[slot];
+	struct wslot *s = &w->slots[slot];
+
+	if (w->view_version[slot] < 0 || w->stopping)
+		return;
+	if (strcmp(v->owner, w->id) != 0) {
+		if (s->owned || s->starting)
+			slot_lose(w, slot,
+				  v->owner[0] ? "reassigned" : "unowned");
+		s->releasing = 0;
+		return;
+	}
+	if (v->requested[0] && strcmp(v->requested, w->id) != 0) {
+		begin_release(w, slot);
+		return;
+	}
+	if (s->releasing) {
+		/* The master took the request back. */
+		s->releasing = 0;
+		log_info("handover cancelled", "slot=%d", slot);
+	}
+	if ((s->owned || s->starting) && s->epoch != v->epoch)
+		slot_lose(w, slot, "epoch changed");
+	if (!s->owned && !s->starting && coord_fresh(w))
+		slot_gain(w, slot, v->epoch);
+}
+
+static void
+slot_read_cb(struct zk *z, int rc, const char *data, int len,
+	     const struct Stat *st, void *arg)
+{
+	struct worker *w = ((struct fence_call *)arg)->w;
+	int slot = ((struct fence_call *)arg)->slot;
+	struct slot_node n;
+
+	xfree(arg);
+	if (rc != ZOK) {
+		if (rc == ZNONODE)
+			log_error("slot node missing (is a manager running?)",
+				  "slot=%d", slot);
+		return;
+	}
+	zk_ok(w);
+	if (slot_node_decode(data, len, &n) < 0) {
+		log_error("slot node unreadable", "slot=%d data=\"%.*s\"", slot,
+			  len > 200 ? 200 : len, data ? data : "");
+		return;
+	}
+	w->view[slot] = n;
+	w->view_version[slot] = st->version;
+	slot_reconcile(w, slot);
+	if (w->master)
+		schedule_rebalance(w);
+}
+
+static void
+read_slot(struct worker *w, int slot)
+{
+	struct fence_call *a = xcalloc(1, sizeof(*a));
+	char path[512];
+
+	a->w = w;
+	a->slot = slot;
+	slot_path(w, slot, path, sizeof(path));
+	if (zk_aget(w->zk, path, 1, slot_read_cb, a) < 0)
+		xfree(a);
+}
+
+/* Master: assignment ---------------------------------------------------- */
+
+static int
+is_member(const struct worker *w, const char *id)
+{
+	if (id == NULL || id[0] == '\0')
+		return 0;
+	for (int i = 0; i < w->nmembers; i++)
+		if (!strcmp(w->members[i], id))
+			return 1;
+	return 0;
+}
+
+struct multi_call {
+	struct worker *w;
+	int n;
+	zoo_op_t *ops;
+	zoo_op_result_t *res;
+	char **paths;
+	char **datas;
+};
+
+static void
+multi_free(struct multi_call *m)
+{
+	for (int i = 0; i < m->n; i++) {
+		xfree(m->paths[i]);
+		xfree(m->datas[i]);
+	}
+	xfree(m->ops);
+	xfree(m->res);
+	xfree(m->paths);
+	xfree(m->datas);
+	xfree(m);
+}
+
+static void
+multi_done_cb(struct zk *z, int rc, void *arg)
+{
+	struct multi_call *m = arg;
+	struct worker *w = m->w;
+
+	w->multi_inflight = 0;
+	if (rc == ZOK) {
+		zk_ok(w);
+		metric_inc(w->m.rebalances);
+		log_info("assignment written", "changes=%d", m->n - 1);
+	} else {
+		/* A version moved under us (a handover completed) or we are
+		 * no longer master: re-read and let the watches decide. */
+		log_info("assignment write refused, retrying", "error=\"%s\"",
+			 zerror(rc));
+		for (int i = 0; i < w->nslots; i++)
+			read_slot(w, i);
+	}
+	multi_free(m);
+}
+
+static int
+view_complete(const struct worker *w)
+{
+	for (int i = 0; i < w->nslots; i++)
+		if (w->view_version[i] < 0)
+			return 0;
+	return w->members_known;
+}
+
+static void
+multi_add_set(struct multi_call *m, const char *path, const struct slot_node *n,
+	      int version)
+{
+	m->paths[m->n] = xstrdup(path);
+	m->datas[m->n] = slot_node_encode(n);
+	zoo_set_op_init(&m->ops[m->n], m->paths[m->n], m->datas[m->n],
+			(int)strlen(m->datas[m->n]), version, NULL);
+	m->n++;
+}
+
+static void
+rebalance(struct worker *w)
+{
+	const char **holders, **target;
+	struct multi_call *m;
+	int settled = 1;
+
+	if (!w->master || w->multi_inflight || !view_complete(w) ||
+	    w->election_path[0] == '\0' || w->stopping)
+		return;
+	holders = xcalloc((size_t)w->nslots, sizeof(*holders));
+	target = xcalloc((size_t)w->nslots, sizeof(*target));
+	for (int i = 0; i < w->nslots; i++) {
+		const struct slot_node *v = &w->view[i];
+
+		if (is_member(w, v->requested))
+			holders[i] = v->requested;
+		else if (is_member(w, v->owner))
+			holders[i] = v->owner;
+	}
+	assign_compute(w->nslots, holders, (const char *const *)w->members,
+		       w->nmembers, target);
+	m = xcalloc(1, sizeof(*m));
+	m->w = w;
+	m->ops = xcalloc((size_t)w->nslots + 1, sizeof(*m->ops));
+	m->res = xcalloc((size_t)w->nslots + 1, sizeof(*m->res));
+	m->paths = xcalloc((size_t)w->nslots + 1, sizeof(char *));
+	m->datas = xcalloc((size_t)w->nslots + 1, sizeof(char *));
+	/* Guard: our election node must still exist. */
+	m->paths[0] = xstrdup(w->election_path);
+	zoo_check_op_init(&m->ops[0], m->paths[0], -1);
+	m->n = 1;
+	for (int i = 0; i < w->nslots; i++) {
+		struct slot_node n = w->view[i];
+		const char *t = target[i] ? target[i] : "";
+		char path[512];
+
+		if (!strcmp(n.owner, t) && n.requested[0] == '\0')
+			continue;
+		settled = 0;
+		slot_path(w, i, path, sizeof(path));
+		n.updated_at = clock_now_ms();
+		if (!is_member(w, n.owner)) {
+			/* Dead or no owner: give it directly. */
+			snprintf(n.owner, sizeof(n.owner), "%s", t);
+			n.requested[0] = '\0';
+			n.epoch++;
+		} else if (!strcmp(n.owner, t)) {
+			n.requested[0] = '\0';
+		} else if (strcmp(n.requested, t) != 0) {
+			snprintf(n.requested, sizeof(n.requested), "%s", t);
+		} else {
+			continue; /* handover under way */
+		}
+		multi_add_set(m, path, &n, w->view_version[i]);
+	}
+	xfree(holders);
+	xfree(target);
+	if (settled) {
+		if (w->rebalance_started_ms > 0) {
+			double s = (double)(clock_mono_ms() -
+					    w->rebalance_started_ms) /
+				   1000.0;
+
+			metric_observe(w->m.rebalance_seconds, s);
+			log_info("rebalance complete",
+				 "duration_ms=%.0f "
+				 "workers=%d",
+				 s * 1000, w->nmembers);
+			w->rebalance_started_ms = 0;
+		}
+		multi_free(m);
+		return;
+	}
+	if (w->rebalance_started_ms == 0)
+		w->rebalance_started_ms = clock_mono_ms();
+	if (m->n == 1) {
+		multi_free(m); /* only handovers in progress */
+		return;
+	}
+	if (zk_amulti(w->zk, m->n, m->ops, m->res, multi_done_cb, m) < 0) {
+		multi_free(m);
+		return;
+	}
+	w->multi_inflight = 1;
+}
+
+static void
+rebalance_cb(evutil_socket_t fd, short what, void *arg)
+{
+	rebalance(arg);
+}
+
+static void
+schedule_rebalance(struct worker *w)
+{
+	struct timeval tv = {0, REBALANCE_DELAY_US};
+
+	if (!evtimer_pending(w->rebalance_ev, NULL))
+		evtimer_add(w->rebalance_ev, &tv);
+}
+
+static int
+cmp_str(const void *a, const void *b)
+{
+	return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+static void
+members_cb(struct zk *z, int rc, const struct String_vector *names, void *arg)
+{
+	struct worker *w = arg;
+
+	if (rc != ZOK || !w->master)
+		return;
+	zk_ok(w);
+	for (int i = 0; i < w->nmembers; i++)
+		xfree(w->members[i]);
+	xfree(w->members);
+	w->nmembers = names->count;
+	w->members = xcalloc((size_t)names->count + 1, sizeof(char *));
+	for (int i = 0; i < names->count; i++)
+		w->members[i] = xstrdup(names->data[i]);
+	qsort(w->members, (size_t)w->nmembers, sizeof(char *), cmp_str);
+	w->members_known = 1;
+	if (w->rebalance_started_ms == 0)
+		w->rebalance_started_ms = clock_mono_ms();
+	log_info("membership", "workers=%d", w->nmembers);
+	schedule_rebalance(w);
+}
+
+static void
+read_members(struct worker *w)
+{
+	char path[512];
+
+	snprintf(path, sizeof(path), "%s%s", w->root, ZPATH_WORKERS);
+	zk_aget_children(w->zk, path, 1, members_cb, w);
+}
+
+/* Master: /master node -------------------------------------------------- */
+
+static void master_node_cb(struct zk *z, int rc, const char *value, void *arg);
+
+static void
+write_master_node(struct worker *w)
+{
+	char path[512], *data;
+	json_t *j;
+
+	snprintf(path, sizeof(path), "%s%s", w->root, ZPATH_MASTER);
+	j = json_pack("{s:s, s:I}", "id", w->id, "since",
+		      (json_int_t)clock_now_ms());
+	data = json_dumps(j, JSON_COMPACT | JSON_PRESERVE_ORDER);
+	json_decref(j);
+	zk_acreate(w->zk, path, data, ZOO_EPHEMERAL, master_node_cb, w);
+	free(data);
+}
+
+static void
+master_exists_cb(struct zk *z, int rc, const struct Stat *st, void *arg)
+{
+	struct worker *w = arg;
+
+	if (!w->master)
+		return;
+	if (rc == ZNONODE)
+		write_master_node(w);
+	else if (rc == ZOK && st->ephemeralOwner == zk_session_id(w->zk))
+		w->master_node = 1;
+	/* Else a previous master's node: the watch tells us when it goes. */
+}
+
+static void
+master_node_cb(struct zk *z, int rc, const char *value, void *arg)
+{
+	struct worker *w = arg;
+	char path[512];
+
+	if (rc == ZOK) {
+		w->master_node = 1;
+		return;
+	}
+	if (rc == ZNODEEXISTS && w->master) {
+		snprintf(path, sizeof(path), "%s%s", w->root, ZPATH_MASTER);
+		zk_aexists(w->zk, path, 1, master_exists_cb, w);
+	}
+}
+
+/* Election -------------------------------------------------------------- */
+
+static const char *
+seq_of(const char *name)
+{
+	const char *u = strrchr(name, '_');
+
+	return u ? u + 1 : name;
+}
+
+static int
+cmp_seq(const void *a, const void *b)
+{
+	return strcmp(seq_of(*(char *const *)a), seq_of(*(char *const *)b));
+}
+
+static void
+become_master(struct worker *w)
+{
+	if (w->master)
+		return;
+	w->master = 1;
+	metric_set(w->m.is_master, 1);
+	log_info("master elected", "id=%s node=%s", w->id, w->election_path);
+	write_master_node(w);
+	read_members(w);
+	for (int i = 0; i < w->nslots; i++)
+		read_slot(w, i);
+}
+
+static void
+step_down(struct worker *w, const char *why)
+{
+	if (!w->master)
+		return;
+	w->master = 0;
+	w->master_node = 0;
+	w->members_known = 0;
+	metric_set(w->m.is_master, 0);
+	log_info("no longer master", "reason=\"%s\"", why);
+}
+
+static void
+predecessor_cb(struct zk *z, int rc, const struct Stat *st, void *arg)
+{
+	struct worker *w = arg;
+
+	/* Gone between the listing and the watch: look again. */
+	if (rc == ZNONODE)
+		check_election(w);
+}
+
+static void
+election_children_cb(struct zk *z, int rc, const struct String_vector *names,
+		     void *arg)
+{
+	struct worker *w = arg;
+	const char *mine = strrchr(w->election_path, '/');
+	char **sorted;
+	int me = -1;
+
+	if (rc != ZOK || mine == NULL)
+		return;
+	zk_ok(w);
+	mine++;
+	sorted = xcalloc((size_t)names->count + 1, sizeof(char *));
+	for (int i = 0; i < names->count; i++)
+		sorted[i] = names->data[i];
+	qsort(sorted, (size_t)names->count, sizeof(char *), cmp_seq);
+	for (int i = 0; i < names->count; i++)
+		if (!strcmp(sorted[i], mine))
+			me = i;
+	if (me < 0) {
+		/* Our candidate vanished with an old session: stand again. */
+		step_down(w, "candidate node gone");
+		w->election_path[0] = '\0';
+		elect(w);
+	} else if (me == 0) {
+		become_master(w);
+	} else {
+		char path[512];
+
+		step_down(w, "not the first candidate");
+		snprintf(path, sizeof(path), "%s%s/%s", w->root, ZPATH_ELECTION,
+			 sorted[me - 1]);
+		zk_aexists(w->zk, path, 1, predecessor_cb, w);
+	}
+	xfree(sorted);
+}
+
+static void
+check_election(struct worker *w)
+{
+	char path[512];
+
+	snprintf(path, sizeof(path), "%s%s", w->root, ZPATH_ELECTION);
+	zk_aget_children(w->zk, path, 0, election_children_cb, w);
+}
+
+struct adopt_call {
+	struct worker *w;
+	char path[512];
+};
+
+static void
+adopt_cb(struct zk *z, int rc, const struct Stat *st, void *arg)
+{
+	struct adopt_call *a = arg;
+	struct worker *w = a->w;
+
+	if (rc == ZOK && st->ephemeralOwner == zk_session_id(z) &&
+	    w->election_path[0] == '\0') {
+		snprintf(w->election_path, sizeof(w->election_path), "%s",
+			 a->path);
+		check_election(w);
+	}
+	xfree(a);
+}
+
+/* After ZCONNECTIONLOSS on create the node may exist: look for a
+ * candidate of ours owned by this session before standing again. */
+static void
+find_own_cb(struct zk *z, int rc, const struct String_vector *names, void *arg)
+{
+	struct worker *w = arg;
+	char prefix[256];
+	int found = 0;
+
+	if (rc != ZOK) {
+		elect(w);
+		return;
+	}
+	snprintf(prefix, sizeof(prefix), "c_%s_", w->id);
+	for (int i = 0; i < names->count; i++) {
+		if (!strncmp(names->data[i], prefix, strlen(prefix)) &&
+		    strlen(names->data[i]) == strlen(prefix) + 10) {
+			struct adopt_call *a = xcalloc(1, sizeof(*a));
+
+			a->w = w;
+			snprintf(a->path, sizeof(a->path), "%s%s/%s", w->root,
+				 ZPATH_ELECTION, names->data[i]);
+			zk_aexists(z, a->path, 0, adopt_cb, a);
+			found = 1;
+		}
+	}
+	if (!found)
+		elect(w);
+}
+
+static void
+elect_cb(struct zk *z, int rc, const char *value, void *arg)
+{
+	struct worker *w = arg;
+	char path[512];
+
+	if (rc == ZOK) {
+		zk_ok(w);
+		snprintf(w->election_path, sizeof(w->election_path), "%s",
+			 value);
+		log_info("election candidate", "node=%s", value);
+		check_election(w);
+	} else if (rc == ZCONNECTIONLOSS || rc == ZOPERATIONTIMEOUT) {
+		snprintf(path, sizeof(path), "%s%s", w->root, ZPATH_ELECTION);
+		zk_aget_children(w->zk, path, 0, find_own_cb, w);
+	} else {
+		log_warn("election create failed", "error=\"%s\"", zerror(rc));
+	}
+}
+
+static void
+elect(struct worker *w)
+{
+	char path[512];
+
+	if (w->stopping)
+		return;
+	snprintf(path, sizeof(path), "%s%s/c_%s_", w->root, ZPATH_ELECTION,
+		 w->id);
+	zk_acreate(w->zk, path, "", ZOO_EPHEMERAL_SEQUENTIAL, elect_cb, w);
+}
+
+/* Membership ------------------------------------------------------------ */
+
+static char *
+member_json(const struct worker *w)
+{
+	char host[256];
+	json_t *j;
+	char *s;
+
+	if (gethostname(host, sizeof(host)) != 0)
+		snprintf(host, sizeof(host), "unknown");
+	host[sizeof(host) - 1] = '\0';
+	j = json_pack("{s:s, s:s, s:i, s:I, s:s}", "id", w->id, "host", host,
+		      "pid", (int)getpid(), "started_at",
+		      (json_int_t)clock_now_ms(), "version", PACKAGE_VERSION);
+	s = json_dumps(j, JSON_COMPACT | JSON_PRESERVE_ORDER);
+	json_decref(j);
+	return s;
+}
+
+/* Synchronous: at startup (a clear error for a duplicate id) and after a
+ * session expiry, before anything else happens on the new session. */
+static int
+register_node(struct worker *w, char *err, size_t errlen)
+{
+	char path[512];
+	char *data = member_json(w);
+	int rc;
+
+	snprintf(path, sizeof(path), "%s%s/%s", w->root, ZPATH_WORKERS, w->id);
+	rc = zoo_create(zk_handle(w->zk), path, data, (int)strlen(data),
+			&ZOO_OPEN_ACL_UNSAFE, ZOO_EPHEMERAL, NULL, 0);
+	free(data);
+	if (rc == ZNODEEXISTS) {
+		struct Stat st;
+
+		if (zoo_exists(zk_handle(w->zk), path, 0, &st) == ZOK &&
+		    st.ephemeralOwner == zk_session_id(w->zk))
+			return 0;
+		snprintf(err, errlen,
+			 "worker id '%s' is already registered at %s by a "
+			 "live session; give each worker a unique worker.id",
+			 w->id, path);
+		return -1;
+	}
+	if (rc == ZNONODE) {
+		snprintf(err, errlen,
+			 "%s does not exist: start prophet-manager first",
+			 path);
+		return -1;
+	}
+	if (rc != ZOK) {
+		snprintf(err, errlen, "cannot create %s: %s", path, zerror(rc));
+		return -1;
+	}
+	log_info("registered", "path=%s session=0x%llx", path,
+		 (unsigned long long)zk_session_id(w->zk));
+	return 0;
+}
+
+/* A new session: register, stand for election, read and watch. */
+static void
+session_setup(struct worker *w)
+{
+	char err[512];
+
+	w->session_id = zk_session_id(w->zk);
+	zk_ok(w);
+	if (register_node(w, err, sizeof(err)) < 0) {
+		/* After an expiry our old node may linger for a moment. */
+		log_warn("registration failed, retrying", "error=\"%s\"", err);
+		return;
+	}
+	w->election_path[0] = '\0';
+	elect(w);
+	for (int i = 0; i < w->nslots; i++)
+		read_slot(w, i);
+}
+
+static void
+lose_all(struct worker *w, const char *why)
+{
+	for (int i = 0; i < w->nslots; i++) {
+		slot_lose(w, i, why);
+		w->slots[i].releasing = 0;
+		w->view_version[i] = -1;
+	}
+	step_down(w, why);
+	w->election_path[0] = '\0';
+}
+
+static void
+zk_event_cb(struct zk *z, int type, int state, const char *path, void *arg)
+{
+	struct worker *w = arg;
+	int slot;
+
+	if (w->stopping)
+		return;
+	if (type == ZOO_SESSION_EVENT) {
+		metric_set(w->m.zk_up, state == ZOO_CONNECTED_STATE);
+		log_info("zookeeper session", "state=%s", zk_state_name(state));
+		if (state == ZOO_EXPIRED_SESSION_STATE) {
+			/* Our ephemeral nodes are gone: others own our
+			 * slots now. Stop first, then start over. */
+			lose_all(w, "session expired");
+			zk_reopen(z);
+		} else if (state == ZOO_CONNECTED_STATE) {
+			if (zk_session_id(z) != w->session_id)
+				session_setup(w);
+			else {
+				zk_ok(w);
+				for (int i = 0; i < w->nslots; i++)
+					read_slot(w, i);
+				if (w->master)
+					read_members(w);
+				check_election(w);
+			}
+		}
+		return;
+	}
+	slot = slot_of_path(w, path);
+	if (slot >= 0) {
+		read_slot(w, slot);
+		return;
+	}
+	if (type == ZOO_CHILD_EVENT && w->master) {
+		read_members(w);
+		return;
+	}
+	if (type == ZOO_DELETED_EVENT && path != NULL &&
+	    strstr(path, ZPATH_ELECTION "/") != NULL) {
+		check_election(w);
+		return;
+	}
+	if (type == ZOO_DELETED_EVENT && path != NULL && w->master &&
+	    strstr(path, ZPATH_MASTER) != NULL) {
+		write_master_node(w);
+		return;
+	}
+}
+
+/* Liveness probe and the periodic re-check of every slot. ----------------- */
+
+static void
+probe_cb(struct zk *z, int rc, const struct Stat *st, void *arg)
+{
+	if (rc == ZOK)
+		zk_ok(arg);
+}
+
+static void
+coord_tick_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct worker *w = arg;
+
+	if (w->stopping)
+		return;
+	if (!coord_fresh(w) && !w->fenced) {
+		w->fenced = 1;
+		metric_set(w->m.self_fenced, 1);
+		log_warn("zookeeper unreachable for 2/3 of the session timeout:"
+			 " claiming stopped",
+			 "silent_ms=%lld",
+			 (long long)(clock_mono_ms() - w->last_zk_ok_ms));
+		/* Messages not yet sent must not go out under an epoch we
+		 * may no longer hold. */
+		kafka_purge_queued(w->kafka);
+	}
+	zk_aexists(w->zk, w->root, 0, probe_cb, w);
+	for (int i = 0; i < w->nslots; i++) {
+		if (w->slots[i].releasing)
+			try_finish_release(w, i);
+		else
+			slot_reconcile(w, i);
+	}
+	if (w->master)
+		schedule_rebalance(w);
+	else if (w->session_id == zk_session_id(w->zk) &&
+		 w->election_path[0] == '\0' && zk_is_connected(w->zk))
+		session_setup(w);
+}
+
+int
+coord_start(struct worker *w, char *err, size_t errlen)
+{
+	struct timeval tick;
+	int64_t probe_ms;
+
+	snprintf(w->root, sizeof(w->root), "%s",
+		 cfg_str(w->cfg, CFG_CLUSTER_ROOT));
+	w->session_timeout_ms = cfg_int(w->cfg, CFG_ZK_SESSION_TIMEOUT_MS);
+	w->view = xcalloc((size_t)w->nslots, sizeof(*w->view));
+	w->view_version = xcalloc((size_t)w->nslots, sizeof(int));
+	for (int i = 0; i < w->nslots; i++)
+		w->view_version[i] = -1;
+	w->m.epoch = metrics_register(METRIC_GAUGE, "prophet_slot_epoch",
+				      "Epoch under which this worker owns the "
+				      "slot (0: not owned)",
+				      "slot", (size_t)w->nslots);
+	w->zk = zk_create(w->base, cfg_str(w->cfg, CFG_ZK_HOSTS),
+			  (int)w->session_timeout_ms, zk_event_cb, w);
+	if (w->zk == NULL || zk_wait_connected(w->zk, 30000) < 0) {
+		snprintf(err, errlen, "cannot connect to zookeeper at %s",
+			 cfg_str(w->cfg, CFG_ZK_HOSTS));
+		return -1;
+	}
+	w->last_zk_ok_ms = clock_mono_ms();
+	if (register_node(w, err, errlen) < 0)
+		return -1;
+	w->session_id = zk_session_id(w->zk);
+	elect(w);
+	for (int i = 0; i < w->nslots; i++)
+		read_slot(w, i);
+	w->rebalance_ev = evtimer_new(w->base, rebalance_cb, w);
+	/* Probe often enough that 2/3 of the timeout spans several. */
+	probe_ms = w->session_timeout_ms / 6;
+	if (probe_ms > COORD_TICK_MS)
+		probe_ms = COORD_TICK_MS;
+	tick.tv_sec = 0;
+	tick.tv_usec = (suseconds_t)probe_ms * 1000;
+	w->coord_ev = event_new(w->base, -1, EV_PERSIST, coord_tick_cb, w);
+	event_add(w->coord_ev, &tick);
+	return 0;
+}
+
+/* Leaving: our ephemeral nodes vanish with the session, so the master
+ * reassigns our slots at once instead of after a session timeout. */
+void
+coord_stop(struct worker *w)
+{
+	for (int i = 0; i < w->nslots; i++)
+		slot_lose(w, i, "shutting down");
+	if (w->coord_ev != NULL)
+		event_free(w->coord_ev);
+	if (w->rebalance_ev != NULL)
+		event_free(w->rebalance_ev);
+	zk_destroy(w->zk);
+	w->zk = NULL;
+	for (int i = 0; i < w->nmembers; i++)
+		xfree(w->members[i]);
+	xfree(w->members);
+	xfree(w->view);
+	xfree(w->view_version);
+}

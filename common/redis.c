@@ -31,6 +31,9 @@ struct redis {
 	redis_state_fn state_cb;
 	void *arg;
 	int destroying;
+	char *sub_channel;
+	redis_reply_fn sub_cb;
+	void *sub_arg;
 };
 
 struct redis_call {
@@ -89,6 +92,20 @@ call_cb(redisAsyncContext *ac, void *reply, void *privdata)
 }
 
 static void
+sub_cb(redisAsyncContext *ac, void *reply, void *privdata)
+{
+	struct redis *r = privdata;
+	redisReply *rep = reply;
+
+	/* ["message", channel, payload]; subscribe confirmations ignored. */
+	if (rep == NULL || rep->type != REDIS_REPLY_ARRAY || rep->elements != 3 ||
+	    rep->element[0]->type != REDIS_REPLY_STRING ||
+	    strcmp(rep->element[0]->str, "message") != 0)
+		return;
+	r->sub_cb(r, rep->element[2], r->sub_arg);
+}
+
+static void
 setup_done_cb(redisAsyncContext *ac, void *reply, void *privdata)
 {
 	struct redis *r = privdata;
@@ -105,6 +122,8 @@ setup_done_cb(redisAsyncContext *ac, void *reply, void *privdata)
 		return;
 	r->ready = 1;
 	r->backoff_ms = 50;
+	if (r->sub_channel != NULL)
+		redisAsyncCommand(ac, sub_cb, r, "SUBSCRIBE %s", r->sub_channel);
 	redis_set_state(r, 1);
 }
 
@@ -196,6 +215,7 @@ redis_destroy(struct redis *r)
 		redisAsyncFree(ac);
 	}
 	event_free(r->retry_ev);
+	xfree(r->sub_channel);
 	xfree(r->host);
 	xfree(r->password);
 	xfree(r);
@@ -205,6 +225,18 @@ int
 redis_up(const struct redis *r)
 {
 	return r->ac != NULL && r->ready;
+}
+
+void
+redis_subscribe(struct redis *r, const char *channel, redis_reply_fn cb,
+		void *arg)
+{
+	xfree(r->sub_channel);
+	r->sub_channel = xstrdup(channel);
+	r->sub_cb = cb;
+	r->sub_arg = arg;
+	if (redis_up(r))
+		redisAsyncCommand(r->ac, sub_cb, r, "SUBSCRIBE %s", channel);
 }
 
 size_t

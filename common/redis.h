@@ -27,6 +27,13 @@ int redis_command(struct redis *r, redis_reply_fn cb, void *arg,
 		  const char *fmt, ...);
 int redis_command_argv(struct redis *r, redis_reply_fn cb, void *arg, int argc,
 		       const char **argv, const size_t *argvlen);
+/*
+ * Makes r a subscriber of channel (r is then used for nothing else): cb
+ * gets every published message's payload as a string reply, and the
+ * subscription is renewed after every reconnect.
+ */
+void redis_subscribe(struct redis *r, const char *channel, redis_reply_fn cb,
+		     void *arg);
 /* Commands sent and not yet answered. */
 size_t redis_pending(const struct redis *r);
 

@@ -243,6 +243,23 @@ index_task(struct manager *mg, const struct task *t, int64_t now)
 
 static void ingest_flush(struct ingest *ing);
 
+/* Tasks due sooner than a worker's next scan would see them: tell the
+ * slots' owners to look now. */
+static void
+wake_workers(struct manager *mg, const char *wake)
+{
+	char chan[512], slot[16];
+
+	rchan_wake(chan, sizeof(chan), cfg_str(mg->cfg, CFG_CLUSTER_ROOT));
+	for (int i = 0; i < mg->nslots; i++) {
+		if (!wake[i])
+			continue;
+		snprintf(slot, sizeof(slot), "%d", i);
+		redis_command(mg->redis, NULL, NULL, "PUBLISH %s %s", chan,
+			      slot);
+	}
+}
+
 static void
 batch_done_cb(struct db_job *job, int status, const char *err)
 {
@@ -250,6 +267,9 @@ batch_done_cb(struct db_job *job, int status, const char *err)
 	struct ingest *ing = b->ing;
 	struct manager *mg = ing->mg;
 	int64_t now = clock_now_ms();
+	char *wake = xcalloc((size_t)mg->nslots, 1);
+	/* Due before the workers' next look-ahead scan reaches it. */
+	int64_t lookahead = cfg_int(mg->cfg, CFG_WORKER_LOOKAHEAD_MS);
 
 	metric_inc(mg->m.db_batches);
 	metric_observe(mg->m.db_batch_rows, (double)b->n);
@@ -282,9 +302,15 @@ batch_done_cb(struct db_job *job, int status, const char *err)
 				}
 			}
 		}
-		if (r->result == 201)
+		if (r->result == 201) {
 			index_task(mg, &r->task, now);
+			if (r->task.due_at < now + lookahead)
+				wake[slot_of(r->task.id, strlen(r->task.id),
+					     mg->nslots)] = 1;
+		}
 	}
+	wake_workers(mg, wake);
+	xfree(wake);
 	ing->inflight_batches--;
 	ing->inflight_reqs -= b->n;
 	for (size_t i = 0; i < b->n; i++)

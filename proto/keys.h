@@ -48,6 +48,15 @@ rkey_epoch(char *buf, size_t len, int slot)
 	snprintf(buf, len, "{prophet:%d}:epoch", slot);
 }
 
+/* Pub/sub channel on which the manager wakes the owner of a slot that just
+ * got a task due within the look-ahead (payload: the slot number). Pub/sub
+ * ignores the Redis database number, so the channel names the cluster. */
+static inline void
+rchan_wake(char *buf, size_t len, const char *root)
+{
+	snprintf(buf, len, "prophet:wake:%s", root);
+}
+
 /* Kafka headers on every published task (CONTRACT.md). */
 #define KHDR_ID "prophet-id"
 #define KHDR_DUE_AT "prophet-due-at"

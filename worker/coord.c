@@ -888,7 +888,10 @@ member_json(const struct worker *w)
 }
 
 /* Synchronous: at startup (a clear error for a duplicate id) and after a
- * session expiry, before anything else happens on the new session. */
+ * session expiry, before anything else happens on the new session.
+ * Returns -2 when a node with our id belongs to another session: two
+ * workers share an id, or our previous incarnation crashed and its session
+ * has not expired yet. */
 static int
 register_node(struct worker *w, char *err, size_t errlen)
 {
@@ -910,7 +913,7 @@ register_node(struct worker *w, char *err, size_t errlen)
 			 "worker id '%s' is already registered at %s by a "
 			 "live session; give each worker a unique worker.id",
 			 w->id, path);
-		return -1;
+		return -2;
 	}
 	if (rc == ZNONODE) {
 		snprintf(err, errlen,
@@ -1054,7 +1057,8 @@ int
 coord_start(struct worker *w, char *err, size_t errlen)
 {
 	struct timeval tick;
-	int64_t probe_ms;
+	int64_t probe_ms, deadline;
+	int rc, waited = 0;
 
 	snprintf(w->root, sizeof(w->root), "%s",
 		 cfg_str(w->cfg, CFG_CLUSTER_ROOT));
@@ -1075,7 +1079,18 @@ coord_start(struct worker *w, char *err, size_t errlen)
 		return -1;
 	}
 	w->last_zk_ok_ms = clock_mono_ms();
-	if (register_node(w, err, errlen) < 0)
+	/* A crashed predecessor with our id keeps its node until its session
+	 * expires: wait that long before calling the id a duplicate. */
+	deadline = clock_mono_ms() + w->session_timeout_ms + 5000;
+	while ((rc = register_node(w, err, errlen)) == -2 &&
+	       clock_mono_ms() < deadline) {
+		if (!waited++)
+			log_warn("worker id registered by another session; "
+				 "waiting for it to expire",
+				 "id=%s", w->id);
+		usleep(200 * 1000);
+	}
+	if (rc < 0)
 		return -1;
 	w->session_id = zk_session_id(w->zk);
 	elect(w);

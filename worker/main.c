@@ -175,6 +175,9 @@ main(int argc, char **argv)
 	w.redis = redis_create(w.base, cfg_str(w.cfg, CFG_REDIS_URL),
 			       (int)cfg_int(w.cfg, CFG_REDIS_TIMEOUT_MS),
 			       redis_state_cb, &w);
+	w.redis_sub = redis_create(w.base, cfg_str(w.cfg, CFG_REDIS_URL),
+				   (int)cfg_int(w.cfg, CFG_REDIS_TIMEOUT_MS),
+				   NULL, NULL);
 	w.http = http_server_create(w.base,
 				    cfg_str(w.cfg, CFG_WORKER_HTTP_LISTEN),
 				    65536, 30, err, sizeof(err));
@@ -205,6 +208,7 @@ main(int argc, char **argv)
 	event_free(w.scan_ev);
 	event_free(w.tick_ev);
 	event_free(w.claim_retry_ev);
+	redis_destroy(w.redis_sub);
 	redis_destroy(w.redis);
 	timerwheel_destroy(w.wheel);
 	evhttp_free(w.http);

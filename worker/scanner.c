@@ -275,6 +275,8 @@ claim_slot(struct worker *w, int slot)
 	redis_args_free(&a);
 }
 
+static void scan_slot(struct worker *w, int slot, int64_t now);
+
 static void
 scan_reply_cb(struct redis *r, redisReply *reply, void *arg)
 {
@@ -288,6 +290,10 @@ scan_reply_cb(struct redis *r, redisReply *reply, void *arg)
 	    w->stopping) {
 		slot_call_free(c);
 		return;
+	}
+	if (s->rescan) {
+		s->rescan = 0;
+		scan_slot(w, c->slot, clock_now_ms());
 	}
 	for (size_t i = 0; i + 1 < reply->elements; i += 2) {
 		const char *id = reply->element[i]->str;
@@ -675,9 +681,32 @@ scan_cb(evutil_socket_t fd, short what, void *arg)
 	}
 }
 
+/* The manager announced a task due soon in slot: scan it now rather than
+ * at the next interval. */
+static void
+wake_cb(struct redis *r, redisReply *msg, void *arg)
+{
+	struct worker *w = arg;
+	char *end;
+	long slot;
+
+	if (msg->type != REDIS_REPLY_STRING || w->stopping)
+		return;
+	slot = strtol(msg->str, &end, 10);
+	if (*end != '\0' || slot < 0 || slot >= w->nslots ||
+	    !w->slots[slot].owned)
+		return;
+	if (w->slots[slot].scanning)
+		w->slots[slot].rescan = 1;
+	else
+		scan_slot(w, (int)slot, clock_now_ms());
+}
+
 void
 scanner_start(struct worker *w)
 {
+	char chan[512];
+
 	int64_t ms = cfg_int(w->cfg, CFG_WORKER_SCAN_INTERVAL_MS);
 	struct timeval tv = {(time_t)(ms / 1000),
 			     (suseconds_t)(ms % 1000) * 1000};
@@ -686,6 +715,8 @@ scanner_start(struct worker *w)
 	w->scan_ev = event_new(w->base, -1, EV_PERSIST, scan_cb, w);
 	w->tick_ev = evtimer_new(w->base, tick_cb, w);
 	w->claim_retry_ev = evtimer_new(w->base, claim_retry_cb, w);
+	rchan_wake(chan, sizeof(chan), cfg_str(w->cfg, CFG_CLUSTER_ROOT));
+	redis_subscribe(w->redis_sub, chan, wake_cb, w);
 	event_add(w->scan_ev, &tv);
 	arm_tick(w);
 }

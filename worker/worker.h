@@ -114,6 +114,7 @@ struct wslot {
 	int busy; /* tasks claiming, publishing or marking */
 	int64_t epoch;
 	int scanning;
+	int rescan; /* woken while a scan was out */
 	int claiming;
 	int reaping;
 	int loading;
@@ -132,6 +133,7 @@ struct worker {
 	struct evhttp *http;
 	struct db_pool *db;
 	struct redis *redis;
+	struct redis *redis_sub; /* wake-ups from the manager */
 	struct zk *zk;
 	struct kafka_producer *kafka;
 	struct timerwheel *wheel;

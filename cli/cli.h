@@ -34,5 +34,6 @@ const char *cli_time(long long ms, char *buf, size_t len);
 int cmd_cluster(struct cli *c, int argc, char **argv);
 int cmd_get(struct cli *c, int argc, char **argv);
 int cmd_push(struct cli *c, int argc, char **argv);
+int cmd_restore(struct cli *c, int argc, char **argv);
 
 #endif

@@ -19,6 +19,10 @@ static const struct cli_cmd commands[] = {
 	 "submit a task (or a JSON task with --file F, - for stdin)", cmd_push},
 	{"get", "get ID [--log]", "show a task, --log with its state changes",
 	 cmd_get},
+	{"restore", "restore [--slot N] [--expired] | --id ID",
+	 "rebuild the Redis index from the DB (--expired: expired tasks "
+	 "fire again)",
+	 cmd_restore},
 	{"cluster", "cluster",
 	 "master, workers and every slot's owner, "
 	 "epoch, backlog and lag",

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <event2/event.h>
 #include <hiredis/adapters/libevent.h>
@@ -34,7 +35,46 @@ struct redis {
 	char *sub_channel;
 	redis_reply_fn sub_cb;
 	void *sub_arg;
+	/* Send times of unanswered commands, oldest first (replies come in
+	 * order): hiredis 0.14 has no command timeout, so a hung server is
+	 * detected here and the connection dropped. */
+	int64_t *sent;
+	size_t sent_head, sent_cap;
+	struct event *watch_ev;
 };
+
+static int64_t
+mono_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static void
+sent_push(struct redis *r)
+{
+	if (r->pending >= r->sent_cap) {
+		size_t cap = r->sent_cap ? r->sent_cap * 2 : 64;
+		int64_t *n = xcalloc(cap, sizeof(*n));
+
+		for (size_t i = 0; i < r->pending; i++)
+			n[i] = r->sent[(r->sent_head + i) % r->sent_cap];
+		xfree(r->sent);
+		r->sent = n;
+		r->sent_cap = cap;
+		r->sent_head = 0;
+	}
+	r->sent[(r->sent_head + r->pending) % r->sent_cap] = mono_ms();
+}
+
+static void
+sent_pop(struct redis *r)
+{
+	if (r->sent_cap > 0)
+		r->sent_head = (r->sent_head + 1) % r->sent_cap;
+}
 
 struct redis_call {
 	struct redis *r;
@@ -73,6 +113,32 @@ schedule_retry(struct redis *r)
 	r->backoff_ms = r->backoff_ms * 2 > 1000 ? 1000 : r->backoff_ms * 2;
 }
 
+/* A command unanswered for timeout_ms: the server hangs (stopped, swapping,
+ * a network black hole). Drop the connection; callbacks get NULL and the
+ * usual reconnect takes over. */
+static void
+watch_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct redis *r = arg;
+	redisAsyncContext *ac;
+
+	if (r->ac == NULL || r->pending == 0 ||
+	    mono_ms() - r->sent[r->sent_head] < r->timeout_ms)
+		return;
+	log_warn("redis command timed out: dropping the connection",
+		 "pending=%zu timeout_ms=%d", r->pending, r->timeout_ms);
+	/* Not redisAsyncDisconnect: that waits for the missing replies.
+	 * Freeing fails every pending callback with NULL at once. */
+	ac = r->ac;
+	r->ac = NULL;
+	r->ready = 0;
+	redisAsyncFree(ac);
+	if (r->up) { /* no disconnect callback came */
+		redis_set_state(r, 0);
+		schedule_retry(r);
+	}
+}
+
 static void
 retry_cb(evutil_socket_t fd, short what, void *arg)
 {
@@ -85,6 +151,7 @@ call_cb(redisAsyncContext *ac, void *reply, void *privdata)
 	struct redis_call *c = privdata;
 	struct redis *r = c->r;
 
+	sent_pop(r);
 	r->pending--;
 	if (c->cb != NULL)
 		c->cb(r, reply, c->arg);
@@ -98,8 +165,8 @@ sub_cb(redisAsyncContext *ac, void *reply, void *privdata)
 	redisReply *rep = reply;
 
 	/* ["message", channel, payload]; subscribe confirmations ignored. */
-	if (rep == NULL || rep->type != REDIS_REPLY_ARRAY || rep->elements != 3 ||
-	    rep->element[0]->type != REDIS_REPLY_STRING ||
+	if (rep == NULL || rep->type != REDIS_REPLY_ARRAY ||
+	    rep->elements != 3 || rep->element[0]->type != REDIS_REPLY_STRING ||
 	    strcmp(rep->element[0]->str, "message") != 0)
 		return;
 	r->sub_cb(r, rep->element[2], r->sub_arg);
@@ -123,7 +190,8 @@ setup_done_cb(redisAsyncContext *ac, void *reply, void *privdata)
 	r->ready = 1;
 	r->backoff_ms = 50;
 	if (r->sub_channel != NULL)
-		redisAsyncCommand(ac, sub_cb, r, "SUBSCRIBE %s", r->sub_channel);
+		redisAsyncCommand(ac, sub_cb, r, "SUBSCRIBE %s",
+				  r->sub_channel);
 	redis_set_state(r, 1);
 }
 
@@ -198,6 +266,12 @@ redis_create(struct event_base *base, const char *url, int timeout_ms,
 	r->state_cb = state_cb;
 	r->arg = arg;
 	r->retry_ev = evtimer_new(base, retry_cb, r);
+	r->watch_ev = event_new(base, -1, EV_PERSIST, watch_cb, r);
+	{
+		struct timeval tv = {0, 100000};
+
+		event_add(r->watch_ev, &tv);
+	}
 	redis_connect(r);
 	return r;
 }
@@ -215,6 +289,8 @@ redis_destroy(struct redis *r)
 		redisAsyncFree(ac);
 	}
 	event_free(r->retry_ev);
+	event_free(r->watch_ev);
+	xfree(r->sent);
 	xfree(r->sub_channel);
 	xfree(r->host);
 	xfree(r->password);
@@ -266,6 +342,7 @@ redis_command(struct redis *r, redis_reply_fn cb, void *arg, const char *fmt,
 		xfree(c);
 		return -1;
 	}
+	sent_push(r);
 	r->pending++;
 	return 0;
 }
@@ -287,6 +364,7 @@ redis_command_argv(struct redis *r, redis_reply_fn cb, void *arg, int argc,
 		xfree(c);
 		return -1;
 	}
+	sent_push(r);
 	r->pending++;
 	return 0;
 }

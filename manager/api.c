@@ -26,6 +26,17 @@
 #include "zk.h"
 
 #define TASKS_PREFIX "/v1/tasks/"
+#define RESTORE_SUFFIX "/restore"
+#define RESTORE_PREFIX "/v1/admin/restore/"
+
+static int
+is_restore_path(const char *path)
+{
+	size_t n = strlen(path), k = strlen(RESTORE_SUFFIX);
+
+	return n > strlen(TASKS_PREFIX) + k &&
+	       !strcmp(path + n - k, RESTORE_SUFFIX);
+}
 
 struct submit_ctx {
 	struct ingest_req req;
@@ -331,6 +342,18 @@ route_cb(struct evhttp_request *req, void *arg)
 		else
 			http_reply_error(req, 405, "method_not_allowed", NULL,
 					 "use POST to submit a task");
+	} else if (!strncmp(path, TASKS_PREFIX, strlen(TASKS_PREFIX)) &&
+		   is_restore_path(path)) {
+		/* /v1/tasks/{id}/restore */
+		decoded = evhttp_uridecode(path + strlen(TASKS_PREFIX), 0,
+					   &idlen);
+		idlen -= strlen(RESTORE_SUFFIX);
+		decoded[idlen] = '\0';
+		if (m == EVHTTP_REQ_POST)
+			restore_one(mg, req, decoded, idlen);
+		else
+			http_reply_error(req, 405, "method_not_allowed", NULL,
+					 "use POST");
 	} else if (!strncmp(path, TASKS_PREFIX, strlen(TASKS_PREFIX))) {
 		decoded = evhttp_uridecode(path + strlen(TASKS_PREFIX), 0,
 					   &idlen);
@@ -339,6 +362,18 @@ route_cb(struct evhttp_request *req, void *arg)
 		else
 			http_reply_error(req, 405, "method_not_allowed", NULL,
 					 "method not allowed here");
+	} else if (!strcmp(path, "/v1/admin/restore")) {
+		if (m == EVHTTP_REQ_POST)
+			restore_start(mg, req);
+		else
+			http_reply_error(req, 405, "method_not_allowed", NULL,
+					 "use POST");
+	} else if (!strncmp(path, RESTORE_PREFIX, strlen(RESTORE_PREFIX))) {
+		if (m == EVHTTP_REQ_GET)
+			restore_status(mg, req, path + strlen(RESTORE_PREFIX));
+		else
+			http_reply_error(req, 405, "method_not_allowed", NULL,
+					 "use GET");
 	} else if (!strcmp(path, "/v1/cluster")) {
 		if (m == EVHTTP_REQ_GET)
 			cluster_get(mg, req);

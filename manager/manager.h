@@ -100,6 +100,14 @@ size_t ingest_pending(const struct ingest *ing);
 /* cluster.c: GET /v1/cluster */
 void cluster_get(struct manager *mg, struct evhttp_request *req);
 
+/* restore.c: POST /v1/admin/restore, GET /v1/admin/restore/{job},
+ * POST /v1/tasks/{id}/restore */
+void restore_start(struct manager *mg, struct evhttp_request *req);
+void restore_status(struct manager *mg, struct evhttp_request *req,
+		    const char *id);
+void restore_one(struct manager *mg, struct evhttp_request *req, const char *id,
+		 size_t idlen);
+
 /* api.c */
 void api_register(struct manager *mg);
 

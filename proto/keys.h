@@ -12,11 +12,10 @@
  *   {prophet:N}:inflight  ZSET  id -> lease deadline (claimed, not yet delivered)
  *   {prophet:N}:attempt   HASH  id -> publish attempts so far
  *   {prophet:N}:epoch     STRING highest owner epoch seen (the Redis fence)
- *   prophet:generation    STRING set when the index is built; its absence
- *                         means Redis lost its data
+ *   {prophet:N}:built     STRING set when the slot's index was (re)built from
+ *                         the DB; its absence means Redis lost the slot
  */
 #define RKEY_MAX 64
-#define RKEY_GENERATION "prophet:generation"
 
 static inline void
 rkey_due(char *buf, size_t len, int slot)
@@ -40,6 +39,12 @@ static inline void
 rkey_attempt(char *buf, size_t len, int slot)
 {
 	snprintf(buf, len, "{prophet:%d}:attempt", slot);
+}
+
+static inline void
+rkey_marker(char *buf, size_t len, int slot)
+{
+	snprintf(buf, len, "{prophet:%d}:built", slot);
 }
 
 static inline void

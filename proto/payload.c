@@ -2,9 +2,11 @@
 #include "config.h"
 #endif
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "db.h"
 #include "payload.h"
 #include "xmalloc.h"
 
@@ -68,4 +70,43 @@ payload_decode(const char *s, size_t len, struct task *t)
 		t->attempt = (int)json_integer_value(v);
 	json_decref(o);
 	return 0;
+}
+
+void
+payload_row_task(const struct db_rows *rows, size_t i, struct task *t)
+{
+	unsigned long blen;
+	const char *h;
+
+	memset(t, 0, sizeof(*t));
+	snprintf(t->id, sizeof(t->id), "%s", db_rows_get(rows, i, PC_ID, NULL));
+	t->topic = (char *)db_rows_get(rows, i, PC_TOPIC, NULL);
+	t->key = (char *)db_rows_get(rows, i, PC_KEY, NULL);
+	t->body = (char *)db_rows_get(rows, i, PC_BODY, &blen);
+	t->body_len = blen;
+	h = db_rows_get(rows, i, PC_HEADERS, NULL);
+	t->headers = h ? json_loads(h, 0, NULL) : NULL;
+	t->due_at = db_rows_int(rows, i, PC_DUE_AT);
+	t->ttl_ms = db_rows_int(rows, i, PC_TTL_MS);
+	t->attempt = (int)db_rows_int(rows, i, PC_ATTEMPT);
+}
+
+void
+payload_row_clear(struct task *t)
+{
+	json_decref(t->headers);
+	memset(t, 0, sizeof(*t));
+}
+
+char *
+payload_from_row(const struct db_rows *rows, size_t i, size_t *lenp)
+{
+	struct task t;
+	char *s;
+
+	payload_row_task(rows, i, &t);
+	t.attempt = 0; /* attempts are counted in Redis */
+	s = payload_encode(&t, lenp);
+	payload_row_clear(&t);
+	return s;
 }

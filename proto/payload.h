@@ -15,4 +15,29 @@ char *payload_encode(const struct task *t, size_t *lenp);
  * first; id left to the caller). */
 int payload_decode(const char *s, size_t len, struct task *t);
 
+struct db_rows;
+
+/*
+ * Columns of a task row as every index-building query selects them
+ * (SQL_TASK_COLS_INDEX): id, topic, msg_key, body, headers, due_at,
+ * ttl_ms, attempt.
+ */
+enum payload_col {
+	PC_ID,
+	PC_TOPIC,
+	PC_KEY,
+	PC_BODY,
+	PC_HEADERS,
+	PC_DUE_AT,
+	PC_TTL_MS,
+	PC_ATTEMPT
+};
+
+/* Fills t's publishable fields from such a row; the strings are borrowed
+ * from rows except headers (release with payload_row_clear). */
+void payload_row_task(const struct db_rows *rows, size_t i, struct task *t);
+void payload_row_clear(struct task *t);
+/* The Redis payload of such a row. */
+char *payload_from_row(const struct db_rows *rows, size_t i, size_t *lenp);
+
 #endif

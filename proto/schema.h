@@ -91,10 +91,79 @@ enum sql_task_col {
 #define SQL_TASK_LOG_INSERT_ROW "(?,?,?,?,?,?,?,?)"
 #define SQL_TASK_LOG_INSERT_NCOLS 8
 
+/* The columns payload_from_row() reads, in its order. */
+#define SQL_TASK_COLS_INDEX \
+	"id, topic, msg_key, body, headers, due_at, ttl_ms, attempt"
+
 /* Scheduled tasks of one slot due in [from, to), for the horizon loader. */
 #define SQL_TASK_DUE_IN_SLOT                                                  \
-	"SELECT id, topic, msg_key, body, headers, due_at, ttl_ms, attempt "  \
+	"SELECT " SQL_TASK_COLS_INDEX " "                                     \
 	"FROM tasks WHERE slot = ? AND status = 'scheduled' AND due_at >= ? " \
 	"AND due_at < ? ORDER BY due_at LIMIT ?"
+
+/* The time pointer only moves forward. */
+#define SQL_SLOT_POINTER                                                \
+	"INSERT INTO slot_state (slot, loaded_until, updated_at) "      \
+	"VALUES (?, ?, ?) ON DUPLICATE KEY UPDATE "                     \
+	"loaded_until = GREATEST(loaded_until, VALUES(loaded_until)), " \
+	"updated_at = VALUES(updated_at)"
+
+/* One keyset page of a slot's scheduled tasks due before a time, for
+ * index rebuilds: (slot, before, after_due, after_due, after_id, limit). */
+#define SQL_TASK_SCHEDULED_PAGE                                              \
+	"SELECT " SQL_TASK_COLS_INDEX " "                                    \
+	"FROM tasks WHERE slot = ? AND status = 'scheduled' AND due_at < ? " \
+	"AND (due_at > ? OR (due_at = ? AND id > ?)) "                       \
+	"ORDER BY due_at, id LIMIT ?"
+
+/* DB mode (Redis unavailable). The claim runs in one transaction: the
+ * fence row is locked and checked, due tasks are taken with SKIP LOCKED
+ * (so nothing waits on a row someone else holds) and moved to firing. */
+#define SQL_SLOT_EPOCH_LOCK \
+	"SELECT epoch FROM slot_state WHERE slot = ? FOR UPDATE"
+#define SQL_TASK_DUE_LOCK                                                     \
+	"SELECT " SQL_TASK_COLS_INDEX " "                                     \
+	"FROM tasks WHERE slot = ? AND status = 'scheduled' AND due_at <= ? " \
+	"ORDER BY due_at LIMIT ? FOR UPDATE SKIP LOCKED"
+#define SQL_TASK_MARK_FIRING                                                  \
+	"UPDATE tasks SET status = 'firing', owner = ?, epoch = ?, "          \
+	"attempt = attempt + 1, lease_until = ?, fired_at = ?, updated_at = " \
+	"? "                                                                  \
+	"WHERE id = ? AND status = 'scheduled'"
+
+/* Tasks left firing by a publisher that died (DB mode). */
+#define SQL_TASK_FIRING_EXPIRED                                      \
+	"SELECT id FROM tasks WHERE slot = ? AND status = 'firing' " \
+	"AND lease_until < ? LIMIT 1000"
+#define SQL_TASK_REQUEUE                                                \
+	"UPDATE tasks SET status = 'scheduled', owner = NULL, "         \
+	"lease_until = NULL, updated_at = ? WHERE id = ? AND status = " \
+	"'firing' "                                                     \
+	"AND lease_until < ?"
+#define SQL_TASK_PAYLOAD                  \
+	"SELECT " SQL_TASK_COLS_INDEX " " \
+	"FROM tasks WHERE id = ? AND status = 'scheduled'"
+
+/* Restore with expired=true: expired tasks of a slot (or one task) are
+ * scheduled again with their ttl cleared; the log rows first, params
+ * (at, slot) or (at, id). */
+#define SQL_TASK_LOG_REVIVE                                                 \
+	"INSERT INTO task_log (task_id, from_status, to_status, actor, "    \
+	"epoch, "                                                           \
+	"attempt, at, note) SELECT id, 'expired', 'scheduled', 'manager', " \
+	"epoch, attempt, ?, 'restore' FROM tasks WHERE slot = ? "           \
+	"AND status = 'expired'"
+#define SQL_TASK_REVIVE                                                      \
+	"UPDATE tasks SET status = 'scheduled', ttl_ms = 0, updated_at = ? " \
+	"WHERE slot = ? AND status = 'expired'"
+#define SQL_TASK_LOG_REVIVE_ONE                                             \
+	"INSERT INTO task_log (task_id, from_status, to_status, actor, "    \
+	"epoch, "                                                           \
+	"attempt, at, note) SELECT id, 'expired', 'scheduled', 'manager', " \
+	"epoch, attempt, ?, 'restore' FROM tasks WHERE id = ? "             \
+	"AND status = 'expired'"
+#define SQL_TASK_REVIVE_ONE                                                  \
+	"UPDATE tasks SET status = 'scheduled', ttl_ms = 0, updated_at = ? " \
+	"WHERE id = ? AND status = 'expired'"
 
 #endif

@@ -93,4 +93,29 @@
 	"end\n"                                                       \
 	"return n\n"
 
+/*
+ * A new owner raises the slot's fence; tells whether the index exists.
+ * KEYS: epoch, marker     ARGV: epoch
+ * Returns -1 if a higher epoch was recorded, else 1 if the slot's index
+ * marker exists, 0 if it does not (the index must be rebuilt).
+ */
+#define SCRIPT_FENCE                                              \
+	"local f = tonumber(redis.call('GET', KEYS[1]) or '0')\n" \
+	"local e = tonumber(ARGV[1])\n"                           \
+	"if f > e then return -1 end\n"                           \
+	"if f < e then redis.call('SET', KEYS[1], ARGV[1]) end\n" \
+	"return redis.call('EXISTS', KEYS[2])\n"
+
+/*
+ * Drop a slot's index before rebuilding it from the DB, fenced.
+ * KEYS: due, task, inflight, attempt, epoch, marker     ARGV: epoch
+ */
+#define SCRIPT_RESET                                                       \
+	"local f = tonumber(redis.call('GET', KEYS[5]) or '0')\n"          \
+	"local e = tonumber(ARGV[1])\n"                                    \
+	"if f > e then return -1 end\n"                                    \
+	"redis.call('DEL', KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[6])\n" \
+	"redis.call('SET', KEYS[5], ARGV[1])\n"                            \
+	"return 1\n"
+
 #endif

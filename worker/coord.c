@@ -20,6 +20,7 @@
 #include "metrics.h"
 #include "redis.h"
 #include "schema.h"
+#include "scripts.h"
 #include "worker.h"
 #include "xmalloc.h"
 #include "zk.h"
@@ -85,7 +86,8 @@ coord_fresh(const struct worker *w)
 int
 coord_may_claim(struct worker *w, int slot)
 {
-	return w->slots[slot].owned && coord_fresh(w);
+	return w->slots[slot].owned && w->slots[slot].mode == SM_REDIS &&
+	       coord_fresh(w);
 }
 
 static void
@@ -131,6 +133,8 @@ slot_lose(struct worker *w, int slot, const char *why)
 	}
 	s->owned = 0;
 	s->starting = 0;
+	s->mode = SM_REDIS;
+	s->rebuild_gen++; /* a rebuild under way stops */
 	scanner_drop_slot(w, slot);
 	update_owned_gauge(w);
 }
@@ -146,6 +150,7 @@ struct fence_job {
 	struct worker *w;
 	int slot;
 	int64_t epoch;
+	int gain_db; /* Redis is down: own the slot in DB mode once done */
 };
 
 static int
@@ -164,17 +169,56 @@ fence_run(struct db_conn *c, struct db_job *job)
 	return rc;
 }
 
+static void gained(struct worker *w, int slot, const char *mode);
+
 static void
 fence_done_cb(struct db_job *job, int status, const char *err)
 {
 	struct fence_job *f = (struct fence_job *)job;
+	struct wslot *s = &f->w->slots[f->slot];
 
 	if (status < 0)
 		log_warn("database fence not raised",
-			 "slot=%d epoch=%lld "
-			 "error=\"%s\"",
-			 f->slot, (long long)f->epoch, err);
+			 "slot=%d epoch=%lld error=\"%s\"", f->slot,
+			 (long long)f->epoch, err);
+	if (f->gain_db && s->starting && s->epoch == f->epoch) {
+		/* In DB mode the DB fence is the only one: no claims
+		 * before it is raised. */
+		s->starting = 0;
+		if (status == 0) {
+			s->mode = SM_DB;
+			gained(f->w, f->slot, "db");
+		}
+	}
 	xfree(f);
+}
+
+static void
+submit_fence(struct worker *w, int slot, int64_t epoch, int gain_db)
+{
+	struct fence_job *f = xcalloc(1, sizeof(*f));
+
+	f->w = w;
+	f->slot = slot;
+	f->epoch = epoch;
+	f->gain_db = gain_db;
+	f->job.run = fence_run;
+	f->job.done_cb = fence_done_cb;
+	db_pool_submit(w->db, &f->job);
+}
+
+static void
+gained(struct worker *w, int slot, const char *mode)
+{
+	struct wslot *s = &w->slots[slot];
+
+	s->owned = 1;
+	s->next_load_ms = 0;
+	s->next_reap_ms = 0;
+	metric_inc(w->m.slots_gained);
+	update_owned_gauge(w);
+	log_info("slot gained", "slot=%d epoch=%lld mode=%s", slot,
+		 (long long)s->epoch, mode);
 }
 
 static void
@@ -183,7 +227,6 @@ redis_fence_cb(struct redis *r, redisReply *reply, void *arg)
 	struct fence_call *fc = arg;
 	struct worker *w = fc->w;
 	struct wslot *s = &w->slots[fc->slot];
-	struct fence_job *f;
 
 	if (!s->starting || s->epoch != fc->epoch) {
 		xfree(fc);
@@ -204,30 +247,12 @@ redis_fence_cb(struct redis *r, redisReply *reply, void *arg)
 		xfree(fc);
 		return;
 	}
-	f = xcalloc(1, sizeof(*f));
-	f->w = w;
-	f->slot = fc->slot;
-	f->epoch = fc->epoch;
-	f->job.run = fence_run;
-	f->job.done_cb = fence_done_cb;
-	db_pool_submit(w->db, &f->job);
+	submit_fence(w, fc->slot, fc->epoch, 0);
 	s->starting = 0;
-	s->owned = 1;
-	s->next_load_ms = 0;
-	s->next_reap_ms = 0;
-	metric_inc(w->m.slots_gained);
-	update_owned_gauge(w);
-	log_info("slot gained", "slot=%d epoch=%lld", fc->slot,
-		 (long long)fc->epoch);
+	gained(w, fc->slot, "redis");
+	recovery_slot_ready(w, fc->slot, reply->integer == 1);
 	xfree(fc);
 }
-
-#define SCRIPT_FENCE                                              \
-	"local f = tonumber(redis.call('GET', KEYS[1]) or '0')\n" \
-	"local e = tonumber(ARGV[1])\n"                           \
-	"if f > e then return -1 end\n"                           \
-	"if f < e then redis.call('SET', KEYS[1], ARGV[1]) end\n" \
-	"return e\n"
 
 /* Ours at epoch: raise the Redis fence (the claims' check), then the DB
  * fence (the state updates' check), then claim. */
@@ -236,20 +261,23 @@ slot_gain(struct worker *w, int slot, int64_t epoch)
 {
 	struct wslot *s = &w->slots[slot];
 	struct fence_call *fc;
-	char kep[RKEY_MAX], ep[32];
+	char kep[RKEY_MAX], kmark[RKEY_MAX], ep[32];
 
-	if (!redis_up(w->redis))
-		return;
 	s->starting = 1;
 	s->epoch = epoch;
+	if (!redis_up(w->redis)) {
+		submit_fence(w, slot, epoch, 1);
+		return;
+	}
 	fc = xcalloc(1, sizeof(*fc));
 	fc->w = w;
 	fc->slot = slot;
 	fc->epoch = epoch;
 	rkey_epoch(kep, sizeof(kep), slot);
+	rkey_marker(kmark, sizeof(kmark), slot);
 	snprintf(ep, sizeof(ep), "%lld", (long long)epoch);
-	if (redis_command(w->redis, redis_fence_cb, fc, "EVAL %s 1 %s %s",
-			  SCRIPT_FENCE, kep, ep) < 0) {
+	if (redis_command(w->redis, redis_fence_cb, fc, "EVAL %s 2 %s %s %s",
+			  SCRIPT_FENCE, kep, kmark, ep) < 0) {
 		s->starting = 0;
 		xfree(fc);
 	}
@@ -326,6 +354,8 @@ try_finish_release(struct worker *w, int slot)
 void
 coord_slot_idle(struct worker *w, int slot)
 {
+	if (w->zk == NULL)
+		return;
 	try_finish_release(w, slot);
 }
 
@@ -342,6 +372,8 @@ begin_release(struct worker *w, int slot)
 	s->starting = 0;
 	s->releasing = 1;
 	s->release_started_ms = clock_mono_ms();
+	s->mode = SM_REDIS;
+	s->rebuild_gen++;
 	scanner_drop_slot(w, slot);
 	update_owned_gauge(w);
 	try_finish_release(w, slot);

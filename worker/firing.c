@@ -61,16 +61,62 @@ firing_expire(struct worker *w, struct wtask *t)
 /* Returns 0 when handed to Kafka, 1 when expired instead, -1 when the task
  * was dropped (and freed). */
 int
-firing_publish(struct worker *w, struct wtask *t, const char *payload,
-	       size_t len)
+firing_publish_task(struct worker *w, struct wtask *t, const struct task *pt)
 {
 	rd_kafka_resp_err_t err;
 	rd_kafka_headers_t *h;
-	struct task pt;
 	int64_t now = clock_now_ms();
 	char topic[256];
 	const char *k, *key;
 	json_t *v;
+
+	t->due_at = pt->due_at;
+	if (pt->ttl_ms > 0 && now > pt->due_at + pt->ttl_ms) {
+		log_info("task expired before it could fire",
+			 "id=%s due_at=%lld ttl_ms=%lld", t->id,
+			 (long long)pt->due_at, (long long)pt->ttl_ms);
+		firing_expire(w, t);
+		return 1;
+	}
+	h = rd_kafka_headers_new(
+		8 + (pt->headers ? json_object_size(pt->headers) : 0));
+	rd_kafka_header_add(h, KHDR_ID, -1, t->id, -1);
+	add_header_int(h, KHDR_DUE_AT, pt->due_at);
+	add_header_int(h, KHDR_FIRED_AT, now);
+	add_header_int(h, KHDR_ATTEMPT, t->attempt);
+	add_header_int(h, KHDR_SLOT, t->slot);
+	add_header_int(h, KHDR_EPOCH, t->epoch);
+	if (pt->headers != NULL)
+		json_object_foreach (pt->headers, k, v)
+			rd_kafka_header_add(h, k, -1, json_string_value(v),
+					    (ssize_t)json_string_length(v));
+	snprintf(topic, sizeof(topic), "%s%s", w->topic_prefix, pt->topic);
+	key = pt->key != NULL ? pt->key : t->id;
+	t->fired_at = now;
+	t->state = WT_PUBLISHING;
+	if (kafka_produce(w->kafka, topic, key, strlen(key), pt->body,
+			  pt->body_len, h, t, &err) < 0) {
+		/* Still in flight (Redis) or firing (DB): a lease reaper
+		 * re-fires it. */
+		log_warn("produce failed", "id=%s topic=%s error=\"%s\"", t->id,
+			 topic, rd_kafka_err2str(err));
+		metric_inc(w->m.publish_errors);
+		wtask_release(w, t);
+		return -1;
+	}
+	w->publishing++;
+	metric_inc(w->m.fired);
+	metric_observe(w->m.lateness, (double)(now - pt->due_at) / 1000.0);
+	return 0;
+}
+
+/* The Redis payload form of firing_publish_task. */
+int
+firing_publish(struct worker *w, struct wtask *t, const char *payload,
+	       size_t len)
+{
+	struct task pt;
+	int rc;
 
 	if (payload_decode(payload, len, &pt) < 0) {
 		log_error("undecodable task payload in redis", "id=%s slot=%d",
@@ -79,46 +125,9 @@ firing_publish(struct worker *w, struct wtask *t, const char *payload,
 		wtask_release(w, t);
 		return -1;
 	}
-	t->due_at = pt.due_at;
-	if (pt.ttl_ms > 0 && now > pt.due_at + pt.ttl_ms) {
-		log_info("task expired before it could fire",
-			 "id=%s due_at=%lld ttl_ms=%lld", t->id,
-			 (long long)pt.due_at, (long long)pt.ttl_ms);
-		task_clear(&pt);
-		firing_expire(w, t);
-		return 1;
-	}
-	h = rd_kafka_headers_new(
-		8 + (pt.headers ? json_object_size(pt.headers) : 0));
-	rd_kafka_header_add(h, KHDR_ID, -1, t->id, -1);
-	add_header_int(h, KHDR_DUE_AT, pt.due_at);
-	add_header_int(h, KHDR_FIRED_AT, now);
-	add_header_int(h, KHDR_ATTEMPT, t->attempt);
-	add_header_int(h, KHDR_SLOT, t->slot);
-	add_header_int(h, KHDR_EPOCH, t->epoch);
-	if (pt.headers != NULL)
-		json_object_foreach (pt.headers, k, v)
-			rd_kafka_header_add(h, k, -1, json_string_value(v),
-					    (ssize_t)json_string_length(v));
-	snprintf(topic, sizeof(topic), "%s%s", w->topic_prefix, pt.topic);
-	key = pt.key != NULL ? pt.key : t->id;
-	t->fired_at = now;
-	t->state = WT_PUBLISHING;
-	if (kafka_produce(w->kafka, topic, key, strlen(key), pt.body,
-			  pt.body_len, h, t, &err) < 0) {
-		/* Still in flight in Redis: the lease reaper re-fires it. */
-		log_warn("produce failed", "id=%s topic=%s error=\"%s\"", t->id,
-			 topic, rd_kafka_err2str(err));
-		metric_inc(w->m.publish_errors);
-		task_clear(&pt);
-		wtask_release(w, t);
-		return -1;
-	}
-	w->publishing++;
-	metric_inc(w->m.fired);
-	metric_observe(w->m.lateness, (double)(now - pt.due_at) / 1000.0);
+	rc = firing_publish_task(w, t, &pt);
 	task_clear(&pt);
-	return 0;
+	return rc;
 }
 
 void
@@ -159,7 +168,7 @@ bind_log_row(struct db_params *p, size_t i, void *arg)
 	struct wtask *t = mj->tasks[mj->order[i]];
 
 	db_params_str(p, t->id);
-	db_params_str(p, "scheduled");
+	db_params_str(p, t->from_db ? "firing" : "scheduled");
 	db_params_str(p, t->expire ? "expired" : "delivered");
 	db_params_str(p, mj->w->id);
 	db_params_int(p, t->epoch);

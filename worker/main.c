@@ -188,6 +188,8 @@ main(int argc, char **argv)
 		log_fatal("coordination", "error=\"%s\"", err);
 	firing_start(&w);
 	scanner_start(&w);
+	recovery_start(&w);
+	dbmode_start(&w);
 	gauges = event_new(w.base, -1, EV_PERSIST, gauges_cb, &w);
 	event_add(gauges, &one_s);
 
@@ -202,6 +204,8 @@ main(int argc, char **argv)
 	kafka_producer_destroy(w.kafka, 2000);
 	db_pool_destroy(w.db);
 	firing_stop(&w);
+	recovery_stop(&w);
+	dbmode_stop(&w);
 	event_free(gauges);
 	if (w.stop_ev != NULL)
 		event_free(w.stop_ev);

@@ -481,9 +481,10 @@ load_run(struct db_conn *c, struct db_job *job)
 		return -1;
 	/* A full batch may stop inside a millisecond: resume at the last
 	 * due time (re-indexing that millisecond is harmless). */
-	l->next_from = l->rows.nrows == LOAD_BATCH
-			       ? db_rows_int(&l->rows, l->rows.nrows - 1, 5)
-			       : l->to;
+	l->next_from =
+		l->rows.nrows == LOAD_BATCH
+			? db_rows_int(&l->rows, l->rows.nrows - 1, PC_DUE_AT)
+			: l->to;
 	if (l->next_from == l->from && l->rows.nrows == LOAD_BATCH)
 		l->next_from = l->from + 1;
 	return 0;
@@ -506,12 +507,7 @@ pointer_run(struct db_conn *c, struct db_job *job)
 	db_params_int(&p, pj->slot);
 	db_params_int(&p, pj->until);
 	db_params_int(&p, clock_now_ms());
-	rc = db_exec(c,
-		     "INSERT INTO slot_state (slot, loaded_until, updated_at) "
-		     "VALUES (?, ?, ?) ON DUPLICATE KEY UPDATE "
-		     "loaded_until = GREATEST(loaded_until, "
-		     "VALUES(loaded_until)), updated_at = VALUES(updated_at)",
-		     &p, NULL);
+	rc = db_exec(c, SQL_SLOT_POINTER, &p, NULL);
 	db_params_free(&p);
 	return rc;
 }
@@ -597,24 +593,12 @@ load_done_cb(struct db_job *job, int status, const char *err)
 	redis_args_addstr(&a, kinf);
 	payloads = xcalloc(l->rows.nrows + 1, sizeof(char *));
 	for (size_t i = 0; i < l->rows.nrows; i++) {
-		struct task t;
-		unsigned long blen;
 		size_t plen;
-		const char *h;
 
-		memset(&t, 0, sizeof(t));
-		t.topic = (char *)db_rows_get(&l->rows, i, 1, NULL);
-		t.key = (char *)db_rows_get(&l->rows, i, 2, NULL);
-		t.body = (char *)db_rows_get(&l->rows, i, 3, &blen);
-		t.body_len = blen;
-		h = db_rows_get(&l->rows, i, 4, NULL);
-		t.headers = h ? json_loads(h, 0, NULL) : NULL;
-		t.due_at = db_rows_int(&l->rows, i, 5);
-		t.ttl_ms = db_rows_int(&l->rows, i, 6);
-		payloads[i] = payload_encode(&t, &plen);
-		json_decref(t.headers);
-		redis_args_addstr(&a, db_rows_get(&l->rows, i, 0, NULL));
-		redis_args_addstr(&a, db_rows_get(&l->rows, i, 5, NULL));
+		payloads[i] = payload_from_row(&l->rows, i, &plen);
+		redis_args_addstr(&a, db_rows_get(&l->rows, i, PC_ID, NULL));
+		redis_args_addstr(&a,
+				  db_rows_get(&l->rows, i, PC_DUE_AT, NULL));
 		redis_args_add(&a, payloads[i], plen);
 	}
 	ic = xcalloc(1, sizeof(*ic));
@@ -666,9 +650,11 @@ scan_cb(evutil_socket_t fd, short what, void *arg)
 	for (int i = 0; i < w->nslots; i++) {
 		struct wslot *s = &w->slots[i];
 
-		if (!s->owned)
+		if (!s->owned || s->mode != SM_REDIS)
 			continue;
-		if (!s->scanning)
+		/* Kafka slow or down: what waits to be claimed is enough;
+		 * reading more would only grow memory. */
+		if (!s->scanning && s->claimq_n < 2 * (size_t)w->claim_batch)
 			scan_slot(w, i, now);
 		if (!s->reaping && mono >= s->next_reap_ms) {
 			s->next_reap_ms = mono + REAP_INTERVAL_MS;
@@ -694,7 +680,7 @@ wake_cb(struct redis *r, redisReply *msg, void *arg)
 		return;
 	slot = strtol(msg->str, &end, 10);
 	if (*end != '\0' || slot < 0 || slot >= w->nslots ||
-	    !w->slots[slot].owned)
+	    !w->slots[slot].owned || w->slots[slot].mode != SM_REDIS)
 		return;
 	if (w->slots[slot].scanning)
 		w->slots[slot].rescan = 1;

@@ -48,6 +48,20 @@ struct hmap;
 	  "Failed database batches of state updates (retried)")                \
 	X(backpressure, COUNTER, "prophet_kafka_backpressure_total",           \
 	  "Claim rounds postponed because the producer queue was full")        \
+	X(rebuilds, COUNTER, "prophet_redis_rebuilds_total",                   \
+	  "Slot indexes rebuilt from the database (Redis data loss or "        \
+	  "return from DB mode)")                                              \
+	X(rebuild_tasks, COUNTER, "prophet_redis_rebuild_tasks_total",         \
+	  "Tasks re-indexed in Redis by rebuilds")                             \
+	X(rebuild_seconds, HISTOGRAM,                                          \
+	  "prophet_redis_rebuild_duration_seconds",                            \
+	  "Time to rebuild one slot's index")                                  \
+	X(db_mode, GAUGE, "prophet_db_mode_slots",                             \
+	  "Owned slots firing straight from the database (Redis fallback)")    \
+	X(db_claims, COUNTER, "prophet_db_claimed_total",                      \
+	  "Tasks claimed from the database in DB mode")                        \
+	X(db_requeued, COUNTER, "prophet_db_lease_requeued_total",             \
+	  "Tasks left firing in the database whose lease ran out, requeued")   \
 	X(wheel_size, GAUGE, "prophet_wheel_tasks",                            \
 	  "Tasks waiting in the in-memory timing wheel")                       \
 	X(held, GAUGE, "prophet_tasks_held",                                   \
@@ -99,14 +113,30 @@ struct wtask {
 	int attempt;
 	int64_t fired_at;
 	int expire;  /* ttl passed: mark expired, do not publish */
+	int from_db; /* claimed from the DB (status firing there) */
 	int counted; /* its attempt is recorded in Redis */
 	struct timerwheel_timer timer;
 	struct wtask *next; /* claim queue or mark batch */
 	struct worker *w;
 };
 
+/* Where an owned slot fires from. */
+enum slot_mode {
+	SM_REDIS,   /* the Redis index (normal) */
+	SM_REBUILD, /* the Redis index is being rebuilt from the DB; no claims */
+	SM_DB,	    /* Redis unavailable: straight from the DB */
+};
+
 struct wslot {
-	int owned;     /* scanning and claiming under epoch */
+	int owned; /* scanning and claiming under epoch */
+	enum slot_mode mode;
+	unsigned rebuild_gen; /* tells a rebuild's callbacks they are stale */
+	int64_t rebuild_started_ms;
+	size_t rebuild_tasks;
+	int dbclaiming;
+	int dbreaping;
+	int64_t next_dbreap_ms;
+	int64_t next_marker_ms;
 	int starting;  /* ours in ZooKeeper; raising the fences */
 	int releasing; /* handing over: draining, then writing */
 	int release_writing;
@@ -174,6 +204,12 @@ struct worker {
 	int64_t rebalance_started_ms;
 	struct event *rebalance_ev;
 	struct event *coord_ev;
+	/* Degraded modes (recovery.c, dbmode.c). */
+	int64_t redis_down_since_ms;
+	int64_t redis_up_since_ms;
+	int db_mode_logged;
+	struct event *recovery_ev;
+	struct event *dbfire_ev;
 	struct wtask *mark_head, *mark_tail;
 	size_t mark_n;
 	int marking;
@@ -203,6 +239,24 @@ size_t firing_busy(const struct worker *w);
 /* Drops the tasks of a slot that wait in the wheel or the claim queue
  * (they stay due in Redis for the next owner). */
 void scanner_drop_slot(struct worker *w, int slot);
+
+/* firing.c: publish one task (payload already decoded). */
+int firing_publish_task(struct worker *w, struct wtask *t,
+			const struct task *pt);
+
+/* recovery.c: Redis loss detection, index rebuilds, mode switches */
+void recovery_start(struct worker *w);
+void recovery_stop(struct worker *w);
+/* A slot was just gained; marker tells whether its Redis index exists. */
+void recovery_slot_ready(struct worker *w, int slot, int marker);
+void recovery_rebuild(struct worker *w, int slot);
+/* Ids of tasks a rebuild or reaper must not re-index: we hold them. */
+int recovery_held(struct worker *w, const char *id);
+
+/* dbmode.c: firing from the DB while Redis is away; the DB lease reaper */
+void dbmode_start(struct worker *w);
+void dbmode_stop(struct worker *w);
+void dbmode_reap_slot(struct worker *w, int slot);
 
 /* coord.c: membership, election, assignment, handover, fencing */
 int coord_start(struct worker *w, char *err, size_t errlen);

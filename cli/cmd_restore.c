@@ -1,0 +1,123 @@
+#ifdef HAVE_CONFIG_H
+#include "config.h"
+#endif
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <curl/curl.h>
+
+#include "cli.h"
+
+static long long
+num(const json_t *o, const char *field)
+{
+	return (long long)json_integer_value(json_object_get(o, field));
+}
+
+static void
+draw(const json_t *st, int tty)
+{
+	long long done = num(st, "slots_done"), total = num(st, "slots_total");
+	int width = 30, fill = total > 0 ? (int)(done * width / total) : width;
+
+	if (!tty)
+		return;
+	fprintf(stderr, "\r[%.*s%*s] %lld/%lld slots, %lld tasks indexed", fill,
+		"##############################", width - fill, "", done, total,
+		num(st, "tasks_indexed"));
+	fflush(stderr);
+}
+
+static int
+restore_one_task(struct cli *c, const char *id)
+{
+	char path[1024], err[512];
+	json_t *ans;
+	char *esc = curl_escape(id, 0);
+	long st;
+
+	snprintf(path, sizeof(path), "/v1/tasks/%s/restore", esc);
+	curl_free(esc);
+	st = cli_request(c, "POST", path, "", &ans, err, sizeof(err));
+	if (st != 200)
+		return cli_fail(st, ans, err);
+	if (c->json)
+		cli_print_json(ans);
+	else
+		printf("restored %s (%s)\n", id,
+		       json_is_true(json_object_get(ans, "revived"))
+			       ? "was expired, scheduled again"
+			       : "re-indexed");
+	json_decref(ans);
+	return 0;
+}
+
+/* prophetctl restore [--slot N] [--expired] | --id ID: rebuild the Redis
+ * index from the DB, with a progress bar. */
+int
+cmd_restore(struct cli *c, int argc, char **argv)
+{
+	json_t *req = json_object(), *ans, *st = NULL;
+	char err[512], path[128];
+	int tty = isatty(STDERR_FILENO) && !c->json;
+	long code;
+	char *body;
+
+	for (int k = 1; k < argc; k++) {
+		if (!strcmp(argv[k], "--expired")) {
+			json_object_set_new(req, "expired", json_true());
+		} else if (!strcmp(argv[k], "--slot") && k + 1 < argc) {
+			json_object_set_new(req, "slot",
+					    json_integer(atoi(argv[++k])));
+		} else if (!strcmp(argv[k], "--id") && k + 1 < argc) {
+			json_decref(req);
+			return restore_one_task(c, argv[k + 1]);
+		} else {
+			fprintf(stderr, "usage: prophetctl restore [--slot N] "
+					"[--expired] | --id ID\n");
+			json_decref(req);
+			return 2;
+		}
+	}
+	body = json_dumps(req, JSON_COMPACT);
+	json_decref(req);
+	code = cli_request(c, "POST", "/v1/admin/restore", body, &ans, err,
+			   sizeof(err));
+	free(body);
+	if (code != 202)
+		return cli_fail(code, ans, err);
+	snprintf(path, sizeof(path), "/v1/admin/restore/%lld", num(ans, "job"));
+	json_decref(ans);
+	for (;;) {
+		json_decref(st);
+		code = cli_request(c, "GET", path, NULL, &st, err, sizeof(err));
+		if (code != 200)
+			return cli_fail(code, st, err);
+		draw(st, tty);
+		if (json_is_true(json_object_get(st, "done")))
+			break;
+		usleep(200 * 1000);
+	}
+	if (tty)
+		fputc('\n', stderr);
+	if (c->json) {
+		cli_print_json(st);
+	} else if (json_is_string(json_object_get(st, "error"))) {
+		fprintf(stderr, "prophetctl: restore failed at slot %lld: %s\n",
+			num(st, "slots_done"),
+			json_string_value(json_object_get(st, "error")));
+		json_decref(st);
+		return 1;
+	} else {
+		printf("restored %lld slots: %lld tasks indexed, %lld expired "
+		       "tasks scheduled again, in %lld ms\n",
+		       num(st, "slots_total"), num(st, "tasks_indexed"),
+		       num(st, "tasks_revived"), num(st, "elapsed_ms"));
+	}
+	code = json_is_string(json_object_get(st, "error")) ? 1 : 0;
+	json_decref(st);
+	return (int)code;
+}

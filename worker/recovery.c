@@ -1,0 +1,534 @@
+#ifdef HAVE_CONFIG_H
+#include "config.h"
+#endif
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <event2/event.h>
+
+#include "cfg.h"
+#include "daemon.h"
+#include "db.h"
+#include "hmap.h"
+#include "keys.h"
+#include "log.h"
+#include "metrics.h"
+#include "payload.h"
+#include "redis.h"
+#include "schema.h"
+#include "scripts.h"
+#include "worker.h"
+#include "xmalloc.h"
+
+/*
+ * Redis is an index the DB can always rebuild (CONTRACT guarantee 4):
+ *  - each slot's index carries a marker key, set when it was built; a
+ *    missing marker (restart without persistence, FLUSHALL, failover to an
+ *    empty replica) makes the owner rebuild the slot before claiming again;
+ *  - while Redis is unreachable, owned slots fire from the DB (dbmode.c);
+ *    when it is back, each slot is rebuilt (stale entries dropped, tasks
+ *    accepted meanwhile indexed) and switches back.
+ */
+
+#define RECOVERY_TICK_MS 250
+#define MARKER_CHECK_MS 1000
+#define REDIS_DOWN_GRACE_MS 1000
+#define REDIS_UP_GRACE_MS 1000
+#define REBUILD_PAGE 2000
+#define REBUILD_RETRY_MS 1000
+
+int
+recovery_held(struct worker *w, const char *id)
+{
+	return hmap_get(w->tasks, id) != NULL;
+}
+
+static void
+count_db_mode(struct worker *w)
+{
+	int n = 0;
+
+	for (int i = 0; i < w->nslots; i++)
+		n += w->slots[i].owned && w->slots[i].mode == SM_DB;
+	metric_set(w->m.db_mode, n);
+	if (n > 0 && !w->db_mode_logged) {
+		w->db_mode_logged = 1;
+		log_warn("redis fallback on: firing from the database",
+			 "slots=%d", n);
+	} else if (n == 0 && w->db_mode_logged) {
+		w->db_mode_logged = 0;
+		log_info("redis fallback off: firing from redis again", "");
+	}
+}
+
+static void
+enter_db_mode(struct worker *w, int slot)
+{
+	struct wslot *s = &w->slots[slot];
+
+	s->mode = SM_DB;
+	s->rebuild_gen++;
+	/* Ids read from Redis are claimed through the DB now. */
+	scanner_drop_slot(w, slot);
+	count_db_mode(w);
+}
+
+/* Rebuild ------------------------------------------------------------- */
+
+struct rebuild {
+	struct worker *w;
+	int slot;
+	unsigned gen;
+	int64_t epoch;
+	int64_t end_ms;	   /* everything due before this is indexed */
+	int64_t after_due; /* keyset cursor */
+	char after_id[TASK_ID_MAX + 1];
+};
+
+struct rebuild_job {
+	struct db_job job;
+	struct rebuild *rb;
+	struct db_rows rows;
+};
+
+static void rebuild_reset(struct rebuild *rb);
+static void rebuild_page(struct rebuild *rb);
+
+static int
+rebuild_current(struct rebuild *rb)
+{
+	struct wslot *s = &rb->w->slots[rb->slot];
+
+	return s->owned && s->mode == SM_REBUILD && s->rebuild_gen == rb->gen &&
+	       !rb->w->stopping;
+}
+
+static void
+rebuild_retry_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct rebuild *rb = arg;
+
+	if (rebuild_current(rb))
+		rebuild_reset(rb);
+	else
+		xfree(rb);
+}
+
+/* Something failed: Redis gone means DB mode; otherwise try again soon. */
+static void
+rebuild_fail(struct rebuild *rb, const char *step, const char *err)
+{
+	struct worker *w = rb->w;
+	struct timeval tv = {0, REBUILD_RETRY_MS * 1000};
+
+	if (!rebuild_current(rb)) {
+		xfree(rb);
+		return;
+	}
+	log_warn("rebuild step failed", "slot=%d step=%s error=\"%s\"",
+		 rb->slot, step, err);
+	if (!redis_up(w->redis)) {
+		enter_db_mode(w, rb->slot);
+		xfree(rb);
+		return;
+	}
+	event_base_once(w->base, -1, EV_TIMEOUT, rebuild_retry_cb, rb, &tv);
+}
+
+static void
+marker_set_cb(struct redis *r, redisReply *reply, void *arg)
+{
+	struct rebuild *rb = arg;
+	struct worker *w = rb->w;
+	struct wslot *s = &w->slots[rb->slot];
+	double secs;
+
+	if (!rebuild_current(rb)) {
+		xfree(rb);
+		return;
+	}
+	if (reply == NULL || reply->type == REDIS_REPLY_ERROR) {
+		rebuild_fail(rb, "marker", reply ? reply->str : "disconnected");
+		return;
+	}
+	secs = (double)(clock_mono_ms() - s->rebuild_started_ms) / 1000.0;
+	s->mode = SM_REDIS;
+	s->next_load_ms = 0;
+	s->next_reap_ms = 0;
+	metric_inc(w->m.rebuilds);
+	metric_observe(w->m.rebuild_seconds, secs);
+	log_info("slot index rebuilt", "slot=%d tasks=%zu duration_ms=%.0f",
+		 rb->slot, s->rebuild_tasks, secs * 1000);
+	count_db_mode(w);
+	xfree(rb);
+}
+
+struct pointer_job {
+	struct db_job job;
+	struct rebuild *rb;
+};
+
+static int
+pointer_run(struct db_conn *c, struct db_job *job)
+{
+	struct pointer_job *pj = (struct pointer_job *)job;
+	struct db_params p;
+	int rc;
+
+	db_params_init(&p, 3);
+	db_params_int(&p, pj->rb->slot);
+	db_params_int(&p, pj->rb->end_ms);
+	db_params_int(&p, clock_now_ms());
+	rc = db_exec(c, SQL_SLOT_POINTER, &p, NULL);
+	db_params_free(&p);
+	return rc;
+}
+
+static void
+pointer_done_cb(struct db_job *job, int status, const char *err)
+{
+	struct pointer_job *pj = (struct pointer_job *)job;
+	struct rebuild *rb = pj->rb;
+	char kmark[RKEY_MAX];
+
+	xfree(pj);
+	if (!rebuild_current(rb)) {
+		xfree(rb);
+		return;
+	}
+	if (status < 0) {
+		rebuild_fail(rb, "pointer", err);
+		return;
+	}
+	rkey_marker(kmark, sizeof(kmark), rb->slot);
+	if (redis_command(rb->w->redis, marker_set_cb, rb, "SET %s %lld", kmark,
+			  (long long)clock_now_ms()) < 0)
+		rebuild_fail(rb, "marker", "redis unavailable");
+}
+
+static void
+index_page_cb(struct redis *r, redisReply *reply, void *arg)
+{
+	struct rebuild *rb = arg;
+
+	if (!rebuild_current(rb)) {
+		xfree(rb);
+		return;
+	}
+	if (reply == NULL || reply->type == REDIS_REPLY_ERROR) {
+		rebuild_fail(rb, "index", reply ? reply->str : "disconnected");
+		return;
+	}
+	rebuild_page(rb);
+}
+
+static int
+page_run(struct db_conn *c, struct db_job *job)
+{
+	struct rebuild_job *j = (struct rebuild_job *)job;
+	struct rebuild *rb = j->rb;
+	struct db_params p;
+	int rc;
+
+	db_params_init(&p, 6);
+	db_params_int(&p, rb->slot);
+	db_params_int(&p, rb->end_ms);
+	db_params_int(&p, rb->after_due);
+	db_params_int(&p, rb->after_due);
+	db_params_str(&p, rb->after_id);
+	db_params_int(&p, REBUILD_PAGE);
+	rc = db_query(c, SQL_TASK_SCHEDULED_PAGE, &p, &j->rows);
+	db_params_free(&p);
+	return rc;
+}
+
+/* Indexes one page of the slot's scheduled tasks, skipping those this
+ * worker still holds (publishing or recording): they are in flight. */
+static void
+page_done_cb(struct db_job *job, int status, const char *err)
+{
+	struct rebuild_job *j = (struct rebuild_job *)job;
+	struct rebuild *rb = j->rb;
+	struct worker *w = rb->w;
+	struct wslot *s = &w->slots[rb->slot];
+	char kdue[RKEY_MAX], ktask[RKEY_MAX], kinf[RKEY_MAX];
+	struct redis_args a;
+	char **payloads;
+	size_t n = j->rows.nrows, indexed = 0;
+
+	if (!rebuild_current(rb)) {
+		db_rows_free(&j->rows);
+		xfree(j);
+		xfree(rb);
+		return;
+	}
+	if (status < 0) {
+		db_rows_free(&j->rows);
+		xfree(j);
+		rebuild_fail(rb, "select", err);
+		return;
+	}
+	if (n == 0) {
+		struct pointer_job *pj = xcalloc(1, sizeof(*pj));
+
+		db_rows_free(&j->rows);
+		xfree(j);
+		pj->rb = rb;
+		pj->job.run = pointer_run;
+		pj->job.done_cb = pointer_done_cb;
+		db_pool_submit(w->db, &pj->job);
+		return;
+	}
+	rkey_due(kdue, sizeof(kdue), rb->slot);
+	rkey_task(ktask, sizeof(ktask), rb->slot);
+	rkey_inflight(kinf, sizeof(kinf), rb->slot);
+	redis_args_init(&a);
+	redis_args_addstr(&a, "EVAL");
+	redis_args_addstr(&a, SCRIPT_INDEX);
+	redis_args_addstr(&a, "3");
+	redis_args_addstr(&a, kdue);
+	redis_args_addstr(&a, ktask);
+	redis_args_addstr(&a, kinf);
+	payloads = xcalloc(n, sizeof(char *));
+	for (size_t i = 0; i < n; i++) {
+		const char *id = db_rows_get(&j->rows, i, PC_ID, NULL);
+		size_t plen;
+
+		if (recovery_held(w, id))
+			continue;
+		payloads[i] = payload_from_row(&j->rows, i, &plen);
+		redis_args_addstr(&a, id);
+		redis_args_addstr(&a,
+				  db_rows_get(&j->rows, i, PC_DUE_AT, NULL));
+		redis_args_add(&a, payloads[i], plen);
+		indexed++;
+	}
+	rb->after_due = db_rows_int(&j->rows, n - 1, PC_DUE_AT);
+	snprintf(rb->after_id, sizeof(rb->after_id), "%s",
+		 db_rows_get(&j->rows, n - 1, PC_ID, NULL));
+	s->rebuild_tasks += indexed;
+	metric_add(w->m.rebuild_tasks, (double)indexed);
+	if (s->rebuild_tasks >= REBUILD_PAGE &&
+	    s->rebuild_tasks % (REBUILD_PAGE * 10) < indexed)
+		log_info("rebuild progress", "slot=%d tasks=%zu", rb->slot,
+			 s->rebuild_tasks);
+	if (indexed == 0) {
+		rebuild_page(rb);
+	} else if (redis_command_argv(w->redis, index_page_cb, rb, a.argc,
+				      a.argv, a.len) < 0) {
+		rebuild_fail(rb, "index", "redis unavailable");
+	}
+	for (size_t i = 0; i < n; i++)
+		free(payloads[i]);
+	xfree(payloads);
+	redis_args_free(&a);
+	db_rows_free(&j->rows);
+	xfree(j);
+}
+
+static void
+rebuild_page(struct rebuild *rb)
+{
+	struct rebuild_job *j = xcalloc(1, sizeof(*j));
+
+	j->rb = rb;
+	j->job.run = page_run;
+	j->job.done_cb = page_done_cb;
+	db_pool_submit(rb->w->db, &j->job);
+}
+
+static void
+reset_cb(struct redis *r, redisReply *reply, void *arg)
+{
+	struct rebuild *rb = arg;
+
+	if (!rebuild_current(rb)) {
+		xfree(rb);
+		return;
+	}
+	if (reply == NULL || reply->type == REDIS_REPLY_ERROR) {
+		rebuild_fail(rb, "reset", reply ? reply->str : "disconnected");
+		return;
+	}
+	if (reply->type == REDIS_REPLY_INTEGER && reply->integer < 0) {
+		/* A newer epoch owns the slot: ZooKeeper will tell us. */
+		metric_inc(rb->w->m.fenced);
+		log_warn("rebuild fenced: a newer epoch owns the slot",
+			 "slot=%d epoch=%lld", rb->slot, (long long)rb->epoch);
+		rb->w->slots[rb->slot].owned = 0;
+		xfree(rb);
+		return;
+	}
+	rebuild_page(rb);
+}
+
+/* Drops the slot's index (stale after DB mode, or half gone after a data
+ * loss), raises the fence again, then pages the DB's scheduled tasks in. */
+static void
+rebuild_reset(struct rebuild *rb)
+{
+	struct worker *w = rb->w;
+	char kdue[RKEY_MAX], ktask[RKEY_MAX], kinf[RKEY_MAX], katt[RKEY_MAX],
+		kep[RKEY_MAX], kmark[RKEY_MAX];
+	struct redis_args a;
+
+	rb->end_ms = clock_now_ms() + w->horizon_ms;
+	rb->after_due = -1;
+	rb->after_id[0] = '\0';
+	w->slots[rb->slot].rebuild_tasks = 0;
+	rkey_due(kdue, sizeof(kdue), rb->slot);
+	rkey_task(ktask, sizeof(ktask), rb->slot);
+	rkey_inflight(kinf, sizeof(kinf), rb->slot);
+	rkey_attempt(katt, sizeof(katt), rb->slot);
+	rkey_epoch(kep, sizeof(kep), rb->slot);
+	rkey_marker(kmark, sizeof(kmark), rb->slot);
+	redis_args_init(&a);
+	redis_args_addstr(&a, "EVAL");
+	redis_args_addstr(&a, SCRIPT_RESET);
+	redis_args_addstr(&a, "6");
+	redis_args_addstr(&a, kdue);
+	redis_args_addstr(&a, ktask);
+	redis_args_addstr(&a, kinf);
+	redis_args_addstr(&a, katt);
+	redis_args_addstr(&a, kep);
+	redis_args_addstr(&a, kmark);
+	redis_args_addint(&a, rb->epoch);
+	if (redis_command_argv(w->redis, reset_cb, rb, a.argc, a.argv, a.len) <
+	    0)
+		rebuild_fail(rb, "reset", "redis unavailable");
+	redis_args_free(&a);
+}
+
+void
+recovery_rebuild(struct worker *w, int slot)
+{
+	struct wslot *s = &w->slots[slot];
+	struct rebuild *rb;
+
+	if (s->mode == SM_REBUILD)
+		return;
+	s->mode = SM_REBUILD;
+	s->rebuild_gen++;
+	s->rebuild_started_ms = clock_mono_ms();
+	scanner_drop_slot(w, slot);
+	log_info("rebuilding slot index from the database",
+		 "slot=%d epoch=%lld", slot, (long long)s->epoch);
+	rb = xcalloc(1, sizeof(*rb));
+	rb->w = w;
+	rb->slot = slot;
+	rb->gen = s->rebuild_gen;
+	rb->epoch = s->epoch;
+	rebuild_reset(rb);
+}
+
+void
+recovery_slot_ready(struct worker *w, int slot, int marker)
+{
+	struct wslot *s = &w->slots[slot];
+
+	s->mode = SM_REDIS;
+	s->next_marker_ms = clock_mono_ms() + MARKER_CHECK_MS;
+	if (!marker) {
+		log_warn("slot index missing in redis (new cluster or data "
+			 "loss)",
+			 "slot=%d", slot);
+		recovery_rebuild(w, slot);
+	}
+	count_db_mode(w);
+}
+
+/* Marker checks and mode switches ---------------------------------------- */
+
+struct marker_call {
+	struct worker *w;
+	int slot;
+	unsigned gen;
+};
+
+static void
+marker_cb(struct redis *r, redisReply *reply, void *arg)
+{
+	struct marker_call *mc = arg;
+	struct worker *w = mc->w;
+	struct wslot *s = &w->slots[mc->slot];
+
+	if (reply != NULL && reply->type == REDIS_REPLY_INTEGER &&
+	    reply->integer == 0 && s->owned && s->mode == SM_REDIS &&
+	    s->rebuild_gen == mc->gen && !w->stopping) {
+		log_warn("redis data loss detected: index marker gone",
+			 "slot=%d", mc->slot);
+		recovery_rebuild(w, mc->slot);
+	}
+	xfree(mc);
+}
+
+static void
+recovery_tick_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct worker *w = arg;
+	int64_t mono = clock_mono_ms();
+	int up = redis_up(w->redis);
+
+	if (w->stopping)
+		return;
+	if (up) {
+		w->redis_down_since_ms = 0;
+		if (w->redis_up_since_ms == 0)
+			w->redis_up_since_ms = mono;
+	} else {
+		w->redis_up_since_ms = 0;
+		if (w->redis_down_since_ms == 0)
+			w->redis_down_since_ms = mono;
+	}
+	for (int i = 0; i < w->nslots; i++) {
+		struct wslot *s = &w->slots[i];
+
+		if (!s->owned)
+			continue;
+		if (!up && s->mode != SM_DB &&
+		    mono - w->redis_down_since_ms >= REDIS_DOWN_GRACE_MS) {
+			enter_db_mode(w, i);
+		} else if (up && s->mode == SM_DB &&
+			   mono - w->redis_up_since_ms >= REDIS_UP_GRACE_MS) {
+			recovery_rebuild(w, i);
+		} else if (up && s->mode == SM_REDIS &&
+			   mono >= s->next_marker_ms) {
+			struct marker_call *mc = xcalloc(1, sizeof(*mc));
+			char kmark[RKEY_MAX];
+
+			s->next_marker_ms = mono + MARKER_CHECK_MS;
+			mc->w = w;
+			mc->slot = i;
+			mc->gen = s->rebuild_gen;
+			rkey_marker(kmark, sizeof(kmark), i);
+			if (redis_command(w->redis, marker_cb, mc, "EXISTS %s",
+					  kmark) < 0)
+				xfree(mc);
+		}
+		if (mono >= s->next_dbreap_ms && !s->dbreaping) {
+			s->next_dbreap_ms = mono + 2000;
+			dbmode_reap_slot(w, i);
+		}
+	}
+	count_db_mode(w);
+}
+
+void
+recovery_start(struct worker *w)
+{
+	struct timeval tv = {0, RECOVERY_TICK_MS * 1000};
+
+	w->recovery_ev =
+		event_new(w->base, -1, EV_PERSIST, recovery_tick_cb, w);
+	event_add(w->recovery_ev, &tv);
+}
+
+void
+recovery_stop(struct worker *w)
+{
+	if (w->recovery_ev != NULL)
+		event_free(w->recovery_ev);
+	w->recovery_ev = NULL;
+}

@@ -54,6 +54,8 @@
 	  cfg_check_listen, 0, "manager API address (loopback by default)")    \
 	X(HTTP_MAX_BODY_BYTES, "http", "max_body_bytes", CFG_INT, "4194304",   \
 	  1024, 67108864, NULL, 0, "largest request body accepted")            \
+	X(HTTP_MAX_BATCH, "http", "max_batch", CFG_INT, "1000", 1, 10000,      \
+	  NULL, 0, "most tasks in one POST /v1/tasks/batch")                   \
 	X(HTTP_TIMEOUT_S, "http", "timeout_s", CFG_INT, "30", 1, 3600, NULL,   \
 	  0, "request read/write timeout")                                     \
 	X(TASK_MAX_BODY_BYTES, "task", "max_body_bytes", CFG_INT, "65536", 1,  \

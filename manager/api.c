@@ -44,46 +44,55 @@ struct submit_ctx {
 	struct manager *mg;
 };
 
+/* The answer to one finished submission: its HTTP status and body. */
+static json_t *
+submit_result(struct manager *mg, const struct ingest_req *r, int *code)
+{
+	const struct task *t = &r->task;
+	int slot = slot_of(t->id, strlen(t->id), mg->nslots);
+	struct task_error e;
+
+	metric_observe(mg->m.submit_seconds,
+		       (double)(clock_mono_us() - r->started_us) / 1e6);
+	*code = r->result;
+	switch (r->result) {
+	case 201:
+		metric_inc(mg->m.accepted);
+		return json_pack("{s:s, s:i, s:s, s:I}", "id", t->id, "slot",
+				 slot, "status", "scheduled", "due_at",
+				 (json_int_t)t->due_at);
+	case 200:
+		metric_inc(mg->m.replayed);
+		return json_pack("{s:s, s:i, s:s, s:I}", "id", t->id, "slot",
+				 slot, "status",
+				 task_status_name(r->stored_status), "due_at",
+				 (json_int_t)r->stored_due_at);
+	case 409:
+		metric_inc(mg->m.conflicts);
+		task_error_set(&e, 409, "conflict", "id",
+			       "task '%s' exists with different content",
+			       t->id);
+		return task_error_json(&e);
+	default:
+		metric_inc(mg->m.unavailable);
+		*code = 503;
+		task_error_set(&e, 503, "unavailable", NULL,
+			       "database unavailable, task not accepted: %s",
+			       r->err);
+		return task_error_json(&e);
+	}
+}
+
 static void
 submit_done_cb(struct ingest_req *r, void *arg)
 {
 	struct submit_ctx *ctx = arg;
 	struct manager *mg = ctx->mg;
-	const struct task *t = &r->task;
 	json_t *out;
+	int code;
 
-	metric_observe(mg->m.submit_seconds,
-		       (double)(clock_mono_us() - r->started_us) / 1e6);
-	switch (r->result) {
-	case 201:
-		metric_inc(mg->m.accepted);
-		out = json_pack("{s:s, s:i, s:s, s:I}", "id", t->id, "slot",
-				slot_of(t->id, strlen(t->id), mg->nslots),
-				"status", "scheduled", "due_at",
-				(json_int_t)t->due_at);
-		http_reply_json(ctx->http, 201, out);
-		break;
-	case 200:
-		metric_inc(mg->m.replayed);
-		out = json_pack("{s:s, s:i, s:s, s:I}", "id", t->id, "slot",
-				slot_of(t->id, strlen(t->id), mg->nslots),
-				"status", task_status_name(r->stored_status),
-				"due_at", (json_int_t)r->stored_due_at);
-		http_reply_json(ctx->http, 200, out);
-		break;
-	case 409:
-		metric_inc(mg->m.conflicts);
-		http_reply_error(ctx->http, 409, "conflict", "id",
-				 "task '%s' exists with different content",
-				 t->id);
-		break;
-	default:
-		metric_inc(mg->m.unavailable);
-		http_reply_error(ctx->http, 503, "unavailable", NULL,
-				 "database unavailable, task not accepted: %s",
-				 r->err);
-		break;
-	}
+	out = submit_result(mg, r, &code);
+	http_reply_json(ctx->http, code, out);
 	task_clear(&ctx->req.task);
 	xfree(ctx);
 	mg->inflight--;
@@ -139,6 +148,131 @@ post_task(struct manager *mg, struct evhttp_request *req)
 	ctx->req.arg = ctx;
 	mg->inflight++;
 	ingest_submit(mg->ingest, &ctx->req);
+}
+
+/* POST /v1/tasks/batch: every task validated on its own and submitted
+ * through the same group commit; one result per task, in order, each with
+ * the status a single submission would have had. */
+struct batch_ctx {
+	struct manager *mg;
+	struct evhttp_request *http;
+	json_t *results;
+	size_t pending;
+	struct batch_item *items;
+};
+
+struct batch_item {
+	struct ingest_req req;
+	struct batch_ctx *b;
+	size_t index;
+};
+
+static json_t *
+with_code(json_t *result, int code)
+{
+	json_object_set_new(result, "code", json_integer(code));
+	return result;
+}
+
+static void
+batch_finish(struct batch_ctx *b)
+{
+	http_reply_json(b->http, 200,
+			json_pack("{s:o}", "results", b->results));
+	xfree(b->items);
+	b->mg->inflight--;
+	xfree(b);
+}
+
+static void
+batch_item_done_cb(struct ingest_req *r, void *arg)
+{
+	struct batch_item *it = arg;
+	struct batch_ctx *b = it->b;
+	json_t *out;
+	int code;
+
+	out = submit_result(b->mg, r, &code);
+	json_array_set_new(b->results, it->index, with_code(out, code));
+	task_clear(&r->task);
+	if (--b->pending == 0)
+		batch_finish(b);
+}
+
+static void
+post_batch(struct manager *mg, struct evhttp_request *req)
+{
+	struct task_error terr;
+	struct batch_ctx *b;
+	json_error_t jerr;
+	json_t *in, *tasks, *t;
+	size_t len, n, i;
+	int64_t now = clock_now_ms(), started = clock_mono_us();
+	char *body;
+
+	if (mg->stopping) {
+		http_reply_error(req, 503, "unavailable", NULL,
+				 "server is shutting down");
+		return;
+	}
+	body = http_body(req, &len);
+	in = json_loadb(body, len, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL,
+			&jerr);
+	xfree(body);
+	if (in == NULL) {
+		task_error_set(&terr, 400, "invalid_json", NULL,
+			       "malformed JSON at line %d column %d: %s",
+			       jerr.line, jerr.column, jerr.text);
+		reply_task_error(mg, req, &terr);
+		return;
+	}
+	tasks = json_object_get(in, "tasks");
+	if (!json_is_object(in) || !json_is_array(tasks) ||
+	    json_object_size(in) != 1) {
+		json_decref(in);
+		http_reply_error(req, 400, "invalid_type", "tasks",
+				 "expected {\"tasks\":[...]}");
+		return;
+	}
+	n = json_array_size(tasks);
+	if (n == 0 || n > (size_t)cfg_int(mg->cfg, CFG_HTTP_MAX_BATCH)) {
+		json_decref(in);
+		http_reply_error(
+			req, n ? 413 : 400, n ? "too_large" : "invalid_value",
+			"tasks", "a batch holds 1 to %lld tasks",
+			(long long)cfg_int(mg->cfg, CFG_HTTP_MAX_BATCH));
+		return;
+	}
+	b = xcalloc(1, sizeof(*b));
+	b->mg = mg;
+	b->http = req;
+	b->results = json_array();
+	b->items = xcalloc(n, sizeof(*b->items));
+	b->pending = 1; /* ours, dropped below */
+	mg->inflight++;
+	json_array_foreach (tasks, i, t) {
+		struct batch_item *it = &b->items[i];
+
+		json_array_append_new(b->results, json_null());
+		it->b = b;
+		it->index = i;
+		if (task_from_json(t, &mg->limits, now, &it->req.task, &terr) <
+		    0) {
+			metric_inc(mg->m.rejected);
+			json_array_set_new(
+				b->results, i,
+				with_code(task_error_json(&terr), terr.http));
+			continue;
+		}
+		it->req.started_us = started;
+		it->req.done_cb = batch_item_done_cb;
+		it->req.arg = it;
+		b->pending++;
+		ingest_submit(mg->ingest, &it->req);
+	}
+	json_decref(in);
+	if (--b->pending == 0)
+		batch_finish(b);
 }
 
 struct get_ctx {
@@ -336,7 +470,13 @@ route_cb(struct evhttp_request *req, void *arg)
 	metric_inc(mg->m.http_requests);
 	if (path == NULL)
 		path = "/";
-	if (!strcmp(path, "/v1/tasks")) {
+	if (!strcmp(path, "/v1/tasks/batch")) {
+		if (m == EVHTTP_REQ_POST)
+			post_batch(mg, req);
+		else
+			http_reply_error(req, 405, "method_not_allowed", NULL,
+					 "use POST");
+	} else if (!strcmp(path, "/v1/tasks")) {
 		if (m == EVHTTP_REQ_POST)
 			post_task(mg, req);
 		else

@@ -35,5 +35,8 @@ int cmd_cluster(struct cli *c, int argc, char **argv);
 int cmd_get(struct cli *c, int argc, char **argv);
 int cmd_push(struct cli *c, int argc, char **argv);
 int cmd_restore(struct cli *c, int argc, char **argv);
+int cmd_cancel(struct cli *c, int argc, char **argv);
+int cmd_reschedule(struct cli *c, int argc, char **argv);
+int cmd_list(struct cli *c, int argc, char **argv);
 
 #endif

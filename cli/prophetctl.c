@@ -19,6 +19,14 @@ static const struct cli_cmd commands[] = {
 	 "submit a task (or a JSON task with --file F, - for stdin)", cmd_push},
 	{"get", "get ID [--log]", "show a task, --log with its state changes",
 	 cmd_get},
+	{"cancel", "cancel ID",
+	 "cancel a task (exit 0: it will never be "
+	 "published)",
+	 cmd_cancel},
+	{"reschedule", "reschedule ID (--delay D | --due-at MS)",
+	 "move a task that has not fired yet", cmd_reschedule},
+	{"list", "list [--topic T] [--status S] [--limit N] [--all]",
+	 "list tasks by due time", cmd_list},
 	{"restore", "restore [--slot N] [--expired] | --id ID",
 	 "rebuild the Redis index from the DB (--expired: expired tasks "
 	 "fire again)",

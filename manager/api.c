@@ -479,9 +479,11 @@ route_cb(struct evhttp_request *req, void *arg)
 	} else if (!strcmp(path, "/v1/tasks")) {
 		if (m == EVHTTP_REQ_POST)
 			post_task(mg, req);
+		else if (m == EVHTTP_REQ_GET)
+			tasks_list(mg, req);
 		else
 			http_reply_error(req, 405, "method_not_allowed", NULL,
-					 "use POST to submit a task");
+					 "use POST to submit, GET to list");
 	} else if (!strncmp(path, TASKS_PREFIX, strlen(TASKS_PREFIX)) &&
 		   is_restore_path(path)) {
 		/* /v1/tasks/{id}/restore */
@@ -499,9 +501,13 @@ route_cb(struct evhttp_request *req, void *arg)
 					   &idlen);
 		if (m == EVHTTP_REQ_GET)
 			get_task(mg, req, decoded, idlen);
+		else if (m == EVHTTP_REQ_DELETE)
+			tasks_cancel(mg, req, decoded, idlen);
+		else if (m == EVHTTP_REQ_PATCH)
+			tasks_reschedule(mg, req, decoded, idlen);
 		else
 			http_reply_error(req, 405, "method_not_allowed", NULL,
-					 "method not allowed here");
+					 "use GET, DELETE or PATCH");
 	} else if (!strcmp(path, "/v1/admin/restore")) {
 		if (m == EVHTTP_REQ_POST)
 			restore_start(mg, req);

@@ -243,21 +243,24 @@ index_task(struct manager *mg, const struct task *t, int64_t now)
 
 static void ingest_flush(struct ingest *ing);
 
+void
+ingest_wake(struct manager *mg, int slot)
+{
+	char chan[512], num[16];
+
+	rchan_wake(chan, sizeof(chan), cfg_str(mg->cfg, CFG_CLUSTER_ROOT));
+	snprintf(num, sizeof(num), "%d", slot);
+	redis_command(mg->redis, NULL, NULL, "PUBLISH %s %s", chan, num);
+}
+
 /* Tasks due sooner than a worker's next scan would see them: tell the
  * slots' owners to look now. */
 static void
 wake_workers(struct manager *mg, const char *wake)
 {
-	char chan[512], slot[16];
-
-	rchan_wake(chan, sizeof(chan), cfg_str(mg->cfg, CFG_CLUSTER_ROOT));
-	for (int i = 0; i < mg->nslots; i++) {
-		if (!wake[i])
-			continue;
-		snprintf(slot, sizeof(slot), "%d", i);
-		redis_command(mg->redis, NULL, NULL, "PUBLISH %s %s", chan,
-			      slot);
-	}
+	for (int i = 0; i < mg->nslots; i++)
+		if (wake[i])
+			ingest_wake(mg, i);
 }
 
 static void

@@ -94,6 +94,8 @@ struct ingest_req {
 struct ingest *ingest_create(struct manager *mg);
 void ingest_destroy(struct ingest *ing);
 void ingest_submit(struct ingest *ing, struct ingest_req *r);
+/* Tells the owner of slot to scan it now (a task due very soon). */
+void ingest_wake(struct manager *mg, int slot);
 /* Submissions waiting or in flight. */
 size_t ingest_pending(const struct ingest *ing);
 
@@ -107,6 +109,14 @@ void restore_status(struct manager *mg, struct evhttp_request *req,
 		    const char *id);
 void restore_one(struct manager *mg, struct evhttp_request *req, const char *id,
 		 size_t idlen);
+
+/* tasks.c: DELETE (cancel), PATCH (reschedule) /v1/tasks/{id}, GET
+ * /v1/tasks (list) */
+void tasks_cancel(struct manager *mg, struct evhttp_request *req,
+		  const char *id, size_t idlen);
+void tasks_reschedule(struct manager *mg, struct evhttp_request *req,
+		      const char *id, size_t idlen);
+void tasks_list(struct manager *mg, struct evhttp_request *req);
 
 /* api.c */
 void api_register(struct manager *mg);

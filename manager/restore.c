@@ -18,6 +18,7 @@
 #include "manager.h"
 #include "payload.h"
 #include "redis.h"
+#include "rindex.h"
 #include "schema.h"
 #include "scripts.h"
 #include "slot.h"
@@ -169,9 +170,7 @@ page_done_cb(struct db_job *job, int status, const char *err)
 {
 	struct page_job *pj = (struct page_job *)job;
 	struct restore_job *r = pj->r;
-	char kdue[RKEY_MAX], ktask[RKEY_MAX], kinf[RKEY_MAX];
-	struct redis_args a;
-	char **payloads;
+	struct rindex ix;
 	size_t n = pj->rows.nrows;
 
 	if (status < 0) {
@@ -194,37 +193,16 @@ page_done_cb(struct db_job *job, int status, const char *err)
 			restore_step(r, r->expired);
 		goto out;
 	}
-	rkey_due(kdue, sizeof(kdue), r->slot);
-	rkey_task(ktask, sizeof(ktask), r->slot);
-	rkey_inflight(kinf, sizeof(kinf), r->slot);
-	redis_args_init(&a);
-	redis_args_addstr(&a, "EVAL");
-	redis_args_addstr(&a, SCRIPT_INDEX);
-	redis_args_addstr(&a, "3");
-	redis_args_addstr(&a, kdue);
-	redis_args_addstr(&a, ktask);
-	redis_args_addstr(&a, kinf);
-	payloads = xcalloc(n, sizeof(char *));
-	for (size_t i = 0; i < n; i++) {
-		size_t plen;
-
-		payloads[i] = payload_from_row(&pj->rows, i, &plen);
-		redis_args_addstr(&a, db_rows_get(&pj->rows, i, PC_ID, NULL));
-		redis_args_addstr(&a,
-				  db_rows_get(&pj->rows, i, PC_DUE_AT, NULL));
-		redis_args_add(&a, payloads[i], plen);
-	}
+	rindex_init(&ix, r->slot);
+	for (size_t i = 0; i < n; i++)
+		rindex_add_row(&ix, &pj->rows, i);
 	r->indexed += n;
 	r->after_due = db_rows_int(&pj->rows, n - 1, PC_DUE_AT);
 	snprintf(r->after_id, sizeof(r->after_id), "%s",
 		 db_rows_get(&pj->rows, n - 1, PC_ID, NULL));
-	if (redis_command_argv(r->mg->redis, index_cb, r, a.argc, a.argv,
-			       a.len) < 0)
+	if (rindex_send(&ix, r->mg->redis, index_cb, r) < 0)
 		restore_finish(r, "redis unavailable");
-	for (size_t i = 0; i < n; i++)
-		free(payloads[i]);
-	xfree(payloads);
-	redis_args_free(&a);
+	rindex_free(&ix);
 out:
 	db_rows_free(&pj->rows);
 	xfree(pj);
@@ -401,10 +379,7 @@ one_done_cb(struct db_job *job, int status, const char *err)
 	struct one_job *o = (struct one_job *)job;
 	struct manager *mg = o->mg;
 	int slot = slot_of(o->id, strlen(o->id), mg->nslots);
-	char kdue[RKEY_MAX], ktask[RKEY_MAX], kinf[RKEY_MAX];
-	struct redis_args a;
-	char *payload;
-	size_t plen;
+	struct rindex ix;
 
 	if (status < 0) {
 		http_reply_error(o->req, 503, "unavailable", NULL,
@@ -417,25 +392,10 @@ one_done_cb(struct db_job *job, int status, const char *err)
 				 "task '%s' is %s: nothing to restore", o->id,
 				 db_rows_get(&o->status, 0, 0, NULL));
 	} else {
-		rkey_due(kdue, sizeof(kdue), slot);
-		rkey_task(ktask, sizeof(ktask), slot);
-		rkey_inflight(kinf, sizeof(kinf), slot);
-		payload = payload_from_row(&o->rows, 0, &plen);
-		redis_args_init(&a);
-		redis_args_addstr(&a, "EVAL");
-		redis_args_addstr(&a, SCRIPT_INDEX);
-		redis_args_addstr(&a, "3");
-		redis_args_addstr(&a, kdue);
-		redis_args_addstr(&a, ktask);
-		redis_args_addstr(&a, kinf);
-		redis_args_addstr(&a, o->id);
-		redis_args_addstr(&a,
-				  db_rows_get(&o->rows, 0, PC_DUE_AT, NULL));
-		redis_args_add(&a, payload, plen);
-		status = redis_command_argv(mg->redis, one_index_cb, o, a.argc,
-					    a.argv, a.len);
-		free(payload);
-		redis_args_free(&a);
+		rindex_init(&ix, slot);
+		rindex_add_row(&ix, &o->rows, 0);
+		status = rindex_send(&ix, mg->redis, one_index_cb, o);
+		rindex_free(&ix);
 		db_rows_free(&o->rows);
 		db_rows_free(&o->status);
 		if (status == 0)

@@ -12,6 +12,9 @@
  *   {prophet:N}:inflight  ZSET  id -> lease deadline (claimed, not yet delivered)
  *   {prophet:N}:attempt   HASH  id -> publish attempts so far
  *   {prophet:N}:epoch     STRING highest owner epoch seen (the Redis fence)
+ *   {prophet:N}:cancelled ZSET  id -> cancel time: tombstones that keep a
+ *                         loader that read the task before the cancel from
+ *                         indexing it again (trimmed after an hour)
  *   {prophet:N}:built     STRING set when the slot's index was (re)built from
  *                         the DB; its absence means Redis lost the slot
  */
@@ -39,6 +42,12 @@ static inline void
 rkey_attempt(char *buf, size_t len, int slot)
 {
 	snprintf(buf, len, "{prophet:%d}:attempt", slot);
+}
+
+static inline void
+rkey_cancelled(char *buf, size_t len, int slot)
+{
+	snprintf(buf, len, "{prophet:%d}:cancelled", slot);
 }
 
 static inline void

@@ -166,4 +166,21 @@ enum sql_task_col {
 	"UPDATE tasks SET status = 'scheduled', ttl_ms = 0, updated_at = ? " \
 	"WHERE id = ? AND status = 'expired'"
 
+/* Cancel and reschedule: conditional on `scheduled`, a log row each. */
+#define SQL_TASK_CANCEL                                          \
+	"UPDATE tasks SET status = 'cancelled', updated_at = ? " \
+	"WHERE id = ? AND status = 'scheduled'"
+#define SQL_TASK_RESCHEDULE                            \
+	"UPDATE tasks SET due_at = ?, updated_at = ? " \
+	"WHERE id = ? AND status = 'scheduled'"
+#define SQL_TASK_STATUS "SELECT status, due_at FROM tasks WHERE id = ?"
+
+/* Listing, newest due last, keyset-paged on (due_at, id). The variants
+ * differ only in which filters they carry; values are always bound. */
+#define SQL_TASK_LIST_COLS                                                   \
+	"SELECT id, topic, status, due_at, attempt, created_at, updated_at " \
+	"FROM tasks WHERE (due_at > ? OR (due_at = ? AND id > ?)) "          \
+	"AND due_at >= ? AND due_at < ? "
+#define SQL_TASK_LIST_ORDER " ORDER BY due_at, id LIMIT ?"
+
 #endif

@@ -79,13 +79,15 @@
 	"return n\n"
 
 /*
- * Index tasks loaded from the DB unless they are in flight already.
- * KEYS: due, task, inflight     ARGV: (id, due_ms, payload)...
+ * Index tasks loaded from the DB unless they are in flight or were
+ * cancelled meanwhile. KEYS: due, task, inflight, cancelled
+ * ARGV: (id, due_ms, payload)...
  */
 #define SCRIPT_INDEX                                                  \
 	"local n = 0\n"                                               \
 	"for i = 1, #ARGV, 3 do\n"                                    \
-	"  if not redis.call('ZSCORE', KEYS[3], ARGV[i]) then\n"      \
+	"  if not redis.call('ZSCORE', KEYS[3], ARGV[i]) and\n"       \
+	"     not redis.call('ZSCORE', KEYS[4], ARGV[i]) then\n"      \
 	"    redis.call('HSET', KEYS[2], ARGV[i], ARGV[i + 2])\n"     \
 	"    n = n + redis.call('ZADD', KEYS[1], 'NX', ARGV[i + 1], " \
 	"ARGV[i])\n"                                                  \
@@ -116,6 +118,49 @@
 	"if f > e then return -1 end\n"                                    \
 	"redis.call('DEL', KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[6])\n" \
 	"redis.call('SET', KEYS[5], ARGV[1])\n"                            \
+	"return 1\n"
+
+/*
+ * Cancel, race-free against claims: a task still due is removed (and
+ * tombstoned); one in flight cannot be cancelled.
+ * KEYS: due, inflight, cancelled     ARGV: id, now_ms
+ * Returns -1 if in flight, else the removed due score (0: not indexed).
+ */
+#define SCRIPT_CANCEL                                                    \
+	"if redis.call('ZSCORE', KEYS[2], ARGV[1]) then return -1 end\n" \
+	"local s = redis.call('ZSCORE', KEYS[1], ARGV[1])\n"             \
+	"redis.call('ZREM', KEYS[1], ARGV[1])\n"                         \
+	"redis.call('ZADD', KEYS[3], ARGV[2], ARGV[1])\n"                \
+	"if s then return tonumber(s) end\n"                             \
+	"return 0\n"
+
+/*
+ * Undo a cancel whose DB update failed.
+ * KEYS: due, cancelled     ARGV: id, due_ms (0: was not indexed)
+ */
+#define SCRIPT_UNCANCEL                                     \
+	"redis.call('ZREM', KEYS[2], ARGV[1])\n"            \
+	"if tonumber(ARGV[2]) > 0 then\n"                   \
+	"  redis.call('ZADD', KEYS[1], ARGV[2], ARGV[1])\n" \
+	"end\n"                                             \
+	"return 1\n"
+
+/*
+ * Reschedule, race-free against claims. KEYS: due, task, inflight,
+ * cancelled. ARGV: id, new_due_ms, payload ("" to drop it from the index:
+ * the new time is beyond the horizon). Returns -1 if in flight, -2 if
+ * cancelled, 1 if indexed at the new time, 0 if dropped from the index.
+ */
+#define SCRIPT_RESCHEDULE                                                \
+	"if redis.call('ZSCORE', KEYS[3], ARGV[1]) then return -1 end\n" \
+	"if redis.call('ZSCORE', KEYS[4], ARGV[1]) then return -2 end\n" \
+	"if ARGV[3] == '' then\n"                                        \
+	"  redis.call('ZREM', KEYS[1], ARGV[1])\n"                       \
+	"  redis.call('HDEL', KEYS[2], ARGV[1])\n"                       \
+	"  return 0\n"                                                   \
+	"end\n"                                                          \
+	"redis.call('HSET', KEYS[2], ARGV[1], ARGV[3])\n"                \
+	"redis.call('ZADD', KEYS[1], ARGV[2], ARGV[1])\n"                \
 	"return 1\n"
 
 #endif

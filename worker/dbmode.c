@@ -17,6 +17,7 @@
 #include "metrics.h"
 #include "payload.h"
 #include "redis.h"
+#include "rindex.h"
 #include "schema.h"
 #include "scripts.h"
 #include "worker.h"
@@ -281,37 +282,14 @@ dbreap_free(struct dbreap *r)
 static void
 index_requeued(struct worker *w, struct dbreap *r)
 {
-	char kdue[RKEY_MAX], ktask[RKEY_MAX], kinf[RKEY_MAX];
-	struct redis_args a;
-	char **payloads = xcalloc(r->npayloads + 1, sizeof(char *));
+	struct rindex ix;
 
-	rkey_due(kdue, sizeof(kdue), r->slot);
-	rkey_task(ktask, sizeof(ktask), r->slot);
-	rkey_inflight(kinf, sizeof(kinf), r->slot);
-	redis_args_init(&a);
-	redis_args_addstr(&a, "EVAL");
-	redis_args_addstr(&a, SCRIPT_INDEX);
-	redis_args_addstr(&a, "3");
-	redis_args_addstr(&a, kdue);
-	redis_args_addstr(&a, ktask);
-	redis_args_addstr(&a, kinf);
-	for (size_t i = 0; i < r->npayloads; i++) {
-		const struct db_rows *row = &r->payloads[i];
-		size_t plen;
-
-		if (row->nrows != 1)
-			continue;
-		payloads[i] = payload_from_row(row, 0, &plen);
-		redis_args_addstr(&a, db_rows_get(row, 0, PC_ID, NULL));
-		redis_args_addstr(&a, db_rows_get(row, 0, PC_DUE_AT, NULL));
-		redis_args_add(&a, payloads[i], plen);
-	}
-	if (a.argc > 6)
-		redis_command_argv(w->redis, NULL, NULL, a.argc, a.argv, a.len);
+	rindex_init(&ix, r->slot);
 	for (size_t i = 0; i < r->npayloads; i++)
-		free(payloads[i]);
-	xfree(payloads);
-	redis_args_free(&a);
+		if (r->payloads[i].nrows == 1)
+			rindex_add_row(&ix, &r->payloads[i], 0);
+	rindex_send(&ix, w->redis, NULL, NULL);
+	rindex_free(&ix);
 }
 
 static void

@@ -17,6 +17,7 @@
 #include "metrics.h"
 #include "payload.h"
 #include "redis.h"
+#include "rindex.h"
 #include "schema.h"
 #include "scripts.h"
 #include "worker.h"
@@ -253,10 +254,8 @@ page_done_cb(struct db_job *job, int status, const char *err)
 	struct rebuild *rb = j->rb;
 	struct worker *w = rb->w;
 	struct wslot *s = &w->slots[rb->slot];
-	char kdue[RKEY_MAX], ktask[RKEY_MAX], kinf[RKEY_MAX];
-	struct redis_args a;
-	char **payloads;
-	size_t n = j->rows.nrows, indexed = 0;
+	struct rindex ix;
+	size_t n = j->rows.nrows, indexed;
 
 	if (!rebuild_current(rb)) {
 		db_rows_free(&j->rows);
@@ -281,30 +280,11 @@ page_done_cb(struct db_job *job, int status, const char *err)
 		db_pool_submit(w->db, &pj->job);
 		return;
 	}
-	rkey_due(kdue, sizeof(kdue), rb->slot);
-	rkey_task(ktask, sizeof(ktask), rb->slot);
-	rkey_inflight(kinf, sizeof(kinf), rb->slot);
-	redis_args_init(&a);
-	redis_args_addstr(&a, "EVAL");
-	redis_args_addstr(&a, SCRIPT_INDEX);
-	redis_args_addstr(&a, "3");
-	redis_args_addstr(&a, kdue);
-	redis_args_addstr(&a, ktask);
-	redis_args_addstr(&a, kinf);
-	payloads = xcalloc(n, sizeof(char *));
-	for (size_t i = 0; i < n; i++) {
-		const char *id = db_rows_get(&j->rows, i, PC_ID, NULL);
-		size_t plen;
-
-		if (recovery_held(w, id))
-			continue;
-		payloads[i] = payload_from_row(&j->rows, i, &plen);
-		redis_args_addstr(&a, id);
-		redis_args_addstr(&a,
-				  db_rows_get(&j->rows, i, PC_DUE_AT, NULL));
-		redis_args_add(&a, payloads[i], plen);
-		indexed++;
-	}
+	rindex_init(&ix, rb->slot);
+	for (size_t i = 0; i < n; i++)
+		if (!recovery_held(w, db_rows_get(&j->rows, i, PC_ID, NULL)))
+			rindex_add_row(&ix, &j->rows, i);
+	indexed = rindex_count(&ix);
 	rb->after_due = db_rows_int(&j->rows, n - 1, PC_DUE_AT);
 	snprintf(rb->after_id, sizeof(rb->after_id), "%s",
 		 db_rows_get(&j->rows, n - 1, PC_ID, NULL));
@@ -314,16 +294,11 @@ page_done_cb(struct db_job *job, int status, const char *err)
 	    s->rebuild_tasks % (REBUILD_PAGE * 10) < indexed)
 		log_info("rebuild progress", "slot=%d tasks=%zu", rb->slot,
 			 s->rebuild_tasks);
-	if (indexed == 0) {
+	if (indexed == 0)
 		rebuild_page(rb);
-	} else if (redis_command_argv(w->redis, index_page_cb, rb, a.argc,
-				      a.argv, a.len) < 0) {
+	else if (rindex_send(&ix, w->redis, index_page_cb, rb) < 0)
 		rebuild_fail(rb, "index", "redis unavailable");
-	}
-	for (size_t i = 0; i < n; i++)
-		free(payloads[i]);
-	xfree(payloads);
-	redis_args_free(&a);
+	rindex_free(&ix);
 	db_rows_free(&j->rows);
 	xfree(j);
 }

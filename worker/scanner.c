@@ -17,6 +17,7 @@
 #include "metrics.h"
 #include "payload.h"
 #include "redis.h"
+#include "rindex.h"
 #include "schema.h"
 #include "scripts.h"
 #include "worker.h"
@@ -566,10 +567,8 @@ load_done_cb(struct db_job *job, int status, const char *err)
 {
 	struct load_job *l = (struct load_job *)job;
 	struct worker *w = l->w;
-	char kdue[RKEY_MAX], ktask[RKEY_MAX], kinf[RKEY_MAX];
-	struct redis_args a;
 	struct index_call *ic;
-	char **payloads;
+	struct rindex ix;
 
 	if (status < 0) {
 		log_warn("horizon load failed", "slot=%d error=\"%s\"", l->slot,
@@ -581,26 +580,9 @@ load_done_cb(struct db_job *job, int status, const char *err)
 		w->slots[l->slot].loading = 0;
 		goto out;
 	}
-	rkey_due(kdue, sizeof(kdue), l->slot);
-	rkey_task(ktask, sizeof(ktask), l->slot);
-	rkey_inflight(kinf, sizeof(kinf), l->slot);
-	redis_args_init(&a);
-	redis_args_addstr(&a, "EVAL");
-	redis_args_addstr(&a, SCRIPT_INDEX);
-	redis_args_addstr(&a, "3");
-	redis_args_addstr(&a, kdue);
-	redis_args_addstr(&a, ktask);
-	redis_args_addstr(&a, kinf);
-	payloads = xcalloc(l->rows.nrows + 1, sizeof(char *));
-	for (size_t i = 0; i < l->rows.nrows; i++) {
-		size_t plen;
-
-		payloads[i] = payload_from_row(&l->rows, i, &plen);
-		redis_args_addstr(&a, db_rows_get(&l->rows, i, PC_ID, NULL));
-		redis_args_addstr(&a,
-				  db_rows_get(&l->rows, i, PC_DUE_AT, NULL));
-		redis_args_add(&a, payloads[i], plen);
-	}
+	rindex_init(&ix, l->slot);
+	for (size_t i = 0; i < l->rows.nrows; i++)
+		rindex_add_row(&ix, &l->rows, i);
 	ic = xcalloc(1, sizeof(*ic));
 	ic->w = w;
 	ic->slot = l->slot;
@@ -611,15 +593,11 @@ load_done_cb(struct db_job *job, int status, const char *err)
 		redisReply zero = {.type = REDIS_REPLY_INTEGER, .integer = 0};
 
 		index_reply_cb(w->redis, &zero, ic);
-	} else if (redis_command_argv(w->redis, index_reply_cb, ic, a.argc,
-				      a.argv, a.len) < 0) {
+	} else if (rindex_send(&ix, w->redis, index_reply_cb, ic) < 0) {
 		w->slots[l->slot].loading = 0;
 		xfree(ic);
 	}
-	for (size_t i = 0; i < l->rows.nrows; i++)
-		free(payloads[i]);
-	xfree(payloads);
-	redis_args_free(&a);
+	rindex_free(&ix);
 out:
 	db_rows_free(&l->rows);
 	xfree(l);
@@ -629,6 +607,13 @@ static void
 load_slot(struct worker *w, int slot, int64_t now)
 {
 	struct load_job *l = xcalloc(1, sizeof(*l));
+	char kc[RKEY_MAX], before[32];
+
+	/* Cancel tombstones only need to outlive a loader's round trip. */
+	rkey_cancelled(kc, sizeof(kc), slot);
+	snprintf(before, sizeof(before), "%lld", (long long)(now - 3600000));
+	redis_command(w->redis, NULL, NULL, "ZREMRANGEBYSCORE %s -inf %s", kc,
+		      before);
 
 	l->w = w;
 	l->slot = slot;

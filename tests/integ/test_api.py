@@ -180,9 +180,7 @@ def test_get_unknown_and_invalid_ids():
 
 
 def test_wrong_method_and_unknown_route():
-    # GET /v1/tasks becomes the list call (CONTRACT.md) once it lands;
-    # until then it is a wrong method, like DELETE on the collection.
-    error_of(API.get("/v1/tasks"), 405, what="GET /v1/tasks")
+    # GET /v1/tasks lists and POST submits; other methods are refused.
     error_of(API.request("DELETE", "/v1/tasks"), 405,
              what="DELETE /v1/tasks")
     error_of(API.get("/v1/nothing-here"), 404, what="GET /v1/nothing-here")

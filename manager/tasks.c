@@ -1,0 +1,605 @@
+#ifdef HAVE_CONFIG_H
+#include "config.h"
+#endif
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/queue.h>
+
+#include <event2/http.h>
+#include <event2/keyvalq_struct.h>
+#include <jansson.h>
+
+#include "cfg.h"
+#include "daemon.h"
+#include "db.h"
+#include "http.h"
+#include "keys.h"
+#include "log.h"
+#include "manager.h"
+#include "payload.h"
+#include "redis.h"
+#include "schema.h"
+#include "scripts.h"
+#include "slot.h"
+#include "xmalloc.h"
+
+/*
+ * Cancel, reschedule and list.
+ *
+ * Cancel and reschedule must be race-free against a worker's claim, so the
+ * decision is taken in Redis, atomically with the claim script's view: a
+ * task still in the slot's due set can be changed (it cannot be claimed in
+ * between), one in flight cannot. The DB update that follows is
+ * conditional on `scheduled`, which also makes them race-free against DB
+ * mode (its claims lock the row and require `scheduled`). A cancel leaves
+ * a tombstone so that a loader that read the task before the cancel does
+ * not index it again. Both need Redis: without it they answer 503 rather
+ * than risk a task being published after a 200.
+ */
+
+enum op { OP_CANCEL, OP_RESCHEDULE };
+
+struct change {
+	struct db_job job;
+	struct manager *mg;
+	struct evhttp_request *req;
+	enum op op;
+	int phase; /* 0: read, 1: write */
+	char id[TASK_ID_MAX + 1];
+	int slot;
+	int64_t new_due;
+	int64_t removed_score; /* cancel: score it had in Redis */
+	char *payload;	       /* reschedule: new payload, "" = unindex */
+	struct db_rows rows;
+	unsigned long long affected;
+	int64_t now;
+};
+
+static void
+change_free(struct change *c)
+{
+	db_rows_free(&c->rows);
+	xfree(c->payload);
+	c->mg->inflight--;
+	xfree(c);
+}
+
+static void
+bind_log(struct db_params *p, const struct change *c, const char *to,
+	 const char *note)
+{
+	db_params_str(p, c->id);
+	db_params_str(p, "scheduled");
+	db_params_str(p, to);
+	db_params_str(p, "api");
+	db_params_int(p, 0);
+	db_params_int(p, 0);
+	db_params_int(p, c->now);
+	db_params_str(p, note);
+}
+
+static int
+change_run(struct db_conn *conn, struct db_job *job)
+{
+	struct change *c = (struct change *)job;
+	struct db_params p;
+	int rc;
+
+	db_params_init(&p, 8);
+	if (c->phase == 0) {
+		db_rows_free(&c->rows);
+		db_params_str(&p, c->id);
+		rc = db_query(conn,
+			      "SELECT " SQL_TASK_COLS_INDEX
+			      ", status FROM tasks WHERE id = ?",
+			      &p, &c->rows);
+		db_params_free(&p);
+		return rc;
+	}
+	if (db_begin(conn) < 0)
+		goto fail;
+	if (c->op == OP_CANCEL) {
+		db_params_int(&p, c->now);
+		db_params_str(&p, c->id);
+		if (db_exec(conn, SQL_TASK_CANCEL, &p, &c->affected) < 0)
+			goto fail;
+	} else {
+		db_params_int(&p, c->new_due);
+		db_params_int(&p, c->now);
+		db_params_str(&p, c->id);
+		if (db_exec(conn, SQL_TASK_RESCHEDULE, &p, &c->affected) < 0)
+			goto fail;
+	}
+	if (c->affected > 0) {
+		char note[64];
+
+		p.n = 0;
+		snprintf(note, sizeof(note), "due_at %lld",
+			 (long long)c->new_due);
+		bind_log(&p, c, c->op == OP_CANCEL ? "cancelled" : "scheduled",
+			 c->op == OP_CANCEL ? "cancel" : note);
+		if (db_exec(conn,
+			    SQL_TASK_LOG_INSERT_PREFIX SQL_TASK_LOG_INSERT_ROW,
+			    &p, NULL) < 0)
+			goto fail;
+	}
+	db_params_free(&p);
+	if (db_commit(conn) < 0)
+		return -1;
+	/* Why not, if nothing changed: the status now. */
+	if (c->affected == 0) {
+		db_params_init(&p, 1);
+		db_params_str(&p, c->id);
+		db_rows_free(&c->rows);
+		rc = db_query(conn, SQL_TASK_STATUS, &p, &c->rows);
+		db_params_free(&p);
+		return rc;
+	}
+	return 0;
+fail:
+	db_params_free(&p);
+	db_rollback(conn);
+	return -1;
+}
+
+static void change_done_cb(struct db_job *job, int status, const char *err);
+
+static void
+reply_state(struct change *c, const char *status, int64_t due)
+{
+	http_reply_json(c->req, 200,
+			json_pack("{s:s, s:s, s:I}", "id", c->id, "status",
+				  status, "due_at", (json_int_t)due));
+}
+
+static void
+reply_not_changeable(struct change *c, const char *status)
+{
+	if (c->op == OP_CANCEL && !strcmp(status, "cancelled"))
+		reply_state(c, "cancelled", 0);
+	else
+		http_reply_error(c->req, 409, "conflict", "status",
+				 "task '%s' is %s: it can no longer be %s",
+				 c->id, status,
+				 c->op == OP_CANCEL ? "cancelled"
+						    : "rescheduled");
+}
+
+static void
+uncancel(struct change *c)
+{
+	char kdue[RKEY_MAX], kc[RKEY_MAX], score[32];
+
+	rkey_due(kdue, sizeof(kdue), c->slot);
+	rkey_cancelled(kc, sizeof(kc), c->slot);
+	snprintf(score, sizeof(score), "%lld", (long long)c->removed_score);
+	redis_command(c->mg->redis, NULL, NULL, "EVAL %s 2 %s %s %s %s",
+		      SCRIPT_UNCANCEL, kdue, kc, c->id, score);
+}
+
+/* After the DB write. */
+static void
+written(struct change *c, int status, const char *err)
+{
+	char ktask[RKEY_MAX], katt[RKEY_MAX];
+
+	if (status < 0) {
+		if (c->op == OP_CANCEL)
+			uncancel(c);
+		http_reply_error(c->req, 503, "unavailable", NULL,
+				 "database unavailable: %s", err);
+		return;
+	}
+	if (c->affected == 0) {
+		const char *st = c->rows.nrows
+					 ? db_rows_get(&c->rows, 0, 0, NULL)
+					 : "deleted";
+
+		if (c->op == OP_CANCEL && strcmp(st, "cancelled") != 0)
+			uncancel(c);
+		reply_not_changeable(c, st);
+		return;
+	}
+	if (c->op == OP_CANCEL) {
+		rkey_task(ktask, sizeof(ktask), c->slot);
+		rkey_attempt(katt, sizeof(katt), c->slot);
+		redis_command(c->mg->redis, NULL, NULL, "HDEL %s %s", ktask,
+			      c->id);
+		redis_command(c->mg->redis, NULL, NULL, "HDEL %s %s", katt,
+			      c->id);
+		log_info("task cancelled", "id=%s", c->id);
+		reply_state(c, "cancelled", 0);
+	} else {
+		log_info("task rescheduled", "id=%s due_at=%lld", c->id,
+			 (long long)c->new_due);
+		if (c->new_due <
+		    c->now + cfg_int(c->mg->cfg, CFG_WORKER_LOOKAHEAD_MS))
+			ingest_wake(c->mg, c->slot);
+		reply_state(c, "scheduled", c->new_due);
+	}
+}
+
+static void
+redis_decided_cb(struct redis *r, redisReply *reply, void *arg)
+{
+	struct change *c = arg;
+
+	if (reply == NULL || reply->type != REDIS_REPLY_INTEGER) {
+		http_reply_error(c->req, 503, "unavailable", NULL,
+				 "redis unavailable: cannot decide against "
+				 "a concurrent claim; retry");
+		change_free(c);
+		return;
+	}
+	if (reply->integer == -1) {
+		reply_not_changeable(c, "firing");
+		change_free(c);
+		return;
+	}
+	if (reply->integer == -2) {
+		reply_not_changeable(c, "cancelled");
+		change_free(c);
+		return;
+	}
+	if (c->op == OP_CANCEL)
+		c->removed_score = reply->integer;
+	c->phase = 1;
+	db_pool_submit(c->mg->db, &c->job);
+}
+
+static void
+change_done_cb(struct db_job *job, int status, const char *err)
+{
+	struct change *c = (struct change *)job;
+	struct manager *mg = c->mg;
+	char kdue[RKEY_MAX], ktask[RKEY_MAX], kinf[RKEY_MAX], kc[RKEY_MAX],
+		due[32], now[32];
+	const char *st;
+	int rc;
+
+	if (c->phase == 1) {
+		written(c, status, err);
+		change_free(c);
+		return;
+	}
+	if (status < 0) {
+		http_reply_error(c->req, 503, "unavailable", NULL,
+				 "database unavailable: %s", err);
+		change_free(c);
+		return;
+	}
+	if (c->rows.nrows == 0) {
+		http_reply_error(c->req, 404, "not_found", "id", "no task '%s'",
+				 c->id);
+		change_free(c);
+		return;
+	}
+	st = db_rows_get(&c->rows, 0, PC_ATTEMPT + 1, NULL);
+	if (strcmp(st, "scheduled") != 0) {
+		reply_not_changeable(c, st);
+		change_free(c);
+		return;
+	}
+	c->slot = slot_of(c->id, strlen(c->id), mg->nslots);
+	rkey_due(kdue, sizeof(kdue), c->slot);
+	rkey_task(ktask, sizeof(ktask), c->slot);
+	rkey_inflight(kinf, sizeof(kinf), c->slot);
+	rkey_cancelled(kc, sizeof(kc), c->slot);
+	if (c->op == OP_CANCEL) {
+		snprintf(now, sizeof(now), "%lld", (long long)c->now);
+		rc = redis_command(mg->redis, redis_decided_cb, c,
+				   "EVAL %s 3 %s %s %s %s %s", SCRIPT_CANCEL,
+				   kdue, kinf, kc, c->id, now);
+	} else {
+		struct task t;
+		size_t plen;
+
+		/* Indexed again only if the new time is within reach of
+		 * the loader's horizon (with the manager's usual margin). */
+		payload_row_task(&c->rows, 0, &t);
+		t.due_at = c->new_due;
+		t.attempt = 0;
+		c->payload = c->new_due < c->now + mg->horizon_ms + 60000
+				     ? payload_encode(&t, &plen)
+				     : xstrdup("");
+		payload_row_clear(&t);
+		snprintf(due, sizeof(due), "%lld", (long long)c->new_due);
+		rc = redis_command(mg->redis, redis_decided_cb, c,
+				   "EVAL %s 4 %s %s %s %s %s %s %s",
+				   SCRIPT_RESCHEDULE, kdue, ktask, kinf, kc,
+				   c->id, due, c->payload);
+	}
+	if (rc < 0) {
+		http_reply_error(c->req, 503, "unavailable", NULL,
+				 "redis unavailable: cannot decide against "
+				 "a concurrent claim; retry");
+		change_free(c);
+	}
+}
+
+static struct change *
+change_new(struct manager *mg, struct evhttp_request *req, enum op op,
+	   const char *id, size_t idlen)
+{
+	struct change *c;
+
+	if (id == NULL || !task_id_valid(id, idlen)) {
+		http_reply_error(req, 400, "invalid_value", "id",
+				 "id must be 1-%d characters of "
+				 "[A-Za-z0-9._:-]",
+				 TASK_ID_MAX);
+		return NULL;
+	}
+	c = xcalloc(1, sizeof(*c));
+	c->mg = mg;
+	c->req = req;
+	c->op = op;
+	c->now = clock_now_ms();
+	memcpy(c->id, id, idlen);
+	c->job.run = change_run;
+	c->job.done_cb = change_done_cb;
+	return c;
+}
+
+void
+tasks_cancel(struct manager *mg, struct evhttp_request *req, const char *id,
+	     size_t idlen)
+{
+	struct change *c = change_new(mg, req, OP_CANCEL, id, idlen);
+
+	if (c == NULL)
+		return;
+	mg->inflight++;
+	db_pool_submit(mg->db, &c->job);
+}
+
+void
+tasks_reschedule(struct manager *mg, struct evhttp_request *req, const char *id,
+		 size_t idlen)
+{
+	json_t *in, *due, *delay;
+	json_error_t jerr;
+	struct change *c;
+	size_t len;
+	char *body = http_body(req, &len);
+	int64_t now = clock_now_ms(), v;
+
+	in = json_loadb(body, len, 0, &jerr);
+	xfree(body);
+	if (!json_is_object(in)) {
+		json_decref(in);
+		http_reply_error(
+			req, 400, "invalid_json", NULL,
+			"expected {\"due_at\":ms} or {\"delay_ms\":n}");
+		return;
+	}
+	due = json_object_get(in, "due_at");
+	delay = json_object_get(in, "delay_ms");
+	if ((due == NULL) == (delay == NULL) || json_object_size(in) != 1) {
+		json_decref(in);
+		http_reply_error(req, 400, "invalid_value", "due_at",
+				 "give exactly one of due_at and delay_ms");
+		return;
+	}
+	if (!json_is_integer(due ? due : delay)) {
+		json_decref(in);
+		http_reply_error(
+			req, 400, "invalid_type", due ? "due_at" : "delay_ms",
+			"%s must be an integer", due ? "due_at" : "delay_ms");
+		return;
+	}
+	v = json_integer_value(due ? due : delay);
+	json_decref(in);
+	if (v < 0 || v > (due ? now : 0) + mg->limits.max_delay_ms) {
+		http_reply_error(req, 400, "invalid_value",
+				 due ? "due_at" : "delay_ms",
+				 "must be between now and %lld ms ahead",
+				 (long long)mg->limits.max_delay_ms);
+		return;
+	}
+	c = change_new(mg, req, OP_RESCHEDULE, id, idlen);
+	if (c == NULL)
+		return;
+	c->new_due = due ? v : now + v;
+	mg->inflight++;
+	db_pool_submit(mg->db, &c->job);
+}
+
+/* List ------------------------------------------------------------------ */
+
+struct list_job {
+	struct db_job job;
+	struct manager *mg;
+	struct evhttp_request *req;
+	char topic[TASK_TOPIC_MAX + 1];
+	char status[16];
+	int64_t from, to, after_due;
+	char after_id[TASK_ID_MAX + 1];
+	int limit;
+	struct db_rows rows;
+};
+
+static int
+list_run(struct db_conn *c, struct db_job *job)
+{
+	static const char *const sql[4] = {
+		SQL_TASK_LIST_COLS SQL_TASK_LIST_ORDER,
+		SQL_TASK_LIST_COLS "AND topic = ?" SQL_TASK_LIST_ORDER,
+		SQL_TASK_LIST_COLS "AND status = ?" SQL_TASK_LIST_ORDER,
+		SQL_TASK_LIST_COLS
+		"AND topic = ? AND status = ?" SQL_TASK_LIST_ORDER};
+	struct list_job *l = (struct list_job *)job;
+	struct db_params p;
+	int v = (l->topic[0] ? 1 : 0) | (l->status[0] ? 2 : 0), rc;
+
+	db_params_init(&p, 8);
+	db_params_int(&p, l->after_due);
+	db_params_int(&p, l->after_due);
+	db_params_str(&p, l->after_id);
+	db_params_int(&p, l->from);
+	db_params_int(&p, l->to);
+	if (l->topic[0])
+		db_params_str(&p, l->topic);
+	if (l->status[0])
+		db_params_str(&p, l->status);
+	db_params_int(&p, l->limit + 1);
+	rc = db_query(c, sql[v], &p, &l->rows);
+	db_params_free(&p);
+	return rc;
+}
+
+static void
+list_done_cb(struct db_job *job, int status, const char *err)
+{
+	struct list_job *l = (struct list_job *)job;
+	json_t *tasks, *out;
+	size_t n = l->rows.nrows;
+
+	if (status < 0) {
+		http_reply_error(l->req, 503, "unavailable", NULL,
+				 "database unavailable: %s", err);
+	} else {
+		tasks = json_array();
+		for (size_t i = 0; i < n && i < (size_t)l->limit; i++)
+			json_array_append_new(
+				tasks,
+				json_pack(
+					"{s:s, s:s, s:s, s:I, s:I, s:I, s:I}",
+					"id", db_rows_get(&l->rows, i, 0, NULL),
+					"topic",
+					db_rows_get(&l->rows, i, 1, NULL),
+					"status",
+					db_rows_get(&l->rows, i, 2, NULL),
+					"due_at",
+					(json_int_t)db_rows_int(&l->rows, i, 3),
+					"attempt",
+					(json_int_t)db_rows_int(&l->rows, i, 4),
+					"created_at",
+					(json_int_t)db_rows_int(&l->rows, i, 5),
+					"updated_at",
+					(json_int_t)db_rows_int(&l->rows, i,
+								6)));
+		out = json_pack("{s:o}", "tasks", tasks);
+		if (n > (size_t)l->limit) {
+			const json_t *last =
+				json_array_get(tasks, (size_t)l->limit - 1);
+			char *cur = xasprintf(
+				"%lld:%s",
+				(long long)json_integer_value(
+					json_object_get(last, "due_at")),
+				json_string_value(json_object_get(last, "id")));
+
+			json_object_set_new(out, "next_cursor",
+					    json_string(cur));
+			xfree(cur);
+		} else {
+			json_object_set_new(out, "next_cursor", json_null());
+		}
+		http_reply_json(l->req, 200, out);
+	}
+	db_rows_free(&l->rows);
+	l->mg->inflight--;
+	xfree(l);
+}
+
+static int
+query_int(const char *s, int64_t *out)
+{
+	char *end;
+
+	if (s == NULL || *s == '\0')
+		return -1;
+	*out = strtoll(s, &end, 10);
+	return *end == '\0' ? 0 : -1;
+}
+
+void
+tasks_list(struct manager *mg, struct evhttp_request *req)
+{
+	const char *q =
+		evhttp_uri_get_query(evhttp_request_get_evhttp_uri(req));
+	struct list_job *l = xcalloc(1, sizeof(*l));
+	struct evkeyvalq kv;
+	const char *v;
+	enum task_status st;
+	int64_t n;
+
+	l->mg = mg;
+	l->req = req;
+	l->from = INT64_MIN / 2;
+	l->to = INT64_MAX / 2;
+	l->after_due = INT64_MIN / 2;
+	l->limit = 100;
+	TAILQ_INIT(&kv);
+	if (q != NULL && evhttp_parse_query_str(q, &kv) != 0) {
+		http_reply_error(req, 400, "invalid_value", NULL,
+				 "malformed query string");
+		goto bad;
+	}
+	if ((v = evhttp_find_header(&kv, "topic")) != NULL) {
+		if (!task_topic_valid(v, strlen(v))) {
+			http_reply_error(req, 400, "invalid_value", "topic",
+					 "not a valid topic");
+			goto bad;
+		}
+		snprintf(l->topic, sizeof(l->topic), "%s", v);
+	}
+	if ((v = evhttp_find_header(&kv, "status")) != NULL) {
+		if (task_status_parse(v, &st) < 0) {
+			http_reply_error(req, 400, "invalid_value", "status",
+					 "status must be scheduled, firing, "
+					 "delivered, cancelled or expired");
+			goto bad;
+		}
+		snprintf(l->status, sizeof(l->status), "%s", v);
+	}
+	if ((v = evhttp_find_header(&kv, "limit")) != NULL) {
+		if (query_int(v, &n) < 0 || n < 1 || n > 1000) {
+			http_reply_error(req, 400, "invalid_value", "limit",
+					 "limit must be 1..1000");
+			goto bad;
+		}
+		l->limit = (int)n;
+	}
+	if ((v = evhttp_find_header(&kv, "due_from")) != NULL &&
+	    query_int(v, &l->from) < 0) {
+		http_reply_error(req, 400, "invalid_value", "due_from",
+				 "due_from must be ms since the epoch");
+		goto bad;
+	}
+	if ((v = evhttp_find_header(&kv, "due_to")) != NULL &&
+	    query_int(v, &l->to) < 0) {
+		http_reply_error(req, 400, "invalid_value", "due_to",
+				 "due_to must be ms since the epoch");
+		goto bad;
+	}
+	if ((v = evhttp_find_header(&kv, "cursor")) != NULL) {
+		const char *colon = strchr(v, ':');
+		char num[32];
+
+		if (colon == NULL || colon - v >= (long)sizeof(num) ||
+		    !task_id_valid(colon + 1, strlen(colon + 1))) {
+			http_reply_error(req, 400, "invalid_value", "cursor",
+					 "not a cursor from a previous page");
+			goto bad;
+		}
+		snprintf(num, sizeof(num), "%.*s", (int)(colon - v), v);
+		if (query_int(num, &l->after_due) < 0) {
+			http_reply_error(req, 400, "invalid_value", "cursor",
+					 "not a cursor from a previous page");
+			goto bad;
+		}
+		snprintf(l->after_id, sizeof(l->after_id), "%s", colon + 1);
+	}
+	evhttp_clear_headers(&kv);
+	l->job.run = list_run;
+	l->job.done_cb = list_done_cb;
+	mg->inflight++;
+	db_pool_submit(mg->db, &l->job);
+	return;
+bad:
+	evhttp_clear_headers(&kv);
+	xfree(l);
+}

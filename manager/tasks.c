@@ -145,6 +145,7 @@ fail:
 }
 
 static void change_done_cb(struct db_job *job, int status, const char *err);
+static int reschedule_in_redis(struct change *c, redis_reply_fn cb);
 
 static void
 reply_state(struct change *c, const char *status, int64_t due)
@@ -212,6 +213,10 @@ written(struct change *c, int status, const char *err)
 		log_info("task cancelled", "id=%s", c->id);
 		reply_state(c, "cancelled", 0);
 	} else {
+		/* Again, now that the DB holds the new time: a slot rebuild
+		 * that ran in between read the old one and may have dropped
+		 * our first write. In flight or cancelled by now: no-op. */
+		reschedule_in_redis(c, NULL);
 		log_info("task rescheduled", "id=%s due_at=%lld", c->id,
 			 (long long)c->new_due);
 		if (c->new_due <
@@ -219,6 +224,23 @@ written(struct change *c, int status, const char *err)
 			ingest_wake(c->mg, c->slot);
 		reply_state(c, "scheduled", c->new_due);
 	}
+}
+
+static int
+reschedule_in_redis(struct change *c, redis_reply_fn cb)
+{
+	char kdue[RKEY_MAX], ktask[RKEY_MAX], kinf[RKEY_MAX], kc[RKEY_MAX],
+		due[32];
+
+	rkey_due(kdue, sizeof(kdue), c->slot);
+	rkey_task(ktask, sizeof(ktask), c->slot);
+	rkey_inflight(kinf, sizeof(kinf), c->slot);
+	rkey_cancelled(kc, sizeof(kc), c->slot);
+	snprintf(due, sizeof(due), "%lld", (long long)c->new_due);
+	return redis_command(c->mg->redis, cb, cb ? c : NULL,
+			     "EVAL %s 4 %s %s %s %s %s %s %s",
+			     SCRIPT_RESCHEDULE, kdue, ktask, kinf, kc, c->id,
+			     due, c->payload);
 }
 
 static void
@@ -254,8 +276,7 @@ change_done_cb(struct db_job *job, int status, const char *err)
 {
 	struct change *c = (struct change *)job;
 	struct manager *mg = c->mg;
-	char kdue[RKEY_MAX], ktask[RKEY_MAX], kinf[RKEY_MAX], kc[RKEY_MAX],
-		due[32], now[32];
+	char kdue[RKEY_MAX], kinf[RKEY_MAX], kc[RKEY_MAX], now[32];
 	const char *st;
 	int rc;
 
@@ -284,7 +305,6 @@ change_done_cb(struct db_job *job, int status, const char *err)
 	}
 	c->slot = slot_of(c->id, strlen(c->id), mg->nslots);
 	rkey_due(kdue, sizeof(kdue), c->slot);
-	rkey_task(ktask, sizeof(ktask), c->slot);
 	rkey_inflight(kinf, sizeof(kinf), c->slot);
 	rkey_cancelled(kc, sizeof(kc), c->slot);
 	if (c->op == OP_CANCEL) {
@@ -305,11 +325,7 @@ change_done_cb(struct db_job *job, int status, const char *err)
 				     ? payload_encode(&t, &plen)
 				     : xstrdup("");
 		payload_row_clear(&t);
-		snprintf(due, sizeof(due), "%lld", (long long)c->new_due);
-		rc = redis_command(mg->redis, redis_decided_cb, c,
-				   "EVAL %s 4 %s %s %s %s %s %s %s",
-				   SCRIPT_RESCHEDULE, kdue, ktask, kinf, kc,
-				   c->id, due, c->payload);
+		rc = reschedule_in_redis(c, redis_decided_cb);
 	}
 	if (rc < 0) {
 		http_reply_error(c->req, 503, "unavailable", NULL,

@@ -1,0 +1,261 @@
+#!/usr/bin/env python3
+"""Batch submission, cancel, reschedule and list against a running cluster
+(manager + 2 workers), with a Kafka ledger: a cancel answered 200 is never
+published, a rescheduled task fires at its new time, never before."""
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+
+sys.dont_write_bytecode = True
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import harness as h  # noqa: E402
+
+C = None
+API = None
+READER = None
+TOPIC = "jobs"
+
+
+def setup():
+    global C, API, READER
+    C = h.Cluster(workers=2, name="tasks").open()
+    C.start()
+    API = C.api()
+    h.create_topics(C.brokers, [C.topic(TOPIC)])
+    READER = C.reader([TOPIC])
+
+
+def submit(**kw):
+    task = {"topic": TOPIC, "body": "b"}
+    task.update(kw)
+    r = API.post("/v1/tasks", task)
+    h.check(r.status in (200, 201), "submit %r -> %r" % (task, r))
+    return r.json
+
+
+def published(tid):
+    with READER.cond:
+        return list(READER.by_id.get(tid, []))
+
+
+def test_batch_results_in_order():
+    tasks = [{"topic": TOPIC, "body": "batch %d" % i, "delay_ms": 300}
+             for i in range(50)]
+    tasks[7] = {"topic": TOPIC}  # no body
+    tasks[8] = {"id": "bat-dup", "topic": TOPIC, "body": "a", "delay_ms": 300}
+    tasks[9] = {"id": "bat-dup", "topic": TOPIC, "body": "b", "delay_ms": 300}
+    tasks[10] = {"id": "bat-dup", "topic": TOPIC, "body": "a",
+                 "delay_ms": 300}
+    r = API.post("/v1/tasks/batch", {"tasks": tasks})
+    h.check_eq(r.status, 200, "batch status")
+    res = r.json["results"]
+    h.check_eq(len(res), 50, "one result per task")
+    h.check_eq(res[7]["code"], 400, "invalid task in a batch")
+    h.check_eq(res[7]["error"]["field"], "body", "its field")
+    h.check_eq(res[8]["code"], 201, "first of a duplicated id")
+    h.check_eq(res[9]["code"], 409, "same id, other content")
+    h.check_eq(res[10]["code"], 200, "same id, same content")
+    ok = [x["id"] for i, x in enumerate(res) if x["code"] == 201]
+    h.check_eq(len(ok), 47, "accepted (50 - invalid - conflict - replay)")
+    missing = READER.wait_for(ok, 30)
+    h.check(not missing, "batch tasks not published: %s" % missing[:5])
+    # Batch limits are reported, not applied partially.
+    r = API.post("/v1/tasks/batch", {"tasks": []})
+    h.check_eq(r.status, 400, "empty batch")
+    r = API.post("/v1/tasks/batch", {"task": []})
+    h.check_eq(r.status, 400, "no tasks member")
+    r = API.post("/v1/tasks/batch",
+                 {"tasks": [{"topic": TOPIC, "body": "x", "delay_ms": 1}]
+                  * 1001})
+    h.check_eq(r.status, 413, "over http.max_batch")
+
+
+def test_cancel_and_reschedule():
+    a = submit(id="can-1", delay_ms=2000)
+    r = API.request("DELETE", "/v1/tasks/can-1")
+    h.check_eq(r.status, 200, "cancel %r" % r)
+    h.check_eq(r.json["status"], "cancelled", "status after cancel")
+    r = API.request("DELETE", "/v1/tasks/can-1")
+    h.check_eq(r.status, 200, "cancel is idempotent")
+    r = API.request("DELETE", "/v1/tasks/no-such")
+    h.check_eq(r.status, 404, "cancel unknown")
+    # Far future (DB only), cancelled: never indexed again.
+    submit(id="can-far", delay_ms=7200000)
+    h.check_eq(API.request("DELETE", "/v1/tasks/can-far").status, 200,
+               "cancel a DB-only task")
+    # Rescheduled earlier and later.
+    submit(id="res-early", delay_ms=3600000)
+    submit(id="res-late", delay_ms=500)
+    t0 = h.now_ms()
+    r = API.request("PATCH", "/v1/tasks/res-early", {"delay_ms": 800})
+    h.check_eq(r.status, 200, "reschedule earlier %r" % r)
+    early_due = r.json["due_at"]
+    r = API.request("PATCH", "/v1/tasks/res-late", {"delay_ms": 3000})
+    h.check_eq(r.status, 200, "reschedule later %r" % r)
+    late_due = r.json["due_at"]
+    h.check(late_due >= t0 + 3000, "new due time")
+    for bad, field in (({}, "due_at"), ({"due_at": 1, "delay_ms": 1},
+                                        "due_at"),
+                       ({"delay_ms": "soon"}, "delay_ms"),
+                       ({"delay_ms": -5}, "delay_ms")):
+        r = API.request("PATCH", "/v1/tasks/res-late", bad)
+        h.check_eq(r.status, 400, "bad reschedule %r" % bad)
+        h.check_eq(r.json["error"]["field"], field, "field of %r" % bad)
+    missing = READER.wait_for(["res-early", "res-late"], 20)
+    h.check(not missing, "rescheduled tasks not published: %s" % missing)
+    for tid, due in (("res-early", early_due), ("res-late", late_due)):
+        m = published(tid)[0]
+        h.check_eq(int(m.hdr["prophet-due-at"]), due,
+                   "%s prophet-due-at is the new time" % tid)
+        h.check(int(m.hdr["prophet-fired-at"]) >= due,
+                "%s fired before its new due time" % tid)
+    r = API.request("PATCH", "/v1/tasks/res-early", {"delay_ms": 1000})
+    h.check_eq(r.status, 409, "reschedule a delivered task")
+    r = API.request("DELETE", "/v1/tasks/res-early")
+    h.check_eq(r.status, 409, "cancel a delivered task")
+    time.sleep(2.5)
+    for tid in ("can-1", "can-far"):
+        h.check(not published(tid), "cancelled %s was published" % tid)
+    row = C.mysql("SELECT status FROM tasks WHERE id = 'can-1'")
+    h.check_eq(row, [["cancelled"]], "DB status of a cancelled task")
+    r = API.get("/v1/tasks/can-1?log=1")
+    h.check_eq([e["to"] for e in r.json["log"]], ["cancelled"],
+               "state log of a cancelled task")
+
+
+def test_cancel_races_the_worker():
+    """500 tasks due in 0.3-1.3 s, each cancelled at a moment between 30 ms
+    before and 30 ms after its due time: every task is either published or
+    cancelled, never both, and the API's answer always says which."""
+    n = 500
+    now = h.now_ms()
+    ids = ["race-%d" % i for i in range(n)]
+    dues = {}
+    tasks = []
+    for i, tid in enumerate(ids):
+        due = now + 300 + (i * 1000) // n
+        dues[tid] = due
+        tasks.append({"id": tid, "topic": TOPIC, "body": "r", "due_at": due})
+    r = API.post("/v1/tasks/batch", {"tasks": tasks})
+    h.check(all(x["code"] == 201 for x in r.json["results"]), "race submit")
+    answers = {}
+    lock = threading.Lock()
+
+    def canceller(part):
+        api = C.api()
+        try:
+            for tid in part:
+                offset = (hash(tid) % 61) - 30
+                delay = (dues[tid] + offset - h.now_ms()) / 1000.0
+                if delay > 0:
+                    time.sleep(delay)
+                r = api.request("DELETE", "/v1/tasks/" + tid)
+                with lock:
+                    answers[tid] = r.status
+        finally:
+            api.close()
+    parts = [ids[k::4] for k in range(4)]
+    ths = [threading.Thread(target=canceller, args=(p,)) for p in parts]
+    for t in ths:
+        t.start()
+    for t in ths:
+        t.join()
+    time.sleep(3)
+    cancelled = [t for t in ids if answers.get(t) == 200]
+    refused = [t for t in ids if answers.get(t) == 409]
+    other = [(t, answers.get(t)) for t in ids
+             if answers.get(t) not in (200, 409)]
+    h.check(not other, "unexpected answers: %s" % other[:5])
+    bad = [t for t in cancelled if published(t)]
+    h.check(not bad, "cancelled (200) but published: %s" % bad[:5])
+    lost = [t for t in refused if not published(t)]
+    missing = READER.wait_for(lost, 10)
+    h.check(not missing, "refused (409) but never published: %s"
+            % missing[:5])
+    rows = C.mysql("SELECT status, COUNT(*) FROM tasks WHERE id LIKE "
+                   "'race-%' GROUP BY status")
+    got = {s: int(c) for s, c in rows}
+    h.check_eq(got.get("cancelled", 0), len(cancelled),
+               "DB cancelled count")
+    h.log("cancel race: %d cancelled, %d already firing/delivered"
+          % (len(cancelled), len(refused)))
+    h.check(cancelled and refused, "the race was not exercised: %d "
+            "cancelled, %d refused" % (len(cancelled), len(refused)))
+
+
+def test_list_filters_and_pages():
+    for i in range(7):
+        submit(id="lst-%d" % i, topic="listing", delay_ms=3600000 + i)
+    seen = []
+    cursor = None
+    while True:
+        q = "/v1/tasks?topic=listing&status=scheduled&limit=3"
+        if cursor:
+            q += "&cursor=" + cursor
+        r = API.get(q)
+        h.check_eq(r.status, 200, "list %r" % r)
+        seen += [t["id"] for t in r.json["tasks"]]
+        cursor = r.json["next_cursor"]
+        if not cursor:
+            break
+    h.check_eq(seen, ["lst-%d" % i for i in range(7)], "pages in due order")
+    for bad in ("status=nope", "limit=0", "limit=5000", "cursor=xyz",
+                "topic=a/b", "due_from=x"):
+        r = API.get("/v1/tasks?" + bad)
+        h.check_eq(r.status, 400, "list ?%s" % bad)
+
+
+def test_prophetctl():
+    ctl = os.path.join(h.BUILDDIR, "prophetctl")
+    base = [ctl, "--url", "http://" + C.manager_addr]
+
+    def run(*args):
+        return subprocess.run(base + list(args), stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True, timeout=30)
+    p = run("push", "--topic", TOPIC, "--body", "from ctl", "--delay", "1h",
+            "--id", "ctl-1")
+    h.check(p.returncode == 0 and "ctl-1" in p.stdout, "push: %r" % (p,))
+    p = run("--json", "get", "ctl-1")
+    h.check_eq(json.loads(p.stdout)["status"], "scheduled", "get --json")
+    p = run("reschedule", "ctl-1", "--delay", "2h")
+    h.check_eq(p.returncode, 0, "reschedule: %s" % p.stderr)
+    p = run("list", "--topic", TOPIC, "--status", "scheduled")
+    h.check("ctl-1" in p.stdout, "list shows the task: %r" % p.stdout)
+    p = run("cancel", "ctl-1")
+    h.check_eq(p.returncode, 0, "cancel: %s" % p.stderr)
+    p = run("cancel", "nope-404")
+    h.check(p.returncode != 0 and "404" in p.stderr, "cancel unknown: %r"
+            % (p,))
+    p = run("push", "--topic", TOPIC)
+    h.check(p.returncode != 0, "push without body must fail")
+
+
+def main():
+    failed = 1
+    try:
+        setup()
+        failed = h.run_tests(h.collect_tests(globals()),
+                             on_failure=lambda: C.dump_logs())
+    except Exception:
+        import traceback
+        for line in traceback.format_exc().splitlines():
+            h.log(line)
+        if C is not None:
+            C.dump_logs()
+        print("not ok - setup failed", flush=True)
+    finally:
+        if READER is not None:
+            READER.stop()
+        if API is not None:
+            API.close()
+        if C is not None:
+            C.close(failed=bool(failed))
+    sys.exit(1 if failed else 0)
+
+
+if __name__ == "__main__":
+    main()

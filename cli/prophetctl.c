@@ -169,6 +169,17 @@ main(int argc, char **argv)
 			      "Prophet command-line client.");
 	snprintf(c.url, sizeof(c.url), "http://%s",
 		 cfg_str(c.cfg, CFG_HTTP_LISTEN));
+	/* --json may come before or after the command. */
+	for (i = 1; i < argc;) {
+		if (!strcmp(argv[i], "--json")) {
+			c.json = 1;
+			memmove(&argv[i], &argv[i + 1],
+				(size_t)(argc - i) * sizeof(char *));
+			argc--;
+		} else {
+			i++;
+		}
+	}
 	for (i = 1; i < argc; i++) {
 		if (!strcmp(argv[i], "--json")) {
 			c.json = 1;

@@ -14,6 +14,7 @@
 #include "manager.h"
 #include "xmalloc.h"
 #include "zk.h"
+#include "zknode.h"
 
 /* Creates every ancestor of path (persistent, empty). */
 static int
@@ -37,8 +38,6 @@ static int
 check_config_node(struct zk *z, const char *path, int nslots, char *err,
 		  size_t errlen)
 {
-	json_t *j, *s;
-	json_error_t jerr;
 	char *data;
 	int rc;
 
@@ -47,25 +46,9 @@ check_config_node(struct zk *z, const char *path, int nslots, char *err,
 		snprintf(err, errlen, "cannot read %s: %s", path, zerror(rc));
 		return -1;
 	}
-	j = json_loads(data, 0, &jerr);
+	rc = cluster_config_verify(data, nslots, path, err, errlen);
 	xfree(data);
-	s = json_object_get(j, "slots");
-	if (!json_is_integer(s)) {
-		snprintf(err, errlen, "%s holds no slot count", path);
-		json_decref(j);
-		return -1;
-	}
-	if (json_integer_value(s) != nslots) {
-		snprintf(
-			err, errlen,
-			"cluster.slots = %d but the cluster at %s was "
-			"created with %lld slots; the slot count cannot change",
-			nslots, path, (long long)json_integer_value(s));
-		json_decref(j);
-		return -1;
-	}
-	json_decref(j);
-	return 0;
+	return rc;
 }
 
 int

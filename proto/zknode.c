@@ -75,3 +75,24 @@ slot_node_encode(const struct slot_node *n)
 		abort();
 	return s;
 }
+
+int
+cluster_config_verify(const char *data, int nslots, const char *path, char *err,
+		      size_t errlen)
+{
+	json_t *j = data ? json_loads(data, 0, NULL) : NULL;
+	json_t *s = json_object_get(j, "slots");
+	int rc = -1;
+
+	if (!json_is_integer(s))
+		snprintf(err, errlen, "%s holds no slot count", path);
+	else if (json_integer_value(s) != nslots)
+		snprintf(err, errlen,
+			 "cluster.slots = %d but the cluster at %s was created "
+			 "with %lld slots; the slot count cannot change",
+			 nslots, path, (long long)json_integer_value(s));
+	else
+		rc = 0;
+	json_decref(j);
+	return rc;
+}

@@ -1,6 +1,7 @@
 #ifndef PROPHET_ZKNODE_H
 #define PROPHET_ZKNODE_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 /* The JSON of a /work_slot/ws_N node (CONTRACT.md):
@@ -19,5 +20,12 @@ struct slot_node {
 int slot_node_decode(const char *data, int len, struct slot_node *n);
 /* A new string. */
 char *slot_node_encode(const struct slot_node *n);
+
+/*
+ * Checks the /config node's data ({"slots":N,...}) against the configured
+ * slot count; path names the node in the error.
+ */
+int cluster_config_verify(const char *data, int nslots, const char *path,
+			  char *err, size_t errlen);
 
 #endif

@@ -1085,6 +1085,28 @@ coord_tick_cb(evutil_socket_t fd, short what, void *arg)
 		session_setup(w);
 }
 
+/* The cluster must exist (a manager created it) with our slot count: a
+ * worker that saw fewer slots would leave some unscanned. */
+static int
+check_cluster_config(struct worker *w, char *err, size_t errlen)
+{
+	char path[512], *data;
+	int rc;
+
+	snprintf(path, sizeof(path), "%s%s", w->root, ZPATH_CONFIG);
+	data = zk_get(w->zk, path, NULL, &rc);
+	if (data == NULL) {
+		snprintf(err, errlen,
+			 "cannot read %s (%s): start "
+			 "prophet-manager first",
+			 path, zerror(rc));
+		return -1;
+	}
+	rc = cluster_config_verify(data, w->nslots, path, err, errlen);
+	xfree(data);
+	return rc;
+}
+
 int
 coord_start(struct worker *w, char *err, size_t errlen)
 {
@@ -1111,6 +1133,8 @@ coord_start(struct worker *w, char *err, size_t errlen)
 		return -1;
 	}
 	w->last_zk_ok_ms = clock_mono_ms();
+	if (check_cluster_config(w, err, errlen) < 0)
+		return -1;
 	/* A crashed predecessor with our id keeps its node until its session
 	 * expires: wait that long before calling the id a duplicate. */
 	deadline = clock_mono_ms() + w->session_timeout_ms + 5000;

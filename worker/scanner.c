@@ -365,15 +365,112 @@ requeue_reply_cb(struct redis *r, redisReply *reply, void *arg)
 	slot_call_free(c);
 }
 
-/* Expired leases of tasks we do not hold go back to due; the ones we hold
- * (Kafka slow, DB update pending) get their lease extended. */
+/* The DB's word on expired leases: a task recorded as delivered (its
+ * publisher died between the DB update and the Redis cleanup), cancelled
+ * or expired must not fire again. */
+struct reap_job {
+	struct db_job job;
+	struct worker *w;
+	int slot;
+	char **ids;
+	size_t n;
+	int *final;
+};
+
+static int
+reap_run(struct db_conn *c, struct db_job *job)
+{
+	struct reap_job *r = (struct reap_job *)job;
+	struct db_params p;
+	struct db_rows rows;
+
+	db_params_init(&p, 1);
+	for (size_t i = 0; i < r->n; i++) {
+		p.n = 0;
+		db_params_str(&p, r->ids[i]);
+		if (db_query(c, SQL_TASK_STATUS, &p, &rows) < 0) {
+			db_params_free(&p);
+			return -1;
+		}
+		r->final[i] =
+			rows.nrows == 1 &&
+			strcmp(db_rows_get(&rows, 0, 0, NULL), "scheduled") !=
+				0 &&
+			strcmp(db_rows_get(&rows, 0, 0, NULL), "firing") != 0;
+		db_rows_free(&rows);
+	}
+	db_params_free(&p);
+	return 0;
+}
+
+static void
+reap_done_cb(struct db_job *job, int status, const char *err)
+{
+	struct reap_job *r = (struct reap_job *)job;
+	struct worker *w = r->w;
+	char kdue[RKEY_MAX], kinf[RKEY_MAX], ktask[RKEY_MAX], katt[RKEY_MAX];
+	struct redis_args req, fin;
+	struct slot_call *c = slot_call_new(w, r->slot);
+
+	rkey_due(kdue, sizeof(kdue), r->slot);
+	rkey_inflight(kinf, sizeof(kinf), r->slot);
+	rkey_task(ktask, sizeof(ktask), r->slot);
+	rkey_attempt(katt, sizeof(katt), r->slot);
+	redis_args_init(&req);
+	redis_args_init(&fin);
+	redis_args_addstr(&req, "EVAL");
+	redis_args_addstr(&req, SCRIPT_REQUEUE);
+	redis_args_addstr(&req, "2");
+	redis_args_addstr(&req, kdue);
+	redis_args_addstr(&req, kinf);
+	redis_args_addint(&req, clock_now_ms());
+	redis_args_addstr(&fin, "EVAL");
+	redis_args_addstr(&fin, SCRIPT_FORGET);
+	redis_args_addstr(&fin, "3");
+	redis_args_addstr(&fin, kinf);
+	redis_args_addstr(&fin, ktask);
+	redis_args_addstr(&fin, katt);
+	/* DB unavailable: requeue them all (at-least-once over not at all). */
+	if (status < 0)
+		log_warn("lease reaper cannot ask the database; requeueing",
+			 "slot=%d error=\"%s\"", r->slot, err);
+	for (size_t i = 0; i < r->n; i++)
+		redis_args_addstr(status == 0 && r->final[i] ? &fin : &req,
+				  r->ids[i]);
+	if (fin.argc > 6) {
+		log_info("expired leases of finished tasks dropped",
+			 "slot=%d count=%d", r->slot, fin.argc - 6);
+		redis_command_argv(w->redis, NULL, NULL, fin.argc, fin.argv,
+				   fin.len);
+	}
+	if (req.argc > 6 && !w->stopping &&
+	    redis_command_argv(w->redis, requeue_reply_cb, c, req.argc,
+			       req.argv, req.len) == 0)
+		c = NULL;
+	else
+		w->slots[r->slot].reaping = 0;
+	redis_args_free(&req);
+	redis_args_free(&fin);
+	if (c != NULL)
+		slot_call_free(c);
+	for (size_t i = 0; i < r->n; i++)
+		xfree(r->ids[i]);
+	xfree(r->ids);
+	xfree(r->final);
+	xfree(r);
+}
+
+/* Expired leases of tasks we do not hold go back to due (after asking the
+ * DB); the ones we hold (Kafka slow, DB update pending) get their lease
+ * extended. */
 static void
 reap_reply_cb(struct redis *r, redisReply *reply, void *arg)
 {
 	struct slot_call *c = arg;
 	struct worker *w = c->w;
-	char kdue[RKEY_MAX], kinf[RKEY_MAX];
-	struct redis_args req, ext;
+	char kinf[RKEY_MAX];
+	struct redis_args ext;
+	struct reap_job *rj;
 	int64_t now = clock_now_ms();
 
 	if (reply == NULL || reply->type != REDIS_REPLY_ARRAY ||
@@ -382,42 +479,42 @@ reap_reply_cb(struct redis *r, redisReply *reply, void *arg)
 		slot_call_free(c);
 		return;
 	}
-	rkey_due(kdue, sizeof(kdue), c->slot);
 	rkey_inflight(kinf, sizeof(kinf), c->slot);
-	redis_args_init(&req);
 	redis_args_init(&ext);
-	redis_args_addstr(&req, "EVAL");
-	redis_args_addstr(&req, SCRIPT_REQUEUE);
-	redis_args_addstr(&req, "2");
-	redis_args_addstr(&req, kdue);
-	redis_args_addstr(&req, kinf);
-	redis_args_addint(&req, now);
 	redis_args_addstr(&ext, "ZADD");
 	redis_args_addstr(&ext, kinf);
 	redis_args_addstr(&ext, "XX");
-	for (size_t i = 0; i < reply->elements; i++) {
+	rj = xcalloc(1, sizeof(*rj));
+	rj->w = w;
+	rj->slot = c->slot;
+	rj->ids = xcalloc(reply->elements, sizeof(char *));
+	rj->final = xcalloc(reply->elements, sizeof(int));
+	for (size_t i = 0; i + 1 < reply->elements; i += 2) {
 		const char *id = reply->element[i]->str;
+		int64_t lease = strtoll(reply->element[i + 1]->str, NULL, 10);
 
 		if (hmap_get(w->tasks, id) != NULL) {
 			redis_args_addint(&ext, now + w->lease_ms);
 			redis_args_addstr(&ext, id);
-		} else {
-			redis_args_addstr(&req, id);
+		} else if (lease <= now) {
+			rj->ids[rj->n++] = xstrdup(id);
 		}
 	}
 	if (ext.argc > 3)
 		redis_command_argv(w->redis, NULL, NULL, ext.argc, ext.argv,
 				   ext.len);
-	if (req.argc > 6 &&
-	    redis_command_argv(w->redis, requeue_reply_cb, c, req.argc,
-			       req.argv, req.len) == 0)
-		c = NULL;
-	else
-		w->slots[c->slot].reaping = 0;
-	redis_args_free(&req);
 	redis_args_free(&ext);
-	if (c != NULL)
-		slot_call_free(c);
+	slot_call_free(c);
+	if (rj->n == 0) {
+		w->slots[rj->slot].reaping = 0;
+		xfree(rj->ids);
+		xfree(rj->final);
+		xfree(rj);
+		return;
+	}
+	rj->job.run = reap_run;
+	rj->job.done_cb = reap_done_cb;
+	db_pool_submit(w->db, &rj->job);
 }
 
 static void
@@ -431,8 +528,8 @@ reap_slot(struct worker *w, int slot, int64_t now)
 	 * before they run out; only expired ones of others are requeued. */
 	snprintf(max, sizeof(max), "%lld", (long long)(now + w->lease_ms / 2));
 	if (redis_command(w->redis, reap_reply_cb, c,
-			  "ZRANGEBYSCORE %s -inf %s LIMIT 0 1000", kinf,
-			  max) < 0)
+			  "ZRANGEBYSCORE %s -inf %s WITHSCORES LIMIT 0 1000",
+			  kinf, max) < 0)
 		slot_call_free(c);
 	else
 		w->slots[slot].reaping = 1;

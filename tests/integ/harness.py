@@ -284,6 +284,26 @@ class ZK:
         (n,) = struct.unpack(">i", r[:4])
         return b"" if n < 0 else r[4:4 + n]
 
+    STAT_FIELDS = ("czxid", "mzxid", "ctime", "mtime", "version",
+                   "cversion", "aversion", "ephemeralOwner", "dataLength",
+                   "numChildren", "pzxid")
+
+    def get_stat(self, path):
+        """(data, stat dict) of a node, or (None, None) if it does not
+        exist. stat carries ctime/mtime (ms, the server's clock), version
+        and ephemeralOwner (the owning session id, 0 if persistent)."""
+        err, r = self._call(4, self._str(path) + b"\0")
+        if err == -101:
+            return None, None
+        if err != 0:
+            raise RuntimeError("zookeeper get %s: error %d" % (path, err))
+        (n,) = struct.unpack(">i", r[:4])
+        off = 4 + max(n, 0)
+        data = b"" if n < 0 else r[4:off]
+        stat = dict(zip(self.STAT_FIELDS,
+                        struct.unpack(">qqqqiiiqiiq", r[off:off + 68])))
+        return data, stat
+
     def children(self, path):
         err, r = self._call(8, self._str(path) + b"\0")
         if err == -101:
@@ -660,6 +680,77 @@ class Proc:
             return []
 
 
+class PrivateZooKeeper:
+    """A standalone ZooKeeper server of one test (free port, own data dir),
+    for faults that must not touch the shared dev cluster's server
+    (stop/restart). Started as scripts/devcluster starts its own.
+
+        zk = h.PrivateZooKeeper().start()
+        with h.Cluster(zk_hosts=zk.hosts) as c: ...; zk.stop(); zk.start()
+        zk.close()
+    """
+
+    def __init__(self, name="zookeeper", tick_ms=1000):
+        self.dir = tempfile.mkdtemp(prefix="prophet-%s-" % name)
+        self.port = free_port()
+        self.hosts = "127.0.0.1:%d" % self.port
+        data = os.path.join(self.dir, "data")
+        os.makedirs(data)
+        self.conf_path = os.path.join(self.dir, "zoo.cfg")
+        with open(self.conf_path, "w") as f:
+            f.write("dataDir=%s\nclientPort=%d\nclientPortAddress=127.0.0.1\n"
+                    "tickTime=%d\nminSessionTimeout=%d\n"
+                    "maxSessionTimeout=60000\nmaxClientCnxns=0\n"
+                    "preAllocSize=4096\nadmin.enableServer=false\n"
+                    "4lw.commands.whitelist=*\n"
+                    % (data, self.port, tick_ms, tick_ms))
+        cp = "/usr/share/java/zookeeper.jar"
+        if os.path.exists("/usr/share/java/slf4j-simple.jar"):
+            cp += ":/usr/share/java/slf4j-simple.jar"
+        self.proc = Proc(name, [
+            "java", "-Xms32m", "-Xmx128m", "-XX:+UseSerialGC",
+            "-XX:TieredStopAtLevel=1", "-Djava.awt.headless=true",
+            "-Dorg.slf4j.simpleLogger.showDateTime=true",
+            "-Dorg.slf4j.simpleLogger.dateTimeFormat=HH:mm:ss.SSS",
+            "-Dzookeeper.admin.enableServer=false", "-cp", cp,
+            "org.apache.zookeeper.server.quorum.QuorumPeerMain",
+            self.conf_path], os.path.join(self.dir, "zookeeper.log"))
+
+    def ready(self):
+        try:
+            z = ZK(self.hosts)
+            try:
+                return z.children("/") is not None
+            finally:
+                z.close()
+        except (OSError, RuntimeError, struct.error):
+            return False
+
+    def start(self, timeout=60):
+        """Starts the server (same data dir every time) and waits until
+        it answers a request."""
+        self.proc.start()
+
+        def up():
+            if not self.proc.running():
+                raise TestFailure("private zookeeper exited (code %s); see "
+                                  "%s" % (self.proc.popen.returncode,
+                                          self.proc.log_path))
+            return self.ready()
+        wait_until(up, timeout, 0.1, "private zookeeper on %s" % self.hosts)
+        return self
+
+    def stop(self, timeout=20):
+        return self.proc.stop(timeout)
+
+    def close(self, failed=False):
+        self.proc.kill()
+        if failed or KEEP:
+            log("private zookeeper kept in %s" % self.dir)
+        else:
+            shutil.rmtree(self.dir, ignore_errors=True)
+
+
 class Cluster:
     """An isolated Prophet cluster on the shared dev servers.
 
@@ -668,8 +759,13 @@ class Cluster:
     and workers; cleans everything up on exit (keeps the temp dir, with
     the logs, when the block failed or PROPHET_INTEG_KEEP=1)."""
 
-    def __init__(self, workers=2, conf=None, slots=16, name="t"):
+    def __init__(self, workers=2, conf=None, slots=16, name="t",
+                 zk_hosts=None):
         self.env = ensure_cluster()
+        if zk_hosts:
+            # A private ZooKeeper (e.g. PrivateZooKeeper) instead of the
+            # dev cluster's: conf, zk() and cleanup use it.
+            self.env = dict(self.env, PROPHET_ZK=zk_hosts)
         self.tag = rand_tag()
         self.nworkers = workers
         self.extra_conf = dict(conf or {})

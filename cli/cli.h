@@ -7,8 +7,9 @@ struct cfg;
 
 struct cli {
 	struct cfg *cfg;
-	char url[512]; /* API base, no trailing slash */
-	int json;      /* --json: print the server's JSON */
+	char url[512];	 /* API base, no trailing slash */
+	int json;	 /* --json: print the server's JSON */
+	char token[300]; /* --token, PROPHET_TOKEN or http.token */
 };
 
 struct cli_cmd {

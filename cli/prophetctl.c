@@ -79,9 +79,17 @@ cli_request(const struct cli *c, const char *method, const char *path,
 	if (body != NULL) {
 		hdrs = curl_slist_append(hdrs,
 					 "Content-Type: application/json");
-		curl_easy_setopt(h, CURLOPT_HTTPHEADER, hdrs);
 		curl_easy_setopt(h, CURLOPT_POSTFIELDS, body);
 	}
+	if (c->token[0] != '\0') {
+		char auth[400];
+
+		snprintf(auth, sizeof(auth), "Authorization: Bearer %s",
+			 c->token);
+		hdrs = curl_slist_append(hdrs, auth);
+	}
+	if (hdrs != NULL)
+		curl_easy_setopt(h, CURLOPT_HTTPHEADER, hdrs);
 	rc = curl_easy_perform(h);
 	if (rc != CURLE_OK) {
 		snprintf(errmsg, errlen, "%s: %s", url, curl_easy_strerror(rc));
@@ -142,13 +150,15 @@ static void
 usage(FILE *fp)
 {
 	fprintf(fp, "usage: prophetctl [-c FILE] [--set K=V] [--url URL] "
-		    "[--json] COMMAND [ARGS]\n\ncommands:\n");
+		    "[--token T] [--json] COMMAND [ARGS]\n\ncommands:\n");
 	for (size_t i = 0; i < NCOMMANDS; i++)
 		fprintf(fp, "  %-58s %s\n", commands[i].usage,
 			commands[i].help);
 	fprintf(fp, "\nThe API address is http.listen of the configuration "
 		    "(default /etc/prophet/prophet.conf)\nunless --url is "
-		    "given. --json prints the server's answers as JSON.\n");
+		    "given; the token is --token, else PROPHET_TOKEN, else\n"
+		    "http.token. --json prints the server's answers as JSON.\n"
+		    "Exit status: 0 done, 1 refused or failed, 2 usage.\n");
 }
 
 int
@@ -169,6 +179,9 @@ main(int argc, char **argv)
 			      "Prophet command-line client.");
 	snprintf(c.url, sizeof(c.url), "http://%s",
 		 cfg_str(c.cfg, CFG_HTTP_LISTEN));
+	snprintf(c.token, sizeof(c.token), "%s",
+		 getenv("PROPHET_TOKEN") ? getenv("PROPHET_TOKEN")
+					 : cfg_str(c.cfg, CFG_HTTP_TOKEN));
 	/* --json may come before or after the command. */
 	for (i = 1; i < argc;) {
 		if (!strcmp(argv[i], "--json")) {
@@ -183,6 +196,8 @@ main(int argc, char **argv)
 	for (i = 1; i < argc; i++) {
 		if (!strcmp(argv[i], "--json")) {
 			c.json = 1;
+		} else if (!strcmp(argv[i], "--token") && i + 1 < argc) {
+			snprintf(c.token, sizeof(c.token), "%s", argv[++i]);
 		} else if (!strcmp(argv[i], "--url") && i + 1 < argc) {
 			snprintf(c.url, sizeof(c.url), "%s", argv[++i]);
 			if (c.url[0] && c.url[strlen(c.url) - 1] == '/')

@@ -56,6 +56,14 @@
 	  1024, 67108864, NULL, 0, "largest request body accepted")            \
 	X(HTTP_MAX_BATCH, "http", "max_batch", CFG_INT, "1000", 1, 10000,      \
 	  NULL, 0, "most tasks in one POST /v1/tasks/batch")                   \
+	X(HTTP_TOKENS_FILE, "http", "tokens_file", CFG_STR, "", 0, 0, NULL, 1, \
+	  "bearer tokens with roles, one '<token> <role>[,<role>]' a line "    \
+	  "(roles: submit, read, admin); empty: no authentication")            \
+	X(HTTP_TOKEN, "http", "token", CFG_STR, "", 0, 0, NULL, 0,             \
+	  "the token prophetctl sends (or PROPHET_TOKEN in its environment)")  \
+	X(HTTP_TOPICS_ALLOWED, "http", "topics_allowed", CFG_STR, "", 0, 0,    \
+	  NULL, 1,                                                             \
+	  "comma-separated topics tasks may use; empty: any valid topic")      \
 	X(HTTP_TIMEOUT_S, "http", "timeout_s", CFG_INT, "30", 1, 3600, NULL,   \
 	  0, "request read/write timeout")                                     \
 	X(TASK_MAX_BODY_BYTES, "task", "max_body_bytes", CFG_INT, "65536", 1,  \

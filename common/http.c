@@ -68,10 +68,53 @@ http_server_create(struct event_base *base, const char *listen, size_t max_body,
 }
 
 void
+http_mark_mykit(struct evhttp_request *req)
+{
+	struct evkeyvalq *in = evhttp_request_get_input_headers(req);
+
+	evhttp_remove_header(in, HTTP_MYKIT_HEADER);
+	evhttp_add_header(in, HTTP_MYKIT_HEADER, "1");
+}
+
+/* mykit-delay answers: {"success":true,"data":"<id>","code":200} and
+ * {"success":false,"message":"...","code":500}, always HTTP 200. */
+static json_t *
+to_mykit(int code, json_t *body)
+{
+	const json_t *e = json_object_get(body, "error");
+	json_t *out;
+
+	if (code >= 200 && code < 300 && !json_is_object(e)) {
+		const json_t *d = json_object_get(body, "id");
+
+		if (d == NULL)
+			d = json_object_get(body, "job");
+		out = json_pack("{s:b, s:O, s:i}", "success", 1, "data",
+				d ? d : json_null(), "code", 200);
+	} else {
+		const char *msg =
+			json_string_value(json_object_get(e, "message"));
+
+		out = json_pack("{s:b, s:s, s:i}", "success", 0, "message",
+				msg ? msg : "failed", "code", 500);
+	}
+	json_decref(body);
+	return out;
+}
+
+void
 http_reply_json(struct evhttp_request *req, int code, json_t *body)
 {
-	struct evbuffer *b = evbuffer_new();
-	char *s = json_dumps(body, JSON_COMPACT | JSON_ENCODE_ANY);
+	struct evbuffer *b;
+	char *s;
+
+	if (evhttp_find_header(evhttp_request_get_input_headers(req),
+			       HTTP_MYKIT_HEADER) != NULL) {
+		body = to_mykit(code, body);
+		code = 200;
+	}
+	b = evbuffer_new();
+	s = json_dumps(body, JSON_COMPACT | JSON_ENCODE_ANY);
 
 	json_decref(body);
 	evbuffer_add(b, s, strlen(s));

@@ -10,6 +10,13 @@
 struct evhttp *http_server_create(struct event_base *base, const char *listen,
 				  size_t max_body, int timeout_s, char *err,
 				  size_t errlen);
+/*
+ * Requests of the mykit-delay compatible endpoints are marked (an internal
+ * input header, replacing any a client sent) so that every answer, success
+ * or error, is rendered in mykit-delay's shape by http_reply_json.
+ */
+#define HTTP_MYKIT_HEADER "X-Prophet-Internal-Mykit"
+void http_mark_mykit(struct evhttp_request *req);
 /* Takes over body. */
 void http_reply_json(struct evhttp_request *req, int code, json_t *body);
 void http_reply_error(struct evhttp_request *req, int code, const char *ecode,

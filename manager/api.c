@@ -12,6 +12,7 @@
 #include <event2/keyvalq_struct.h>
 #include <jansson.h>
 
+#include "auth.h"
 #include "cfg.h"
 #include "daemon.h"
 #include "db.h"
@@ -106,11 +107,44 @@ reply_task_error(struct manager *mg, struct evhttp_request *req,
 	http_reply_json(req, e->http, task_error_json(e));
 }
 
-static void
-post_task(struct manager *mg, struct evhttp_request *req)
+/* Validates a task (taken over) and submits it; the answer follows. */
+void
+api_submit(struct manager *mg, struct evhttp_request *req, json_t *in)
 {
 	struct task_error terr;
-	struct submit_ctx *ctx;
+	struct submit_ctx *ctx = xcalloc(1, sizeof(*ctx));
+
+	if (task_from_json(in, &mg->limits, clock_now_ms(), &ctx->req.task,
+			   &terr) < 0) {
+		json_decref(in);
+		xfree(ctx);
+		reply_task_error(mg, req, &terr);
+		return;
+	}
+	json_decref(in);
+	if (!api_topic_allowed(mg, ctx->req.task.topic)) {
+		task_error_set(&terr, 400, "invalid_value", "topic",
+			       "topic '%s' is not in http.topics_allowed",
+			       ctx->req.task.topic);
+		task_clear(&ctx->req.task);
+		xfree(ctx);
+		reply_task_error(mg, req, &terr);
+		return;
+	}
+	ctx->http = req;
+	ctx->mg = mg;
+	ctx->req.started_us = clock_mono_us();
+	ctx->req.done_cb = submit_done_cb;
+	ctx->req.arg = ctx;
+	mg->inflight++;
+	ingest_submit(mg->ingest, &ctx->req);
+}
+
+/* The request body as JSON, or a 400 already answered (NULL). */
+json_t *
+api_body_json(struct manager *mg, struct evhttp_request *req)
+{
+	struct task_error terr;
 	json_error_t jerr;
 	json_t *in;
 	size_t len;
@@ -119,7 +153,7 @@ post_task(struct manager *mg, struct evhttp_request *req)
 	if (mg->stopping) {
 		http_reply_error(req, 503, "unavailable", NULL,
 				 "server is shutting down");
-		return;
+		return NULL;
 	}
 	body = http_body(req, &len);
 	in = json_loadb(body, len, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL,
@@ -130,24 +164,17 @@ post_task(struct manager *mg, struct evhttp_request *req)
 			       "malformed JSON at line %d column %d: %s",
 			       jerr.line, jerr.column, jerr.text);
 		reply_task_error(mg, req, &terr);
-		return;
 	}
-	ctx = xcalloc(1, sizeof(*ctx));
-	if (task_from_json(in, &mg->limits, clock_now_ms(), &ctx->req.task,
-			   &terr) < 0) {
-		json_decref(in);
-		xfree(ctx);
-		reply_task_error(mg, req, &terr);
-		return;
-	}
-	json_decref(in);
-	ctx->http = req;
-	ctx->mg = mg;
-	ctx->req.started_us = clock_mono_us();
-	ctx->req.done_cb = submit_done_cb;
-	ctx->req.arg = ctx;
-	mg->inflight++;
-	ingest_submit(mg->ingest, &ctx->req);
+	return in;
+}
+
+static void
+post_task(struct manager *mg, struct evhttp_request *req)
+{
+	json_t *in = api_body_json(mg, req);
+
+	if (in != NULL)
+		api_submit(mg, req, in);
 }
 
 /* POST /v1/tasks/batch: every task validated on its own and submitted
@@ -258,6 +285,18 @@ post_batch(struct manager *mg, struct evhttp_request *req)
 		it->index = i;
 		if (task_from_json(t, &mg->limits, now, &it->req.task, &terr) <
 		    0) {
+			metric_inc(mg->m.rejected);
+			json_array_set_new(
+				b->results, i,
+				with_code(task_error_json(&terr), terr.http));
+			continue;
+		}
+		if (!api_topic_allowed(mg, it->req.task.topic)) {
+			task_error_set(&terr, 400, "invalid_value", "topic",
+				       "topic '%s' is not in "
+				       "http.topics_allowed",
+				       it->req.task.topic);
+			task_clear(&it->req.task);
 			metric_inc(mg->m.rejected);
 			json_array_set_new(
 				b->results, i,
@@ -457,6 +496,64 @@ readyz(struct manager *mg, struct evhttp_request *req)
 	http_reply_json(req, zk && db ? 200 : 503, out);
 }
 
+/* The role a call needs; 0 for the unauthenticated ones. */
+static int
+route_role(const char *path, enum evhttp_cmd_type m)
+{
+	if (!strcmp(path, "/healthz") || !strcmp(path, "/readyz") ||
+	    !strcmp(path, "/metrics"))
+		return 0;
+	if (!strncmp(path, "/v1/admin/", 10) || !strcmp(path, "/reStore") ||
+	    !strcmp(path, "/reStoreJob") || !strcmp(path, "/clearAll") ||
+	    (!strncmp(path, TASKS_PREFIX, strlen(TASKS_PREFIX)) &&
+	     is_restore_path(path)))
+		return AUTH_ADMIN;
+	if (m == EVHTTP_REQ_GET || m == EVHTTP_REQ_HEAD)
+		return !strcmp(path, "/delete") ? AUTH_SUBMIT : AUTH_READ;
+	return AUTH_SUBMIT;
+}
+
+static int
+authorized(struct manager *mg, struct evhttp_request *req, const char *path,
+	   enum evhttp_cmd_type m)
+{
+	int need = route_role(path, m), rc;
+
+	if (need == 0 || !auth_enabled(mg->auth))
+		return 1;
+	rc = auth_check(
+		mg->auth,
+		evhttp_find_header(evhttp_request_get_input_headers(req),
+				   "Authorization"),
+		(enum auth_role)need);
+	if (rc == 0)
+		return 1;
+	if (rc == 401) {
+		evhttp_add_header(evhttp_request_get_output_headers(req),
+				  "WWW-Authenticate", "Bearer");
+		http_reply_error(req, 401, "unauthorized", NULL,
+				 "a valid bearer token is required");
+	} else {
+		http_reply_error(req, 403, "forbidden", NULL,
+				 "this token's roles do not allow %s",
+				 need == AUTH_ADMIN  ? "admin calls"
+				 : need == AUTH_READ ? "reading"
+						     : "submitting");
+	}
+	return 0;
+}
+
+int
+api_topic_allowed(const struct manager *mg, const char *topic)
+{
+	if (mg->topics_allowed == NULL)
+		return 1;
+	for (char **t = mg->topics_allowed; *t != NULL; t++)
+		if (!strcmp(*t, topic))
+			return 1;
+	return 0;
+}
+
 static void
 route_cb(struct evhttp_request *req, void *arg)
 {
@@ -470,6 +567,8 @@ route_cb(struct evhttp_request *req, void *arg)
 	metric_inc(mg->m.http_requests);
 	if (path == NULL)
 		path = "/";
+	if (!authorized(mg, req, path, m))
+		return;
 	if (!strcmp(path, "/v1/tasks/batch")) {
 		if (m == EVHTTP_REQ_POST)
 			post_batch(mg, req);
@@ -526,6 +625,8 @@ route_cb(struct evhttp_request *req, void *arg)
 		else
 			http_reply_error(req, 405, "method_not_allowed", NULL,
 					 "use GET");
+	} else if (mykit_route(mg, req, path, m)) {
+		/* answered by mykit.c */
 	} else if (!strcmp(path, "/metrics")) {
 		http_metrics_cb(req, mg);
 	} else if (!strcmp(path, "/healthz")) {

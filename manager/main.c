@@ -9,6 +9,7 @@
 #include <event2/event.h>
 #include <event2/thread.h>
 
+#include "auth.h"
 #include "cfg.h"
 #include "daemon.h"
 #include "db.h"
@@ -85,6 +86,65 @@ drain_cb(evutil_socket_t fd, short what, void *arg)
 }
 
 static void
+free_topics(char **topics)
+{
+	for (char **t = topics; t != NULL && *t != NULL; t++)
+		xfree(*t);
+	xfree(topics);
+}
+
+/* http.topics_allowed: "a, b,c" -> {"a","b","c",NULL}; NULL when empty. */
+static int
+load_topics(const char *list, char ***out, char *err, size_t errlen)
+{
+	char *copy = xstrdup(list), *save = NULL;
+	char **topics = NULL;
+	size_t n = 0;
+
+	for (char *t = strtok_r(copy, ", ", &save); t != NULL;
+	     t = strtok_r(NULL, ", ", &save)) {
+		if (!task_topic_valid(t, strlen(t))) {
+			snprintf(err, errlen,
+				 "http.topics_allowed: '%s' is not a valid "
+				 "topic",
+				 t);
+			xfree(copy);
+			free_topics(topics);
+			return -1;
+		}
+		topics = xrealloc(topics, (n + 2) * sizeof(char *));
+		topics[n++] = xstrdup(t);
+		topics[n] = NULL;
+	}
+	xfree(copy);
+	*out = topics;
+	return 0;
+}
+
+/* Tokens and the topic allow-list: at start (fatal on error) and on
+ * SIGHUP (the running ones stay on error). */
+static int
+load_access(struct manager *mg, char *err, size_t errlen)
+{
+	struct auth *a =
+		auth_load(cfg_str(mg->cfg, CFG_HTTP_TOKENS_FILE), err, errlen);
+	char **topics;
+
+	if (a == NULL)
+		return -1;
+	if (load_topics(cfg_str(mg->cfg, CFG_HTTP_TOPICS_ALLOWED), &topics, err,
+			errlen) < 0) {
+		auth_destroy(a);
+		return -1;
+	}
+	auth_destroy(mg->auth);
+	mg->auth = a;
+	free_topics(mg->topics_allowed);
+	mg->topics_allowed = topics;
+	return 0;
+}
+
+static void
 reload_cb(void *arg)
 {
 	struct manager *mg = arg;
@@ -98,6 +158,13 @@ reload_cb(void *arg)
 	}
 	log_level_parse(cfg_str(mg->cfg, CFG_LOG_LEVEL), &lvl);
 	log_set_level(lvl);
+	if (load_access(mg, err, sizeof(err)) < 0)
+		log_error("reload of tokens/topics failed; keeping the "
+			  "running ones",
+			  "error=\"%s\"", err);
+	else
+		log_info("access reloaded", "tokens=%s",
+			 auth_enabled(mg->auth) ? "on" : "off");
 }
 
 static void
@@ -143,6 +210,15 @@ main(int argc, char **argv)
 	mg.limits.max_body = (size_t)cfg_int(mg.cfg, CFG_TASK_MAX_BODY_BYTES);
 	mg.limits.max_delay_ms = cfg_int(mg.cfg, CFG_TASK_MAX_DELAY_MS);
 
+	if (load_access(&mg, err, sizeof(err)) < 0)
+		log_fatal("access", "error=\"%s\"", err);
+	if (!auth_enabled(mg.auth) &&
+	    strncmp(cfg_str(mg.cfg, CFG_HTTP_LISTEN), "127.", 4) != 0 &&
+	    strncmp(cfg_str(mg.cfg, CFG_HTTP_LISTEN), "[::1]", 5) != 0 &&
+	    strncmp(cfg_str(mg.cfg, CFG_HTTP_LISTEN), "localhost", 9) != 0)
+		log_warn("the API listens beyond loopback without tokens: "
+			 "set http.tokens_file",
+			 "listen=%s", cfg_str(mg.cfg, CFG_HTTP_LISTEN));
 	evthread_use_pthreads();
 	mg.base = event_base_new();
 	mg.daemon = daemon_create(mg.base, stop_cb, reload_cb, &mg);
@@ -206,6 +282,8 @@ main(int argc, char **argv)
 	daemon_destroy(mg.daemon);
 	event_base_free(mg.base);
 	metrics_free_all();
+	auth_destroy(mg.auth);
+	free_topics(mg.topics_allowed);
 	cfg_destroy(mg.cfg);
 	log_info("stopped", "");
 	return 0;

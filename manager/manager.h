@@ -6,6 +6,8 @@
 #include <event2/event.h>
 #include <event2/http.h>
 
+#include <jansson.h>
+
 #include "task.h"
 
 struct cfg;
@@ -15,6 +17,7 @@ struct zk;
 struct ingest;
 struct daemon;
 struct metric;
+struct auth;
 
 #define MANAGER_METRICS(X)                                                  \
 	X(accepted, COUNTER, "prophet_tasks_accepted_total",                \
@@ -60,6 +63,8 @@ struct manager {
 	struct zk *zk;
 	struct ingest *ingest;
 	struct task_limits limits;
+	struct auth *auth;     /* bearer tokens; NULL: none configured */
+	char **topics_allowed; /* NULL: any valid topic */
 	int nslots;
 	int64_t horizon_ms;
 	int stopping;
@@ -105,6 +110,8 @@ void cluster_get(struct manager *mg, struct evhttp_request *req);
 /* restore.c: POST /v1/admin/restore, GET /v1/admin/restore/{job},
  * POST /v1/tasks/{id}/restore */
 void restore_start(struct manager *mg, struct evhttp_request *req);
+void restore_launch(struct manager *mg, struct evhttp_request *req, int slot,
+		    int expired);
 void restore_status(struct manager *mg, struct evhttp_request *req,
 		    const char *id);
 void restore_one(struct manager *mg, struct evhttp_request *req, const char *id,
@@ -120,5 +127,14 @@ void tasks_list(struct manager *mg, struct evhttp_request *req);
 
 /* api.c */
 void api_register(struct manager *mg);
+int api_topic_allowed(const struct manager *mg, const char *topic);
+void api_submit(struct manager *mg, struct evhttp_request *req, json_t *task);
+json_t *api_body_json(struct manager *mg, struct evhttp_request *req);
+
+/* mykit.c: the mykit-delay compatible endpoints; 1 if path was one. */
+int mykit_route(struct manager *mg, struct evhttp_request *req,
+		const char *path, enum evhttp_cmd_type m);
+/* DELETE the Redis index of every slot (workers rebuild it from the DB). */
+void restore_clear_all(struct manager *mg, struct evhttp_request *req);
 
 #endif

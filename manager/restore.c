@@ -234,12 +234,11 @@ find_job(int id)
 void
 restore_start(struct manager *mg, struct evhttp_request *req)
 {
-	struct restore_job *r;
 	json_error_t jerr;
 	json_t *in = NULL, *v;
 	size_t len;
 	char *body = http_body(req, &len);
-	int slot = -1, expired = 0, keep;
+	int slot = -1, expired = 0;
 
 	if (len > 0) {
 		in = json_loadb(body, len, 0, &jerr);
@@ -272,6 +271,16 @@ restore_start(struct manager *mg, struct evhttp_request *req)
 	}
 	expired = json_is_true(v);
 	json_decref(in);
+	restore_launch(mg, req, slot, expired);
+}
+
+void
+restore_launch(struct manager *mg, struct evhttp_request *req, int slot,
+	       int expired)
+{
+	struct restore_job *r;
+	int keep;
+
 	if (!redis_up(mg->redis)) {
 		http_reply_error(req, 503, "unavailable", NULL,
 				 "redis is unavailable; workers rebuild the "
@@ -430,4 +439,66 @@ restore_one(struct manager *mg, struct evhttp_request *req, const char *id,
 	o->job.done_cb = one_done_cb;
 	mg->inflight++;
 	db_pool_submit(mg->db, &o->job);
+}
+
+struct clear_call {
+	struct manager *mg;
+	struct evhttp_request *req;
+	int pending;
+	int failed;
+};
+
+static void
+clear_put(struct clear_call *cc)
+{
+	if (--cc->pending > 0)
+		return;
+	if (cc->failed)
+		http_reply_error(cc->req, 503, "unavailable", NULL,
+				 "redis failed while clearing");
+	else
+		http_reply_json(cc->req, 200, json_pack("{s:s}", "id", "all"));
+	cc->mg->inflight--;
+	xfree(cc);
+}
+
+static void
+clear_cb(struct redis *rd, redisReply *reply, void *arg)
+{
+	struct clear_call *cc = arg;
+
+	if (reply == NULL || reply->type == REDIS_REPLY_ERROR)
+		cc->failed = 1;
+	clear_put(cc);
+}
+
+/* mykit-delay's clearAll empties its Redis queue. Here Redis is only an
+ * index: dropping it (markers included) makes every owner rebuild its
+ * slots from the DB. Nothing stored in the DB is touched. */
+void
+restore_clear_all(struct manager *mg, struct evhttp_request *req)
+{
+	struct clear_call *cc = xcalloc(1, sizeof(*cc));
+
+	cc->mg = mg;
+	cc->req = req;
+	cc->pending = 1;
+	mg->inflight++;
+	log_warn("clearAll: dropping the redis index of every slot", "");
+	for (int i = 0; i < mg->nslots; i++) {
+		char kdue[RKEY_MAX], ktask[RKEY_MAX], katt[RKEY_MAX],
+			kmark[RKEY_MAX];
+
+		rkey_due(kdue, sizeof(kdue), i);
+		rkey_task(ktask, sizeof(ktask), i);
+		rkey_attempt(katt, sizeof(katt), i);
+		rkey_marker(kmark, sizeof(kmark), i);
+		cc->pending++;
+		if (redis_command(mg->redis, clear_cb, cc, "DEL %s %s %s %s",
+				  kdue, ktask, katt, kmark) < 0) {
+			cc->pending--;
+			cc->failed = 1;
+		}
+	}
+	clear_put(cc); /* ours */
 }

@@ -1,0 +1,193 @@
+#!/usr/bin/env python3
+"""Bearer tokens with roles, the topic allow-list, and the mykit-delay
+compatible endpoints (requests as its documentation writes them), on a
+running cluster with one worker."""
+
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.dont_write_bytecode = True
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import harness as h  # noqa: E402
+
+C = None
+READER = None
+TOKENS = {
+    "submit": "sub-0123456789abcdef",
+    "read": "read-0123456789abcdef",
+    "admin": "adm-0123456789abcdef0",
+}
+
+
+def setup():
+    global C, READER
+    tokens_path = os.path.join(tempfile.gettempdir(),
+                               "prophet-tokens-%s" % h.rand_tag())
+    with open(tokens_path, "w") as f:
+        f.write("# role per token\n")
+        for role, tok in TOKENS.items():
+            f.write("%s %s\n" % (tok, role))
+        f.write("both-0123456789abcdef submit,read  # two roles\n")
+    C = h.Cluster(workers=1, name="access",
+                  conf={"http.tokens_file": tokens_path,
+                        "http.topics_allowed": "ces, orders"}).open()
+    C.tokens_path = tokens_path
+    C.start()
+    h.create_topics(C.brokers, [C.topic("ces"), C.topic("orders")])
+    READER = C.reader(["ces", "orders"])
+
+
+def call(method, path, body=None, token=None):
+    api = C.api()
+    try:
+        hdrs = {"Authorization": "Bearer " + token} if token else {}
+        return api.request(method, path, body, headers=hdrs)
+    finally:
+        api.close()
+
+
+def test_roles():
+    task = {"topic": "orders", "body": "x", "delay_ms": 3600000}
+    h.check_eq(call("POST", "/v1/tasks", task).status, 401, "no token")
+    r = call("POST", "/v1/tasks", task, "wrong-0123456789abcdef")
+    h.check_eq(r.status, 401, "unknown token")
+    h.check_eq(r.json["error"]["code"], "unauthorized", "401 error code")
+    h.check_eq(call("POST", "/v1/tasks", task, TOKENS["read"]).status, 403,
+               "read token cannot submit")
+    r = call("POST", "/v1/tasks", dict(task, id="acc-1"), TOKENS["submit"])
+    h.check_eq(r.status, 201, "submit token submits")
+    h.check_eq(call("GET", "/v1/tasks/acc-1", None, TOKENS["submit"]).status,
+               403, "submit token cannot read")
+    h.check_eq(call("GET", "/v1/tasks/acc-1", None, TOKENS["read"]).status,
+               200, "read token reads")
+    h.check_eq(call("GET", "/v1/tasks/acc-1", None,
+                    "both-0123456789abcdef").status, 200, "two roles")
+    h.check_eq(call("POST", "/v1/admin/restore", {}, TOKENS["submit"])
+               .status, 403, "restore needs admin")
+    h.check_eq(call("GET", "/clearAll", None, TOKENS["read"]).status, 403,
+               "clearAll needs admin")
+    h.check_eq(call("POST", "/v1/admin/restore", {}, TOKENS["admin"]).status,
+               202, "admin restores")
+    h.check_eq(call("DELETE", "/v1/tasks/acc-1", None, TOKENS["admin"])
+               .status, 200, "admin may do everything")
+    for path in ("/healthz", "/readyz", "/metrics"):
+        h.check_eq(call("GET", path).status, 200, "%s needs no token" % path)
+
+
+def test_topic_allow_list():
+    r = call("POST", "/v1/tasks", {"topic": "other", "body": "x",
+                                   "delay_ms": 1}, TOKENS["submit"])
+    h.check_eq(r.status, 400, "topic outside the allow-list")
+    h.check_eq(r.json["error"]["field"], "topic", "its field")
+    r = call("POST", "/v1/tasks/batch",
+             {"tasks": [{"topic": "other", "body": "x", "delay_ms": 1},
+                        {"topic": "ces", "body": "x", "delay_ms": 3600000}]},
+             TOKENS["submit"])
+    h.check_eq([x["code"] for x in r.json["results"]], [400, 201],
+               "allow-list per task in a batch")
+
+
+def test_mykit_delay_endpoints():
+    tok = TOKENS["admin"]
+    now = h.now_ms()
+    # As in mykit-delay's documentation.
+    r = call("POST", "/push", {"body": "{hello world}", "delay": 800,
+                               "id": "20", "status": 0, "topic": "ces",
+                               "subtopic": "sub", "ttl": 0,
+                               "createTime": now}, tok)
+    h.check_eq(r.status, 200, "push status")
+    h.check_eq(r.json, {"success": True, "data": "20", "code": 200},
+               "push answer")
+    r = call("POST", "/push", {"body": "b", "delay": 5000, "id": 21,
+                               "topic": "ces", "bizKey": "order-7"}, tok)
+    h.check_eq(r.json["data"], "21", "numeric id taken as text")
+    r = call("GET", "/delete?JobId=21", None, tok)
+    h.check_eq(r.json, {"success": True, "data": "21", "code": 200},
+               "delete (JobId spelling)")
+    r = call("POST", "/push", {"delay": 5, "topic": "ces"}, tok)
+    h.check_eq((r.status, r.json["success"], r.json["code"]),
+               (200, False, 500), "push without body")
+    h.check("body" in r.json["message"], "message names the field")
+    r = call("GET", "/delete?jobId=nope", None, tok)
+    h.check_eq(r.json["success"], False, "delete of an unknown id")
+    r = call("GET", "/reStore?expire=false", None, tok)
+    h.check_eq(r.json["success"], True, "reStore")
+    r = call("GET", "/reStoreJob?jobId=20", None, tok)
+    h.check_eq(r.json["success"], True, "reStoreJob of a scheduled task")
+    missing = READER.wait_for(["20"], 20)
+    h.check(not missing, "pushed job 20 never published")
+    m = READER.by_id["20"][0]
+    h.check_eq(m.payload, "{hello world}", "body byte for byte")
+    h.check_eq(m.hdr.get("mykit-subtopic"), "sub", "subtopic header")
+    h.check(int(m.hdr["prophet-due-at"]) == now + 800,
+            "due at createTime + delay")
+    time.sleep(5.5)
+    h.check("21" not in READER.by_id, "deleted job 21 was published")
+    r = call("GET", "/clearAll", None, tok)
+    h.check_eq(r.json["success"], True, "clearAll")
+    # The index comes back from the DB: a task pushed before still fires.
+    call("POST", "/push", {"body": "later", "delay": 1500, "id": "22",
+                           "topic": "ces"}, tok)
+    call("GET", "/clearAll", None, tok)
+    missing = READER.wait_for(["22"], 20)
+    h.check(not missing, "task pushed before clearAll never published")
+
+
+def test_prophetctl_token():
+    ctl = os.path.join(h.BUILDDIR, "prophetctl")
+    base = [ctl, "--url", "http://" + C.manager_addr]
+    p = subprocess.run(base + ["get", "20"], capture_output=True, text=True,
+                       timeout=30)
+    h.check(p.returncode == 1 and "401" in p.stderr,
+            "without a token: %r" % (p,))
+    p = subprocess.run(base + ["--token", TOKENS["read"], "get", "20"],
+                       capture_output=True, text=True, timeout=30)
+    h.check_eq(p.returncode, 0, "with --token: %s" % p.stderr)
+    env = dict(os.environ, PROPHET_TOKEN=TOKENS["read"])
+    p = subprocess.run(base + ["get", "20"], capture_output=True, text=True,
+                       timeout=30, env=env)
+    h.check_eq(p.returncode, 0, "with PROPHET_TOKEN: %s" % p.stderr)
+
+
+def test_bad_tokens_file_refused():
+    path = C.tokens_path + ".bad"
+    with open(path, "w") as f:
+        f.write("short admin\n")
+    p = subprocess.run([h.MANAGER_BIN, "-c", C.conf_path, "--set",
+                        "http.tokens_file=" + path, "--set",
+                        "http.listen=127.0.0.1:%d" % h.free_port()],
+                       capture_output=True, text=True, timeout=30)
+    os.unlink(path)
+    h.check(p.returncode != 0 and ".bad:1" in p.stderr,
+            "a malformed tokens file must stop the manager: %r"
+            % p.stderr[-300:])
+
+
+def main():
+    failed = 1
+    try:
+        setup()
+        failed = h.run_tests(h.collect_tests(globals()),
+                             on_failure=lambda: C.dump_logs())
+    except Exception:
+        import traceback
+        for line in traceback.format_exc().splitlines():
+            h.log(line)
+        if C is not None:
+            C.dump_logs()
+        print("not ok - setup failed", flush=True)
+    finally:
+        if READER is not None:
+            READER.stop()
+        if C is not None:
+            C.close(failed=bool(failed))
+            if os.path.exists(getattr(C, "tokens_path", "")):
+                os.unlink(C.tokens_path)
+    sys.exit(1 if failed else 0)
+
+
+if __name__ == "__main__":
+    main()

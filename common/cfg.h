@@ -45,6 +45,13 @@
 	  "due task of topic T goes to Kafka topic <prefix>T")                 \
 	X(KAFKA_INGEST_TOPIC, "kafka", "ingest_topic", CFG_STR, "", 0, 0,      \
 	  NULL, 0, "optional: task submissions consumed from this topic")      \
+	X(KAFKA_INGEST_GROUP, "kafka", "ingest_group", CFG_STR,                \
+	  "prophet-ingest", 0, 0, cfg_check_nonempty, 0,                       \
+	  "consumer group of the managers reading ingest_topic")              \
+	X(KAFKA_INGEST_ERRORS_TOPIC, "kafka", "ingest_errors_topic", CFG_STR,  \
+	  "", 0, 0, NULL, 0,                                                    \
+	  "where refused submissions go, with the reason in headers; "         \
+	  "default <ingest_topic>.errors")                                     \
 	X(KAFKA_LINGER_MS, "kafka", "linger_ms", CFG_INT, "2", 0, 1000, NULL,  \
 	  0, "producer linger.ms (batching delay)")                            \
 	X(KAFKA_QUEUE_MAX, "kafka", "queue_max", CFG_INT, "200000", 1000,      \

@@ -224,3 +224,151 @@ kafka_brokers_down(const struct kafka_producer *p)
 {
 	return p->all_down;
 }
+
+struct kafka_consumer {
+	rd_kafka_t *rk;
+	rd_kafka_queue_t *q;
+	struct event *ev;
+	int pipefd[2];
+	kafka_msg_fn msg_cb;
+	void *arg;
+	int held; /* the caller has enough in hand: do not poll */
+};
+
+static void
+consumer_error_cb(rd_kafka_t *rk, int err, const char *reason, void *opaque)
+{
+	log_warn("kafka consumer error", "code=%s reason=\"%s\"",
+		 rd_kafka_err2name(err), reason);
+}
+
+static void
+consumer_wake_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct kafka_consumer *c = arg;
+	char buf[256];
+
+	while (read(fd, buf, sizeof(buf)) > 0)
+		;
+	if (!c->held)
+		kafka_consumer_poll(c, 1000);
+}
+
+void
+kafka_consumer_hold(struct kafka_consumer *c, int held)
+{
+	c->held = held;
+	if (!held)
+		kafka_consumer_poll(c, 1000);
+}
+
+struct kafka_consumer *
+kafka_consumer_create(struct event_base *base, const struct cfg *cfg,
+		      const char *group, const char *topic, kafka_msg_fn msg_cb,
+		      void *arg, char *err, size_t errlen)
+{
+	struct kafka_consumer *c = xcalloc(1, sizeof(*c));
+	rd_kafka_conf_t *conf = rd_kafka_conf_new();
+	rd_kafka_topic_partition_list_t *topics;
+	size_t n;
+
+	if (set(conf, "bootstrap.servers", cfg_str(cfg, CFG_KAFKA_BROKERS), err,
+		errlen) ||
+	    set(conf, "group.id", group, err, errlen) ||
+	    set(conf, "enable.auto.commit", "false", err, errlen) ||
+	    set(conf, "enable.auto.offset.store", "false", err, errlen) ||
+	    set(conf, "auto.offset.reset", "earliest", err, errlen))
+		goto fail;
+	n = cfg_extra_count(cfg, "kafka.consumer");
+	for (size_t i = 0; i < n; i++) {
+		const char *k, *v;
+		char why[256];
+
+		cfg_extra_get(cfg, "kafka.consumer", i, &k, &v);
+		if (set(conf, k, v, why, sizeof(why))) {
+			snprintf(err, errlen, "kafka.consumer.%s: %s", k, why);
+			goto fail;
+		}
+	}
+	rd_kafka_conf_set_error_cb(conf, consumer_error_cb);
+	rd_kafka_conf_set_log_cb(conf, log_cb);
+	c->msg_cb = msg_cb;
+	c->arg = arg;
+	c->rk = rd_kafka_new(RD_KAFKA_CONSUMER, conf, err, errlen);
+	if (c->rk == NULL) {
+		xfree(c);
+		return NULL;
+	}
+	rd_kafka_poll_set_consumer(c->rk);
+	topics = rd_kafka_topic_partition_list_new(1);
+	rd_kafka_topic_partition_list_add(topics, topic, RD_KAFKA_PARTITION_UA);
+	if (rd_kafka_subscribe(c->rk, topics) != RD_KAFKA_RESP_ERR_NO_ERROR) {
+		snprintf(err, errlen, "cannot subscribe to %s", topic);
+		rd_kafka_topic_partition_list_destroy(topics);
+		rd_kafka_destroy(c->rk);
+		xfree(c);
+		return NULL;
+	}
+	rd_kafka_topic_partition_list_destroy(topics);
+	if (pipe2(c->pipefd, O_NONBLOCK | O_CLOEXEC) < 0)
+		log_fatal("pipe failed", "");
+	c->q = rd_kafka_queue_get_consumer(c->rk);
+	rd_kafka_queue_io_event_enable(c->q, c->pipefd[1], "1", 1);
+	c->ev = event_new(base, c->pipefd[0], EV_READ | EV_PERSIST,
+			  consumer_wake_cb, c);
+	event_add(c->ev, NULL);
+	return c;
+fail:
+	rd_kafka_conf_destroy(conf);
+	xfree(c);
+	return NULL;
+}
+
+int
+kafka_consumer_poll(struct kafka_consumer *c, int max)
+{
+	int n = 0;
+
+	while (n < max && !c->held) {
+		rd_kafka_message_t *m = rd_kafka_consumer_poll(c->rk, 0);
+
+		if (m == NULL)
+			break;
+		if (m->err == RD_KAFKA_RESP_ERR_NO_ERROR)
+			c->msg_cb(m, c->arg);
+		else if (m->err != RD_KAFKA_RESP_ERR__PARTITION_EOF)
+			log_warn("kafka consume error", "error=\"%s\"",
+				 rd_kafka_message_errstr(m));
+		rd_kafka_message_destroy(m);
+		n++;
+	}
+	return n;
+}
+
+void
+kafka_consumer_commit(struct kafka_consumer *c, const char *topic,
+		      int32_t partition, int64_t next_offset)
+{
+	rd_kafka_topic_partition_list_t *l =
+		rd_kafka_topic_partition_list_new(1);
+
+	rd_kafka_topic_partition_list_add(l, topic, partition)->offset =
+		next_offset;
+	rd_kafka_commit(c->rk, l, 1);
+	rd_kafka_topic_partition_list_destroy(l);
+}
+
+void
+kafka_consumer_destroy(struct kafka_consumer *c)
+{
+	if (c == NULL)
+		return;
+	rd_kafka_queue_io_event_enable(c->q, -1, NULL, 0);
+	rd_kafka_queue_destroy(c->q);
+	rd_kafka_consumer_close(c->rk);
+	rd_kafka_destroy(c->rk);
+	event_free(c->ev);
+	close(c->pipefd[0]);
+	close(c->pipefd[1]);
+	xfree(c);
+}

@@ -45,4 +45,26 @@ int kafka_ping(struct kafka_producer *p, int timeout_ms);
 /* Whether the last error callback said all brokers are down. */
 int kafka_brokers_down(const struct kafka_producer *p);
 
+/*
+ * A consumer (group member) on one topic, served on the loop: msg_cb gets
+ * each message (borrowed for the call). Offsets are committed only by
+ * kafka_consumer_commit(), which the caller runs once what it consumed is
+ * durably handled. kafka_consumer_pause() stops fetching.
+ */
+struct kafka_consumer;
+typedef void (*kafka_msg_fn)(const rd_kafka_message_t *m, void *arg);
+
+struct kafka_consumer *
+kafka_consumer_create(struct event_base *base, const struct cfg *cfg,
+		      const char *group, const char *topic, kafka_msg_fn msg_cb,
+		      void *arg, char *err, size_t errlen);
+void kafka_consumer_destroy(struct kafka_consumer *c);
+/* Delivers at most max messages now; returns how many. */
+int kafka_consumer_poll(struct kafka_consumer *c, int max);
+/* held=1: stop delivering (the caller has enough in hand); 0: resume. */
+void kafka_consumer_hold(struct kafka_consumer *c, int held);
+/* Marks (topic, partition, offset) handled; commits asynchronously. */
+void kafka_consumer_commit(struct kafka_consumer *c, const char *topic,
+			   int32_t partition, int64_t next_offset);
+
 #endif

@@ -179,6 +179,7 @@ stop_cb(int count, void *arg)
 	}
 	/* New submissions get 503 from here on. */
 	mg->stopping = 1;
+	kingest_stop(mg->kingest);
 	mg->stop_deadline_ms = clock_mono_ms() + 10000;
 	mg->stop_ev = event_new(mg->base, -1, EV_PERSIST, drain_cb, mg);
 	event_add(mg->stop_ev, &tick);
@@ -247,6 +248,9 @@ main(int argc, char **argv)
 				(int)cfg_int(mg.cfg, CFG_REDIS_TIMEOUT_MS),
 				redis_state_cb, &mg);
 	mg.ingest = ingest_create(&mg);
+	if (cfg_str(mg.cfg, CFG_KAFKA_INGEST_TOPIC)[0] != '\0' &&
+	    (mg.kingest = kingest_create(&mg, err, sizeof(err))) == NULL)
+		log_fatal("kafka ingest", "error=\"%s\"", err);
 	mg.http = http_server_create(
 		mg.base, cfg_str(mg.cfg, CFG_HTTP_LISTEN),
 		(size_t)cfg_int(mg.cfg, CFG_HTTP_MAX_BODY_BYTES),
@@ -275,6 +279,7 @@ main(int argc, char **argv)
 	/* Commits in flight complete (their answers are lost with the
 	 * connections, but what was committed stays committed). */
 	db_pool_destroy(mg.db);
+	kingest_destroy(mg.kingest);
 	ingest_destroy(mg.ingest);
 	event_free(gauges);
 	redis_destroy(mg.redis);

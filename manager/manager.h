@@ -62,6 +62,7 @@ struct manager {
 	struct redis *redis;
 	struct zk *zk;
 	struct ingest *ingest;
+	struct kingest *kingest;
 	struct task_limits limits;
 	struct auth *auth;     /* bearer tokens; NULL: none configured */
 	char **topics_allowed; /* NULL: any valid topic */
@@ -124,6 +125,11 @@ void tasks_cancel(struct manager *mg, struct evhttp_request *req,
 void tasks_reschedule(struct manager *mg, struct evhttp_request *req,
 		      const char *id, size_t idlen);
 void tasks_list(struct manager *mg, struct evhttp_request *req);
+
+/* kingest.c: task submissions from kafka.ingest_topic (NULL if unset) */
+struct kingest *kingest_create(struct manager *mg, char *err, size_t errlen);
+void kingest_stop(struct kingest *k);
+void kingest_destroy(struct kingest *k);
 
 /* api.c */
 void api_register(struct manager *mg);

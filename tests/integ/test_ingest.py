@@ -1,0 +1,129 @@
+#!/usr/bin/env python3
+"""Kafka ingest: 1,000 submissions through kafka.ingest_topic fire like
+HTTP ones; malformed ones land in the errors topic with the reason; a
+manager restart in the middle neither loses nor doubles a submission."""
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+sys.dont_write_bytecode = True
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import harness as h  # noqa: E402
+
+C = None
+READER = None
+INGEST = None
+
+
+def setup():
+    global C, READER, INGEST
+    tag = h.rand_tag()
+    INGEST = "ingest-" + tag
+    C = h.Cluster(workers=1, name="ingest",
+                  conf={"kafka.ingest_topic": INGEST,
+                        "kafka.ingest_group": "grp-" + tag}).open()
+    h.create_topics(C.brokers, [INGEST, INGEST + ".errors",
+                                C.topic("viak")])
+    C.start()
+    READER = C.reader(["viak"])
+
+
+def produce(lines):
+    p = subprocess.run(["kcat", "-P", "-b", C.brokers, "-t", INGEST],
+                       input="\n".join(lines) + "\n", text=True,
+                       capture_output=True, timeout=60)
+    h.check_eq(p.returncode, 0, "kcat produce: %s" % p.stderr)
+
+
+def read_errors(n, timeout=30):
+    deadline = time.monotonic() + timeout
+    got = []
+    while time.monotonic() < deadline:
+        p = subprocess.run(["kcat", "-C", "-b", C.brokers, "-t",
+                            INGEST + ".errors", "-o", "beginning", "-e",
+                            "-q", "-J"], capture_output=True, text=True,
+                           timeout=60)
+        got = [json.loads(l) for l in p.stdout.splitlines() if l.strip()]
+        if len(got) >= n:
+            break
+        time.sleep(0.5)
+    return got
+
+
+def test_thousand_through_kafka():
+    ids = ["ki-%d" % i for i in range(1000)]
+    lines = [json.dumps({"id": t, "topic": "viak", "body": "via kafka %d" % i,
+                         "delay_ms": 1000 + (i % 7) * 100})
+             for i, t in enumerate(ids)]
+    # Half, restart the manager, the other half.
+    produce(lines[:500])
+    time.sleep(1.0)
+    C.manager.signal(15)
+    h.check_eq(C.manager.wait(20), 0, "manager exit code")
+    produce(lines[500:])
+    C.start_manager()
+    missing = READER.wait_for(ids, 60, settle=2)
+    h.check(not missing, "%d ingested tasks not published, e.g. %s"
+            % (len(missing), missing[:5]))
+    dups = [t for t in ids if len(READER.by_id.get(t, [])) > 1]
+    h.check(not dups, "published twice: %s" % dups[:5])
+    rows = C.mysql("SELECT COUNT(*) FROM tasks WHERE id LIKE 'ki-%'")
+    h.check_eq(rows, [["1000"]], "tasks stored once each")
+
+
+def test_without_id_idempotent():
+    produce([json.dumps({"topic": "viak", "body": "anon %d" % i,
+                         "delay_ms": 200}) for i in range(20)])
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        rows = C.mysql("SELECT COUNT(*) FROM tasks WHERE id LIKE "
+                       "'kafka:%'")
+        if rows == [["20"]]:
+            break
+        time.sleep(0.3)
+    h.check_eq(rows, [["20"]], "20 anonymous submissions, ids from "
+               "their position")
+
+
+def test_refused_go_to_errors_topic():
+    produce(['{"topic":"viak"}', "not json at all",
+             json.dumps({"id": "ki-0", "topic": "viak", "body": "other",
+                         "delay_ms": 5}),
+             json.dumps({"topic": "viak", "body": "x", "delay_ms": 1,
+                         "bogus": 1})])
+    errs = read_errors(4)
+    h.check_eq(len(errs), 4, "error messages")
+    codes = sorted(dict(zip(e["headers"][::2], e["headers"][1::2]))
+                   ["prophet-error-code"] for e in errs)
+    h.check_eq(codes, ["conflict", "invalid_json", "missing_field",
+                       "unknown_field"], "reasons")
+    payloads = [e["payload"] for e in errs]
+    h.check("not json at all" in payloads, "original payload kept")
+
+
+def main():
+    failed = 1
+    try:
+        setup()
+        failed = h.run_tests(h.collect_tests(globals()),
+                             on_failure=lambda: C.dump_logs())
+    except Exception:
+        import traceback
+        for line in traceback.format_exc().splitlines():
+            h.log(line)
+        if C is not None:
+            C.dump_logs()
+        print("not ok - setup failed", flush=True)
+    finally:
+        if READER is not None:
+            READER.stop()
+        if C is not None:
+            C.close(failed=bool(failed))
+    sys.exit(1 if failed else 0)
+
+
+if __name__ == "__main__":
+    main()

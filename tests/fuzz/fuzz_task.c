@@ -1,0 +1,80 @@
+#ifdef HAVE_CONFIG_H
+#include "config.h"
+#endif
+
+/*
+ * libFuzzer target for everything that parses untrusted input without a
+ * server: the task JSON codec and validation (what every submission goes
+ * through), the Redis payload codec, slot node JSON and URLs. A crash, a
+ * sanitizer report, or a round trip that changes a valid task is a bug.
+ */
+
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <jansson.h>
+
+#include "payload.h"
+#include "slot.h"
+#include "task.h"
+#include "url.h"
+#include "zknode.h"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+static void
+check_round_trip(const struct task *t)
+{
+	struct task back;
+	size_t len;
+	char *p = payload_encode(t, &len);
+
+	if (payload_decode(p, len, &back) != 0)
+		abort();
+	if (back.body_len != t->body_len ||
+	    memcmp(back.body, t->body, t->body_len) != 0 ||
+	    strcmp(back.topic, t->topic) != 0 || back.due_at != t->due_at)
+		abort();
+	task_clear(&back);
+	free(p);
+}
+
+int
+LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+	const struct task_limits lim = {65536, 315576000000LL};
+	struct task_error err;
+	struct slot_node n;
+	struct task t;
+	json_error_t jerr;
+	struct url u;
+	char why[256];
+	char *s;
+	json_t *in;
+
+	in = json_loadb((const char *)data, size,
+			JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, &jerr);
+	if (in != NULL) {
+		if (task_from_json(in, &lim, 1796040000000LL, &t, &err) == 0) {
+			json_t *out = task_to_json(&t);
+
+			if (slot_of(t.id, strlen(t.id), 16) >= 16)
+				abort();
+			check_round_trip(&t);
+			json_decref(out);
+			task_clear(&t);
+		} else if (err.http < 400 || err.http > 499 || !err.code[0]) {
+			abort();
+		}
+		json_decref(in);
+	}
+	slot_node_decode((const char *)data, (int)size, &n);
+	s = malloc(size + 1);
+	memcpy(s, data, size);
+	s[size] = '\0';
+	if (url_parse(s, &u, why, sizeof(why)) == 0)
+		url_clear(&u);
+	free(s);
+	return 0;
+}

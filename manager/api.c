@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/queue.h>
 
 #include <event2/buffer.h>
@@ -554,6 +555,26 @@ api_topic_allowed(const struct manager *mg, const char *topic)
 	return 0;
 }
 
+/* A body is JSON: no Content-Type (lenient clients) or application/json;
+ * a form or anything else is refused rather than misread. */
+static int
+json_content(struct evhttp_request *req, enum evhttp_cmd_type m)
+{
+	const char *ct = evhttp_find_header(
+		evhttp_request_get_input_headers(req), "Content-Type");
+
+	if (m != EVHTTP_REQ_POST && m != EVHTTP_REQ_PATCH &&
+	    m != EVHTTP_REQ_PUT)
+		return 1;
+	if (ct == NULL ||
+	    evbuffer_get_length(evhttp_request_get_input_buffer(req)) == 0)
+		return 1;
+	while (*ct == ' ')
+		ct++;
+	return strncasecmp(ct, "application/json", 16) == 0 &&
+	       (ct[16] == '\0' || ct[16] == ';' || ct[16] == ' ');
+}
+
 static void
 route_cb(struct evhttp_request *req, void *arg)
 {
@@ -569,6 +590,11 @@ route_cb(struct evhttp_request *req, void *arg)
 		path = "/";
 	if (!authorized(mg, req, path, m))
 		return;
+	if (!json_content(req, m)) {
+		http_reply_error(req, 415, "unsupported_media_type", NULL,
+				 "send the body as application/json");
+		return;
+	}
 	if (!strcmp(path, "/v1/tasks/batch")) {
 		if (m == EVHTTP_REQ_POST)
 			post_batch(mg, req);

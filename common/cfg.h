@@ -47,9 +47,9 @@
 	  NULL, 0, "optional: task submissions consumed from this topic")      \
 	X(KAFKA_INGEST_GROUP, "kafka", "ingest_group", CFG_STR,                \
 	  "prophet-ingest", 0, 0, cfg_check_nonempty, 0,                       \
-	  "consumer group of the managers reading ingest_topic")              \
+	  "consumer group of the managers reading ingest_topic")               \
 	X(KAFKA_INGEST_ERRORS_TOPIC, "kafka", "ingest_errors_topic", CFG_STR,  \
-	  "", 0, 0, NULL, 0,                                                    \
+	  "", 0, 0, NULL, 0,                                                   \
 	  "where refused submissions go, with the reason in headers; "         \
 	  "default <ingest_topic>.errors")                                     \
 	X(KAFKA_LINGER_MS, "kafka", "linger_ms", CFG_INT, "2", 0, 1000, NULL,  \

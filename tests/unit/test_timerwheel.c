@@ -36,8 +36,8 @@ rng_below(int64_t n)
 struct rec {
 	struct timerwheel_timer t;
 	int64_t expire;
-	uint64_t seq;		/* add order, for FIFO checks */
-	int64_t fired_at;	/* advance target when it fired */
+	uint64_t seq;	  /* add order, for FIFO checks */
+	int64_t fired_at; /* advance target when it fired */
 	unsigned int fired;
 	int cancelled;
 	int model_pending;
@@ -47,15 +47,15 @@ struct rec {
 /* What the checking callback compares against. */
 struct ctx {
 	struct timerwheel *tw;
-	int64_t now;		/* target of the advance in progress */
-	int64_t prev_now;	/* target of the previous advance */
+	int64_t now;	  /* target of the advance in progress */
+	int64_t prev_now; /* target of the previous advance */
 	int have_last;
 	int64_t last_expire;
 	uint64_t last_seq;
 	size_t nfired;
 	uint64_t seq;
 	unsigned int gen;
-	struct rec **log;	/* fire order, if non-NULL */
+	struct rec **log; /* fire order, if non-NULL */
 	size_t nlog;
 };
 
@@ -295,9 +295,9 @@ test_cancel(void **state)
 		int64_t e = 1 + rng_below(20000);
 
 		if (i % 50 == 0)
-			e = -rng_below(100);		/* due list */
+			e = -rng_below(100); /* due list */
 		if (i % 97 == 0)
-			e = INT64_C(1) << 40;		/* parked */
+			e = INT64_C(1) << 40; /* parked */
 		rec_add(&c, &recs[i], e);
 	}
 	for (i = 0; i < N; i += 3) {
@@ -346,7 +346,7 @@ test_reschedule(void **state)
 	ctx_init(&c, tw, 0);
 	r = recs_new(1, &c);
 	rec_add(&c, r, 100);
-	rec_add(&c, r, 50);	/* earlier */
+	rec_add(&c, r, 50); /* earlier */
 	assert_int_equal(timerwheel_count(tw), 1);
 	assert_true(timerwheel_pending(&r->t));
 	assert_int_equal(ctx_advance(&c, 49), 0);
@@ -356,7 +356,7 @@ test_reschedule(void **state)
 
 	r->fired = 0;
 	rec_add(&c, r, 300);
-	rec_add(&c, r, 100000);	/* later, other level */
+	rec_add(&c, r, 100000); /* later, other level */
 	rec_add(&c, r, 5000);	/* back down */
 	assert_int_equal(timerwheel_count(tw), 1);
 	assert_int_equal(ctx_advance(&c, 4999), 0);
@@ -426,14 +426,14 @@ struct cb_rec {
 	struct timerwheel *tw;
 	int64_t expire;
 	int fired;
-	int remaining;		/* periodic: re-arm this many more times */
+	int remaining; /* periodic: re-arm this many more times */
 	int64_t fired_at[4];
-	struct cb_rec *past;	/* add at expire - 50 */
-	struct cb_rec *same;	/* add at expire */
-	struct cb_rec *next;	/* add at expire + 1 */
-	struct cb_rec *kill;	/* cancel */
-	struct cb_rec *move;	/* reschedule to expire + 100 */
-	int nested;		/* try a nested advance */
+	struct cb_rec *past; /* add at expire - 50 */
+	struct cb_rec *same; /* add at expire */
+	struct cb_rec *next; /* add at expire + 1 */
+	struct cb_rec *kill; /* cancel */
+	struct cb_rec *move; /* reschedule to expire + 100 */
+	int nested;	     /* try a nested advance */
 };
 
 static int64_t cb_now;
@@ -503,7 +503,7 @@ test_callbacks(void **state)
 	cb_add(&r[1], 2500);
 	cb_now = 3000;
 	n = timerwheel_advance(tw, 3000);
-	assert_true(n >= 2);		/* r1 and r4 at least */
+	assert_true(n >= 2); /* r1 and r4 at least */
 	assert_int_equal(r[1].fired, 1);
 	assert_int_equal(r[4].fired, 1);
 	assert_int_equal(r[4].fired_at[0], 3000);
@@ -544,8 +544,8 @@ static size_t freed;
 struct heap_timer {
 	struct timerwheel_timer t;
 	struct timerwheel *tw;
-	int rearm;			/* re-add and cancel itself first */
-	struct heap_timer *victim;	/* cancel and free this one too */
+	int rearm;		   /* re-add and cancel itself first */
+	struct heap_timer *victim; /* cancel and free this one too */
 };
 
 static void
@@ -690,10 +690,8 @@ static void
 test_large_delays(void **state)
 {
 	static const int64_t delays[] = {
-		(INT64_C(1) << 32) + 7,
-		(INT64_C(1) << 36) - 1,
-		(INT64_C(1) << 36) + 5,
-		(INT64_C(1) << 40) + 3,
+		(INT64_C(1) << 32) + 7,	 (INT64_C(1) << 36) - 1,
+		(INT64_C(1) << 36) + 5,	 (INT64_C(1) << 40) + 3,
 		(INT64_C(1) << 45) + 11,
 	};
 	enum { N = sizeof(delays) / sizeof(delays[0]) };
@@ -748,8 +746,7 @@ test_large_delays(void **state)
 
 		ctx_advance(&c, now);
 		for (i = 0; i < 2000; i++)
-			assert_int_equal(recs[i].fired,
-					 recs[i].expire <= now);
+			assert_int_equal(recs[i].fired, recs[i].expire <= now);
 	}
 	assert_int_equal(timerwheel_count(tw), 0);
 	timerwheel_destroy(tw);
@@ -846,21 +843,11 @@ test_model(void **state)
 			int64_t d;
 
 			switch (rng_below(5)) {
-			case 0:
-				d = rng_below(64) - 10;
-				break;
-			case 1:
-				d = rng_below(5000);
-				break;
-			case 2:
-				d = rng_below(300000);
-				break;
-			case 3:
-				d = -rng_below(1000);
-				break;
-			default:
-				d = rng_below(INT64_C(1) << 37);
-				break;
+			case 0: d = rng_below(64) - 10; break;
+			case 1: d = rng_below(5000); break;
+			case 2: d = rng_below(300000); break;
+			case 3: d = -rng_below(1000); break;
+			default: d = rng_below(INT64_C(1) << 37); break;
 			}
 			if (!x->model_pending)
 				npending++;
@@ -876,21 +863,11 @@ test_model(void **state)
 			size_t n, expect = 0;
 
 			switch (rng_below(6)) {
-			case 0:
-				step = 0;
-				break;
-			case 1:
-				step = -rng_below(100);
-				break;
-			case 2:
-				step = rng_below(100000);
-				break;
-			case 3:
-				step = rng_below(INT64_C(1) << 36);
-				break;
-			default:
-				step = rng_below(64);
-				break;
+			case 0: step = 0; break;
+			case 1: step = -rng_below(100); break;
+			case 2: step = rng_below(100000); break;
+			case 3: step = rng_below(INT64_C(1) << 36); break;
+			default: step = rng_below(64); break;
 			}
 			for (i = 0; i < N; i++)
 				if (recs[i].model_pending &&

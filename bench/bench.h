@@ -1,0 +1,238 @@
+#ifndef PROPHET_BENCH_H
+#define PROPHET_BENCH_H
+
+/*
+ * prophet-bench: drives a running Prophet cluster from the outside (HTTP API
+ * in, Kafka out) and measures the raw limits of the servers underneath it.
+ * Private header of the bench program; nothing here is linked into the
+ * daemons.
+ */
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* ------------------------------------------------------------ options --- */
+
+struct bench_opts {
+	const char *scenario;
+	const char *label;	  /* "scenario" value of the JSON line */
+	const char *api;	  /* http://host:port */
+	const char *brokers;	  /* Kafka bootstrap servers */
+	const char *topic_prefix; /* the manager's kafka.topic_prefix */
+	const char *topic;   /* task topic; default bench-<scenario>-<tag> */
+	const char *db;	     /* mysql://user:pass@host:port/db */
+	const char *redis;   /* host:port/db or redis://host:port/db */
+	const char *zk;	     /* ZooKeeper hosts (cleanup) */
+	const char *zk_root; /* ZooKeeper root to delete (cleanup) */
+	const char *worker_metrics; /* comma-separated worker base URLs */
+	char tag[16];		    /* makes ids and default topics unique */
+	double rate;		    /* steady: tasks due per second */
+	int rate_set;		    /* --rate given (kafka-raw: paced) */
+	double duration;	    /* seconds */
+	long count;		    /* tasks */
+	long near_count;	    /* far: tasks inside the horizon */
+	int conns;	   /* HTTP connections / DB or producer threads */
+	int batch;	   /* tasks per POST /v1/tasks/batch */
+	int single;	   /* use POST /v1/tasks */
+	int preload;	   /* steady: submit everything first */
+	int body_size;	   /* bytes of task body */
+	long lead_ms;	   /* submit this long before due */
+	long delay_ms;	   /* ingest/far: delay of the tasks */
+	long spread_ms;	   /* burst: due times within this window */
+	double grace;	   /* seconds to wait for stragglers */
+	double settle;	   /* seconds to wait for late duplicates */
+	int linger_ms;	   /* kafka-raw: producer linger.ms */
+	int rows_per_stmt; /* db-raw: rows per INSERT */
+	int slots;	   /* cluster.slots (16) */
+	int quiet;	   /* no progress lines */
+};
+
+extern volatile int bench_stop; /* set by SIGINT/SIGTERM */
+
+/* -------------------------------------------------------------- clock --- */
+
+int64_t now_us(void);  /* CLOCK_REALTIME, comparable with Prophet's */
+int64_t mono_us(void); /* CLOCK_MONOTONIC */
+void sleep_until_mono_us(int64_t t);
+
+/* ------------------------------------------------------------- report --- */
+
+/*
+ * The result of one scenario: ordered named values, printed as a two-column
+ * table (human) and as one JSON line {"scenario":...,"key":value,...}.
+ */
+struct report;
+
+struct report *report_create(const char *scenario);
+void report_str(struct report *r, const char *key, const char *label,
+		const char *v);
+void report_int(struct report *r, const char *key, const char *label,
+		long long v);
+/* fmt is the printf format of the table cell, e.g. "%.1f". */
+void report_num(struct report *r, const char *key, const char *label, double v,
+		const char *fmt);
+/* p50/p99/p99.9/max (and mean) of values, keys "<key>_p50_ms" ... */
+void report_latency(struct report *r, const char *key, const char *label,
+		    double *values, size_t n);
+void report_print(struct report *r);
+void report_destroy(struct report *r);
+
+/* Nearest-rank percentile of sorted values (n > 0). */
+double pct_sorted(const double *v, size_t n, double p);
+void sort_doubles(double *v, size_t n);
+
+/* Progress on stderr: fn() writes one line's text into buf, every second. */
+typedef void (*progress_fn)(void *arg, char *buf, size_t len);
+struct progress;
+struct progress *progress_start(const struct bench_opts *o, progress_fn fn,
+				void *arg);
+void progress_stop(struct progress *p);
+void note(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* --------------------------------------------------------------- http --- */
+
+/* One kept-alive HTTP/1.1 connection over a blocking socket. */
+struct httpc;
+
+struct httpc *httpc_create(const char *base_url, char *err, size_t errlen);
+void httpc_destroy(struct httpc *c);
+/*
+ * Sends a request (body may be NULL) and reads the answer. Reconnects once
+ * if a kept-alive connection turned out closed. Returns the HTTP status or
+ * -1 (err filled). The answer body stays valid until the next call.
+ */
+int httpc_request(struct httpc *c, const char *method, const char *path,
+		  const char *body, size_t len, const char **resp,
+		  size_t *resp_len, char *err, size_t errlen);
+/* Parses "http://host:port[/...]". */
+int http_base_parse(const char *url, char *host, size_t hostlen, int *port);
+
+/* ------------------------------------------------------------- ledger --- */
+
+/*
+ * One record per task of a scenario, indexed by the number in its id
+ * ("<prefix><seq>"). Submitters set accept_us; the Kafka consumer sets the
+ * rest.
+ */
+struct ledger {
+	char prefix[96];
+	size_t n;
+	int64_t *due_ms;    /* planned due time */
+	int64_t *accept_us; /* answer 2xx received (0: not accepted) */
+	int64_t *fired_ms;  /* prophet-fired-at of the first copy */
+	int64_t *recv_us;   /* consumer receive time of the first copy */
+	uint16_t *copies;   /* copies received */
+	atomic_long accepted;
+	atomic_long received; /* distinct ids */
+	atomic_long dups;     /* extra copies */
+	atomic_long foreign;  /* messages that are not ours */
+	atomic_long early;    /* fired-at or receive before due */
+};
+
+struct ledger *ledger_create(const char *prefix, size_t n);
+void ledger_destroy(struct ledger *l);
+/* Writes the id of task seq into buf; returns its length. */
+int ledger_id(const struct ledger *l, size_t seq, char *buf, size_t len);
+
+/* ------------------------------------------------------------ kafka --- */
+
+/* Creates the topic unless it exists; waits until it has partitions. */
+int kafka_topic_ensure(const char *brokers, const char *topic, char *err,
+		       size_t errlen);
+/* Deletes every topic whose name starts with prefix (non-empty). */
+int kafka_topics_delete_prefix(const char *brokers, const char *prefix);
+
+/* Reads a topic from the beginning on its own thread into a ledger. */
+struct consumer;
+struct consumer *consumer_start(const char *brokers, const char *topic,
+				struct ledger *l, char *err, size_t errlen);
+/* Messages seen so far, ours or not. */
+long consumer_messages(const struct consumer *c);
+void consumer_stop(struct consumer *c);
+
+/*
+ * Waits until every accepted task was received, or until grace seconds
+ * after last_due_ms with no message for 3 s; then settle seconds for
+ * duplicates.
+ */
+void wait_received(const struct bench_opts *o, struct ledger *l,
+		   struct consumer *c, int64_t last_due_ms);
+
+/* Lateness, losses and duplicates of the accepted tasks of a ledger. */
+struct fire_stats {
+	long accepted, received, lost, dups, early, late_submits;
+	int64_t min_fired_ms, max_fired_ms, max_recv_us;
+};
+struct report;
+void fire_analyse(struct report *r, struct ledger *l, struct fire_stats *fs);
+
+/* ---------------------------------------------------------- submitter --- */
+
+/*
+ * Sends the tasks of a ledger through the API on conns threads, batch by
+ * batch: batch b holds tasks [b*batch, (b+1)*batch) and is not sent before
+ * send_mono_us[b] (NULL: as fast as possible).
+ */
+struct submit_stats {
+	long requests;
+	long tasks_sent;
+	long accepted; /* 201 */
+	long replayed; /* 200 */
+	long conflicts;
+	long rejected;	  /* other 4xx */
+	long unavailable; /* 5xx */
+	long neterr;	  /* transport errors / unparsable answers */
+	long late_sends;  /* batches sent > 50 ms after their planned time */
+	double max_send_lag_ms;
+	int64_t first_send_mono, last_done_mono;
+	double *req_ms; /* per request latency */
+	size_t nreq;
+	char last_error[256];
+};
+
+struct submitter;
+struct submitter *submitter_start(const struct bench_opts *o, struct ledger *l,
+				  const char *topic, int batch,
+				  const int64_t *send_mono_us,
+				  double stop_after_s);
+long submitter_sent(struct submitter *s);
+/* Waits for the threads; fills st (req_ms is the caller's to free). */
+void submitter_join(struct submitter *s, struct submit_stats *st);
+void submit_report(struct report *r, const struct submit_stats *st);
+
+/* ---------------------------------------------------------- scenarios --- */
+
+int scen_ingest(struct bench_opts *o);
+int scen_steady(struct bench_opts *o);
+int scen_burst(struct bench_opts *o);
+int scen_far(struct bench_opts *o);
+int scen_kafka_raw(struct bench_opts *o);
+int scen_db_raw(struct bench_opts *o);
+int scen_cleanup(struct bench_opts *o);
+
+/* ------------------------------------------------------------- stores --- */
+
+/* Redis (hiredis): memory of the selected db and of the Prophet keys. */
+struct redis_mem {
+	long long used_memory; /* INFO memory, whole server */
+	long long keys_bytes;  /* sum of MEMORY USAGE over the db's keys */
+	long long keys;	       /* DBSIZE */
+	long long due_ids;     /* sum of ZCARD {prophet:N}:due */
+	long long inflight;    /* sum of ZCARD {prophet:N}:inflight */
+	long long payloads;    /* sum of HLEN {prophet:N}:task */
+};
+/* with_usage: also MEMORY USAGE of every key (walks every element, so
+ * it is slow on big keys). */
+int redis_mem_sample(const char *redis, struct redis_mem *m, int with_usage,
+		     char *err, size_t errlen);
+/* How many of the ids <prefix>0 .. <prefix>n-1 are in the due ZSETs and
+ * the payload HASHes of their slots. */
+int redis_ids_present(const char *redis, const char *prefix, long n, int nslots,
+		      long *in_due, long *in_task, char *err, size_t errlen);
+/* Rows of the tasks table whose id starts with prefix, or -1. */
+long long db_count_prefix(const char *db_url, const char *prefix, char *err,
+			  size_t errlen);
+
+#endif

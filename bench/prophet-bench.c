@@ -1,0 +1,339 @@
+/*
+ * prophet-bench: load generator and meter for a running Prophet cluster,
+ * plus probes of the raw limits of the servers it runs on. See
+ * docs/benchmarks.md.
+ */
+#include "config.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "bench.h"
+
+volatile int bench_stop;
+
+int64_t
+now_us(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+int64_t
+mono_us(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+void
+sleep_until_mono_us(int64_t t)
+{
+	struct timespec ts = {(time_t)(t / 1000000),
+			      (long)(t % 1000000) * 1000};
+
+	while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) ==
+	       EINTR)
+		if (bench_stop)
+			return;
+}
+
+static void
+on_signal(int sig)
+{
+	(void)sig;
+	bench_stop = 1;
+}
+
+static void
+usage(FILE *f)
+{
+	fputs("usage: prophet-bench SCENARIO [options]\n"
+	      "\n"
+	      "scenarios (each prints a table and one JSON line on stdout):\n"
+	      "  ingest     submissions/s accepted (durable), single or batch\n"
+	      "  steady     --rate R tasks due per second for --duration s:\n"
+	      "             lateness, losses, duplicates\n"
+	      "  burst      --count N tasks due within one second: drain time\n"
+	      "  far        tasks inside vs beyond the horizon: Redis memory\n"
+	      "             vs DB rows\n"
+	      "  kafka-raw  librdkafka produce rate, same message size and\n"
+	      "             producer settings as a worker; with --rate: "
+	      "paced,\n"
+	      "             and produce-to-consumer latency (Kafka's own "
+	      "share\n"
+	      "             of the consumer lateness)\n"
+	      "  db-raw     multi-row INSERT rows/s into a scratch copy of\n"
+	      "             the tasks table (prepared statements)\n"
+	      "  cleanup    delete Kafka topics starting with --topic-prefix\n"
+	      "             and the ZooKeeper tree --zk-root (with --zk)\n"
+	      "\n"
+	      "options:\n"
+	      "  --api URL            manager API (http://127.0.0.1:7070)\n"
+	      "  --brokers LIST       Kafka (127.0.0.1:9092)\n"
+	      "  --topic-prefix P     the cluster's kafka.topic_prefix\n"
+	      "  --topic T            task topic (bench-<scenario>-<tag>)\n"
+	      "  --db URL             mysql://user:pass@host:port/db\n"
+	      "  --redis HOST:PORT/DB the cluster's Redis (far)\n"
+	      "  --slots N            the cluster's cluster.slots (16)\n"
+	      "  --worker-metrics U,..  worker base URLs: lateness histogram\n"
+	      "  --rate R             steady: tasks due per second (1000)\n"
+	      "  --duration S         steady: seconds (10); ingest/raw: cap\n"
+	      "  --count N            tasks / messages / rows\n"
+	      "  --near-count N       far: tasks inside the horizon (=count)\n"
+	      "  --conns N            HTTP connections or client threads\n"
+	      "  --batch N            tasks per POST /v1/tasks/batch\n"
+	      "  --single             POST /v1/tasks, one task per request\n"
+	      "  --body-size B        task body bytes (100)\n"
+	      "  --lead MS            steady/burst: submit this long before "
+	      "due\n"
+	      "  --preload            steady: submit every task first, then "
+	      "measure firing alone\n"
+	      "  --delay-ms MS        ingest: task delay (600000)\n"
+	      "  --spread-ms MS       burst: due times within (1000)\n"
+	      "  --grace S            wait this long for stragglers (15)\n"
+	      "  --settle S           then this long for duplicates (1)\n"
+	      "  --linger MS          kafka-raw: linger.ms (2, as a worker)\n"
+	      "  --rows-per-stmt N    db-raw: rows per INSERT (500)\n"
+	      "  --zk HOSTS --zk-root PATH   cleanup: ZooKeeper tree\n"
+	      "  --label NAME         scenario name in the JSON line\n"
+	      "  --tag TAG            id/topic tag (random)\n"
+	      "  --quiet              no progress on stderr\n",
+	      f);
+}
+
+enum {
+	OPT_API = 256,
+	OPT_BROKERS,
+	OPT_PREFIX,
+	OPT_TOPIC,
+	OPT_DB,
+	OPT_REDIS,
+	OPT_WMETRICS,
+	OPT_RATE,
+	OPT_DURATION,
+	OPT_COUNT,
+	OPT_NEAR,
+	OPT_CONNS,
+	OPT_BATCH,
+	OPT_SINGLE,
+	OPT_BODY,
+	OPT_LEAD,
+	OPT_DELAY,
+	OPT_SPREAD,
+	OPT_GRACE,
+	OPT_SETTLE,
+	OPT_LINGER,
+	OPT_ROWS,
+	OPT_ZK,
+	OPT_ZKROOT,
+	OPT_LABEL,
+	OPT_TAG,
+	OPT_QUIET,
+	OPT_SLOTS,
+	OPT_PRELOAD,
+};
+
+static const struct option long_opts[] = {
+	{"api", required_argument, NULL, OPT_API},
+	{"brokers", required_argument, NULL, OPT_BROKERS},
+	{"topic-prefix", required_argument, NULL, OPT_PREFIX},
+	{"topic", required_argument, NULL, OPT_TOPIC},
+	{"db", required_argument, NULL, OPT_DB},
+	{"redis", required_argument, NULL, OPT_REDIS},
+	{"worker-metrics", required_argument, NULL, OPT_WMETRICS},
+	{"rate", required_argument, NULL, OPT_RATE},
+	{"duration", required_argument, NULL, OPT_DURATION},
+	{"count", required_argument, NULL, OPT_COUNT},
+	{"near-count", required_argument, NULL, OPT_NEAR},
+	{"conns", required_argument, NULL, OPT_CONNS},
+	{"batch", required_argument, NULL, OPT_BATCH},
+	{"single", no_argument, NULL, OPT_SINGLE},
+	{"body-size", required_argument, NULL, OPT_BODY},
+	{"lead", required_argument, NULL, OPT_LEAD},
+	{"delay-ms", required_argument, NULL, OPT_DELAY},
+	{"spread-ms", required_argument, NULL, OPT_SPREAD},
+	{"grace", required_argument, NULL, OPT_GRACE},
+	{"settle", required_argument, NULL, OPT_SETTLE},
+	{"linger", required_argument, NULL, OPT_LINGER},
+	{"rows-per-stmt", required_argument, NULL, OPT_ROWS},
+	{"zk", required_argument, NULL, OPT_ZK},
+	{"zk-root", required_argument, NULL, OPT_ZKROOT},
+	{"label", required_argument, NULL, OPT_LABEL},
+	{"tag", required_argument, NULL, OPT_TAG},
+	{"quiet", no_argument, NULL, OPT_QUIET},
+	{"slots", required_argument, NULL, OPT_SLOTS},
+	{"preload", no_argument, NULL, OPT_PRELOAD},
+	{"help", no_argument, NULL, 'h'},
+	{NULL, 0, NULL, 0},
+};
+
+static double
+num_arg(const char *name, const char *s, double lo, double hi)
+{
+	char *end;
+	double v;
+
+	errno = 0;
+	v = strtod(s, &end);
+	if (errno || end == s || *end != '\0' || v < lo || v > hi) {
+		fprintf(stderr,
+			"prophet-bench: --%s: '%s' is not a number in "
+			"[%g, %g]\n",
+			name, s, lo, hi);
+		exit(2);
+	}
+	return v;
+}
+
+static const struct {
+	const char *name;
+	int (*fn)(struct bench_opts *o);
+} scenarios[] = {
+	{"ingest", scen_ingest},       {"steady", scen_steady},
+	{"burst", scen_burst},	       {"far", scen_far},
+	{"kafka-raw", scen_kafka_raw}, {"db-raw", scen_db_raw},
+	{"cleanup", scen_cleanup},
+};
+
+int
+main(int argc, char **argv)
+{
+	struct bench_opts o = {
+		.api = "http://127.0.0.1:7070",
+		.brokers = "127.0.0.1:9092",
+		.topic_prefix = "",
+		.rate = 1000,
+		.duration = 0,
+		.count = 0,
+		.near_count = -1,
+		.conns = 0,
+		.batch = 0,
+		.body_size = 100,
+		.lead_ms = -1,
+		.delay_ms = 600000,
+		.spread_ms = 1000,
+		.grace = 15,
+		.settle = 1,
+		.linger_ms = 2,
+		.rows_per_stmt = 500,
+		.slots = 16,
+	};
+	struct sigaction sa;
+	int c;
+
+	if (argc < 2 || !strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")) {
+		usage(argc < 2 ? stderr : stdout);
+		return argc < 2 ? 2 : 0;
+	}
+	o.scenario = argv[1];
+	optind = 2;
+	while ((c = getopt_long(argc, argv, "h", long_opts, NULL)) != -1) {
+		switch (c) {
+		case OPT_API: o.api = optarg; break;
+		case OPT_BROKERS: o.brokers = optarg; break;
+		case OPT_PREFIX: o.topic_prefix = optarg; break;
+		case OPT_TOPIC: o.topic = optarg; break;
+		case OPT_DB: o.db = optarg; break;
+		case OPT_REDIS: o.redis = optarg; break;
+		case OPT_WMETRICS: o.worker_metrics = optarg; break;
+		case OPT_RATE:
+			o.rate = num_arg("rate", optarg, 1, 1e7);
+			o.rate_set = 1;
+			break;
+		case OPT_DURATION:
+			o.duration = num_arg("duration", optarg, 0.1, 1e6);
+			break;
+		case OPT_COUNT:
+			o.count = (long)num_arg("count", optarg, 1, 1e9);
+			break;
+		case OPT_NEAR:
+			o.near_count =
+				(long)num_arg("near-count", optarg, 0, 1e9);
+			break;
+		case OPT_CONNS:
+			o.conns = (int)num_arg("conns", optarg, 1, 4096);
+			break;
+		case OPT_BATCH:
+			o.batch = (int)num_arg("batch", optarg, 1, 100000);
+			break;
+		case OPT_SINGLE: o.single = 1; break;
+		case OPT_PRELOAD: o.preload = 1; break;
+		case OPT_BODY:
+			o.body_size =
+				(int)num_arg("body-size", optarg, 0, 1 << 24);
+			break;
+		case OPT_LEAD:
+			o.lead_ms = (long)num_arg("lead", optarg, 0, 1e9);
+			break;
+		case OPT_DELAY:
+			o.delay_ms = (long)num_arg("delay-ms", optarg, 0, 1e12);
+			break;
+		case OPT_SPREAD:
+			o.spread_ms =
+				(long)num_arg("spread-ms", optarg, 1, 1e9);
+			break;
+		case OPT_GRACE:
+			o.grace = num_arg("grace", optarg, 0, 1e6);
+			break;
+		case OPT_SETTLE:
+			o.settle = num_arg("settle", optarg, 0, 1e6);
+			break;
+		case OPT_LINGER:
+			o.linger_ms = (int)num_arg("linger", optarg, 0, 1000);
+			break;
+		case OPT_ROWS:
+			o.rows_per_stmt =
+				(int)num_arg("rows-per-stmt", optarg, 1, 10000);
+			break;
+		case OPT_ZK: o.zk = optarg; break;
+		case OPT_ZKROOT: o.zk_root = optarg; break;
+		case OPT_LABEL: o.label = optarg; break;
+		case OPT_TAG:
+			snprintf(o.tag, sizeof(o.tag), "%s", optarg);
+			break;
+		case OPT_QUIET: o.quiet = 1; break;
+		case OPT_SLOTS:
+			o.slots = (int)num_arg("slots", optarg, 1, 1024);
+			break;
+		case 'h': usage(stdout); return 0;
+		default: usage(stderr); return 2;
+		}
+	}
+	if (optind != argc) {
+		fprintf(stderr, "prophet-bench: unexpected argument '%s'\n",
+			argv[optind]);
+		return 2;
+	}
+	if (o.tag[0] == '\0') {
+		unsigned int seed = (unsigned int)(now_us() ^ getpid());
+
+		snprintf(o.tag, sizeof(o.tag), "%08x",
+			 rand_r(&seed) ^ (unsigned int)(now_us() & 0xffffff));
+	}
+	if (o.label == NULL)
+		o.label = o.scenario;
+
+	memset(&sa, 0, sizeof(sa));
+	sa.sa_handler = on_signal;
+	sigaction(SIGINT, &sa, NULL);
+	sigaction(SIGTERM, &sa, NULL);
+	signal(SIGPIPE, SIG_IGN);
+
+	for (size_t i = 0; i < sizeof(scenarios) / sizeof(scenarios[0]); i++)
+		if (!strcmp(o.scenario, scenarios[i].name))
+			return scenarios[i].fn(&o) == 0 ? 0 : 1;
+	fprintf(stderr, "prophet-bench: unknown scenario '%s'\n", o.scenario);
+	usage(stderr);
+	return 2;
+}

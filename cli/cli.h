@@ -29,6 +29,8 @@ long cli_request(const struct cli *c, const char *method, const char *path,
 /* Prints an API error answer ({"error":{...}}) or a transport error. */
 int cli_fail(long status, const json_t *answer, const char *errmsg);
 void cli_print_json(const json_t *j);
+/* "1500" (ms), "1500ms", "30s", "5m", "2h", "1d" -> ms; -1 if invalid. */
+long long cli_duration_ms(const char *s);
 /* "12:41:29.335" local time from ms since the epoch. */
 const char *cli_time(long long ms, char *buf, size_t len);
 

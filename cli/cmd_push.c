@@ -9,28 +9,6 @@
 
 #include "cli.h"
 
-/* "1500" (ms), "1500ms", "30s", "5m", "2h", "1d" -> ms; -1 if invalid. */
-static long long
-parse_duration(const char *s)
-{
-	char *end;
-	long long v = strtoll(s, &end, 10);
-
-	if (end == s || v < 0)
-		return -1;
-	if (*end == '\0' || !strcmp(end, "ms"))
-		return v;
-	if (!strcmp(end, "s"))
-		return v * 1000;
-	if (!strcmp(end, "m"))
-		return v * 60000;
-	if (!strcmp(end, "h"))
-		return v * 3600000;
-	if (!strcmp(end, "d"))
-		return v * 86400000;
-	return -1;
-}
-
 static json_t *
 load_file(const char *path)
 {
@@ -90,7 +68,7 @@ cmd_push(struct cli *c, int argc, char **argv)
 		    !strcmp(a, "--id") || !strcmp(a, "--key")) {
 			json_object_set_new(task, a + 2, json_string(v));
 		} else if (!strcmp(a, "--delay") || !strcmp(a, "--ttl")) {
-			if ((ms = parse_duration(v)) < 0) {
+			if ((ms = cli_duration_ms(v)) < 0) {
 				fprintf(stderr,
 					"prophetctl: %s: bad duration "
 					"'%s' (e.g. 1500, 30s, 5m)\n",

@@ -45,28 +45,6 @@ cmd_cancel(struct cli *c, int argc, char **argv)
 	return 0;
 }
 
-/* "1500", "30s", "5m", "2h", "1d" -> ms, -1 if invalid. */
-static long long
-duration_ms(const char *s)
-{
-	char *end;
-	long long v = strtoll(s, &end, 10);
-
-	if (end == s || v < 0)
-		return -1;
-	if (*end == '\0' || !strcmp(end, "ms"))
-		return v;
-	if (!strcmp(end, "s"))
-		return v * 1000;
-	if (!strcmp(end, "m"))
-		return v * 60000;
-	if (!strcmp(end, "h"))
-		return v * 3600000;
-	if (!strcmp(end, "d"))
-		return v * 86400000;
-	return -1;
-}
-
 /* prophetctl reschedule ID (--delay D | --due-at MS) */
 int
 cmd_reschedule(struct cli *c, int argc, char **argv)
@@ -82,7 +60,7 @@ cmd_reschedule(struct cli *c, int argc, char **argv)
 				"--due-at MS)\n");
 		return 2;
 	}
-	v = !strcmp(argv[2], "--delay") ? duration_ms(argv[3])
+	v = !strcmp(argv[2], "--delay") ? cli_duration_ms(argv[3])
 					: strtoll(argv[3], NULL, 10);
 	if (v < 0) {
 		fprintf(stderr, "prophetctl: bad time '%s'\n", argv[3]);

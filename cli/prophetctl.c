@@ -133,6 +133,27 @@ cli_print_json(const json_t *j)
 	fputc('\n', stdout);
 }
 
+long long
+cli_duration_ms(const char *s)
+{
+	char *end;
+	long long v = strtoll(s, &end, 10);
+
+	if (end == s || v < 0)
+		return -1;
+	if (*end == '\0' || !strcmp(end, "ms"))
+		return v;
+	if (!strcmp(end, "s"))
+		return v * 1000;
+	if (!strcmp(end, "m"))
+		return v * 60000;
+	if (!strcmp(end, "h"))
+		return v * 3600000;
+	if (!strcmp(end, "d"))
+		return v * 86400000;
+	return -1;
+}
+
 const char *
 cli_time(long long ms, char *buf, size_t len)
 {

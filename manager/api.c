@@ -232,28 +232,12 @@ post_batch(struct manager *mg, struct evhttp_request *req)
 {
 	struct task_error terr;
 	struct batch_ctx *b;
-	json_error_t jerr;
 	json_t *in, *tasks, *t;
-	size_t len, n, i;
+	size_t n, i;
 	int64_t now = clock_now_ms(), started = clock_mono_us();
-	char *body;
 
-	if (mg->stopping) {
-		http_reply_error(req, 503, "unavailable", NULL,
-				 "server is shutting down");
+	if ((in = api_body_json(mg, req)) == NULL)
 		return;
-	}
-	body = http_body(req, &len);
-	in = json_loadb(body, len, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL,
-			&jerr);
-	xfree(body);
-	if (in == NULL) {
-		task_error_set(&terr, 400, "invalid_json", NULL,
-			       "malformed JSON at line %d column %d: %s",
-			       jerr.line, jerr.column, jerr.text);
-		reply_task_error(mg, req, &terr);
-		return;
-	}
 	tasks = json_object_get(in, "tasks");
 	if (!json_is_object(in) || !json_is_array(tasks) ||
 	    json_object_size(in) != 1) {
@@ -457,13 +441,8 @@ get_task(struct manager *mg, struct evhttp_request *req, const char *id,
 	struct get_ctx *g;
 
 	/* idlen, not strlen: an encoded NUL must not cut the id short. */
-	if (id == NULL || !task_id_valid(id, idlen)) {
-		http_reply_error(req, 400, "invalid_value", "id",
-				 "id must be 1-%d characters of "
-				 "[A-Za-z0-9._:-]",
-				 TASK_ID_MAX);
+	if (!api_check_id(req, id, idlen))
 		return;
-	}
 	g = xcalloc(1, sizeof(*g));
 	g->mg = mg;
 	g->http = req;
@@ -541,6 +520,17 @@ authorized(struct manager *mg, struct evhttp_request *req, const char *path,
 				 : need == AUTH_READ ? "reading"
 						     : "submitting");
 	}
+	return 0;
+}
+
+int
+api_check_id(struct evhttp_request *req, const char *id, size_t idlen)
+{
+	if (id != NULL && task_id_valid(id, idlen))
+		return 1;
+	http_reply_error(req, 400, "invalid_value", "id",
+			 "id must be 1-%d characters of [A-Za-z0-9._:-]",
+			 TASK_ID_MAX);
 	return 0;
 }
 

@@ -134,6 +134,8 @@ void kingest_destroy(struct kingest *k);
 /* api.c */
 void api_register(struct manager *mg);
 int api_topic_allowed(const struct manager *mg, const char *topic);
+/* 1 if id is valid; else answers 400 and returns 0. */
+int api_check_id(struct evhttp_request *req, const char *id, size_t idlen);
 void api_submit(struct manager *mg, struct evhttp_request *req, json_t *task);
 json_t *api_body_json(struct manager *mg, struct evhttp_request *req);
 

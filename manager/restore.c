@@ -424,13 +424,8 @@ restore_one(struct manager *mg, struct evhttp_request *req, const char *id,
 {
 	struct one_job *o;
 
-	if (id == NULL || !task_id_valid(id, idlen)) {
-		http_reply_error(req, 400, "invalid_value", "id",
-				 "id must be 1-%d characters of "
-				 "[A-Za-z0-9._:-]",
-				 TASK_ID_MAX);
+	if (!api_check_id(req, id, idlen))
 		return;
-	}
 	o = xcalloc(1, sizeof(*o));
 	o->mg = mg;
 	o->req = req;

@@ -341,13 +341,8 @@ change_new(struct manager *mg, struct evhttp_request *req, enum op op,
 {
 	struct change *c;
 
-	if (id == NULL || !task_id_valid(id, idlen)) {
-		http_reply_error(req, 400, "invalid_value", "id",
-				 "id must be 1-%d characters of "
-				 "[A-Za-z0-9._:-]",
-				 TASK_ID_MAX);
+	if (!api_check_id(req, id, idlen))
 		return NULL;
-	}
 	c = xcalloc(1, sizeof(*c));
 	c->mg = mg;
 	c->req = req;

@@ -12,21 +12,52 @@
 #include "xmalloc.h"
 
 void
+slot_eval_init(struct slot_eval *e, const char *script, int slot,
+	       const char *kinds)
+{
+	size_t n = strlen(kinds);
+
+	if (n > SLOT_EVAL_KEYS)
+		abort();
+	redis_args_init(&e->a);
+	redis_args_addstr(&e->a, "EVAL");
+	redis_args_addstr(&e->a, script);
+	redis_args_addint(&e->a, (long long)n);
+	for (size_t i = 0; i < n; i++) {
+		char *k = e->keys[i];
+
+		switch (kinds[i]) {
+		case 'd': rkey_due(k, RKEY_MAX, slot); break;
+		case 't': rkey_task(k, RKEY_MAX, slot); break;
+		case 'i': rkey_inflight(k, RKEY_MAX, slot); break;
+		case 'a': rkey_attempt(k, RKEY_MAX, slot); break;
+		case 'e': rkey_epoch(k, RKEY_MAX, slot); break;
+		case 'm': rkey_marker(k, RKEY_MAX, slot); break;
+		case 'c': rkey_cancelled(k, RKEY_MAX, slot); break;
+		default: abort();
+		}
+		redis_args_addstr(&e->a, k);
+	}
+}
+
+int
+slot_eval_send(struct slot_eval *e, struct redis *r, redis_reply_fn cb,
+	       void *arg)
+{
+	return redis_command_argv(r, cb, arg, e->a.argc, e->a.argv, e->a.len);
+}
+
+void
+slot_eval_free(struct slot_eval *e)
+{
+	redis_args_free(&e->a);
+}
+
+void
 rindex_init(struct rindex *ix, int slot)
 {
 	memset(ix, 0, sizeof(*ix));
-	rkey_due(ix->kdue, sizeof(ix->kdue), slot);
-	rkey_task(ix->ktask, sizeof(ix->ktask), slot);
-	rkey_inflight(ix->kinf, sizeof(ix->kinf), slot);
-	rkey_cancelled(ix->kcancel, sizeof(ix->kcancel), slot);
-	redis_args_init(&ix->a);
-	redis_args_addstr(&ix->a, "EVAL");
-	redis_args_addstr(&ix->a, SCRIPT_INDEX);
-	redis_args_addstr(&ix->a, "4");
-	redis_args_addstr(&ix->a, ix->kdue);
-	redis_args_addstr(&ix->a, ix->ktask);
-	redis_args_addstr(&ix->a, ix->kinf);
-	redis_args_addstr(&ix->a, ix->kcancel);
+	slot_eval_init(&ix->ev, SCRIPT_INDEX, slot, "dtic");
 }
 
 void
@@ -39,9 +70,9 @@ rindex_add_row(struct rindex *ix, const struct db_rows *rows, size_t i)
 		ix->payloads = xrealloc(ix->payloads, ix->cap * sizeof(char *));
 	}
 	ix->payloads[ix->n] = payload_from_row(rows, i, &plen);
-	redis_args_addstr(&ix->a, db_rows_get(rows, i, PC_ID, NULL));
-	redis_args_addstr(&ix->a, db_rows_get(rows, i, PC_DUE_AT, NULL));
-	redis_args_add(&ix->a, ix->payloads[ix->n], plen);
+	redis_args_addstr(&ix->ev.a, db_rows_get(rows, i, PC_ID, NULL));
+	redis_args_addstr(&ix->ev.a, db_rows_get(rows, i, PC_DUE_AT, NULL));
+	redis_args_add(&ix->ev.a, ix->payloads[ix->n], plen);
 	ix->n++;
 }
 
@@ -56,8 +87,7 @@ rindex_send(struct rindex *ix, struct redis *r, redis_reply_fn cb, void *arg)
 {
 	if (ix->n == 0)
 		return 0;
-	return redis_command_argv(r, cb, arg, ix->a.argc, ix->a.argv,
-				  ix->a.len);
+	return slot_eval_send(&ix->ev, r, cb, arg);
 }
 
 void
@@ -66,6 +96,6 @@ rindex_free(struct rindex *ix)
 	for (size_t i = 0; i < ix->n; i++)
 		free(ix->payloads[i]);
 	xfree(ix->payloads);
-	redis_args_free(&ix->a);
+	slot_eval_free(&ix->ev);
 	memset(ix, 0, sizeof(*ix));
 }

@@ -9,15 +9,29 @@
 struct db_rows;
 
 /*
+ * An EVAL of one of a slot's scripts (proto/scripts.h), its keys named by
+ * letters in the order the script wants them: d due, t task, i inflight,
+ * a attempt, e epoch, m marker, c cancelled. Further arguments go to .a
+ * with redis_args_add*; send with redis_command_argv(.a).
+ */
+#define SLOT_EVAL_KEYS 8
+struct slot_eval {
+	char keys[SLOT_EVAL_KEYS][RKEY_MAX];
+	struct redis_args a;
+};
+
+void slot_eval_init(struct slot_eval *e, const char *script, int slot,
+		    const char *kinds);
+int slot_eval_send(struct slot_eval *e, struct redis *r, redis_reply_fn cb,
+		   void *arg);
+void slot_eval_free(struct slot_eval *e);
+
+/*
  * One SCRIPT_INDEX call for a slot, built from DB rows (SQL_TASK_COLS_INDEX
  * order): every loader, rebuild, reaper and restore indexes through this.
  */
 struct rindex {
-	char kdue[RKEY_MAX];
-	char ktask[RKEY_MAX];
-	char kinf[RKEY_MAX];
-	char kcancel[RKEY_MAX];
-	struct redis_args a;
+	struct slot_eval ev;
 	char **payloads;
 	size_t n;
 	size_t cap;

@@ -17,6 +17,7 @@
 #include "metrics.h"
 #include "payload.h"
 #include "redis.h"
+#include "rindex.h"
 #include "schema.h"
 #include "scripts.h"
 #include "worker.h"
@@ -234,31 +235,16 @@ static void
 forget(struct worker *w, struct wtask **tasks, size_t n)
 {
 	for (int slot = 0; slot < w->nslots; slot++) {
-		char kinf[RKEY_MAX], ktask[RKEY_MAX], katt[RKEY_MAX];
-		struct redis_args a;
+		struct slot_eval ev;
 
-		redis_args_init(&a);
-		for (size_t i = 0; i < n; i++) {
-			if (tasks[i]->slot != slot)
-				continue;
-			if (a.argc == 0) {
-				rkey_inflight(kinf, sizeof(kinf), slot);
-				rkey_task(ktask, sizeof(ktask), slot);
-				rkey_attempt(katt, sizeof(katt), slot);
-				redis_args_addstr(&a, "EVAL");
-				redis_args_addstr(&a, SCRIPT_FORGET);
-				redis_args_addstr(&a, "3");
-				redis_args_addstr(&a, kinf);
-				redis_args_addstr(&a, ktask);
-				redis_args_addstr(&a, katt);
-			}
-			redis_args_addstr(&a, tasks[i]->id);
-		}
-		if (a.argc > 0 && redis_command_argv(w->redis, NULL, NULL,
-						     a.argc, a.argv, a.len) < 0)
+		slot_eval_init(&ev, SCRIPT_FORGET, slot, "ita");
+		for (size_t i = 0; i < n; i++)
+			if (tasks[i]->slot == slot)
+				redis_args_addstr(&ev.a, tasks[i]->id);
+		if (ev.a.argc > 6 && slot_eval_send(&ev, w->redis, NULL, NULL) < 0)
 			log_warn("redis cleanup skipped (disconnected)",
 				 "slot=%d", slot);
-		redis_args_free(&a);
+		slot_eval_free(&ev);
 	}
 }
 
@@ -271,28 +257,19 @@ static void
 count_attempts(struct worker *w, struct wtask **tasks, size_t n)
 {
 	for (int slot = 0; slot < w->nslots; slot++) {
-		char katt[RKEY_MAX];
-		struct redis_args a;
+		struct slot_eval ev;
 
-		redis_args_init(&a);
+		slot_eval_init(&ev, SCRIPT_ATTEMPTED, slot, "a");
 		for (size_t i = 0; i < n; i++) {
 			if (tasks[i]->slot != slot || tasks[i]->expire ||
 			    tasks[i]->counted)
 				continue;
 			tasks[i]->counted = 1;
-			if (a.argc == 0) {
-				rkey_attempt(katt, sizeof(katt), slot);
-				redis_args_addstr(&a, "EVAL");
-				redis_args_addstr(&a, SCRIPT_ATTEMPTED);
-				redis_args_addstr(&a, "1");
-				redis_args_addstr(&a, katt);
-			}
-			redis_args_addstr(&a, tasks[i]->id);
+			redis_args_addstr(&ev.a, tasks[i]->id);
 		}
-		if (a.argc > 0)
-			redis_command_argv(w->redis, NULL, NULL, a.argc, a.argv,
-					   a.len);
-		redis_args_free(&a);
+		if (ev.a.argc > 4)
+			slot_eval_send(&ev, w->redis, NULL, NULL);
+		slot_eval_free(&ev);
 	}
 }
 

@@ -345,35 +345,17 @@ static void
 rebuild_reset(struct rebuild *rb)
 {
 	struct worker *w = rb->w;
-	char kdue[RKEY_MAX], ktask[RKEY_MAX], kinf[RKEY_MAX], katt[RKEY_MAX],
-		kep[RKEY_MAX], kmark[RKEY_MAX];
-	struct redis_args a;
+	struct slot_eval ev;
 
 	rb->end_ms = clock_now_ms() + w->horizon_ms;
 	rb->after_due = -1;
 	rb->after_id[0] = '\0';
 	w->slots[rb->slot].rebuild_tasks = 0;
-	rkey_due(kdue, sizeof(kdue), rb->slot);
-	rkey_task(ktask, sizeof(ktask), rb->slot);
-	rkey_inflight(kinf, sizeof(kinf), rb->slot);
-	rkey_attempt(katt, sizeof(katt), rb->slot);
-	rkey_epoch(kep, sizeof(kep), rb->slot);
-	rkey_marker(kmark, sizeof(kmark), rb->slot);
-	redis_args_init(&a);
-	redis_args_addstr(&a, "EVAL");
-	redis_args_addstr(&a, SCRIPT_RESET);
-	redis_args_addstr(&a, "6");
-	redis_args_addstr(&a, kdue);
-	redis_args_addstr(&a, ktask);
-	redis_args_addstr(&a, kinf);
-	redis_args_addstr(&a, katt);
-	redis_args_addstr(&a, kep);
-	redis_args_addstr(&a, kmark);
-	redis_args_addint(&a, rb->epoch);
-	if (redis_command_argv(w->redis, reset_cb, rb, a.argc, a.argv, a.len) <
-	    0)
+	slot_eval_init(&ev, SCRIPT_RESET, rb->slot, "dtiaem");
+	redis_args_addint(&ev.a, rb->epoch);
+	if (slot_eval_send(&ev, w->redis, reset_cb, rb) < 0)
 		rebuild_fail(rb, "reset", "redis unavailable");
-	redis_args_free(&a);
+	slot_eval_free(&ev);
 }
 
 void

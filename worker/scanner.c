@@ -211,9 +211,7 @@ static void
 claim_slot(struct worker *w, int slot)
 {
 	struct wslot *s = &w->slots[slot];
-	char kdue[RKEY_MAX], ktask[RKEY_MAX], kinf[RKEY_MAX], katt[RKEY_MAX],
-		kep[RKEY_MAX];
-	struct redis_args a;
+	struct slot_eval ev;
 	struct slot_call *c;
 	int64_t now = clock_now_ms();
 	size_t n;
@@ -234,23 +232,10 @@ claim_slot(struct worker *w, int slot)
 	c = slot_call_new(w, slot);
 	c->epoch = s->epoch;
 	c->tasks = xcalloc(n, sizeof(*c->tasks));
-	rkey_due(kdue, sizeof(kdue), slot);
-	rkey_task(ktask, sizeof(ktask), slot);
-	rkey_inflight(kinf, sizeof(kinf), slot);
-	rkey_attempt(katt, sizeof(katt), slot);
-	rkey_epoch(kep, sizeof(kep), slot);
-	redis_args_init(&a);
-	redis_args_addstr(&a, "EVAL");
-	redis_args_addstr(&a, SCRIPT_CLAIM);
-	redis_args_addstr(&a, "5");
-	redis_args_addstr(&a, kdue);
-	redis_args_addstr(&a, ktask);
-	redis_args_addstr(&a, kinf);
-	redis_args_addstr(&a, katt);
-	redis_args_addstr(&a, kep);
-	redis_args_addint(&a, s->epoch);
-	redis_args_addint(&a, now);
-	redis_args_addint(&a, now + w->lease_ms);
+	slot_eval_init(&ev, SCRIPT_CLAIM, slot, "dtiae");
+	redis_args_addint(&ev.a, s->epoch);
+	redis_args_addint(&ev.a, now);
+	redis_args_addint(&ev.a, now + w->lease_ms);
 	for (size_t i = 0; i < n; i++) {
 		struct wtask *t = s->claimq_head;
 
@@ -259,21 +244,20 @@ claim_slot(struct worker *w, int slot)
 		t->state = WT_CLAIMING;
 		s->busy++;
 		c->tasks[i] = t;
-		redis_args_addstr(&a, t->id);
+		redis_args_addstr(&ev.a, t->id);
 	}
 	if (s->claimq_head == NULL)
 		s->claimq_tail = NULL;
 	s->claimq_n -= n;
 	c->n = n;
-	if (redis_command_argv(w->redis, claim_reply_cb, c, a.argc, a.argv,
-			       a.len) < 0) {
+	if (slot_eval_send(&ev, w->redis, claim_reply_cb, c) < 0) {
 		for (size_t i = 0; i < n; i++)
 			wtask_release(w, c->tasks[i]);
 		slot_call_free(c);
 	} else {
 		s->claiming = 1;
 	}
-	redis_args_free(&a);
+	slot_eval_free(&ev);
 }
 
 static void scan_slot(struct worker *w, int slot, int64_t now);
@@ -408,49 +392,31 @@ reap_done_cb(struct db_job *job, int status, const char *err)
 {
 	struct reap_job *r = (struct reap_job *)job;
 	struct worker *w = r->w;
-	char kdue[RKEY_MAX], kinf[RKEY_MAX], ktask[RKEY_MAX], katt[RKEY_MAX];
-	struct redis_args req, fin;
+	struct slot_eval req, fin;
 	struct slot_call *c = slot_call_new(w, r->slot);
 
-	rkey_due(kdue, sizeof(kdue), r->slot);
-	rkey_inflight(kinf, sizeof(kinf), r->slot);
-	rkey_task(ktask, sizeof(ktask), r->slot);
-	rkey_attempt(katt, sizeof(katt), r->slot);
-	redis_args_init(&req);
-	redis_args_init(&fin);
-	redis_args_addstr(&req, "EVAL");
-	redis_args_addstr(&req, SCRIPT_REQUEUE);
-	redis_args_addstr(&req, "2");
-	redis_args_addstr(&req, kdue);
-	redis_args_addstr(&req, kinf);
-	redis_args_addint(&req, clock_now_ms());
-	redis_args_addstr(&fin, "EVAL");
-	redis_args_addstr(&fin, SCRIPT_FORGET);
-	redis_args_addstr(&fin, "3");
-	redis_args_addstr(&fin, kinf);
-	redis_args_addstr(&fin, ktask);
-	redis_args_addstr(&fin, katt);
+	slot_eval_init(&req, SCRIPT_REQUEUE, r->slot, "di");
+	redis_args_addint(&req.a, clock_now_ms());
+	slot_eval_init(&fin, SCRIPT_FORGET, r->slot, "ita");
 	/* DB unavailable: requeue them all (at-least-once over not at all). */
 	if (status < 0)
 		log_warn("lease reaper cannot ask the database; requeueing",
 			 "slot=%d error=\"%s\"", r->slot, err);
 	for (size_t i = 0; i < r->n; i++)
-		redis_args_addstr(status == 0 && r->final[i] ? &fin : &req,
+		redis_args_addstr(status == 0 && r->final[i] ? &fin.a : &req.a,
 				  r->ids[i]);
-	if (fin.argc > 6) {
+	if (fin.a.argc > 6) {
 		log_info("expired leases of finished tasks dropped",
-			 "slot=%d count=%d", r->slot, fin.argc - 6);
-		redis_command_argv(w->redis, NULL, NULL, fin.argc, fin.argv,
-				   fin.len);
+			 "slot=%d count=%d", r->slot, fin.a.argc - 6);
+		slot_eval_send(&fin, w->redis, NULL, NULL);
 	}
-	if (req.argc > 6 && !w->stopping &&
-	    redis_command_argv(w->redis, requeue_reply_cb, c, req.argc,
-			       req.argv, req.len) == 0)
+	if (req.a.argc > 6 && !w->stopping &&
+	    slot_eval_send(&req, w->redis, requeue_reply_cb, c) == 0)
 		c = NULL;
 	else
 		w->slots[r->slot].reaping = 0;
-	redis_args_free(&req);
-	redis_args_free(&fin);
+	slot_eval_free(&req);
+	slot_eval_free(&fin);
 	if (c != NULL)
 		slot_call_free(c);
 	for (size_t i = 0; i < r->n; i++)

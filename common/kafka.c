@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <event2/event.h>
+#include <jansson.h>
 
 #include "cfg.h"
 #include "kafka.h"
@@ -55,6 +56,30 @@ error_cb(rd_kafka_t *rk, int err, const char *reason, void *opaque)
 		 reason);
 }
 
+/* Statistics, every second: the only report of brokers coming back. */
+static int
+stats_cb(rd_kafka_t *rk, char *json, size_t len, void *opaque)
+{
+	struct kafka_producer *p = opaque;
+	json_t *j = json_loadb(json, len, 0, NULL), *b;
+	const char *name;
+	int up = 0;
+
+	json_object_foreach (json_object_get(j, "brokers"), name, b) {
+		const char *st = json_string_value(json_object_get(b, "state"));
+
+		if (st != NULL && !strcmp(st, "UP") &&
+		    json_integer_value(json_object_get(b, "nodeid")) >= 0)
+			up = 1;
+	}
+	json_decref(j);
+	if (up && p->all_down) {
+		p->all_down = 0;
+		log_info("kafka brokers up again", "");
+	}
+	return 0;
+}
+
 static void
 log_cb(const rd_kafka_t *rk, int level, const char *fac, const char *buf)
 {
@@ -75,9 +100,6 @@ wake_cb(evutil_socket_t fd, short what, void *arg)
 	while (read(fd, buf, sizeof(buf)) > 0)
 		;
 	rd_kafka_poll(p->rk, 0);
-	/* Any delivery at all means a broker is back. */
-	if (p->all_down && rd_kafka_outq_len(p->rk) == 0)
-		p->all_down = 0;
 }
 
 static int
@@ -129,6 +151,9 @@ kafka_producer_create(struct event_base *base, const struct cfg *cfg,
 	rd_kafka_conf_set_dr_msg_cb(conf, dr_msg_cb);
 	rd_kafka_conf_set_error_cb(conf, error_cb);
 	rd_kafka_conf_set_log_cb(conf, log_cb);
+	rd_kafka_conf_set_stats_cb(conf, stats_cb);
+	if (set(conf, "statistics.interval.ms", "1000", err, errlen))
+		goto fail;
 	p->rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, err, errlen);
 	if (p->rk == NULL) {
 		xfree(p);

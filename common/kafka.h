@@ -42,7 +42,8 @@ int kafka_flush(struct kafka_producer *p, int timeout_ms);
 void kafka_purge_queued(struct kafka_producer *p);
 /* Asks the cluster for metadata: broker reachable within timeout. */
 int kafka_ping(struct kafka_producer *p, int timeout_ms);
-/* Whether the last error callback said all brokers are down. */
+/* All brokers down (librdkafka said so, and its statistics have not shown
+ * one up since). */
 int kafka_brokers_down(const struct kafka_producer *p);
 
 /*

@@ -194,17 +194,48 @@ out:
 	return rc;
 }
 
+/* An index write of slot failed (or could not be sent): the slot's owner
+ * must rebuild it from the DB once Redis answers again. */
+static void
+index_lost(struct manager *mg, int slot)
+{
+	metric_inc(mg->m.index_failures);
+	mg->index_dirty[slot] = 1;
+}
+
 static void
 index_reply_cb(struct redis *r, redisReply *reply, void *arg)
 {
-	struct manager *mg = arg;
+	struct index_slot *is = arg;
 
 	if (reply == NULL || reply->type == REDIS_REPLY_ERROR) {
-		metric_inc(mg->m.index_failures);
 		if (reply != NULL)
-			log_warn("redis index failed", "error=\"%s\"",
-				 reply->str);
+			log_warn("redis index failed", "slot=%d error=\"%s\"",
+				 is->slot, reply->str);
+		index_lost(is->mg, is->slot);
 	}
+}
+
+void
+ingest_redis_up(struct manager *mg)
+{
+	char kmark[RKEY_MAX];
+	int n = 0;
+
+	for (int i = 0; i < mg->nslots; i++) {
+		if (!mg->index_dirty[i])
+			continue;
+		rkey_marker(kmark, sizeof(kmark), i);
+		if (redis_command(mg->redis, NULL, NULL, "DEL %s", kmark) ==
+		    0) {
+			mg->index_dirty[i] = 0;
+			n++;
+		}
+	}
+	if (n > 0)
+		log_warn("index writes were lost while redis was away: "
+			 "slots handed to their owners for a rebuild",
+			 "slots=%d", n);
 }
 
 /* Indexes a committed task in Redis when it is due within the horizon
@@ -229,12 +260,14 @@ index_task(struct manager *mg, const struct task *t, int64_t now)
 		const char *argv2[] = {"ZADD", kdue, score, t->id};
 		size_t len2[] = {4, strlen(kdue), strlen(score), strlen(t->id)};
 
+		struct index_slot *is = &mg->index_slots[slot];
+
 		/* Payload first: a due id always has its payload. */
-		if (redis_command_argv(mg->redis, index_reply_cb, mg, 4, argv1,
+		if (redis_command_argv(mg->redis, index_reply_cb, is, 4, argv1,
 				       len1) < 0 ||
-		    redis_command_argv(mg->redis, index_reply_cb, mg, 4, argv2,
+		    redis_command_argv(mg->redis, index_reply_cb, is, 4, argv2,
 				       len2) < 0)
-			metric_inc(mg->m.index_failures);
+			index_lost(mg, slot);
 		else
 			metric_inc(mg->m.indexed);
 	}
@@ -374,6 +407,13 @@ ingest_create(struct manager *mg)
 {
 	struct ingest *ing = xcalloc(1, sizeof(*ing));
 
+	mg->index_dirty = xcalloc((size_t)mg->nslots, 1);
+	mg->index_slots = xcalloc((size_t)mg->nslots, sizeof(*mg->index_slots));
+	for (int i = 0; i < mg->nslots; i++) {
+		mg->index_slots[i].mg = mg;
+		mg->index_slots[i].slot = i;
+	}
+
 	ing->mg = mg;
 	ing->max_batches = (size_t)cfg_int(mg->cfg, CFG_DB_POOL_SIZE);
 	ing->batch_max = (size_t)cfg_int(mg->cfg, CFG_DB_BATCH_MAX);
@@ -386,6 +426,8 @@ ingest_destroy(struct ingest *ing)
 {
 	if (ing == NULL)
 		return;
+	xfree(ing->mg->index_dirty);
+	xfree(ing->mg->index_slots);
 	event_free(ing->timer);
 	xfree(ing);
 }

@@ -65,6 +65,8 @@ redis_state_cb(struct redis *r, int up, void *arg)
 	struct manager *mg = arg;
 
 	metric_set(mg->m.redis_up, up);
+	if (up && mg->ingest != NULL)
+		ingest_redis_up(mg);
 }
 
 static void

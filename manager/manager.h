@@ -53,6 +53,11 @@ struct manager_metrics {
 #undef MM_FIELD
 };
 
+struct index_slot {
+	struct manager *mg;
+	int slot;
+};
+
 struct manager {
 	struct cfg *cfg;
 	struct event_base *base;
@@ -62,6 +67,8 @@ struct manager {
 	struct redis *redis;
 	struct zk *zk;
 	struct ingest *ingest;
+	char *index_dirty; /* per slot: an index write was lost */
+	struct index_slot *index_slots;
 	struct kingest *kingest;
 	struct task_limits limits;
 	struct auth *auth;     /* bearer tokens; NULL: none configured */
@@ -100,6 +107,9 @@ struct ingest_req {
 struct ingest *ingest_create(struct manager *mg);
 void ingest_destroy(struct ingest *ing);
 void ingest_submit(struct ingest *ing, struct ingest_req *r);
+/* Redis is back: slots that lost index writes get their markers dropped,
+ * so their owners rebuild them from the DB. */
+void ingest_redis_up(struct manager *mg);
 /* Tells the owner of slot to scan it now (a task due very soon). */
 void ingest_wake(struct manager *mg, int slot);
 /* Submissions waiting or in flight. */

@@ -101,6 +101,14 @@ enum sql_task_col {
 	"FROM tasks WHERE slot = ? AND status = 'scheduled' AND due_at >= ? " \
 	"AND due_at < ? ORDER BY due_at LIMIT ?"
 
+/* Scheduled tasks of a slot overdue by a few seconds: normally none
+ * (they fired, or are in flight in Redis); any other was never indexed
+ * (an index write lost with a Redis connection, a manager that died
+ * between its commit and its index write) and is swept into the index. */
+#define SQL_TASK_OVERDUE                                            \
+	"SELECT " SQL_TASK_COLS_INDEX " FROM tasks WHERE slot = ? " \
+	"AND status = 'scheduled' AND due_at < ? ORDER BY due_at LIMIT 1000"
+
 /* The time pointer only moves forward. */
 #define SQL_SLOT_POINTER                                                \
 	"INSERT INTO slot_state (slot, loaded_until, updated_at) "      \

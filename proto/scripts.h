@@ -49,6 +49,20 @@
 	"return #ARGV\n"
 
 /*
+ * Put back claims whose reply was lost with the connection (so they need
+ * not wait for their lease). KEYS: due, inflight  ARGV: (id, due_ms)...
+ */
+#define SCRIPT_UNCLAIM                                            \
+	"local n = 0\n"                                           \
+	"for i = 1, #ARGV, 2 do\n"                                \
+	"  if redis.call('ZREM', KEYS[2], ARGV[i]) == 1 then\n"   \
+	"    redis.call('ZADD', KEYS[1], ARGV[i + 1], ARGV[i])\n" \
+	"    n = n + 1\n"                                         \
+	"  end\n"                                                 \
+	"end\n"                                                   \
+	"return n\n"
+
+/*
  * Forget delivered (or expired) tasks.
  * KEYS: inflight, task, attempt     ARGV: id...
  */

@@ -263,12 +263,19 @@ slot_gain(struct worker *w, int slot, int64_t epoch)
 	struct fence_call *fc;
 	char kep[RKEY_MAX], kmark[RKEY_MAX], ep[32];
 
-	s->starting = 1;
-	s->epoch = epoch;
 	if (!redis_up(w->redis)) {
+		/* Just started, or a blip: Redis gets its grace period before
+		 * the slot is taken in DB mode (the tick retries). */
+		if (w->redis_down_since_ms == 0 ||
+		    clock_mono_ms() - w->redis_down_since_ms < 1000)
+			return;
+		s->starting = 1;
+		s->epoch = epoch;
 		submit_fence(w, slot, epoch, 1);
 		return;
 	}
+	s->starting = 1;
+	s->epoch = epoch;
 	fc = xcalloc(1, sizeof(*fc));
 	fc->w = w;
 	fc->slot = slot;

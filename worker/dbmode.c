@@ -184,7 +184,8 @@ dbclaim_slot(struct worker *w, int slot)
 	    !coord_fresh(w))
 		return;
 	/* Back-pressure, as in Redis mode: tasks stay scheduled. */
-	if (kafka_outq_len(w->kafka) + w->claim_batch > w->queue_max) {
+	if (kafka_outq_len(w->kafka) + w->claim_batch > w->queue_max ||
+	    kafka_brokers_down(w->kafka)) {
 		metric_inc(w->m.backpressure);
 		return;
 	}

@@ -241,9 +241,11 @@ forget(struct worker *w, struct wtask **tasks, size_t n)
 		for (size_t i = 0; i < n; i++)
 			if (tasks[i]->slot == slot)
 				redis_args_addstr(&ev.a, tasks[i]->id);
-		if (ev.a.argc > 6 && slot_eval_send(&ev, w->redis, NULL, NULL) < 0)
-			log_warn("redis cleanup skipped (disconnected)",
-				 "slot=%d", slot);
+		/* Redis away (DB mode): its index is rebuilt on return. */
+		if (ev.a.argc > 6 &&
+		    slot_eval_send(&ev, w->redis, NULL, NULL) < 0)
+			log_debug("redis cleanup skipped (disconnected)",
+				  "slot=%d", slot);
 		slot_eval_free(&ev);
 	}
 }

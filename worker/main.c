@@ -38,6 +38,8 @@ redis_state_cb(struct redis *r, int up, void *arg)
 	struct worker *w = arg;
 
 	metric_set(w->m.redis_up, up);
+	if (up)
+		scanner_redis_up(w);
 }
 
 static void
@@ -212,6 +214,7 @@ main(int argc, char **argv)
 	event_free(w.scan_ev);
 	event_free(w.tick_ev);
 	event_free(w.claim_retry_ev);
+	scanner_redis_up(&w); /* sends and frees what is left */
 	redis_destroy(w.redis_sub);
 	redis_destroy(w.redis);
 	timerwheel_destroy(w.wheel);

@@ -56,8 +56,7 @@ count_db_mode(struct worker *w)
 	metric_set(w->m.db_mode, n);
 	if (n > 0 && !w->db_mode_logged) {
 		w->db_mode_logged = 1;
-		log_warn("redis fallback on: firing from the database",
-			 "slots=%d", n);
+		log_warn("redis fallback on: firing from the database", "");
 	} else if (n == 0 && w->db_mode_logged) {
 		w->db_mode_logged = 0;
 		log_info("redis fallback off: firing from redis again", "");

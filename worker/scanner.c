@@ -25,6 +25,8 @@
 
 #define REAP_INTERVAL_MS 1000
 #define LOAD_INTERVAL_MS 5000
+#define SWEEP_INTERVAL_MS 10000
+#define SWEEP_OVERDUE_MS 3000
 #define LOAD_BATCH 2000
 
 struct slot_call {
@@ -133,6 +135,8 @@ claim_retry_cb(evutil_socket_t fd, short what, void *arg)
 	claim_all(arg);
 }
 
+static void limbo_add(struct worker *w, const struct wtask *t);
+
 static void
 claim_reply_cb(struct redis *r, redisReply *reply, void *arg)
 {
@@ -144,12 +148,16 @@ claim_reply_cb(struct redis *r, redisReply *reply, void *arg)
 	s->claiming = 0;
 	metric_inc(w->m.claims);
 	if (reply == NULL || reply->type == REDIS_REPLY_ERROR) {
-		/* Unknown outcome: the lease reaper re-fires anything that
-		 * was claimed but never published. */
+		/* Unknown outcome: the claim may have run. Put them back as
+		 * soon as Redis answers again (the lease reaper would, but
+		 * only a lease later). */
 		log_warn("claim failed", "slot=%d error=\"%s\"", c->slot,
 			 reply ? reply->str : "disconnected");
-		for (size_t i = 0; i < c->n; i++)
+		for (size_t i = 0; i < c->n; i++) {
+			if (reply == NULL)
+				limbo_add(w, c->tasks[i]);
 			wtask_release(w, c->tasks[i]);
+		}
 		slot_call_free(c);
 		return;
 	}
@@ -218,9 +226,12 @@ claim_slot(struct worker *w, int slot)
 
 	if (!coord_may_claim(w, slot) || w->stopping || !redis_up(w->redis))
 		return;
-	/* Back-pressure: leave tasks due in Redis while Kafka is full. */
-	if (kafka_outq_len(w->kafka) + w->claim_batch > w->queue_max) {
-		struct timeval tv = {0, 20000};
+	/* Back-pressure: leave tasks due in Redis while Kafka is full or
+	 * unreachable (there, a task's ttl_ms can still expire it; in the
+	 * producer's queue it would wait forever). */
+	if (kafka_outq_len(w->kafka) + w->claim_batch > w->queue_max ||
+	    kafka_brokers_down(w->kafka)) {
+		struct timeval tv = {0, 50000};
 
 		metric_inc(w->m.backpressure);
 		if (!evtimer_pending(w->claim_retry_ev, NULL))
@@ -347,6 +358,51 @@ requeue_reply_cb(struct redis *r, redisReply *reply, void *arg)
 			 c->slot, (long long)reply->integer);
 	}
 	slot_call_free(c);
+}
+
+struct limbo {
+	int slot;
+	int64_t due_at;
+	char id[TASK_ID_MAX + 1];
+	struct limbo *next;
+};
+
+static void
+limbo_add(struct worker *w, const struct wtask *t)
+{
+	struct limbo *l = xcalloc(1, sizeof(*l));
+
+	l->slot = t->slot;
+	l->due_at = t->due_at;
+	memcpy(l->id, t->id, sizeof(l->id));
+	l->next = w->limbo;
+	w->limbo = l;
+}
+
+void
+scanner_redis_up(struct worker *w)
+{
+	struct limbo *l, *n;
+
+	for (int slot = 0; slot < w->nslots && w->limbo != NULL; slot++) {
+		struct slot_eval ev;
+
+		slot_eval_init(&ev, SCRIPT_UNCLAIM, slot, "di");
+		for (l = w->limbo; l != NULL; l = l->next) {
+			if (l->slot != slot)
+				continue;
+			redis_args_addstr(&ev.a, l->id);
+			redis_args_addint(&ev.a, l->due_at);
+		}
+		if (ev.a.argc > 5)
+			slot_eval_send(&ev, w->redis, NULL, NULL);
+		slot_eval_free(&ev);
+	}
+	for (l = w->limbo; l != NULL; l = n) {
+		n = l->next;
+		xfree(l);
+	}
+	w->limbo = NULL;
 }
 
 /* The DB's word on expired leases: a task recorded as delivered (its
@@ -687,6 +743,85 @@ load_slot(struct worker *w, int slot, int64_t now)
 	db_pool_submit(w->db, &l->job);
 }
 
+/* Sweeper: the safety net under every index write (SQL_TASK_OVERDUE). */
+struct sweep_job {
+	struct db_job job;
+	struct worker *w;
+	int slot;
+	int64_t before;
+	struct db_rows rows;
+};
+
+static int
+sweep_run(struct db_conn *c, struct db_job *job)
+{
+	struct sweep_job *sj = (struct sweep_job *)job;
+	struct db_params p;
+	int rc;
+
+	db_params_init(&p, 2);
+	db_params_int(&p, sj->slot);
+	db_params_int(&p, sj->before);
+	rc = db_query(c, SQL_TASK_OVERDUE, &p, &sj->rows);
+	db_params_free(&p);
+	return rc;
+}
+
+static void
+swept_cb(struct redis *r, redisReply *reply, void *arg)
+{
+	struct slot_call *c = arg;
+
+	if (reply != NULL && reply->type == REDIS_REPLY_INTEGER &&
+	    reply->integer > 0) {
+		metric_add(c->w->m.loaded, (double)reply->integer);
+		log_warn("overdue tasks missing from the index: re-indexed",
+			 "slot=%d count=%lld", c->slot,
+			 (long long)reply->integer);
+	}
+	slot_call_free(c);
+}
+
+static void
+sweep_done_cb(struct db_job *job, int status, const char *err)
+{
+	struct sweep_job *sj = (struct sweep_job *)job;
+	struct worker *w = sj->w;
+	struct wslot *s = &w->slots[sj->slot];
+	struct slot_call *c;
+	struct rindex ix;
+
+	s->sweeping = 0;
+	if (status == 0 && s->owned && s->mode == SM_REDIS) {
+		rindex_init(&ix, sj->slot);
+		for (size_t i = 0; i < sj->rows.nrows; i++)
+			if (hmap_get(w->tasks, db_rows_get(&sj->rows, i, PC_ID,
+							   NULL)) == NULL)
+				rindex_add_row(&ix, &sj->rows, i);
+		c = slot_call_new(w, sj->slot);
+		if (rindex_count(&ix) == 0 ||
+		    rindex_send(&ix, w->redis, swept_cb, c) < 0)
+			slot_call_free(c);
+		rindex_free(&ix);
+	}
+	db_rows_free(&sj->rows);
+	xfree(sj);
+}
+
+static void
+sweep_slot(struct worker *w, int slot, int64_t now)
+{
+	struct sweep_job *sj = xcalloc(1, sizeof(*sj));
+
+	sj->w = w;
+	sj->slot = slot;
+	sj->before = now - SWEEP_OVERDUE_MS;
+	sj->job.run = sweep_run;
+	sj->job.done_cb = sweep_done_cb;
+	w->slots[slot].sweeping = 1;
+	db_pool_submit(w->db, &sj->job);
+}
+
 static void
 scan_cb(evutil_socket_t fd, short what, void *arg)
 {
@@ -711,6 +846,10 @@ scan_cb(evutil_socket_t fd, short what, void *arg)
 		if (!s->loading && mono >= s->next_load_ms) {
 			s->next_load_ms = mono + LOAD_INTERVAL_MS;
 			load_slot(w, i, now);
+		}
+		if (!s->sweeping && mono >= s->next_sweep_ms) {
+			s->next_sweep_ms = mono + SWEEP_INTERVAL_MS;
+			sweep_slot(w, i, now);
 		}
 	}
 }

@@ -152,6 +152,8 @@ struct wslot {
 	size_t claimq_n;
 	int64_t next_load_ms;
 	int64_t next_reap_ms;
+	int64_t next_sweep_ms;
+	int sweeping;
 };
 
 struct slot_node;
@@ -204,6 +206,7 @@ struct worker {
 	int64_t rebalance_started_ms;
 	struct event *rebalance_ev;
 	struct event *coord_ev;
+	struct limbo *limbo; /* claims whose reply was lost */
 	/* Degraded modes (recovery.c, dbmode.c). */
 	int64_t redis_down_since_ms;
 	int64_t redis_up_since_ms;
@@ -236,6 +239,9 @@ void firing_stop(struct worker *w);
 size_t firing_busy(const struct worker *w);
 
 /* scanner.c */
+/* Redis answers again: claims whose reply was lost go back to due. */
+void scanner_redis_up(struct worker *w);
+struct limbo;
 /* Drops the tasks of a slot that wait in the wheel or the claim queue
  * (they stay due in Redis for the next owner). */
 void scanner_drop_slot(struct worker *w, int slot);

@@ -48,11 +48,29 @@ sleep_until_mono_us(int64_t t)
 			return;
 }
 
+static volatile sig_atomic_t stop_signal;
+
 static void
 on_signal(int sig)
 {
-	(void)sig;
+	stop_signal = sig;
 	bench_stop = 1;
+}
+
+/*
+ * After an interrupted run has reported what it got: die of the signal, so
+ * that a calling shell stops too instead of taking the clean exit as "the
+ * program handled it".
+ */
+static int
+finish(int rc)
+{
+	if (stop_signal) {
+		fflush(stdout);
+		signal(stop_signal, SIG_DFL);
+		raise(stop_signal);
+	}
+	return rc;
 }
 
 static void
@@ -332,7 +350,7 @@ main(int argc, char **argv)
 
 	for (size_t i = 0; i < sizeof(scenarios) / sizeof(scenarios[0]); i++)
 		if (!strcmp(o.scenario, scenarios[i].name))
-			return scenarios[i].fn(&o) == 0 ? 0 : 1;
+			return finish(scenarios[i].fn(&o) == 0 ? 0 : 1);
 	fprintf(stderr, "prophet-bench: unknown scenario '%s'\n", o.scenario);
 	usage(stderr);
 	return 2;

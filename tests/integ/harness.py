@@ -1144,6 +1144,27 @@ def collect_tests(namespace):
     return tests
 
 
+def run_suite(namespace, setup, cleanup, dump):
+    """The main() of a test file: setup(), the test_* functions of
+    namespace in order (dump() after each failure, e.g. the daemons' log
+    tails), then cleanup(failed) in any case. Exits 0 iff all passed."""
+    failed = 1
+    try:
+        setup()
+        failed = run_tests(collect_tests(namespace), on_failure=dump)
+    except Exception:
+        for line in traceback.format_exc().splitlines():
+            log(line)
+        try:
+            dump()
+        except Exception as e:
+            log("dump: %r" % e)
+        print("not ok - setup failed", flush=True)
+    finally:
+        cleanup(bool(failed))
+    sys.exit(1 if failed else 0)
+
+
 def main(namespace, tests=None):
     """Runs the test_* functions of a module in definition order and exits
     0 iff all passed (1 otherwise, also when setup fails)."""

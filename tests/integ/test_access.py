@@ -166,27 +166,18 @@ def test_bad_tokens_file_refused():
             % p.stderr[-300:])
 
 
+def cleanup(failed):
+    if READER is not None:
+        READER.stop()
+    if C is not None:
+        C.close(failed=failed)
+        if os.path.exists(getattr(C, "tokens_path", "")):
+            os.unlink(C.tokens_path)
+
+
 def main():
-    failed = 1
-    try:
-        setup()
-        failed = h.run_tests(h.collect_tests(globals()),
-                             on_failure=lambda: C.dump_logs())
-    except Exception:
-        import traceback
-        for line in traceback.format_exc().splitlines():
-            h.log(line)
-        if C is not None:
-            C.dump_logs()
-        print("not ok - setup failed", flush=True)
-    finally:
-        if READER is not None:
-            READER.stop()
-        if C is not None:
-            C.close(failed=bool(failed))
-            if os.path.exists(getattr(C, "tokens_path", "")):
-                os.unlink(C.tokens_path)
-    sys.exit(1 if failed else 0)
+    h.run_suite(globals(), setup, cleanup,
+                lambda: C.dump_logs() if C is not None else None)
 
 
 if __name__ == "__main__":

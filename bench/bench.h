@@ -13,6 +13,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "daemon.h" /* clock_mono_us */
+
 /* ------------------------------------------------------------ options --- */
 
 struct bench_opts {
@@ -53,8 +55,7 @@ extern volatile int bench_stop; /* set by SIGINT/SIGTERM */
 
 /* -------------------------------------------------------------- clock --- */
 
-int64_t now_us(void);  /* CLOCK_REALTIME, comparable with Prophet's */
-int64_t mono_us(void); /* CLOCK_MONOTONIC */
+int64_t now_us(void); /* CLOCK_REALTIME, comparable with Prophet's */
 void sleep_until_mono_us(int64_t t);
 
 /* ------------------------------------------------------------- report --- */

@@ -141,10 +141,10 @@ kafka_topic_ensure(const char *brokers, const char *topic, char *err,
 	rd_kafka_NewTopic_destroy(nt);
 	rd_kafka_queue_destroy(q);
 	if (rc == 0) {
-		int64_t deadline = mono_us() + 30000000;
+		int64_t deadline = clock_mono_us() + 30000000;
 
 		while (topic_partitions(rk, topic) <= 0) {
-			if (mono_us() > deadline || bench_stop) {
+			if (clock_mono_us() > deadline || bench_stop) {
 				snprintf(err, errlen,
 					 "topic %s has no partitions", topic);
 				rc = -1;
@@ -383,7 +383,7 @@ static void
 raw_dr_cb(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaque)
 {
 	struct raw_prod *p = opaque;
-	int64_t now = mono_us();
+	int64_t now = clock_mono_us();
 
 	(void)rk;
 	if (m->err) {
@@ -491,19 +491,20 @@ scen_kafka_raw(struct bench_opts *o)
 	/* Warm up: metadata, connection and producer id, so that the first
 	 * measured messages do not wait for them. */
 	snprintf(key, sizeof(key), "%s-raw-warmup", o->tag);
-	if (rd_kafka_producev(rk, RD_KAFKA_V_TOPIC(topic),
-			      RD_KAFKA_V_KEY(key, strlen(key)),
-			      RD_KAFKA_V_VALUE(body, (size_t)o->body_size),
-			      RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
-			      RD_KAFKA_V_OPAQUE((void *)(intptr_t)mono_us()),
-			      RD_KAFKA_V_END) == RD_KAFKA_RESP_ERR_NO_ERROR)
+	if (rd_kafka_producev(
+		    rk, RD_KAFKA_V_TOPIC(topic),
+		    RD_KAFKA_V_KEY(key, strlen(key)),
+		    RD_KAFKA_V_VALUE(body, (size_t)o->body_size),
+		    RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
+		    RD_KAFKA_V_OPAQUE((void *)(intptr_t)clock_mono_us()),
+		    RD_KAFKA_V_END) == RD_KAFKA_RESP_ERR_NO_ERROR)
 		rd_kafka_flush(rk, 30000);
 	atomic_store(&p.delivered, 0);
 	p.nlat = 0;
 	rp.p = &p;
 	rp.total = count;
 	prog = progress_start(o, raw_progress_cb, &rp);
-	t0 = mono_us();
+	t0 = clock_mono_us();
 	real0 = now_us() + 200000;
 	deadline = o->duration > 0 ? t0 + (int64_t)(o->duration * 1e6) : 0;
 	for (sent = 0; sent < count && !bench_stop; sent++) {
@@ -542,7 +543,8 @@ scen_kafka_raw(struct bench_opts *o)
 				RD_KAFKA_V_VALUE(body, (size_t)o->body_size),
 				RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
 				RD_KAFKA_V_HEADERS(h),
-				RD_KAFKA_V_OPAQUE((void *)(intptr_t)mono_us()),
+				RD_KAFKA_V_OPAQUE(
+					(void *)(intptr_t)clock_mono_us()),
 				RD_KAFKA_V_END);
 			if (e != RD_KAFKA_RESP_ERR__QUEUE_FULL || bench_stop)
 				break;
@@ -556,7 +558,8 @@ scen_kafka_raw(struct bench_opts *o)
 		atomic_store(&rp.sent, sent + 1);
 		if (sent % 1000 == 0)
 			rd_kafka_poll(rk, 0);
-		if (deadline && sent % 1000 == 0 && mono_us() > deadline) {
+		if (deadline && sent % 1000 == 0 &&
+		    clock_mono_us() > deadline) {
 			sent++;
 			break;
 		}
@@ -564,7 +567,7 @@ scen_kafka_raw(struct bench_opts *o)
 	while (atomic_load(&p.delivered) + atomic_load(&p.failed) < sent &&
 	       !bench_stop)
 		rd_kafka_poll(rk, 100);
-	t_end = p.last_dr_mono ? p.last_dr_mono : mono_us();
+	t_end = p.last_dr_mono ? p.last_dr_mono : clock_mono_us();
 	if (cons != NULL) {
 		wait_received(o, l, cons, l->due_ms[sent ? sent - 1 : 0]);
 		consumer_stop(cons);

@@ -215,7 +215,7 @@ progress_main(void *arg)
 	char buf[512];
 
 	while (!atomic_load(&p->stop)) {
-		int64_t now = mono_us();
+		int64_t now = clock_mono_us();
 
 		if (now < next) {
 			usleep((useconds_t)(next - now < 50000 ? next - now
@@ -243,7 +243,7 @@ progress_start(const struct bench_opts *o, progress_fn fn, void *arg)
 	p = xcalloc(1, sizeof(*p));
 	p->fn = fn;
 	p->arg = arg;
-	p->t0 = mono_us();
+	p->t0 = clock_mono_us();
 	p->tty = isatty(2);
 	pthread_create(&p->thread, NULL, progress_main, p);
 	return p;

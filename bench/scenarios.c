@@ -187,12 +187,12 @@ void
 wait_received(const struct bench_opts *o, struct ledger *l, struct consumer *c,
 	      int64_t last_due_ms)
 {
-	int64_t last_change = mono_us();
+	int64_t last_change = clock_mono_us();
 	long last_msgs = consumer_messages(c);
 
 	while (!bench_stop) {
 		long msgs = consumer_messages(c);
-		int64_t now = mono_us();
+		int64_t now = clock_mono_us();
 
 		if (atomic_load(&l->received) >= atomic_load(&l->accepted) &&
 		    now_us() / 1000 >= last_due_ms)
@@ -220,7 +220,7 @@ static double
 quiesce(const struct bench_opts *o)
 {
 	struct redis_mem m;
-	int64_t t0 = mono_us(), last_note = t0;
+	int64_t t0 = clock_mono_us(), last_note = t0;
 	char err[256];
 
 	if (o->redis == NULL)
@@ -232,13 +232,13 @@ quiesce(const struct bench_opts *o)
 		}
 		if (m.inflight == 0)
 			break;
-		if (mono_us() - t0 > 900000000) {
+		if (clock_mono_us() - t0 > 900000000) {
 			note("%s: %lld tasks still in flight after 900 s",
 			     o->label, m.inflight);
 			break;
 		}
-		if (!o->quiet && mono_us() - last_note >= 2000000) {
-			last_note = mono_us();
+		if (!o->quiet && clock_mono_us() - last_note >= 2000000) {
+			last_note = clock_mono_us();
 			note("%s: waiting for the workers to record "
 			     "deliveries: "
 			     "%lld in flight",
@@ -246,7 +246,7 @@ quiesce(const struct bench_opts *o)
 		}
 		usleep(100000);
 	}
-	return (double)(mono_us() - t0) / 1e6;
+	return (double)(clock_mono_us() - t0) / 1e6;
 }
 
 /* How long the DB recording of deliveries trailed the consumer. */
@@ -328,7 +328,7 @@ start_consumer(const struct bench_opts *o, const struct names *nm,
 	struct httpc *h;
 	const char *resp;
 	size_t rlen;
-	int64_t t0 = mono_us();
+	int64_t t0 = clock_mono_us();
 	int status;
 
 	*c = consumer_start(o->brokers, nm->kafka_topic, l, err, sizeof(err));
@@ -353,10 +353,10 @@ start_consumer(const struct bench_opts *o, const struct names *nm,
 		return 0;
 	}
 	while (consumer_messages(*c) == 0 && !bench_stop &&
-	       mono_us() - t0 < 30000000)
+	       clock_mono_us() - t0 < 30000000)
 		usleep(10000);
 	note("warm-up task received after %.0f ms",
-	     (double)(mono_us() - t0) / 1e3);
+	     (double)(clock_mono_us() - t0) / 1e3);
 	return 0;
 }
 
@@ -486,7 +486,7 @@ scen_steady(struct bench_opts *o)
 	hist_scrape(o->worker_metrics, &h0);
 	/* Task i is due at t0 + i/rate; its batch is sent lead ms earlier. */
 	real0 = now_us();
-	mono0 = mono_us();
+	mono0 = clock_mono_us();
 	t0_ms = real0 / 1000 + o->lead_ms + 500;
 	for (long i = 0; i < count; i++)
 		l->due_ms[i] =

@@ -398,7 +398,8 @@ raw_db_main(void *arg)
 		long s = atomic_fetch_add(&d->next_stmt, 1);
 		int64_t t1, t2, now = now_us() / 1000;
 
-		if (s >= d->nstmts || (d->deadline && mono_us() > d->deadline))
+		if (s >= d->nstmts ||
+		    (d->deadline && clock_mono_us() > d->deadline))
 			break;
 		for (int r = 0; r < rows; r++) {
 			long long *iv = ints + (size_t)r * 8;
@@ -414,7 +415,7 @@ raw_db_main(void *arg)
 			iv[4] = s;
 			iv[5] = now;
 		}
-		t1 = mono_us();
+		t1 = clock_mono_us();
 		/* Autocommit: one transaction (and one log flush) per
 		 * statement, as a group commit of rows tasks. */
 		if (mysql_stmt_execute(st)) {
@@ -423,7 +424,7 @@ raw_db_main(void *arg)
 				 mysql_stmt_error(st));
 			continue;
 		}
-		t2 = mono_us();
+		t2 = clock_mono_us();
 		atomic_fetch_add(&d->rows_done, rows);
 		if (nlat == latcap) {
 			latcap = latcap ? 2 * latcap : 1024;
@@ -507,14 +508,14 @@ scen_db_raw(struct bench_opts *o)
 	note("db-raw: %ld rows, %d rows per INSERT, %d connection(s), table %s",
 	     d.rows_total, o->rows_per_stmt, o->conns, d.table);
 	prog = progress_start(o, raw_db_progress_cb, &d);
-	t0 = mono_us();
+	t0 = clock_mono_us();
 	d.deadline = o->duration > 0 ? t0 + (int64_t)(o->duration * 1e6) : 0;
 	th = xcalloc((size_t)o->conns, sizeof(*th));
 	for (int i = 0; i < o->conns; i++)
 		pthread_create(&th[i], NULL, raw_db_main, &d);
 	for (int i = 0; i < o->conns; i++)
 		pthread_join(th[i], NULL);
-	t1 = mono_us();
+	t1 = clock_mono_us();
 	progress_stop(prog);
 	snprintf(q, sizeof(q), "DROP TABLE IF EXISTS %s", d.table);
 	if (mysql_query(my, q))
@@ -578,7 +579,7 @@ scen_cleanup(struct bench_opts *o)
 	}
 	if (o->zk && o->zk_root) {
 		zhandle_t *zh;
-		int64_t deadline = mono_us() + 15000000;
+		int64_t deadline = clock_mono_us() + 15000000;
 		int zrc;
 
 		if (o->zk_root[0] != '/' || !strcmp(o->zk_root, "/") ||
@@ -595,7 +596,7 @@ scen_cleanup(struct bench_opts *o)
 			return -1;
 		}
 		while (zoo_state(zh) != ZOO_CONNECTED_STATE &&
-		       mono_us() < deadline)
+		       clock_mono_us() < deadline)
 			usleep(20000);
 		zrc = zk_delete_tree(zh, o->zk_root);
 		if (zrc != ZOK) {

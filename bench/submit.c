@@ -120,7 +120,7 @@ submit_main(void *arg)
 			break;
 		if (s->send_mono_us != NULL) {
 			sleep_until_mono_us(s->send_mono_us[b]);
-			t1 = mono_us();
+			t1 = clock_mono_us();
 			double lag = (double)(t1 - s->send_mono_us[b]) / 1e3;
 
 			if (lag > local.max_send_lag_ms)
@@ -128,7 +128,7 @@ submit_main(void *arg)
 			if (lag > 50)
 				local.late_sends++;
 		}
-		t1 = mono_us();
+		t1 = clock_mono_us();
 		if (s->stop_mono && t1 > s->stop_mono)
 			break;
 		first = b * (size_t)s->batch;
@@ -140,7 +140,7 @@ submit_main(void *arg)
 		status = c ? httpc_request(c, "POST", path, buf, len, &resp,
 					   &rlen, err, sizeof(err))
 			   : -1;
-		t2 = mono_us();
+		t2 = clock_mono_us();
 		ts = now_us();
 		local.last_done_mono = t2;
 		local.requests++;
@@ -242,7 +242,7 @@ submitter_start(const struct bench_opts *o, struct ledger *l, const char *topic,
 	s->topic_json = xasprintf("\"topic\":\"%s\"", topic);
 	s->body_json = xasprintf("\"body\":\"%s\"", body);
 	xfree(body);
-	s->t0 = mono_us();
+	s->t0 = clock_mono_us();
 	s->stop_mono =
 		stop_after_s > 0 ? s->t0 + (int64_t)(stop_after_s * 1e6) : 0;
 	s->st.first_send_mono = INT64_MAX;
@@ -267,7 +267,7 @@ submitter_join(struct submitter *s, struct submit_stats *st)
 		pthread_join(s->threads[i], NULL);
 	*st = s->st;
 	if (st->first_send_mono == INT64_MAX)
-		st->first_send_mono = st->last_done_mono = mono_us();
+		st->first_send_mono = st->last_done_mono = clock_mono_us();
 	pthread_mutex_destroy(&s->mu);
 	xfree(s->threads);
 	xfree(s->topic_json);

@@ -165,35 +165,12 @@ marker_set_cb(struct redis *r, redisReply *reply, void *arg)
 	xfree(rb);
 }
 
-struct pointer_job {
-	struct db_job job;
-	struct rebuild *rb;
-};
-
-static int
-pointer_run(struct db_conn *c, struct db_job *job)
-{
-	struct pointer_job *pj = (struct pointer_job *)job;
-	struct db_params p;
-	int rc;
-
-	db_params_init(&p, 3);
-	db_params_int(&p, pj->rb->slot);
-	db_params_int(&p, pj->rb->end_ms);
-	db_params_int(&p, clock_now_ms());
-	rc = db_exec(c, SQL_SLOT_POINTER, &p, NULL);
-	db_params_free(&p);
-	return rc;
-}
-
 static void
-pointer_done_cb(struct db_job *job, int status, const char *err)
+pointer_saved(int status, const char *err, void *arg)
 {
-	struct pointer_job *pj = (struct pointer_job *)job;
-	struct rebuild *rb = pj->rb;
+	struct rebuild *rb = arg;
 	char kmark[RKEY_MAX];
 
-	xfree(pj);
 	if (!rebuild_current(rb)) {
 		xfree(rb);
 		return;
@@ -269,14 +246,10 @@ page_done_cb(struct db_job *job, int status, const char *err)
 		return;
 	}
 	if (n == 0) {
-		struct pointer_job *pj = xcalloc(1, sizeof(*pj));
-
 		db_rows_free(&j->rows);
 		xfree(j);
-		pj->rb = rb;
-		pj->job.run = pointer_run;
-		pj->job.done_cb = pointer_done_cb;
-		db_pool_submit(w->db, &pj->job);
+		scanner_save_pointer(w, rb->slot, rb->end_ms, pointer_saved,
+				     rb);
 		return;
 	}
 	rindex_init(&ix, rb->slot);

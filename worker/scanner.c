@@ -610,10 +610,14 @@ load_run(struct db_conn *c, struct db_job *job)
 	return 0;
 }
 
+/* Moves a slot's time pointer forward (never back); then(status, err,
+ * arg) runs on the loop when it is saved or failed. */
 struct pointer_job {
 	struct db_job job;
 	int slot;
 	int64_t until;
+	void (*then)(int status, const char *err, void *arg);
+	void *arg;
 };
 
 static int
@@ -637,10 +641,28 @@ pointer_done_cb(struct db_job *job, int status, const char *err)
 {
 	struct pointer_job *pj = (struct pointer_job *)job;
 
-	if (status < 0)
+	if (pj->then != NULL)
+		pj->then(status, err, pj->arg);
+	else if (status < 0)
 		log_warn("time pointer not saved", "slot=%d error=\"%s\"",
 			 pj->slot, err);
 	xfree(pj);
+}
+
+void
+scanner_save_pointer(struct worker *w, int slot, int64_t until,
+		     void (*then)(int status, const char *err, void *arg),
+		     void *arg)
+{
+	struct pointer_job *pj = xcalloc(1, sizeof(*pj));
+
+	pj->slot = slot;
+	pj->until = until;
+	pj->then = then;
+	pj->arg = arg;
+	pj->job.run = pointer_run;
+	pj->job.done_cb = pointer_done_cb;
+	db_pool_submit(w->db, &pj->job);
 }
 
 struct index_call {
@@ -655,7 +677,6 @@ index_reply_cb(struct redis *r, redisReply *reply, void *arg)
 {
 	struct index_call *ic = arg;
 	struct worker *w = ic->w;
-	struct pointer_job *pj;
 
 	w->slots[ic->slot].loading = 0;
 	if (reply == NULL || reply->type == REDIS_REPLY_ERROR) {
@@ -670,12 +691,7 @@ index_reply_cb(struct redis *r, redisReply *reply, void *arg)
 			 (long long)reply->integer);
 	}
 	/* Only once the index holds the window does the pointer move. */
-	pj = xcalloc(1, sizeof(*pj));
-	pj->slot = ic->slot;
-	pj->until = ic->next_from;
-	pj->job.run = pointer_run;
-	pj->job.done_cb = pointer_done_cb;
-	db_pool_submit(w->db, &pj->job);
+	scanner_save_pointer(w, ic->slot, ic->next_from, NULL, NULL);
 	if (ic->n == LOAD_BATCH)
 		w->slots[ic->slot].next_load_ms = 0;
 	xfree(ic);

@@ -239,6 +239,11 @@ void firing_stop(struct worker *w);
 size_t firing_busy(const struct worker *w);
 
 /* scanner.c */
+/* Moves a slot's time pointer forward (never back); then() runs on the
+ * loop when saved (status 0) or failed; NULL: failures are logged. */
+void scanner_save_pointer(struct worker *w, int slot, int64_t until,
+			  void (*then)(int status, const char *err, void *arg),
+			  void *arg);
 /* Redis answers again: claims whose reply was lost go back to due. */
 void scanner_redis_up(struct worker *w);
 struct limbo;

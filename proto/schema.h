@@ -63,20 +63,19 @@ enum sql_task_col {
 	"FROM task_log WHERE task_id = ? ORDER BY seq"
 
 /*
- * Outbox rule: delivered only from a delivery report, and only from a
- * state that allows it. The epoch guard refuses a stale owner.
+ * Outbox rule: a task leaves scheduled/firing only from a delivery report
+ * (delivered, batched in worker/firing.c) or its ttl (expired, here), and
+ * the epoch guard refuses a stale owner.
  */
-#define SQL_TASK_MARK_DELIVERED                                            \
-	"UPDATE tasks t LEFT JOIN slot_state s ON s.slot = t.slot "        \
-	"SET t.status = 'delivered', t.fired_at = ?, t.delivered_at = ?, " \
-	"t.attempt = ?, t.epoch = ?, t.owner = ?, t.updated_at = ? "       \
-	"WHERE t.id = ? AND t.status IN ('scheduled', 'firing') "          \
-	"AND COALESCE(s.epoch, 0) <= ?"
 #define SQL_TASK_MARK_EXPIRED                                       \
 	"UPDATE tasks t LEFT JOIN slot_state s ON s.slot = t.slot " \
 	"SET t.status = 'expired', t.updated_at = ? "               \
 	"WHERE t.id = ? AND t.status IN ('scheduled', 'firing') "   \
 	"AND COALESCE(s.epoch, 0) <= ?"
+
+/* The fence a batch of delivered updates checks once per slot. */
+#define SQL_SLOT_FENCE_SHARED \
+	"SELECT epoch FROM slot_state WHERE slot = ? LOCK IN SHARE MODE"
 
 /* A new owner raises the slot's fence before it publishes. */
 #define SQL_SLOT_FENCE                                                       \

@@ -178,56 +178,176 @@ bind_log_row(struct db_params *p, size_t i, void *arg)
 	db_params_null(p);
 }
 
+/* The fence of slot, share-locked until commit so that a new owner cannot
+ * raise it between our check and our update. 0 without a row. */
+static int
+slot_fence(struct db_conn *c, int slot, int64_t *fence)
+{
+	struct db_params p;
+	struct db_rows rows;
+	int rc;
+
+	db_params_init(&p, 1);
+	db_params_int(&p, slot);
+	rc = db_query(c, SQL_SLOT_FENCE_SHARED, &p, &rows);
+	db_params_free(&p);
+	if (rc < 0)
+		return -1;
+	*fence = rows.nrows ? db_rows_int(&rows, 0, 0) : 0;
+	db_rows_free(&rows);
+	return 0;
+}
+
+static void
+append_list(char *sql, size_t *off, const char *item, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		size_t len = strlen(item);
+
+		memcpy(sql + *off, item, len);
+		*off += len;
+	}
+}
+
+/*
+ * Records up to MARK_CHUNK deliveries with two statements: lock the rows
+ * still scheduled/firing (they are the ones this batch moves), then one
+ * UPDATE with per-row values in CASE expressions. The statement texts
+ * depend only on the chunk size (256, 64, 16, 4, 1).
+ */
+static int
+mark_chunk(struct db_conn *c, struct mark_job *mj, const size_t *idx, size_t n)
+{
+	static const char head[] = "UPDATE tasks SET status = 'delivered', "
+				   "delivered_at = ?, owner = ?, updated_at = "
+				   "?, fired_at = CASE id ";
+	size_t cap = 512 + n * 64, off;
+	char *sql = xmalloc(cap);
+	struct db_params p;
+	struct db_rows rows;
+	int rc = -1;
+
+	off = (size_t)snprintf(sql, cap, "%s",
+			       "SELECT id FROM tasks WHERE status IN "
+			       "('scheduled', 'firing') AND id IN (?");
+	append_list(sql, &off, ",?", n - 1);
+	off += (size_t)snprintf(sql + off, cap - off, ") FOR UPDATE");
+	db_params_init(&p, n * 7 + 4);
+	for (size_t i = 0; i < n; i++)
+		db_params_str(&p, mj->tasks[idx[i]]->id);
+	if (db_query(c, sql, &p, &rows) < 0)
+		goto out;
+	for (size_t r = 0; r < rows.nrows; r++) {
+		const char *id = db_rows_get(&rows, r, 0, NULL);
+
+		for (size_t i = 0; i < n; i++)
+			if (!strcmp(mj->tasks[idx[i]]->id, id))
+				mj->updated[idx[i]] = 1;
+	}
+	db_rows_free(&rows);
+
+	off = (size_t)snprintf(sql, cap, "%s", head);
+	append_list(sql, &off, "WHEN ? THEN ? ", n);
+	off += (size_t)snprintf(sql + off, cap - off,
+				"END, attempt = CASE id ");
+	append_list(sql, &off, "WHEN ? THEN ? ", n);
+	off += (size_t)snprintf(sql + off, cap - off, "END, epoch = CASE id ");
+	append_list(sql, &off, "WHEN ? THEN ? ", n);
+	off += (size_t)snprintf(sql + off, cap - off,
+				"END WHERE status IN ('scheduled', 'firing') "
+				"AND id IN (?");
+	append_list(sql, &off, ",?", n - 1);
+	snprintf(sql + off, cap - off, ")");
+	p.n = 0;
+	db_params_int(&p, mj->now);
+	db_params_str(&p, mj->w->id);
+	db_params_int(&p, mj->now);
+	for (size_t i = 0; i < n; i++) {
+		db_params_str(&p, mj->tasks[idx[i]]->id);
+		db_params_int(&p, mj->tasks[idx[i]]->fired_at);
+	}
+	for (size_t i = 0; i < n; i++) {
+		db_params_str(&p, mj->tasks[idx[i]]->id);
+		db_params_int(&p, mj->tasks[idx[i]]->attempt);
+	}
+	for (size_t i = 0; i < n; i++) {
+		db_params_str(&p, mj->tasks[idx[i]]->id);
+		db_params_int(&p, mj->tasks[idx[i]]->epoch);
+	}
+	for (size_t i = 0; i < n; i++)
+		db_params_str(&p, mj->tasks[idx[i]]->id);
+	rc = db_exec(c, sql, &p, NULL);
+out:
+	db_params_free(&p);
+	xfree(sql);
+	return rc;
+}
+
 static int
 mark_run(struct db_conn *c, struct db_job *job)
 {
+	static const size_t chunks[] = {256, 64, 16, 4, 1};
 	struct mark_job *mj = (struct mark_job *)job;
+	int nslots = mj->w->nslots;
+	int64_t *fence = xcalloc((size_t)nslots, sizeof(*fence));
+	char *seen = xcalloc((size_t)nslots, 1);
+	size_t *todo = xcalloc(mj->n + 1, sizeof(*todo)), ntodo = 0, done;
 	struct db_params p;
+	int rc = -1;
 
 	mj->nupdated = 0;
+	db_params_init(&p, 4);
 	if (db_begin(c) < 0)
-		return -1;
-	db_params_init(&p, 8);
+		goto out;
 	for (size_t i = 0; i < mj->n; i++) {
 		struct wtask *t = mj->tasks[i];
 		unsigned long long a = 0;
-		int rc;
 
-		p.n = 0;
+		mj->updated[i] = 0;
 		if (t->expire) {
+			p.n = 0;
 			db_params_int(&p, mj->now);
 			db_params_str(&p, t->id);
 			db_params_int(&p, t->epoch);
-			rc = db_exec(c, SQL_TASK_MARK_EXPIRED, &p, &a);
-		} else {
-			db_params_int(&p, t->fired_at);
-			db_params_int(&p, mj->now);
-			db_params_int(&p, t->attempt);
-			db_params_int(&p, t->epoch);
-			db_params_str(&p, mj->w->id);
-			db_params_int(&p, mj->now);
-			db_params_str(&p, t->id);
-			db_params_int(&p, t->epoch);
-			rc = db_exec(c, SQL_TASK_MARK_DELIVERED, &p, &a);
+			if (db_exec(c, SQL_TASK_MARK_EXPIRED, &p, &a) < 0)
+				goto fail;
+			mj->updated[i] = a > 0;
+			continue;
 		}
-		if (rc < 0) {
-			db_params_free(&p);
-			db_rollback(c);
-			return -1;
+		if (!seen[t->slot]) {
+			seen[t->slot] = 1;
+			if (slot_fence(c, t->slot, &fence[t->slot]) < 0)
+				goto fail;
 		}
-		mj->updated[i] = a > 0;
-		if (a > 0)
-			mj->order[mj->nupdated++] = i;
+		/* A newer epoch owns the slot: its owner decides. */
+		if (fence[t->slot] <= t->epoch)
+			todo[ntodo++] = i;
 	}
-	db_params_free(&p);
+	done = 0;
+	for (size_t k = 0; k < sizeof(chunks) / sizeof(chunks[0]); k++)
+		while (ntodo - done >= chunks[k]) {
+			if (mark_chunk(c, mj, todo + done, chunks[k]) < 0)
+				goto fail;
+			done += chunks[k];
+		}
+	for (size_t i = 0; i < mj->n; i++)
+		if (mj->updated[i])
+			mj->order[mj->nupdated++] = i;
 	if (mj->nupdated > 0 &&
 	    db_exec_rows(c, SQL_TASK_LOG_INSERT_PREFIX, SQL_TASK_LOG_INSERT_ROW,
 			 mj->nupdated, SQL_TASK_LOG_INSERT_NCOLS, bind_log_row,
-			 mj, NULL) < 0) {
-		db_rollback(c);
-		return -1;
-	}
-	return db_commit(c);
+			 mj, NULL) < 0)
+		goto fail;
+	rc = db_commit(c);
+	goto out;
+fail:
+	db_rollback(c);
+out:
+	db_params_free(&p);
+	xfree(fence);
+	xfree(seen);
+	xfree(todo);
+	return rc;
 }
 
 /* Drops the Redis copies of finished tasks, one script call per slot. */

@@ -134,8 +134,28 @@ resolve_existing(struct db_conn *c, struct ingest_batch *b)
 	return 0;
 }
 
+static int batch_try(struct db_conn *c, struct db_job *job);
+
+/* A deadlock or lock wait timeout is transient: the whole transaction is
+ * tried again (its INSERT IGNORE and batch id make that safe). */
 static int
 batch_run(struct db_conn *c, struct db_job *job)
+{
+	int rc = -1;
+
+	for (int attempt = 0; attempt < 4; attempt++) {
+		rc = batch_try(c, job);
+		if (rc == 0 ||
+		    (db_conn_errno(c) != 1213 && db_conn_errno(c) != 1205))
+			break;
+		log_warn("group commit retried", "error=\"%s\"",
+			 db_conn_error(c));
+	}
+	return rc;
+}
+
+static int
+batch_try(struct db_conn *c, struct db_job *job)
 {
 	struct ingest_batch *b = (struct ingest_batch *)job;
 	struct insert_ctx ctx = {b, NULL, NULL, NULL};

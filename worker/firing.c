@@ -218,7 +218,8 @@ append_list(char *sql, size_t *off, const char *item, size_t n)
 static int
 mark_chunk(struct db_conn *c, struct mark_job *mj, const size_t *idx, size_t n)
 {
-	static const char head[] = "UPDATE tasks SET status = 'delivered', "
+	static const char head[] = "UPDATE tasks FORCE INDEX (PRIMARY) SET "
+				   "status = 'delivered', "
 				   "delivered_at = ?, owner = ?, updated_at = "
 				   "?, fired_at = CASE id ";
 	size_t cap = 512 + n * 64, off;
@@ -228,8 +229,9 @@ mark_chunk(struct db_conn *c, struct mark_job *mj, const size_t *idx, size_t n)
 	int rc = -1;
 
 	off = (size_t)snprintf(sql, cap, "%s",
-			       "SELECT id FROM tasks WHERE status IN "
-			       "('scheduled', 'firing') AND id IN (?");
+			       "SELECT id FROM tasks FORCE INDEX (PRIMARY) "
+			       "WHERE status IN ('scheduled', 'firing') "
+			       "AND id IN (?");
 	append_list(sql, &off, ",?", n - 1);
 	off += (size_t)snprintf(sql + off, cap - off, ") FOR UPDATE");
 	db_params_init(&p, n * 7 + 4);

@@ -353,12 +353,6 @@ cfg_int(const struct cfg *cfg, enum cfg_id id)
 	return cfg->num[id];
 }
 
-int
-cfg_bool(const struct cfg *cfg, enum cfg_id id)
-{
-	return cfg->num[id] != 0;
-}
-
 const char *
 cfg_path(const struct cfg *cfg)
 {

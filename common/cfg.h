@@ -125,7 +125,6 @@ int cfg_load_file(struct cfg *cfg, const char *path, char *err, size_t errlen);
 
 const char *cfg_str(const struct cfg *cfg, enum cfg_id id);
 int64_t cfg_int(const struct cfg *cfg, enum cfg_id id);
-int cfg_bool(const struct cfg *cfg, enum cfg_id id);
 const char *cfg_path(const struct cfg *cfg);
 
 /* Pass-through settings of [kafka.producer] / [kafka.consumer]. */

@@ -755,12 +755,6 @@ db_pool_connected(const struct db_pool *p)
 	return __atomic_load_n(&p->connected, __ATOMIC_RELAXED);
 }
 
-size_t
-db_pool_queued(const struct db_pool *p)
-{
-	return p->queued;
-}
-
 /* Runs every queued job to completion (their done_cb included), then
  * stops the threads. */
 void

@@ -34,7 +34,6 @@ void db_pool_destroy(struct db_pool *p);
 void db_pool_submit(struct db_pool *p, struct db_job *job);
 /* Connections currently up (a gauge for /readyz and metrics). */
 int db_pool_connected(const struct db_pool *p);
-size_t db_pool_queued(const struct db_pool *p);
 
 /* A typed parameter list, built on the stack of run(). */
 struct db_params {

@@ -143,19 +143,6 @@ http_reply_error(struct evhttp_request *req, int code, const char *ecode,
 	http_reply_json(req, code, json_pack("{s:o}", "error", e));
 }
 
-void
-http_reply_text(struct evhttp_request *req, int code, const char *content_type,
-		const char *text)
-{
-	struct evbuffer *b = evbuffer_new();
-
-	evbuffer_add(b, text, strlen(text));
-	evhttp_add_header(evhttp_request_get_output_headers(req),
-			  "Content-Type", content_type);
-	evhttp_send_reply(req, code, http_reason(code), b);
-	evbuffer_free(b);
-}
-
 char *
 http_body(struct evhttp_request *req, size_t *lenp)
 {

@@ -22,8 +22,6 @@ void http_reply_json(struct evhttp_request *req, int code, json_t *body);
 void http_reply_error(struct evhttp_request *req, int code, const char *ecode,
 		      const char *field, const char *fmt, ...)
 	__attribute__((format(printf, 5, 6)));
-void http_reply_text(struct evhttp_request *req, int code,
-		     const char *content_type, const char *text);
 /* The request body as a new NUL-terminated buffer. */
 char *http_body(struct evhttp_request *req, size_t *lenp);
 /* GET /metrics for any daemon. */

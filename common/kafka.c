@@ -218,30 +218,10 @@ kafka_outq_len(const struct kafka_producer *p)
 	return rd_kafka_outq_len(p->rk);
 }
 
-int
-kafka_flush(struct kafka_producer *p, int timeout_ms)
-{
-	return rd_kafka_flush(p->rk, timeout_ms) == RD_KAFKA_RESP_ERR_NO_ERROR
-		       ? 0
-		       : -1;
-}
-
 void
 kafka_purge_queued(struct kafka_producer *p)
 {
 	rd_kafka_purge(p->rk, RD_KAFKA_PURGE_F_QUEUE);
-}
-
-int
-kafka_ping(struct kafka_producer *p, int timeout_ms)
-{
-	const struct rd_kafka_metadata *md;
-
-	if (rd_kafka_metadata(p->rk, 0, NULL, &md, timeout_ms) !=
-	    RD_KAFKA_RESP_ERR_NO_ERROR)
-		return -1;
-	rd_kafka_metadata_destroy(md);
-	return 0;
 }
 
 int

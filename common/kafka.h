@@ -35,13 +35,8 @@ int kafka_produce(struct kafka_producer *p, const char *topic, const void *key,
 		  rd_kafka_resp_err_t *errp);
 /* Messages queued or in flight. */
 int kafka_outq_len(const struct kafka_producer *p);
-/* Blocks until everything queued is delivered or timeout; reports are
- * served. Returns 0 when empty. */
-int kafka_flush(struct kafka_producer *p, int timeout_ms);
 /* Drops messages not yet sent (their reports fire with an error). */
 void kafka_purge_queued(struct kafka_producer *p);
-/* Asks the cluster for metadata: broker reachable within timeout. */
-int kafka_ping(struct kafka_producer *p, int timeout_ms);
 /* All brokers down (librdkafka said so, and its statistics have not shown
  * one up since). */
 int kafka_brokers_down(const struct kafka_producer *p);

@@ -84,29 +84,10 @@ metric_set(struct metric *m, double v)
 }
 
 void
-metric_vec_add(struct metric *m, size_t i, double v)
-{
-	if (i < m->nvalues)
-		m->values[i] += v;
-}
-
-void
 metric_vec_set(struct metric *m, size_t i, double v)
 {
 	if (i < m->nvalues)
 		m->values[i] = v;
-}
-
-double
-metric_value(const struct metric *m)
-{
-	return m->type == METRIC_HISTOGRAM ? m->count : m->values[0];
-}
-
-double
-metric_vec_value(const struct metric *m, size_t i)
-{
-	return i < m->nvalues ? m->values[i] : 0;
 }
 
 void
@@ -119,27 +100,6 @@ metric_observe(struct metric *m, double v)
 	m->counts[i] += 1;
 	m->sum += v;
 	m->count += 1;
-}
-
-double
-metric_quantile(const struct metric *m, double q)
-{
-	double target = q * m->count, seen = 0;
-
-	if (m->count == 0)
-		return NAN;
-	for (size_t i = 0; i <= m->nbounds; i++) {
-		if (seen + m->counts[i] >= target) {
-			double lo = i == 0 ? 0 : m->bounds[i - 1];
-			double hi = i < m->nbounds ? m->bounds[i] : lo;
-
-			if (m->counts[i] == 0)
-				return hi;
-			return lo + (hi - lo) * (target - seen) / m->counts[i];
-		}
-		seen += m->counts[i];
-	}
-	return m->nbounds ? m->bounds[m->nbounds - 1] : 0;
 }
 
 static void

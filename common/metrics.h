@@ -25,12 +25,7 @@ void metric_inc(struct metric *m);
 void metric_add(struct metric *m, double v);
 void metric_set(struct metric *m, double v);
 void metric_observe(struct metric *m, double v);
-void metric_vec_add(struct metric *m, size_t i, double v);
 void metric_vec_set(struct metric *m, size_t i, double v);
-double metric_value(const struct metric *m);
-double metric_vec_value(const struct metric *m, size_t i);
-/* Quantile estimate from a histogram's buckets (for logs and tests). */
-double metric_quantile(const struct metric *m, double q);
 void metrics_render(struct evbuffer *out);
 void metrics_free_all(void);
 

@@ -315,12 +315,6 @@ redis_subscribe(struct redis *r, const char *channel, redis_reply_fn cb,
 		redisAsyncCommand(r->ac, sub_cb, r, "SUBSCRIBE %s", channel);
 }
 
-size_t
-redis_pending(const struct redis *r)
-{
-	return r->pending;
-}
-
 int
 redis_command(struct redis *r, redis_reply_fn cb, void *arg, const char *fmt,
 	      ...)

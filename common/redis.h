@@ -34,8 +34,6 @@ int redis_command_argv(struct redis *r, redis_reply_fn cb, void *arg, int argc,
  */
 void redis_subscribe(struct redis *r, const char *channel, redis_reply_fn cb,
 		     void *arg);
-/* Commands sent and not yet answered. */
-size_t redis_pending(const struct redis *r);
 
 /* A growable argv for commands with many arguments. */
 struct redis_args {

@@ -286,15 +286,6 @@ zk_aset(struct zk *z, const char *path, const char *data, int version,
 }
 
 int
-zk_adelete(struct zk *z, const char *path, int version, zk_void_fn cb,
-	   void *arg)
-{
-	struct zk_ev *e = call_new(z, ZK_VOID, (void *)cb, arg);
-
-	return call_sent(e, zoo_adelete(z->zh, path, version, void_done, e));
-}
-
-int
 zk_amulti(struct zk *z, int count, const zoo_op_t *ops,
 	  zoo_op_result_t *results, zk_void_fn cb, void *arg)
 {

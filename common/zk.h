@@ -55,8 +55,6 @@ int zk_acreate(struct zk *z, const char *path, const char *data, int flags,
 	       zk_string_fn cb, void *arg);
 int zk_aset(struct zk *z, const char *path, const char *data, int version,
 	    zk_stat_fn cb, void *arg);
-int zk_adelete(struct zk *z, const char *path, int version, zk_void_fn cb,
-	       void *arg);
 /* ops and results (and every buffer they point to) must stay valid until
  * cb runs. */
 int zk_amulti(struct zk *z, int count, const zoo_op_t *ops,

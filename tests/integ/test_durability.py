@@ -318,6 +318,23 @@ class Ledger:
         ids = list(ids if ids is not None else self.expected())
         return self.c.rd.wait_for(ids, timeout, settle=settle)
 
+    def check_all_fired(self, p, grace_s, settle=2.0, what="task(s)",
+                        suffix=""):
+        """Waits until the last accepted task is grace_s past due (or all
+        arrived), then checks that every expected task was published."""
+        missing = self.wait_delivered(
+            timeout=(max(self.accepted.values()) - h.now_ms()) / 1000.0
+            + grace_s, settle=settle)
+        p.check(not missing, "%d %s never fired%s: %s"
+                % (len(missing), what, suffix, sorted(missing)[:8]))
+        return missing
+
+    def check_no_refusals(self, p, what="submissions not accepted"):
+        p.check(not self.refused and not self.unknown,
+                "%s: refused %s, unanswered %s"
+                % (what, list(self.refused.items())[:3],
+                   list(self.unknown.items())[:3]))
+
     def check_output(self, p):
         """Never early, intact, not published if it must not fire."""
         for tid, ms in self.messages().items():
@@ -679,11 +696,7 @@ def test_cluster_stopped_ttl():
         c.start()
         h.log("cluster restarted: ready %d ms after the start (stopped %.1f "
               "s)" % (h.now_ms() - t_back, (t_back - t_stop) / 1000.0))
-        missing = led.wait_delivered(
-            timeout=(max(led.accepted.values()) - h.now_ms()) / 1000.0 + 30,
-            settle=2.0)
-        p.check(not missing, "%d task(s) never fired after the restart: %s"
-                % (len(missing), sorted(missing)[:8]))
+        led.check_all_fired(p, 30, suffix=" after the restart")
         led.check_output(p)
         rec = led.recovery_ms(t_back)
         figs = led.figures(rec)
@@ -758,16 +771,9 @@ def test_redis_killed_restarted_empty():
             time.sleep(6.0)
             st.stop()
             p = h.Problems()
-            missing = led.wait_delivered(
-                timeout=(max(led.accepted.values()) - h.now_ms()) / 1000.0
-                + 30, settle=2.0)
-            p.check(not missing, "%d task(s) never fired: %s"
-                    % (len(missing), sorted(missing)[:8]))
+            led.check_all_fired(p, 30)
             led.check_output(p)
-            p.check(not led.refused and not led.unknown,
-                    "submissions not accepted: refused %s, unanswered %s"
-                    % (list(led.refused.items())[:3],
-                       list(led.unknown.items())[:3]))
+            led.check_no_refusals(p)
             figs = led.figures(led.recovery_ms(t_back))
             slots, tasks, dmax, last = rebuild_report(c, "redis_killed",
                                                       t_kill)
@@ -904,11 +910,7 @@ def redis_outage(fault, hung, outage_s):
                     "(prophet_db_mode_slots stayed 0)")
             p.check(back_ms is not None, "prophet_db_mode_slots not back to "
                     "0 within 30 s after Redis returned")
-            missing = led.wait_delivered(
-                timeout=(max(led.accepted.values()) - h.now_ms()) / 1000.0
-                + 30, settle=2.0)
-            p.check(not missing, "%d task(s) never fired: %s"
-                    % (len(missing), sorted(missing)[:8]))
+            led.check_all_fired(p, 30)
             led.check_output(p)
             during = [a for a in led.answers if t_down <= a[0] < t_back]
             bad = [a for a in during if a[1] != 201]
@@ -1073,16 +1075,10 @@ def test_kafka_stopped():
             time.sleep(5.0)
             st.stop()
             p = h.Problems()
-            missing = led.wait_delivered(
-                timeout=(max(led.accepted.values()) - h.now_ms()) / 1000.0
-                + 60, settle=2.0)
-            p.check(not missing, "%d task(s) never fired: %s"
-                    % (len(missing), sorted(missing)[:8]))
+            led.check_all_fired(p, 60)
             led.check_output(p)
-            p.check(not led.refused and not led.unknown,
-                    "submissions refused while Kafka was down: %s %s"
-                    % (list(led.refused.items())[:3],
-                       list(led.unknown.items())[:3]))
+            led.check_no_refusals(
+                p, what="submissions refused while Kafka was down")
             figs = led.figures(led.recovery_ms(t_back))
             lf = led.lateness_between(t_down, t_back)
             print("# kafka_stopped: due during the outage=%d lateness_p99_ms="
@@ -1200,11 +1196,7 @@ def test_mariadb_stopped():
                      fmt(t_ok - t_back if t_ok else None)))
             p.check(t_ok is not None, "the API did not accept a task within "
                     "30 s after the DB returned")
-            missing = led.wait_delivered(
-                timeout=(max(led.accepted.values()) - h.now_ms()) / 1000.0
-                + 30, settle=2.0)
-            p.check(not missing, "%d accepted task(s) never fired: %s"
-                    % (len(missing), sorted(missing)[:8]))
+            led.check_all_fired(p, 30, what="accepted task(s)")
             led.check_output(p)
             conv = led.wait_db_converged(60)
             # When the last row due before the DB returned got its final

@@ -10,6 +10,7 @@
 #include <event2/event.h>
 
 #include "cfg.h"
+#include "crashpoint.h"
 #include "daemon.h"
 #include "db.h"
 #include "keys.h"
@@ -329,6 +330,8 @@ batch_done_cb(struct db_job *job, int status, const char *err)
 
 	metric_inc(mg->m.db_batches);
 	metric_observe(mg->m.db_batch_rows, (double)b->n);
+	if (status >= 0)
+		CRASHPOINT("ingest_after_commit_before_index");
 	if (status < 0)
 		log_warn("group commit failed", "rows=%zu error=\"%s\"", b->n,
 			 err);

@@ -13,6 +13,7 @@
 
 #include "assign.h"
 #include "cfg.h"
+#include "crashpoint.h"
 #include "daemon.h"
 #include "db.h"
 #include "keys.h"
@@ -276,6 +277,7 @@ slot_gain(struct worker *w, int slot, int64_t epoch)
 	}
 	s->starting = 1;
 	s->epoch = epoch;
+	CRASHPOINT("gain_before_fence");
 	fc = xcalloc(1, sizeof(*fc));
 	fc->w = w;
 	fc->slot = slot;
@@ -340,6 +342,7 @@ try_finish_release(struct worker *w, int slot)
 	}
 	if (!coord_fresh(w))
 		return;
+	CRASHPOINT("handover_drained_before_release");
 	snprintf(n.owner, sizeof(n.owner), "%s", n.requested);
 	n.requested[0] = '\0';
 	n.epoch++;
@@ -616,6 +619,7 @@ rebalance(struct worker *w)
 		multi_free(m); /* only handovers in progress */
 		return;
 	}
+	CRASHPOINT("master_before_assign_write");
 	if (zk_amulti(w->zk, m->n, m->ops, m->res, multi_done_cb, m) < 0) {
 		multi_free(m);
 		return;

@@ -9,6 +9,7 @@
 #include <event2/event.h>
 
 #include "cfg.h"
+#include "crashpoint.h"
 #include "daemon.h"
 #include "db.h"
 #include "hmap.h"
@@ -79,6 +80,7 @@ firing_publish_task(struct worker *w, struct wtask *t, const struct task *pt)
 		firing_expire(w, t);
 		return 1;
 	}
+	CRASHPOINT("after_claim_before_publish");
 	h = rd_kafka_headers_new(
 		8 + (pt->headers ? json_object_size(pt->headers) : 0));
 	rd_kafka_header_add(h, KHDR_ID, -1, t->id, -1);
@@ -146,6 +148,7 @@ firing_dr_cb(void *opaque, rd_kafka_resp_err_t err, void *arg)
 		return;
 	}
 	metric_inc(w->m.published);
+	CRASHPOINT("after_publish_before_mark");
 	mark_enqueue(w, t);
 }
 
@@ -434,6 +437,7 @@ mark_done_cb(struct db_job *job, int status, const char *err)
 			metric_add(w->m.fenced, (double)fenced);
 			log_info("state updates refused", "count=%zu", fenced);
 		}
+		CRASHPOINT("after_mark_before_forget");
 		forget(w, mj->tasks, mj->n);
 		for (size_t i = 0; i < mj->n; i++)
 			wtask_release(w, mj->tasks[i]);

@@ -1,0 +1,26 @@
+#ifndef PROPHET_CRASHPOINT_H
+#define PROPHET_CRASHPOINT_H
+
+/*
+ * Crash points: named places between two steps of a protocol where a test
+ * can make the process die as kill -9 would (no flush, no cleanup), to
+ * check that recovery covers that exact moment.
+ *
+ *   PROPHET_CRASH_AT=after_publish_before_mark      the first time
+ *   PROPHET_CRASH_AT=after_publish_before_mark:5    the fifth time
+ *
+ * Compiled in only in debug builds (--enable-debug) and in the crash-point
+ * test binaries (tests/crash/, built with -DPROPHET_CRASHPOINTS); anywhere
+ * else CRASHPOINT() is nothing. The names are listed in docs/testing.md.
+ */
+#if defined(PROPHET_DEBUG) || defined(PROPHET_CRASHPOINTS)
+#define CRASHPOINT(name) crashpoint_hit(name)
+#else
+#define CRASHPOINT(name) ((void)0)
+#endif
+
+/* Dies (SIGKILL to itself) if PROPHET_CRASH_AT names this point and this
+ * is the requested hit; logs one line first. Thread-safe. */
+void crashpoint_hit(const char *name);
+
+#endif

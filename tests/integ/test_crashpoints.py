@@ -1,0 +1,307 @@
+#!/usr/bin/env python3
+"""Crash points (common/crashpoint.h): a daemon killed exactly between two
+steps of a protocol loses nothing.
+
+Runs the crash-point binaries tests/crash/prophet-{worker,manager}-cp
+(built by `make check` in every build, with -DPROPHET_CRASHPOINTS; in a
+debug build the normal binaries have the same points). One cluster
+(manager + 2 workers, session 4 s, lease 1.5 s); for each point, the
+process under test is restarted with PROPHET_CRASH_AT=<point>, tasks
+stream until it dies (it must die by SIGKILL after logging "crash point
+reached" with that point), it is restarted without the variable, and then:
+every accepted task reached Kafka (nothing lost), never before its due
+time, and every one ends `delivered` in the DB. Duplicates are counted
+and printed (`# <point>: ...`), not asserted: at-least-once allows them.
+
+  worker: after_claim_before_publish, after_publish_before_mark,
+          after_mark_before_forget, gain_before_fence,
+          handover_drained_before_release, master_before_assign_write
+  manager: ingest_after_commit_before_index (the client gets no answer;
+          the committed task must still fire: the workers' sweeper
+          indexes overdue DB tasks missing from Redis)
+"""
+
+import os
+import random
+import signal
+import sys
+import threading
+import time
+
+sys.dont_write_bytecode = True
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import harness as h  # noqa: E402
+
+SESSION_MS = 4000
+LEASE_MS = 1500
+TOPIC = "crash"
+CP_WORKER = os.path.join(h.BUILDDIR, "tests", "crash", "prophet-worker-cp")
+CP_MANAGER = os.path.join(h.BUILDDIR, "tests", "crash", "prophet-manager-cp")
+
+C = None
+READER = None
+SEQ = [0]
+
+
+def start_env(start, proc, point):
+    """Starts proc (through the cluster's start function) with
+    PROPHET_CRASH_AT=point in its environment (None: without)."""
+    old = os.environ.pop("PROPHET_CRASH_AT", None)
+    if point:
+        os.environ["PROPHET_CRASH_AT"] = point
+    try:
+        return start(proc, wait=False) if proc is not None else start(
+            wait=False)
+    finally:
+        os.environ.pop("PROPHET_CRASH_AT", None)
+        if old is not None:
+            os.environ["PROPHET_CRASH_AT"] = old
+
+
+class Feed:
+    """Submits tasks due 0.3-1.5 s ahead (a few per 100 ms) until stopped;
+    records accepted ids and the ids whose answer never came."""
+
+    def __init__(self, name):
+        self.name = name
+        self.accepted = {}   # id -> due_at
+        self.unknown = []    # no answer (the manager died)
+        self.refused = []
+        self.stopping = False
+        self.th = threading.Thread(target=self._run, daemon=True)
+
+    def start(self):
+        self.th.start()
+        return self
+
+    def _run(self):
+        api = C.api()
+        rng = random.Random()
+        while not self.stopping:
+            SEQ[0] += 1
+            tid = "%s-%05d" % (self.name, SEQ[0])
+            t = {"id": tid, "topic": TOPIC, "body": "b",
+                 "delay_ms": rng.randint(300, 1500)}
+            try:
+                r = api.post("/v1/tasks", t)
+            except Exception:
+                self.unknown.append(tid)
+                api.close()
+                time.sleep(0.2)
+                continue
+            if r.status == 201:
+                self.accepted[tid] = int(r.json["due_at"])
+            elif r.status != 503:
+                self.refused.append((tid, r.status))
+            time.sleep(0.03)
+        api.close()
+
+    def stop(self):
+        self.stopping = True
+        self.th.join(30)
+
+
+def wait_died(proc, point, timeout=40):
+    def dead():
+        return not proc.running()
+    h.wait_until(dead, timeout, 0.05, "%s to die at %s" % (proc.name, point))
+    rc = proc.popen.returncode
+    h.check(rc == -signal.SIGKILL, "%s exited with %r, want SIGKILL"
+            % (proc.name, rc))
+    lines = [l for l in proc.grep("crash point reached")
+             if "point=%s " % point in l]
+    h.check(lines, "%s: no 'crash point reached' line for %s"
+            % (proc.name, point))
+    return h.now_ms()
+
+
+def db_status(ids):
+    out = {}
+    ids = list(ids)
+    for i in range(0, len(ids), 200):
+        q = ",".join("'%s'" % x for x in ids[i:i + 200])
+        for tid, st in C.mysql("SELECT id, status FROM tasks WHERE id IN "
+                               "(%s)" % q):
+            out[tid] = st
+    return out
+
+
+def settle_and_check(point, feed, died_ms):
+    """Nothing lost, none early, all delivered in the DB."""
+    h.check(feed.accepted, "%s: nothing accepted" % point)
+    h.check(not feed.refused, "%s: refused %r" % (point, feed.refused[:3]))
+    ids = set(feed.accepted)
+    # A submission without an answer may have been committed: it must
+    # fire too.
+    committed = db_status(feed.unknown)
+    ids |= set(committed)
+    last_due = max(feed.accepted.values())
+    timeout = max(0.0, (last_due - h.now_ms()) / 1000.0) + \
+        SESSION_MS / 1000.0 + LEASE_MS / 1000.0 + 40
+    missing = READER.wait_for(ids, timeout, settle=LEASE_MS / 1000.0 + 1)
+    h.check(not missing, "%s: %d of %d tasks never reached Kafka (LOST), "
+            "e.g. %s" % (point, len(missing), len(ids), sorted(missing)[:5]))
+    p = h.Problems()
+    dups = 0
+    with READER.cond:
+        msgs = {i: list(READER.by_id.get(i, [])) for i in ids}
+    for tid, ms in msgs.items():
+        dups += len(ms) - 1
+        for m in ms:
+            due = int(m.hdr.get("prophet-due-at", "0"))
+            fired = int(m.hdr.get("prophet-fired-at", "0"))
+            p.check(fired >= due and m.recv_ms >= due,
+                    "%s published before due (fired %d, due %d)"
+                    % (tid, fired, due))
+    p.raise_if_any(point)
+
+    def converged():
+        st = db_status(ids)
+        return all(st.get(i) == "delivered" for i in ids)
+    h.wait_until(converged, 30, 0.5, "%s: DB statuses delivered" % point)
+    h.log("%s: %d tasks (%d without an answer but committed), all "
+          "delivered; %d duplicate message(s); died at +%.1fs"
+          % (point, len(ids), len(committed), dups,
+             (died_ms - feed.t0) / 1000.0))
+    return dups
+
+
+def crash_worker(point, worker, restart_first=True, before=None):
+    """Restarts worker with the crash point, feeds tasks until it dies,
+    restarts it clean, accounts for everything."""
+    w = C.workers[worker]
+    if restart_first and w.running():
+        w.stop()
+    feed = Feed(point)
+    feed.t0 = h.now_ms()
+    feed.start()
+    try:
+        if before is not None:
+            before()
+        start_env(C.start_worker, w, point)
+        died = wait_died(w, point)
+    finally:
+        time.sleep(1.0)
+        feed.stop()
+    C.start_worker(w)
+    return settle_and_check(point, feed, died)
+
+
+# ----------------------------------------------------------------- tests ---
+
+def test_after_claim_before_publish():
+    crash_worker("after_claim_before_publish", 1)
+
+
+def test_after_publish_before_mark():
+    crash_worker("after_publish_before_mark", 1)
+
+
+def test_after_mark_before_forget():
+    crash_worker("after_mark_before_forget", 1)
+
+
+def test_gain_before_fence():
+    # Worker 1 is down, worker 0 owns everything; worker 1 joins, a
+    # handover gives it slots and it dies gaining the first.
+    crash_worker("gain_before_fence", 1)
+
+
+def test_handover_drained_before_release():
+    # Worker 1 (with the point) alone owns all slots; worker 0 joins and
+    # the master asks worker 1 to hand half over: it dies after draining.
+    w0, w1 = C.workers
+    w0.stop()
+    w1.stop()
+    feed = Feed("handover")
+    feed.t0 = h.now_ms()
+    feed.start()
+    try:
+        start_env(C.start_worker, w1, "handover_drained_before_release")
+        h.wait_until(lambda: w1.grep("slot gained"), 30, 0.1,
+                     "worker 1 owning slots")
+        time.sleep(1.0)
+        C.start_worker(w0, wait=False)
+        died = wait_died(w1, "handover_drained_before_release")
+    finally:
+        time.sleep(1.0)
+        feed.stop()
+    C._wait_http(w0, w0.addr, "/readyz", 60)
+    C.start_worker(w1)
+    settle_and_check("handover_drained_before_release", feed, died)
+
+
+def test_master_before_assign_write():
+    # Worker 0 starts alone with the point: it is elected and dies before
+    # writing its first assignment; worker 1 then takes over as master.
+    w0, w1 = C.workers
+    w0.stop()
+    w1.stop()
+    feed = Feed("master")
+    feed.t0 = h.now_ms()
+    feed.start()
+    try:
+        start_env(C.start_worker, w0, "master_before_assign_write")
+        died = wait_died(w0, "master_before_assign_write")
+        C.start_worker(w1)
+        time.sleep(1.0)
+    finally:
+        feed.stop()
+    C.start_worker(w0)
+    settle_and_check("master_before_assign_write", feed, died)
+
+
+def test_ingest_after_commit_before_index():
+    # The 20th group commit: earlier submissions are answered, the
+    # batch in flight gets no answer but is in the DB.
+    point = "ingest_after_commit_before_index"
+    C.manager.stop()
+    start_env(lambda wait=False: C.start_manager(wait=wait), None,
+              point + ":20")
+    C._wait_http(C.manager, C.manager_addr, "/readyz", 60)
+    feed = Feed("ingest")
+    feed.t0 = h.now_ms()
+    feed.start()
+    try:
+        died = wait_died(C.manager, point)
+        C.start_manager()
+        time.sleep(1.0)
+    finally:
+        feed.stop()
+    committed = db_status(feed.unknown)
+    h.check(committed, "%s: no unanswered submission was committed (the "
+            "point is after the commit)" % point)
+    settle_and_check(point, feed, died)
+
+
+# ----------------------------------------------------------------- setup ---
+
+def setup():
+    global C, READER
+    for b in (CP_WORKER, CP_MANAGER):
+        if not os.access(b, os.X_OK):
+            raise h.TestFailure("%s is missing: it is built by `make check` "
+                                "(make tests/crash/prophet-worker-cp "
+                                "tests/crash/prophet-manager-cp)" % b)
+    h.WORKER_BIN = CP_WORKER
+    h.MANAGER_BIN = CP_MANAGER
+    C = h.Cluster(workers=2, name="crash",
+                  conf={"zookeeper.session_timeout_ms": SESSION_MS,
+                        "worker.lease_ms": LEASE_MS}).open()
+    C.start()
+    h.create_topics(C.brokers, [C.topic(TOPIC)])
+    READER = C.reader([TOPIC])
+
+
+def cleanup(failed):
+    if C is not None:
+        C.close(failed=failed)
+
+
+def dump():
+    if C is not None:
+        C.dump_logs(30)
+
+
+if __name__ == "__main__":
+    h.run_suite(globals(), setup, cleanup, dump)

@@ -1,0 +1,104 @@
+#!/bin/sh
+# Model-checks the slot handover and claim protocol (tests/model/handover.pml)
+# with spin: the safety assertions (S1, S2) and the liveness property (ltl
+# live, weak fairness) must hold, and the -DBROKEN variant (no claim fence)
+# must be rejected with an S2 assertion violation.
+#   tests/model/run.sh          small fault bounds (make check, ~1 min)
+#   tests/model/run.sh --full   the model's default bounds (make model-check)
+# Prints TAP lines, the states explored, and "N passed, N failed".
+set -u
+here=$(cd "$(dirname "$0")" && pwd)
+model="$here/handover.pml"
+if [ "${1:-}" = "--full" ]; then
+	safety_bounds=""                 # MAXX=2 MAXC=1 MAXH=2
+	live_bounds="-DMAXX=1"
+else
+	safety_bounds="-DMAXX=1"
+	live_bounds="-DMAXX=1 -DMAXH=1"
+fi
+CC=${CC:-cc}
+pass=0
+fail=0
+n=0
+work=$(mktemp -d "${TMPDIR:-/tmp}/prophet-model.XXXXXX")
+trap 'rm -rf "$work"' EXIT
+
+report() { # name ok|notok detail
+	n=$((n + 1))
+	if [ "$2" = ok ]; then
+		pass=$((pass + 1))
+		echo "ok $n - $1"
+	else
+		fail=$((fail + 1))
+		echo "not ok $n - $1"
+	fi
+	[ -n "$3" ] && echo "# $1: $3"
+}
+
+# run NAME SPIN_FLAGS CC_FLAGS PAN_FLAGS -> pan output in $work/NAME.out
+run() {
+	d="$work/$1"
+	mkdir -p "$d" && cp "$model" "$d/" || return 1
+	# shellcheck disable=SC2086
+	(cd "$d" && spin $2 -a handover.pml >spin.out 2>&1 &&
+		$CC -O2 -w $3 -o pan pan.c >cc.out 2>&1 &&
+		./pan $4 >"$work/$1.out" 2>&1)
+	rc=$?
+	if [ ! -s "$work/$1.out" ]; then
+		cat "$d/spin.out" "$d/cc.out" 2>/dev/null | head -20 | sed 's/^/# /'
+	fi
+	return $rc
+}
+
+summary() { # pan output -> "N states, depth D, T s"
+	st=$(sed -n 's/^ *\([0-9.e+]*\) states, stored.*/\1/p' "$1" | head -1)
+	dp=$(sed -n 's/.*depth reached \([0-9]*\).*/\1/p' "$1" | head -1)
+	tm=$(sed -n 's/^pan: elapsed time \([0-9.e+]*\).*/\1/p' "$1" | head -1)
+	er=$(sed -n 's/.*errors: \([0-9]*\).*/\1/p' "$1" | head -1)
+	echo "errors $er, $st states stored, depth $dp, ${tm}s"
+}
+
+if ! command -v spin >/dev/null 2>&1; then
+	echo "not ok 1 - spin is missing (apt-get install spin; scripts/deps)"
+	echo "0 passed, 1 failed"
+	exit 1
+fi
+
+# 1. safety: assertions S1, S2 and no deadlock, exhaustive.
+# shellcheck disable=SC2086
+run safety "$safety_bounds" "-DSAFETY -DNOCLAIM -DCOLLAPSE" "-m400000 -w24"
+o="$work/safety.out"
+if grep -q "errors: 0" "$o" && grep -q "Full statespace search" "$o" &&
+	! grep -q "max search depth too small" "$o"; then
+	report "safety (S1, S2) $safety_bounds" ok "$(summary "$o")"
+else
+	report "safety (S1, S2) $safety_bounds" notok "$(summary "$o")"
+	grep -E "violated|error|invalid" "$o" | head -5 | sed 's/^/# /'
+fi
+
+# 2. liveness: every claimed task is eventually delivered (weak fairness).
+run live "$live_bounds" "-DCOLLAPSE -DNFAIR=3" "-a -f -m400000 -w24"
+o="$work/live.out"
+if grep -q "errors: 0" "$o" && grep -q "acceptance   cycles.*+" "$o" &&
+	! grep -q "max search depth too small" "$o"; then
+	report "liveness (ltl live) $live_bounds" ok "$(summary "$o")"
+else
+	report "liveness (ltl live) $live_bounds" notok "$(summary "$o")"
+	grep -E "violated|error|cycle" "$o" | head -5 | sed 's/^/# /'
+fi
+
+# 3. the broken variant (claims not fenced) must violate S2.
+run broken "-DBROKEN -DMAXX=1 -DMAXH=1" "-DSAFETY -DNOCLAIM" "-m400000"
+o="$work/broken.out"
+if grep -q "assertion violated (pend\[w\]>=started)" "$o" &&
+	grep -q "errors: 1" "$o"; then
+	report "-DBROKEN (no claim fence) is rejected" ok \
+		"$(grep -m1 'assertion violated' "$o" | sed 's/^pan:1: //')"
+else
+	report "-DBROKEN (no claim fence) is rejected" notok \
+		"spin found no S2 violation: $(summary "$o")"
+fi
+
+echo "# $(basename "$0"): $pass passed, $fail failed"
+echo "$pass passed, $fail failed"
+[ "$fail" -eq 0 ]

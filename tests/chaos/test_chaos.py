@@ -1,0 +1,77 @@
+#!/usr/bin/env python3
+"""The short chaos run of make check (normal build; scripts/test keeps it
+out of the sanitizer build like the other long fault suites): every fault
+kind of tests/chaos/chaos.py at least once within ~150 s at a fixed seed,
+then one TAP line per ledger figure that must hold. Environment:
+PROPHET_CHAOS_DURATION / PROPHET_CHAOS_SEED override the defaults."""
+
+import os
+import sys
+import tempfile
+
+sys.dont_write_bytecode = True
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import chaos  # noqa: E402
+
+DURATION = os.environ.get("PROPHET_CHAOS_DURATION", "150s")
+SEED = os.environ.get("PROPHET_CHAOS_SEED", "20261130")
+
+
+def main():
+    fd, path = tempfile.mkstemp(prefix="prophet-chaos-", suffix=".json")
+    os.close(fd)
+    rep = None
+    try:
+        rep = chaos.main(["--duration", DURATION, "--seed", SEED,
+                          "--json", path])
+    except Exception as e:
+        import traceback
+        for line in traceback.format_exc().splitlines():
+            print("# " + line)
+        print("# chaos run failed: %r" % e)
+    checks = []
+    if rep is None:
+        checks.append(("chaos run completed", False, "no ledger"))
+    else:
+        kinds = set(rep["faults_by_kind"])
+        want = set(chaos.ALL_FAULTS)
+        checks += [
+            ("every fault kind injected", kinds >= want,
+             "missing: %s" % ",".join(sorted(want - kinds))),
+            ("tasks accepted and delivered", rep["accepted"] > 0 and
+             rep["delivered"] > 0, "%d accepted, %d delivered"
+             % (rep["accepted"], rep["delivered"])),
+            ("nothing lost", rep["lost"] == 0,
+             "%d lost, e.g. %s" % (rep["lost"], rep["lost_ids"][:5])),
+            ("nothing cancelled was published",
+             rep["cancelled_but_published"] == 0,
+             "%d" % rep["cancelled_but_published"]),
+            ("nothing published before its due time",
+             rep["published_before_due"] == 0,
+             "%s" % rep["published_before_due_examples"][:3]),
+            ("never two owners of one slot at one epoch",
+             rep["ownership"]["two_owners_one_epoch"] == 0 and
+             rep["ownership"]["zookeeper_samples"] > 0 and
+             rep["ownership"]["worker_samples"] > 0,
+             "%s" % rep["ownership"]),
+            ("DB: every expected task delivered, cancelled ones cancelled",
+             rep["db"]["not_delivered"] == 0 and
+             rep["db"]["cancelled_not_cancelled"] == 0, "%s" % rep["db"]),
+            ("no sanitizer report", not rep["sanitizer_reports"],
+             "%s" % rep["sanitizer_reports"]),
+        ]
+    print("1..%d" % len(checks))
+    failed = 0
+    for n, (name, ok, detail) in enumerate(checks, 1):
+        print("%sok %d - %s" % ("" if ok else "not ", n, name))
+        if not ok:
+            failed += 1
+            print("# %s: %s" % (name, detail))
+    print("# ledger: %s" % path)
+    print("# test_chaos.py: %d passed, %d failed"
+          % (len(checks) - failed, failed))
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

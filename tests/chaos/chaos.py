@@ -34,7 +34,8 @@ The ledger (after healing everything and waiting for the last due task):
 accepted, delivered, LOST (must be 0), cancelled-but-published (0),
 published before due (0: by the worker's prophet-fired-at header and by the
 runner's receive time), duplicates with their cause (the nearest fault),
-lateness percentiles of tasks due outside fault windows, ownership samples
+lateness percentiles of tasks due outside fault windows (and after the
+first 5 s of warm-up), ownership samples
 (ZooKeeper slot nodes and every worker's prophet_slot_epoch gauge) with two
 owners of one slot at one epoch (0), and the DB status of every accepted
 task (all delivered or cancelled). Printed as a table; --json writes it all.
@@ -74,6 +75,7 @@ TOPIC = "chaos"
 # After a fault ends, the system may still be recovering for this long
 # (session expiry + lease + a margin); lateness inside is not counted.
 RECOVERY_MS = SESSION_MS + LEASE_MS + 5000
+WARMUP_MS = 5000
 FAKETIME_LIB = "/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1"
 
 ALL_FAULTS = ["worker_kill", "master_kill", "worker_stop", "master_stop",
@@ -695,6 +697,7 @@ class Run:
         args = self.args
         self.setup()
         self.sampler = OwnerSampler(self).start()
+        self.stream_t0_ms = h.now_ms()
         self.stream = Stream(self, args.rate, callback_fraction=(
             args.callback_fraction), callback_url=(
             self.sink.url if self.sink else None)).start()
@@ -754,6 +757,10 @@ class Ledger:
         self.run = run
 
     def in_fault(self, t, margin_before=1000):
+        # The first seconds of the stream warm up (topic metadata, the
+        # producers' first batches): not a steady state either.
+        if t < self.run.stream_t0_ms + WARMUP_MS:
+            return True
         for f in self.run.faults:
             if f["start"] - margin_before <= t <= f["end"] + RECOVERY_MS:
                 return True

@@ -344,6 +344,7 @@ class OwnerSampler:
         self.run = run
         self.interval = interval
         self.zk_owners = {}
+        self.zk_written = {}   # (slot, epoch) -> mtime of the first sample
         self.worker_owners = {}
         self.zk_samples = 0
         self.worker_samples = 0
@@ -365,11 +366,12 @@ class OwnerSampler:
         if self.zk is None:
             self.zk = h.ZK(run.zk.hosts, timeout_ms=4000)
         for i in range(run.c.slots):
-            data, _ = self.zk.get_stat("%s/work_slot/ws_%d"
-                                       % (run.c.zk_root, i))
+            data, stat = self.zk.get_stat("%s/work_slot/ws_%d"
+                                          % (run.c.zk_root, i))
             if data is None:
                 continue
             j = json.loads(data)
+            self.zk_written.setdefault((i, j.get("epoch")), stat["mtime"])
             if j.get("owner"):
                 self.zk_owners.setdefault((i, j.get("epoch")),
                                           set()).add(j["owner"])
@@ -408,6 +410,13 @@ class OwnerSampler:
                     except (OSError, ValueError, AttributeError):
                         self.errors += 1
             time.sleep(max(0.0, self.interval - (time.monotonic() - t0)))
+
+    def superseded_at(self, slot, epoch):
+        """When ZooKeeper first held a higher epoch for slot (the node's
+        mtime, server clock), or None."""
+        ts = [t for (sl, e), t in list(self.zk_written.items())
+              if sl == slot and e is not None and e > epoch]
+        return min(ts) if ts else None
 
     def two_owners(self):
         out = []
@@ -833,6 +842,24 @@ class Ledger:
             if r and accepted.get(tid) and min(r) < accepted[tid]:
                 early.append({"id": tid, "due": accepted[tid],
                               "received": min(r), "by": "receive time"})
+        # Published under an epoch after ZooKeeper held a higher one for
+        # the slot (by prophet-fired-at; not for the faked-clock worker).
+        stale = []
+        faked = run.c.workers[1].wid
+        for tid, ms in by_id.items():
+            for m in ms:
+                try:
+                    sl = int(m.hdr.get("prophet-slot"))
+                    ep = int(m.hdr.get("prophet-epoch"))
+                    fired = int(m.hdr.get("prophet-fired-at"))
+                except (TypeError, ValueError):
+                    continue
+                if faked in run.sampler.zk_owners.get((sl, ep), ()):
+                    continue
+                t = run.sampler.superseded_at(sl, ep)
+                if t is not None and fired > t:
+                    stale.append({"id": tid, "slot": sl, "epoch": ep,
+                                  "fired_at": fired, "superseded_at": t})
         # Duplicates and their cause.
         dup_total, by_cause, dup_examples = 0, {}, []
         for tid, ms in by_id.items():
@@ -854,10 +881,12 @@ class Ledger:
                         "fault_start_distance_ms": d,
                         "received": times})
         # Lateness of tasks due outside fault windows (runner's clock).
-        lat, late = [], []
+        lat, late, lat_all = [], [], []
         for tid in expected:
             due = accepted.get(tid)
             r = recv.get(tid)
+            if due and r:
+                lat_all.append(min(r) - due)
             if due and r and not self.in_fault(due):
                 lat.append(min(r) - due)
                 late.append((min(r) - due, tid, due))
@@ -911,6 +940,10 @@ class Ledger:
             "kafka_messages": len(msgs_all),
             "duplicates": {"total": dup_total, "by_cause": by_cause,
                            "examples": dup_examples},
+            "lateness_all_ms": {
+                "n": len(lat_all), "p50": pct(lat_all, 50),
+                "p99": pct(lat_all, 99),
+                "max": max(lat_all) if lat_all else None},
             "lateness_outside_faults_ms": {
                 "n": len(lat), "p50": pct(lat, 50), "p90": pct(lat, 90),
                 "p99": pct(lat, 99), "max": max(lat) if lat else None,
@@ -922,6 +955,8 @@ class Ledger:
                 "slot_epochs_seen": len(run.sampler.zk_owners),
                 "sample_errors": run.sampler.errors,
                 "two_owners_one_epoch": len(two),
+                "published_after_superseded": len(stale),
+                "published_after_superseded_examples": stale[:10],
                 "two_owners_examples": two[:20]},
             "db": {"statuses": statuses, "not_delivered": len(bad),
                    "not_delivered_ids": bad[:50],
@@ -1008,11 +1043,15 @@ def print_table(rep):
     lt = rep["lateness_outside_faults_ms"]
     row("lateness outside faults (ms)", "n=%d p50=%s p90=%s p99=%s max=%s"
         % (lt["n"], lt["p50"], lt["p90"], lt["p99"], lt["max"]))
+    la = rep["lateness_all_ms"]
+    row("lateness, all tasks (ms)", "n=%d p50=%s p99=%s max=%s"
+        % (la["n"], la["p50"], la["p99"], la["max"]))
     o = rep["ownership"]
     row("ownership samples (zk / workers)", "%d / %d (%d slot-epochs)"
         % (o["zookeeper_samples"], o["worker_samples"],
            o["slot_epochs_seen"]))
     row("two owners of a slot at one epoch", o["two_owners_one_epoch"], 0)
+    row("published after a higher epoch", o["published_after_superseded"])
     row("DB statuses", rep["db"]["statuses"])
     row("DB not delivered (expected ones)", rep["db"]["not_delivered"], 0)
     if "callbacks" in rep:

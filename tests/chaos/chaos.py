@@ -37,7 +37,9 @@ runner's receive time), duplicates with their cause (the nearest fault),
 lateness percentiles of tasks due outside fault windows (and after the
 first 5 s of warm-up), ownership samples
 (ZooKeeper slot nodes and every worker's prophet_slot_epoch gauge) with two
-owners of one slot at one epoch (0), and the DB status of every accepted
+owners of one slot at one epoch (0), messages published under an epoch
+after ZooKeeper held a higher one for the slot (0; prophet-fired-at against
+the node's mtime), and the DB status of every accepted
 task (all delivered or cancelled). Printed as a table; --json writes it all.
 Exit status 0 iff every must-be-0 figure is 0.
 
@@ -978,6 +980,8 @@ class Ledger:
         problems = [k for k in must_zero if rep[k]]
         if rep["ownership"]["two_owners_one_epoch"]:
             problems.append("two_owners_one_epoch")
+        if rep["ownership"]["published_after_superseded"]:
+            problems.append("published_after_superseded")
         if rep["db"]["not_delivered"] or rep["db"]["cancelled_not_cancelled"]:
             problems.append("db_not_final")
         if sanitizer:
@@ -1051,7 +1055,8 @@ def print_table(rep):
         % (o["zookeeper_samples"], o["worker_samples"],
            o["slot_epochs_seen"]))
     row("two owners of a slot at one epoch", o["two_owners_one_epoch"], 0)
-    row("published after a higher epoch", o["published_after_superseded"])
+    row("published after a higher epoch", o["published_after_superseded"],
+        0)
     row("DB statuses", rep["db"]["statuses"])
     row("DB not delivered (expected ones)", rep["db"]["not_delivered"], 0)
     if "callbacks" in rep:

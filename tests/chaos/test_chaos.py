@@ -54,6 +54,10 @@ def main():
              rep["ownership"]["zookeeper_samples"] > 0 and
              rep["ownership"]["worker_samples"] > 0,
              "%s" % rep["ownership"]),
+            ("nothing published under an epoch after a higher one was "
+             "written", rep["ownership"]["published_after_superseded"] == 0,
+             "%s" % rep["ownership"]["published_after_superseded_examples"]
+             [:3]),
             ("DB: every expected task delivered, cancelled ones cancelled",
              rep["db"]["not_delivered"] == 0 and
              rep["db"]["cancelled_not_cancelled"] == 0, "%s" % rep["db"]),

@@ -57,6 +57,7 @@ import json
 import os
 import random
 import re
+import select
 import signal
 import socket
 import struct
@@ -170,7 +171,6 @@ class ZKProxy:
             return
         with self.lock:
             self.conns.append((c, u))
-        import select
         socks = [c, u]
         try:
             while not self.closing:

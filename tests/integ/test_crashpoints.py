@@ -274,6 +274,16 @@ def test_ingest_after_commit_before_index():
     settle_and_check(point, feed, died)
 
 
+def test_no_sanitizer_reports():
+    # Sanitizer builds: no report in any daemon's log over all the above.
+    found = []
+    for p in [C.manager] + C.workers:
+        for mark in ("ERROR: AddressSanitizer", "ERROR: LeakSanitizer",
+                     "runtime error:"):
+            found += ["%s: %s" % (p.name, l) for l in p.grep(mark)]
+    h.check(not found, "sanitizer reports:\n  " + "\n  ".join(found[:10]))
+
+
 # ----------------------------------------------------------------- setup ---
 
 def setup():

@@ -10,7 +10,7 @@ set -u
 here=$(cd "$(dirname "$0")" && pwd)
 model="$here/handover.pml"
 if [ "${1:-}" = "--full" ]; then
-	safety_bounds=""                 # MAXX=2 MAXC=1 MAXH=2
+	safety_bounds="-DMAXX=2 -DMAXC=1 -DMAXH=2" # the model's defaults
 	live_bounds="-DMAXX=1"
 else
 	safety_bounds="-DMAXX=1"

@@ -33,7 +33,8 @@ length, gap; the first round covers every kind once in a seeded order):
 The ledger (after healing everything and waiting for the last due task):
 accepted, delivered, LOST (must be 0), cancelled-but-published (0),
 published before due (0: by the worker's prophet-fired-at header and by the
-runner's receive time), duplicates with their cause (the nearest fault),
+runner's receive time), duplicates with their cause (the fault that started
+nearest the first copy, among those whose window reaches the copies),
 lateness percentiles of tasks due outside fault windows (and after the
 first 5 s of warm-up), ownership samples
 (ZooKeeper slot nodes and every worker's prophet_slot_epoch gauge) with two

@@ -306,7 +306,16 @@ kafka_consumer_create(struct event_base *base, const struct cfg *cfg,
 	}
 	rd_kafka_poll_set_consumer(c->rk);
 	topics = rd_kafka_topic_partition_list_new(1);
-	rd_kafka_topic_partition_list_add(topics, topic, RD_KAFKA_PARTITION_UA);
+	for (const char *p = topic; *p;) {
+		size_t k = strcspn(p, ",");
+		char *one = xstrndup(p, k);
+
+		if (k > 0)
+			rd_kafka_topic_partition_list_add(
+				topics, one, RD_KAFKA_PARTITION_UA);
+		xfree(one);
+		p += k + (p[k] == ',');
+	}
 	if (rd_kafka_subscribe(c->rk, topics) != RD_KAFKA_RESP_ERR_NO_ERROR) {
 		snprintf(err, errlen, "cannot subscribe to %s", topic);
 		rd_kafka_topic_partition_list_destroy(topics);

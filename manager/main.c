@@ -212,6 +212,8 @@ main(int argc, char **argv)
 	mg.horizon_ms = cfg_int(mg.cfg, CFG_TASK_HORIZON_MS);
 	mg.limits.max_body = (size_t)cfg_int(mg.cfg, CFG_TASK_MAX_BODY_BYTES);
 	mg.limits.max_delay_ms = cfg_int(mg.cfg, CFG_TASK_MAX_DELAY_MS);
+	mg.limits.callback_hosts =
+		cfg_str(mg.cfg, CFG_HTTP_CALLBACK_HOSTS_ALLOWED);
 
 	if (load_access(&mg, err, sizeof(err)) < 0)
 		log_fatal("access", "error=\"%s\"", err);

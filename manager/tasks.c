@@ -297,7 +297,7 @@ change_done_cb(struct db_job *job, int status, const char *err)
 		change_free(c);
 		return;
 	}
-	st = db_rows_get(&c->rows, 0, PC_ATTEMPT + 1, NULL);
+	st = db_rows_get(&c->rows, 0, PC__COUNT, NULL);
 	if (strcmp(st, "scheduled") != 0) {
 		reply_not_changeable(c, st);
 		change_free(c);

@@ -90,9 +90,16 @@ enum sql_task_col {
 #define SQL_TASK_LOG_INSERT_ROW "(?,?,?,?,?,?,?,?)"
 #define SQL_TASK_LOG_INSERT_NCOLS 8
 
+/* A callback outcome (notifier): ok and failed are final, so a replayed
+ * older attempt cannot undo them. */
+#define SQL_TASK_CALLBACK_STATUS                                  \
+	"UPDATE tasks SET callback_status = ?, updated_at = ? "   \
+	"WHERE id = ? AND callback_status NOT IN ('ok', 'failed')"
+
 /* The columns payload_from_row() reads, in its order. */
-#define SQL_TASK_COLS_INDEX \
-	"id, topic, msg_key, body, headers, due_at, ttl_ms, attempt"
+#define SQL_TASK_COLS_INDEX                                         \
+	"id, topic, msg_key, body, headers, due_at, ttl_ms, attempt, " \
+	"callback, max_attempts"
 
 /* Scheduled tasks of one slot due in [from, to), for the horizon loader. */
 #define SQL_TASK_DUE_IN_SLOT                                                  \

@@ -10,6 +10,7 @@
 #include <strings.h>
 #include <sys/random.h>
 
+#include "callback.h"
 #include "task.h"
 #include "xmalloc.h"
 
@@ -293,7 +294,8 @@ check_headers(const json_t *h, struct task_error *err)
 }
 
 static int
-check_callback(const json_t *cb, struct task_error *err)
+check_callback(const json_t *cb, const struct task_limits *lim,
+	       struct task_error *err)
 {
 	static const char *const methods[] = {"GET",   "POST",	 "PUT",
 					      "PATCH", "DELETE", NULL};
@@ -336,6 +338,21 @@ check_callback(const json_t *cb, struct task_error *err)
 					      "callback.url",
 					      "callback.url contains spaces or "
 					      "control characters");
+	if (lim->callback_hosts != NULL && lim->callback_hosts[0] != '\0') {
+		char origin[300], host[300];
+
+		if (callback_url_origin(u, origin, sizeof(origin), host,
+					sizeof(host)) < 0)
+			return task_error_set(err, 400, "invalid_value",
+					      "callback.url",
+					      "callback.url has no valid host");
+		if (!callback_host_allowed(lim->callback_hosts, host))
+			return task_error_set(
+				err, 400, "invalid_value", "callback.url",
+				"callback.url host '%.200s' is not in "
+				"http.callback_hosts_allowed",
+				host);
+	}
 	method = json_object_get(cb, "method");
 	if (method != NULL) {
 		int ok = 0;
@@ -488,7 +505,7 @@ task_parse(const json_t *in, const struct task_limits *lim, int64_t now_ms,
 	}
 	v = json_object_get(in, "callback");
 	if (v != NULL && !json_is_null(v)) {
-		if (check_callback(v, err) < 0)
+		if (check_callback(v, lim, err) < 0)
 			return -1;
 		t->callback = json_deep_copy(v);
 	}

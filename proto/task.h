@@ -66,6 +66,7 @@ struct task {
 struct task_limits {
 	size_t max_body;
 	int64_t max_delay_ms;
+	const char *callback_hosts; /* allow-list (callback.h); NULL: any */
 };
 
 /* A client error: HTTP status, machine code, offending field, message. */

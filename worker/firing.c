@@ -8,6 +8,7 @@
 
 #include <event2/event.h>
 
+#include "callback.h"
 #include "cfg.h"
 #include "daemon.h"
 #include "db.h"
@@ -80,7 +81,7 @@ firing_publish_task(struct worker *w, struct wtask *t, const struct task *pt)
 		return 1;
 	}
 	h = rd_kafka_headers_new(
-		8 + (pt->headers ? json_object_size(pt->headers) : 0));
+		9 + (pt->headers ? json_object_size(pt->headers) : 0));
 	rd_kafka_header_add(h, KHDR_ID, -1, t->id, -1);
 	add_header_int(h, KHDR_DUE_AT, pt->due_at);
 	add_header_int(h, KHDR_FIRED_AT, now);
@@ -91,6 +92,13 @@ firing_publish_task(struct worker *w, struct wtask *t, const struct task *pt)
 		json_object_foreach (pt->headers, k, v)
 			rd_kafka_header_add(h, k, -1, json_string_value(v),
 					    (ssize_t)json_string_length(v));
+	if (pt->callback != NULL) {
+		char *cb = callback_header_encode(pt->callback,
+						  pt->max_attempts);
+
+		rd_kafka_header_add(h, KHDR_CALLBACK, -1, cb, -1);
+		xfree(cb);
+	}
 	snprintf(topic, sizeof(topic), "%s%s", w->topic_prefix, pt->topic);
 	key = pt->key != NULL ? pt->key : t->id;
 	t->fired_at = now;

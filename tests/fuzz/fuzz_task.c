@@ -43,7 +43,7 @@ check_round_trip(const struct task *t)
 int
 LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-	const struct task_limits lim = {65536, 315576000000LL};
+	const struct task_limits lim = {65536, 315576000000LL, NULL};
 	struct task_error err;
 	struct slot_node n;
 	struct task t;

@@ -21,7 +21,7 @@
 #define MAX_BODY 1024
 #define MAX_DELAY (INT64_C(86400000) * 365)
 
-static const struct task_limits lim = {MAX_BODY, MAX_DELAY};
+static const struct task_limits lim = {MAX_BODY, MAX_DELAY, NULL};
 
 /*
  * Test JSON is written with ' for " so it stays readable; no test needs a

@@ -143,9 +143,10 @@
 	  "callbacks running at once to one host:port")                        \
 	X(NOTIFIER_HOST_RATE, "notifier", "host_rate", CFG_INT, "0", 0,        \
 	  1000000, NULL, 0,                                                    \
-	  "callbacks started per second to one host:port (0: no limit)")      \
+	  "callbacks started per second to one host:port (0: no limit)")       \
 	X(NOTIFIER_HOST_BURST, "notifier", "host_burst", CFG_INT, "10", 1,     \
-	  1000000, NULL, 0, "callbacks one host:port may get at once above "   \
+	  1000000, NULL, 0,                                                    \
+	  "callbacks one host:port may get at once above "                     \
 	  "its rate after a quiet time")                                       \
 	X(NOTIFIER_MAX_PENDING, "notifier", "max_pending", CFG_INT, "10000",   \
 	  10, 1000000, NULL, 0,                                                \

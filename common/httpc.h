@@ -23,10 +23,10 @@ struct httpc_req {
 };
 
 struct httpc_result {
-	long status;	 /* HTTP status, 0 if no answer */
-	int transport;	 /* 1: no complete answer (timeout, refused ...) */
-	char error[256]; /* what went wrong, "" on a 2xx */
-	double seconds;	 /* request start to completion */
+	long status;	  /* HTTP status, 0 if no answer */
+	int transport;	  /* 1: no complete answer (timeout, refused ...) */
+	char error[256];  /* what went wrong, "" on a 2xx */
+	double seconds;	  /* request start to completion */
 	const char *body; /* the answer's first bytes (up to 4 KiB), borrowed */
 	size_t body_len;
 };

@@ -14,8 +14,7 @@ struct tbucket {
 	int64_t last_ms;
 };
 
-void tbucket_init(struct tbucket *b, double rate, double burst,
-		  int64_t now_ms);
+void tbucket_init(struct tbucket *b, double rate, double burst, int64_t now_ms);
 /* Takes one token if there is one: returns 1, else 0. */
 int tbucket_take(struct tbucket *b, int64_t now_ms);
 /* Milliseconds until a token is available (0: now). */

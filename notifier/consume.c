@@ -63,12 +63,14 @@ part_advance(struct notifier *n, struct npart *p)
 		n->pending--;
 	}
 	if (next >= 0 && next > p->committed) {
-		kafka_consumer_commit(n->consumer, p->topic, p->partition, next);
+		kafka_consumer_commit(n->consumer, p->topic, p->partition,
+				      next);
 		p->committed = next;
 	}
 	metric_set(n->m.pending, (double)n->pending);
 	if (n->held && !n->stopping &&
-	    n->pending < (size_t)cfg_int(n->cfg, CFG_NOTIFIER_MAX_PENDING) / 2) {
+	    n->pending <
+		    (size_t)cfg_int(n->cfg, CFG_NOTIFIER_MAX_PENDING) / 2) {
 		n->held = 0;
 		kafka_consumer_hold(n->consumer, 0);
 	}
@@ -89,7 +91,8 @@ header_dup(rd_kafka_headers_t *h, const char *name)
 	size_t len;
 
 	if (h == NULL ||
-	    rd_kafka_header_get_last(h, name, &v, &len) != RD_KAFKA_RESP_ERR_NO_ERROR ||
+	    rd_kafka_header_get_last(h, name, &v, &len) !=
+		    RD_KAFKA_RESP_ERR_NO_ERROR ||
 	    v == NULL)
 		return NULL;
 	return xstrndup(v, len);
@@ -165,9 +168,10 @@ parse(struct notifier *n, struct nmsg *m, const rd_kafka_message_t *km)
 		if (!found)
 			return 0;
 	}
-	m->max_attempts = m->cb.max_attempts > 0
-				  ? m->cb.max_attempts
-				  : (int)cfg_int(n->cfg, CFG_NOTIFIER_MAX_ATTEMPTS);
+	m->max_attempts =
+		m->cb.max_attempts > 0
+			? m->cb.max_attempts
+			: (int)cfg_int(n->cfg, CFG_NOTIFIER_MAX_ATTEMPTS);
 	if (m->attempt < 1)
 		m->attempt = 1;
 	m->body = xmemdup(km->payload ? km->payload : "", km->len);
@@ -264,9 +268,9 @@ consume_start(struct notifier *n, char *err, size_t errlen)
 
 	if (topics == NULL)
 		return -1;
-	n->consumer = kafka_consumer_create(
-		n->base, n->cfg, cfg_str(n->cfg, CFG_NOTIFIER_GROUP), topics,
-		message_cb, n, err, errlen);
+	n->consumer = kafka_consumer_create(n->base, n->cfg,
+					    cfg_str(n->cfg, CFG_NOTIFIER_GROUP),
+					    topics, message_cb, n, err, errlen);
 	if (n->consumer == NULL) {
 		xfree(topics);
 		return -1;

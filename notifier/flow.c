@@ -39,7 +39,8 @@ host_get(struct notifier *n, const char *origin)
 	if (h == NULL) {
 		h = xcalloc(1, sizeof(*h));
 		snprintf(h->origin, sizeof(h->origin), "%s", origin);
-		tbucket_init(&h->tb, (double)cfg_int(n->cfg, CFG_NOTIFIER_HOST_RATE),
+		tbucket_init(&h->tb,
+			     (double)cfg_int(n->cfg, CFG_NOTIFIER_HOST_RATE),
 			     (double)cfg_int(n->cfg, CFG_NOTIFIER_HOST_BURST),
 			     clock_mono_ms());
 		hmap_put(n->hosts, h->origin, h);
@@ -73,8 +74,8 @@ request_done_cb(const struct httpc_result *r, void *arg)
 static void
 start(struct notifier *n, struct nmsg *m)
 {
-	char **hdrs = callback_headers_build(&m->cb, m->id, m->attempt,
-					     m->due_at);
+	char **hdrs =
+		callback_headers_build(&m->cb, m->id, m->attempt, m->due_at);
 	struct httpc_req rq = {
 		.method = m->cb.method,
 		.url = m->cb.url,
@@ -202,8 +203,8 @@ sweep_one(const char *key, void *value, void *arg)
 	if (h->inflight > 0 || h->active || h->qh != NULL)
 		return;
 	/* a full bucket is the state a new host starts in */
-	if (h->tb.rate > 0 && (tbucket_wait_ms(&h->tb, s->now) > 0 ||
-			       h->tb.tokens < h->tb.burst))
+	if (h->tb.rate > 0 &&
+	    (tbucket_wait_ms(&h->tb, s->now) > 0 || h->tb.tokens < h->tb.burst))
 		return;
 	if (s->n == s->cap) {
 		s->cap = s->cap ? s->cap * 2 : 16;

@@ -136,8 +136,7 @@ check_routes(const struct cfg *cfg)
 		cfg_extra_get(cfg, "notifier.routes", i, &k, &v);
 		callback_spec_route(v, &cb);
 		if ((strncmp(v, "http://", 7) && strncmp(v, "https://", 8)) ||
-		    callback_url_origin(v, origin, sizeof(origin), NULL, 0) <
-			    0)
+		    callback_url_origin(v, origin, sizeof(origin), NULL, 0) < 0)
 			log_fatal("bad config",
 				  "key=notifier.routes.%s error=\"'%s' is not "
 				  "an http(s) URL\"",
@@ -176,8 +175,9 @@ main(int argc, char **argv)
 	n.topic_prefix = cfg_str(n.cfg, CFG_KAFKA_TOPIC_PREFIX);
 	n.retry_ktopic = xasprintf("%s%s", n.topic_prefix,
 				   cfg_str(n.cfg, CFG_NOTIFIER_RETRY_TOPIC));
-	n.dlq_ktopic = xasprintf("%s%s", n.topic_prefix,
-				 cfg_str(n.cfg, CFG_NOTIFIER_DEAD_LETTER_TOPIC));
+	n.dlq_ktopic =
+		xasprintf("%s%s", n.topic_prefix,
+			  cfg_str(n.cfg, CFG_NOTIFIER_DEAD_LETTER_TOPIC));
 	log_info("starting", "version=%s id=%s config=%s manager=%s",
 		 PACKAGE_VERSION, n.id, cfg_path(n.cfg),
 		 log_mask_url(cfg_str(n.cfg, CFG_NOTIFIER_MANAGER_URL), masked,
@@ -193,7 +193,8 @@ main(int argc, char **argv)
 	if (n.dlq == NULL)
 		log_fatal("kafka producer", "error=\"%s\"", err);
 	n.db = db_pool_create(n.base, cfg_str(n.cfg, CFG_DB_URL),
-			      (int)cfg_int(n.cfg, CFG_DB_POOL_SIZE), "notifier");
+			      (int)cfg_int(n.cfg, CFG_DB_POOL_SIZE),
+			      "notifier");
 	n.httpc = httpc_create(n.base);
 	n.http = http_server_create(n.base,
 				    cfg_str(n.cfg, CFG_NOTIFIER_HTTP_LISTEN),
@@ -208,13 +209,13 @@ main(int argc, char **argv)
 	gauges = event_new(n.base, -1, EV_PERSIST, gauges_cb, &n);
 	event_add(gauges, &one_s);
 
-	log_info("ready", "id=%s listen=%s dead_letter_topic=%s",
-		 n.id, cfg_str(n.cfg, CFG_NOTIFIER_HTTP_LISTEN), n.dlq_ktopic);
+	log_info("ready", "id=%s listen=%s dead_letter_topic=%s", n.id,
+		 cfg_str(n.cfg, CFG_NOTIFIER_HTTP_LISTEN), n.dlq_ktopic);
 	daemon_notify("READY=1");
 	event_base_dispatch(n.base);
 
-	log_info("stopping", "running=%d recording=%zu pending=%zu",
-		 n.inflight, n.rec_n + (size_t)n.rec_jobs, n.pending);
+	log_info("stopping", "running=%d recording=%zu pending=%zu", n.inflight,
+		 n.rec_n + (size_t)n.rec_jobs, n.pending);
 	evhttp_free(n.http);
 	httpc_destroy(n.httpc);
 	kafka_producer_destroy(n.dlq, 2000);

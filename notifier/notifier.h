@@ -18,39 +18,40 @@ struct hmap;
 struct daemon;
 struct metric;
 
-#define NOTIFIER_METRICS(X)                                                    \
-	X(consumed, COUNTER, "prophet_notifier_consumed_total",                \
-	  "Kafka messages read (due tasks and retry tasks)")                   \
-	X(skipped, COUNTER, "prophet_notifier_skipped_total",                  \
-	  "Messages without a callback (no prophet-callback header, no "       \
-	  "route for their topic)")                                            \
-	X(cb_ok, COUNTER, "prophet_callbacks_ok_total",                        \
-	  "Callbacks answered 2xx")                                            \
-	X(cb_http_error, COUNTER, "prophet_callbacks_http_error_total",        \
-	  "Callbacks answered with a status other than 2xx")                   \
-	X(cb_transport_error, COUNTER,                                         \
-	  "prophet_callbacks_transport_error_total",                           \
-	  "Callbacks without an answer (timeout, connection refused, TLS "     \
-	  "...)")                                                              \
-	X(cb_refused, COUNTER, "prophet_callbacks_refused_total",              \
-	  "Callbacks not made: host not allowed or URL unusable")              \
-	X(latency, HISTOGRAM, "prophet_callback_duration_seconds",             \
-	  "Callback request time, start to answer")                            \
-	X(inflight, GAUGE, "prophet_callbacks_inflight",                       \
-	  "Callback requests running")                                         \
-	X(waiting, GAUGE, "prophet_callbacks_waiting",                         \
-	  "Callbacks held back by the concurrency and rate limits")            \
-	X(pending, GAUGE, "prophet_notifier_pending_messages",                 \
-	  "Messages in hand whose offset is not yet committed")                \
-	X(retries, COUNTER, "prophet_callback_retries_scheduled_total",        \
-	  "Retry tasks submitted (a failed attempt with attempts left)")       \
-	X(dead, COUNTER, "prophet_callbacks_dead_lettered_total",              \
-	  "Callbacks given up and sent to the dead-letter topic")              \
-	X(record_errors, COUNTER, "prophet_notifier_record_errors_total",      \
-	  "Failed database writes of callback outcomes (retried)")             \
-	X(submit_errors, COUNTER, "prophet_notifier_retry_submit_errors_total", \
-	  "Retry submissions the manager did not accept (retried)")            \
-	X(db_up, GAUGE, "prophet_notifier_db_connections",                     \
+#define NOTIFIER_METRICS(X)                                                \
+	X(consumed, COUNTER, "prophet_notifier_consumed_total",            \
+	  "Kafka messages read (due tasks and retry tasks)")               \
+	X(skipped, COUNTER, "prophet_notifier_skipped_total",              \
+	  "Messages without a callback (no prophet-callback header, no "   \
+	  "route for their topic)")                                        \
+	X(cb_ok, COUNTER, "prophet_callbacks_ok_total",                    \
+	  "Callbacks answered 2xx")                                        \
+	X(cb_http_error, COUNTER, "prophet_callbacks_http_error_total",    \
+	  "Callbacks answered with a status other than 2xx")               \
+	X(cb_transport_error, COUNTER,                                     \
+	  "prophet_callbacks_transport_error_total",                       \
+	  "Callbacks without an answer (timeout, connection refused, TLS " \
+	  "...)")                                                          \
+	X(cb_refused, COUNTER, "prophet_callbacks_refused_total",          \
+	  "Callbacks not made: host not allowed or URL unusable")          \
+	X(latency, HISTOGRAM, "prophet_callback_duration_seconds",         \
+	  "Callback request time, start to answer")                        \
+	X(inflight, GAUGE, "prophet_callbacks_inflight",                   \
+	  "Callback requests running")                                     \
+	X(waiting, GAUGE, "prophet_callbacks_waiting",                     \
+	  "Callbacks held back by the concurrency and rate limits")        \
+	X(pending, GAUGE, "prophet_notifier_pending_messages",             \
+	  "Messages in hand whose offset is not yet committed")            \
+	X(retries, COUNTER, "prophet_callback_retries_scheduled_total",    \
+	  "Retry tasks submitted (a failed attempt with attempts left)")   \
+	X(dead, COUNTER, "prophet_callbacks_dead_lettered_total",          \
+	  "Callbacks given up and sent to the dead-letter topic")          \
+	X(record_errors, COUNTER, "prophet_notifier_record_errors_total",  \
+	  "Failed database writes of callback outcomes (retried)")         \
+	X(submit_errors, COUNTER,                                          \
+	  "prophet_notifier_retry_submit_errors_total",                    \
+	  "Retry submissions the manager did not accept (retried)")        \
+	X(db_up, GAUGE, "prophet_notifier_db_connections",                 \
 	  "Database connections up")
 
 struct notifier_metrics {

@@ -33,8 +33,7 @@
 #define RECORD_BATCH 256
 #define RETRY_LATER_MS 1000
 
-static const char *const outcome_names[] = {"none", "ok", "retrying",
-					    "failed"};
+static const char *const outcome_names[] = {"none", "ok", "retrying", "failed"};
 
 struct rec_job {
 	struct db_job job;
@@ -180,9 +179,8 @@ record(struct nmsg *m, enum nmsg_outcome o)
 	rec_kick(n);
 }
 
-static void
-add_header(rd_kafka_headers_t *h, const char *name, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
+static void add_header(rd_kafka_headers_t *h, const char *name, const char *fmt,
+		       ...) __attribute__((format(printf, 3, 4)));
 
 static void
 add_header(rd_kafka_headers_t *h, const char *name, const char *fmt, ...)
@@ -310,8 +308,7 @@ submit_done_cb(const struct httpc_result *r, void *arg)
 	}
 	metric_inc(n->m.submit_errors);
 	log_warn("cannot submit a retry task; trying again",
-		 "id=%s status=%ld error=\"%s\"", m->id, r->status,
-		 r->error);
+		 "id=%s status=%ld error=\"%s\"", m->id, r->status, r->error);
 	if (n->stopping) {
 		n->busy--; /* redelivered after the restart */
 		return;
@@ -369,7 +366,8 @@ submit_retry(struct nmsg *m)
 	}
 	text = json_dumps(o, JSON_COMPACT);
 	json_decref(o);
-	url = xasprintf("%s/v1/tasks", cfg_str(n->cfg, CFG_NOTIFIER_MANAGER_URL));
+	url = xasprintf("%s/v1/tasks",
+			cfg_str(n->cfg, CFG_NOTIFIER_MANAGER_URL));
 	hdrs[0] = "Content-Type: application/json";
 	if (token[0] != '\0') {
 		snprintf(auth, sizeof(auth), "Authorization: Bearer %s", token);

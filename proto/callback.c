@@ -58,8 +58,8 @@ callback_spec_parse(const char *s, size_t len, struct callback_spec *cb)
 		goto fail;
 	cb->url = xstrdup(url);
 	v = json_object_get(o, "method");
-	if (v != NULL && (!json_is_string(v) ||
-			  !method_valid(json_string_value(v))))
+	if (v != NULL &&
+	    (!json_is_string(v) || !method_valid(json_string_value(v))))
 		goto fail;
 	cb->method = xstrdup(v ? json_string_value(v) : "POST");
 	v = json_object_get(o, "headers");
@@ -92,8 +92,8 @@ callback_spec_route(const char *url, struct callback_spec *cb)
 json_t *
 callback_spec_json(const struct callback_spec *cb)
 {
-	json_t *o = json_pack("{s:s, s:s}", "url", cb->url, "method",
-			      cb->method);
+	json_t *o =
+		json_pack("{s:s, s:s}", "url", cb->url, "method", cb->method);
 
 	if (cb->headers != NULL)
 		json_object_set(o, "headers", cb->headers);

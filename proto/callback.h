@@ -28,8 +28,8 @@
 
 struct callback_spec {
 	char *url;
-	char *method;	  /* GET, POST, PUT, PATCH or DELETE */
-	json_t *headers;  /* object of strings, or NULL */
+	char *method;	    /* GET, POST, PUT, PATCH or DELETE */
+	json_t *headers;    /* object of strings, or NULL */
 	int64_t timeout_ms; /* 0: the notifier's default */
 	int max_attempts;   /* 0: the notifier's default */
 };

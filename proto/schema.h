@@ -92,12 +92,12 @@ enum sql_task_col {
 
 /* A callback outcome (notifier): ok and failed are final, so a replayed
  * older attempt cannot undo them. */
-#define SQL_TASK_CALLBACK_STATUS                                  \
-	"UPDATE tasks SET callback_status = ?, updated_at = ? "   \
+#define SQL_TASK_CALLBACK_STATUS                                \
+	"UPDATE tasks SET callback_status = ?, updated_at = ? " \
 	"WHERE id = ? AND callback_status NOT IN ('ok', 'failed')"
 
 /* The columns payload_from_row() reads, in its order. */
-#define SQL_TASK_COLS_INDEX                                         \
+#define SQL_TASK_COLS_INDEX                                            \
 	"id, topic, msg_key, body, headers, due_at, ttl_ms, attempt, " \
 	"callback, max_attempts"
 

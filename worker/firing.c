@@ -93,8 +93,8 @@ firing_publish_task(struct worker *w, struct wtask *t, const struct task *pt)
 			rd_kafka_header_add(h, k, -1, json_string_value(v),
 					    (ssize_t)json_string_length(v));
 	if (pt->callback != NULL) {
-		char *cb = callback_header_encode(pt->callback,
-						  pt->max_attempts);
+		char *cb =
+			callback_header_encode(pt->callback, pt->max_attempts);
 
 		rd_kafka_header_add(h, KHDR_CALLBACK, -1, cb, -1);
 		xfree(cb);

@@ -47,8 +47,8 @@ test_backoff_jitter(void **state)
 		snprintf(id, sizeof(id), "task-%d", i);
 		d = callback_backoff_ms(id, 3, 1000, 600000, 30);
 		assert_true(d >= 1400 && d <= 2000);
-		assert_int_equal(d, callback_backoff_ms(id, 3, 1000, 600000,
-							30));
+		assert_int_equal(d,
+				 callback_backoff_ms(id, 3, 1000, 600000, 30));
 		lo = d < lo ? d : lo;
 		hi = d > hi ? d : hi;
 	}
@@ -113,18 +113,17 @@ test_origin(void **state)
 					     sizeof(o), h, sizeof(h)),
 			 0);
 	assert_string_equal(h, "good.com");
-	assert_int_equal(callback_url_origin("ftp://x", o, sizeof(o), h,
+	assert_int_equal(
+		callback_url_origin("ftp://x", o, sizeof(o), h, sizeof(h)), -1);
+	assert_int_equal(
+		callback_url_origin("http://:80/", o, sizeof(o), h, sizeof(h)),
+		-1);
+	assert_int_equal(callback_url_origin("http://h:99999/", o, sizeof(o), h,
 					     sizeof(h)),
 			 -1);
-	assert_int_equal(callback_url_origin("http://:80/", o, sizeof(o), h,
-					     sizeof(h)),
-			 -1);
-	assert_int_equal(callback_url_origin("http://h:99999/", o, sizeof(o),
-					     h, sizeof(h)),
-			 -1);
-	assert_int_equal(callback_url_origin("http://h:8x/", o, sizeof(o), h,
-					     sizeof(h)),
-			 -1);
+	assert_int_equal(
+		callback_url_origin("http://h:8x/", o, sizeof(o), h, sizeof(h)),
+		-1);
 }
 
 static void
@@ -313,8 +312,8 @@ test_submit_allow_list(void **state)
 	struct task_limits lim = {65536, 315576000000LL, "cb.local, .corp"};
 	struct task t;
 	struct task_error err;
-	json_t *in = json_pack("{s:s, s:s, s:i, s:{s:s}}", "topic", "t",
-			       "body", "b", "delay_ms", 10, "callback", "url",
+	json_t *in = json_pack("{s:s, s:s, s:i, s:{s:s}}", "topic", "t", "body",
+			       "b", "delay_ms", 10, "callback", "url",
 			       "http://cb.local:81/x");
 
 	assert_int_equal(task_from_json(in, &lim, 1000, &t, &err), 0);
@@ -323,8 +322,9 @@ test_submit_allow_list(void **state)
 			    json_pack("{s:s}", "url", "http://a.corp/x"));
 	assert_int_equal(task_from_json(in, &lim, 1000, &t, &err), 0);
 	task_clear(&t);
-	json_object_set_new(in, "callback",
-			    json_pack("{s:s}", "url", "http://169.254.169.254/"));
+	json_object_set_new(
+		in, "callback",
+		json_pack("{s:s}", "url", "http://169.254.169.254/"));
 	assert_int_equal(task_from_json(in, &lim, 1000, &t, &err), -1);
 	assert_int_equal(err.http, 400);
 	assert_string_equal(err.field, "callback.url");

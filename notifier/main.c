@@ -145,6 +145,30 @@ check_routes(const struct cfg *cfg)
 	}
 }
 
+/*
+ * The consumer stops polling while max_pending messages are in hand (a
+ * slow or dead host can keep it so for long); librdkafka would take that
+ * for a hung member after max.poll.interval.ms (5 min) and leave the
+ * group. Unless configured, allow the maximum, 24 h: a dead process is
+ * still noticed by its missing heartbeats (session.timeout.ms).
+ */
+static void
+default_poll_interval(struct cfg *cfg)
+{
+	size_t nx = cfg_extra_count(cfg, "kafka.consumer");
+	char err[128];
+
+	for (size_t i = 0; i < nx; i++) {
+		const char *k, *v;
+
+		cfg_extra_get(cfg, "kafka.consumer", i, &k, &v);
+		if (!strcmp(k, "max.poll.interval.ms"))
+			return;
+	}
+	cfg_set(cfg, "kafka.consumer", "max.poll.interval.ms", "86400000", err,
+		sizeof(err));
+}
+
 int
 main(int argc, char **argv)
 {
@@ -166,6 +190,7 @@ main(int argc, char **argv)
 	log_level_parse(cfg_str(n.cfg, CFG_LOG_LEVEL), &lvl);
 	log_init("notifier", lvl);
 	check_routes(n.cfg);
+	default_poll_interval(n.cfg);
 	if (cfg_str(n.cfg, CFG_NOTIFIER_TOPICS)[0] == '\0' &&
 	    cfg_extra_count(n.cfg, "notifier.routes") == 0)
 		log_warn("notifier.topics is empty: only retry tasks are "

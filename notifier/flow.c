@@ -9,7 +9,7 @@
 #include "cfg.h"
 #include "daemon.h"
 #include "hmap.h"
-#include "httpc.h"
+#include "httpcli.h"
 #include "log.h"
 #include "metrics.h"
 #include "notifier.h"
@@ -49,7 +49,7 @@ host_get(struct notifier *n, const char *origin)
 }
 
 static void
-request_done_cb(const struct httpc_result *r, void *arg)
+request_done_cb(const struct httpcli_result *r, void *arg)
 {
 	struct nmsg *m = arg;
 	struct notifier *n = m->n;
@@ -76,7 +76,7 @@ start(struct notifier *n, struct nmsg *m)
 {
 	char **hdrs =
 		callback_headers_build(&m->cb, m->id, m->attempt, m->due_at);
-	struct httpc_req rq = {
+	struct httpcli_req rq = {
 		.method = m->cb.method,
 		.url = m->cb.url,
 		.headers = hdrs,
@@ -93,7 +93,7 @@ start(struct notifier *n, struct nmsg *m)
 	m->host->inflight++;
 	n->inflight++;
 	metric_set(n->m.inflight, n->inflight);
-	httpc_request(n->httpc, &rq, request_done_cb, m);
+	httpcli_request(n->httpc, &rq, request_done_cb, m);
 	callback_headers_free(hdrs);
 }
 

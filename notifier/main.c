@@ -14,7 +14,7 @@
 #include "db.h"
 #include "hmap.h"
 #include "http.h"
-#include "httpc.h"
+#include "httpcli.h"
 #include "kafka.h"
 #include "log.h"
 #include "metrics.h"
@@ -220,7 +220,7 @@ main(int argc, char **argv)
 	n.db = db_pool_create(n.base, cfg_str(n.cfg, CFG_DB_URL),
 			      (int)cfg_int(n.cfg, CFG_DB_POOL_SIZE),
 			      "notifier");
-	n.httpc = httpc_create(n.base);
+	n.httpc = httpcli_create(n.base);
 	n.http = http_server_create(n.base,
 				    cfg_str(n.cfg, CFG_NOTIFIER_HTTP_LISTEN),
 				    65536, 30, err, sizeof(err));
@@ -242,7 +242,7 @@ main(int argc, char **argv)
 	log_info("stopping", "running=%d recording=%zu pending=%zu", n.inflight,
 		 n.rec_n + (size_t)n.rec_jobs, n.pending);
 	evhttp_free(n.http);
-	httpc_destroy(n.httpc);
+	httpcli_destroy(n.httpc);
 	kafka_producer_destroy(n.dlq, 2000);
 	n.stopping = 2; /* the pool drains: record nothing more */
 	db_pool_destroy(n.db);

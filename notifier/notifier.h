@@ -13,7 +13,7 @@
 
 struct cfg;
 struct db_pool;
-struct httpc;
+struct httpcli;
 struct hmap;
 struct daemon;
 struct metric;
@@ -118,7 +118,7 @@ struct notifier {
 	struct daemon *daemon;
 	struct evhttp *http;
 	struct db_pool *db;
-	struct httpc *httpc;
+	struct httpcli *httpc;
 	struct kafka_consumer *consumer;
 	struct kafka_producer *dlq;
 	char id[128];

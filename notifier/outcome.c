@@ -12,7 +12,7 @@
 #include "cfg.h"
 #include "daemon.h"
 #include "db.h"
-#include "httpc.h"
+#include "httpcli.h"
 #include "keys.h"
 #include "log.h"
 #include "metrics.h"
@@ -274,7 +274,7 @@ submit_retry_cb(evutil_socket_t fd, short what, void *arg)
 }
 
 static void
-submit_done_cb(const struct httpc_result *r, void *arg)
+submit_done_cb(const struct httpcli_result *r, void *arg)
 {
 	struct nmsg *m = arg;
 	struct notifier *n = m->n;
@@ -374,15 +374,15 @@ submit_retry(struct nmsg *m)
 		hdrs[1] = auth;
 	}
 	{
-		struct httpc_req rq = {.method = "POST",
-				       .url = url,
-				       .headers = hdrs,
-				       .body = text,
-				       .body_len = strlen(text),
-				       .timeout_ms = 10000,
-				       .max_redirects = 0};
+		struct httpcli_req rq = {.method = "POST",
+					 .url = url,
+					 .headers = hdrs,
+					 .body = text,
+					 .body_len = strlen(text),
+					 .timeout_ms = 10000,
+					 .max_redirects = 0};
 
-		httpc_request(n->httpc, &rq, submit_done_cb, m);
+		httpcli_request(n->httpc, &rq, submit_done_cb, m);
 	}
 	free(text);
 	xfree(url);

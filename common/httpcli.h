@@ -1,5 +1,5 @@
-#ifndef PROPHET_HTTPC_H
-#define PROPHET_HTTPC_H
+#ifndef PROPHET_HTTPCLI_H
+#define PROPHET_HTTPCLI_H
 
 #include <stddef.h>
 
@@ -10,9 +10,9 @@ struct event_base;
  * sockets and timer driven by loop events. Requests run concurrently;
  * each completion calls its done_cb on the loop thread.
  */
-struct httpc;
+struct httpcli;
 
-struct httpc_req {
+struct httpcli_req {
 	const char *method; /* GET, POST, PUT, PATCH, DELETE */
 	const char *url;
 	char *const *headers; /* "Name: value", NULL-terminated; may be NULL */
@@ -22,7 +22,7 @@ struct httpc_req {
 	long max_redirects; /* 0: redirects are not followed */
 };
 
-struct httpc_result {
+struct httpcli_result {
 	long status;	  /* HTTP status, 0 if no answer */
 	int transport;	  /* 1: no complete answer (timeout, refused ...) */
 	char error[256];  /* what went wrong, "" on a 2xx */
@@ -31,14 +31,14 @@ struct httpc_result {
 	size_t body_len;
 };
 
-typedef void (*httpc_done_fn)(const struct httpc_result *r, void *arg);
+typedef void (*httpcli_done_fn)(const struct httpcli_result *r, void *arg);
 
-struct httpc *httpc_create(struct event_base *base);
+struct httpcli *httpcli_create(struct event_base *base);
 /* Abandons requests still running: their done_cb is not called. */
-void httpc_destroy(struct httpc *h);
+void httpcli_destroy(struct httpcli *h);
 /* Starts a request; the request's strings are copied. */
-void httpc_request(struct httpc *h, const struct httpc_req *rq,
-		   httpc_done_fn done_cb, void *arg);
-size_t httpc_running(const struct httpc *h);
+void httpcli_request(struct httpcli *h, const struct httpcli_req *rq,
+		     httpcli_done_fn done_cb, void *arg);
+size_t httpcli_running(const struct httpcli *h);
 
 #endif

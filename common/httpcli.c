@@ -10,13 +10,13 @@
 #include <event2/event.h>
 
 #include "daemon.h"
-#include "httpc.h"
+#include "httpcli.h"
 #include "log.h"
 #include "xmalloc.h"
 
-#define HTTPC_KEEP_BODY 4096
+#define HTTPCLI_KEEP_BODY 4096
 
-struct httpc {
+struct httpcli {
 	struct event_base *base;
 	CURLM *multi;
 	struct event *timer;
@@ -26,15 +26,15 @@ struct httpc {
 };
 
 struct hreq {
-	struct httpc *h;
+	struct httpcli *h;
 	CURL *easy;
 	struct curl_slist *hdrs;
 	char *body;
-	char got[HTTPC_KEEP_BODY];
+	char got[HTTPCLI_KEEP_BODY];
 	size_t got_len;
 	char errbuf[CURL_ERROR_SIZE];
 	int64_t start_us;
-	httpc_done_fn done_cb;
+	httpcli_done_fn done_cb;
 	void *arg;
 	struct hreq *prev, *next;
 };
@@ -46,7 +46,7 @@ struct hsock {
 };
 
 static void
-hsock_free(struct httpc *h, struct hsock *hs)
+hsock_free(struct httpcli *h, struct hsock *hs)
 {
 	if (hs->prev != NULL)
 		hs->prev->next = hs->next;
@@ -58,12 +58,12 @@ hsock_free(struct httpc *h, struct hsock *hs)
 	xfree(hs);
 }
 
-static void check_done(struct httpc *h);
+static void check_done(struct httpcli *h);
 
 static void
 event_cb(evutil_socket_t fd, short what, void *arg)
 {
-	struct httpc *h = arg;
+	struct httpcli *h = arg;
 	int flags = (what & EV_READ ? CURL_CSELECT_IN : 0) |
 		    (what & EV_WRITE ? CURL_CSELECT_OUT : 0);
 	int running;
@@ -75,7 +75,7 @@ event_cb(evutil_socket_t fd, short what, void *arg)
 static void
 timer_cb(evutil_socket_t fd, short what, void *arg)
 {
-	struct httpc *h = arg;
+	struct httpcli *h = arg;
 	int running;
 
 	curl_multi_socket_action(h->multi, CURL_SOCKET_TIMEOUT, 0, &running);
@@ -85,7 +85,7 @@ timer_cb(evutil_socket_t fd, short what, void *arg)
 static int
 socket_cb(CURL *easy, curl_socket_t s, int what, void *userp, void *socketp)
 {
-	struct httpc *h = userp;
+	struct httpcli *h = userp;
 	struct hsock *hs = socketp;
 	short kind;
 
@@ -115,7 +115,7 @@ socket_cb(CURL *easy, curl_socket_t s, int what, void *userp, void *socketp)
 static int
 multi_timer_cb(CURLM *multi, long timeout_ms, void *userp)
 {
-	struct httpc *h = userp;
+	struct httpcli *h = userp;
 	struct timeval tv;
 
 	if (timeout_ms < 0) {
@@ -142,7 +142,7 @@ write_cb(char *ptr, size_t size, size_t nmemb, void *arg)
 static void
 hreq_free(struct hreq *r)
 {
-	struct httpc *h = r->h;
+	struct httpcli *h = r->h;
 
 	if (r->prev != NULL)
 		r->prev->next = r->next;
@@ -159,13 +159,13 @@ hreq_free(struct hreq *r)
 }
 
 static void
-check_done(struct httpc *h)
+check_done(struct httpcli *h)
 {
 	CURLMsg *msg;
 	int left;
 
 	while ((msg = curl_multi_info_read(h->multi, &left)) != NULL) {
-		struct httpc_result res;
+		struct httpcli_result res;
 		struct hreq *r;
 
 		if (msg->msg != CURLMSG_DONE)
@@ -194,10 +194,10 @@ check_done(struct httpc *h)
 	}
 }
 
-struct httpc *
-httpc_create(struct event_base *base)
+struct httpcli *
+httpcli_create(struct event_base *base)
 {
-	struct httpc *h = xcalloc(1, sizeof(*h));
+	struct httpcli *h = xcalloc(1, sizeof(*h));
 
 	if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK)
 		log_fatal("curl_global_init failed", "");
@@ -214,7 +214,7 @@ httpc_create(struct event_base *base)
 }
 
 void
-httpc_destroy(struct httpc *h)
+httpcli_destroy(struct httpcli *h)
 {
 	if (h == NULL)
 		return;
@@ -229,8 +229,8 @@ httpc_destroy(struct httpc *h)
 }
 
 void
-httpc_request(struct httpc *h, const struct httpc_req *rq,
-	      httpc_done_fn done_cb, void *arg)
+httpcli_request(struct httpcli *h, const struct httpcli_req *rq,
+		httpcli_done_fn done_cb, void *arg)
 {
 	struct hreq *r = xcalloc(1, sizeof(*r));
 	CURL *e = curl_easy_init();
@@ -293,7 +293,7 @@ httpc_request(struct httpc *h, const struct httpc_req *rq,
 }
 
 size_t
-httpc_running(const struct httpc *h)
+httpcli_running(const struct httpcli *h)
 {
 	return h->running;
 }

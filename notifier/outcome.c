@@ -45,6 +45,13 @@ struct rec_job {
 
 static void rec_kick(struct notifier *n);
 
+static int
+by_id(const void *a, const void *b)
+{
+	return strcmp((*(struct nmsg *const *)a)->id,
+		      (*(struct nmsg *const *)b)->id);
+}
+
 static void
 bind_log_row(struct db_params *p, size_t i, void *arg)
 {
@@ -156,6 +163,9 @@ rec_kick(struct notifier *n)
 			n->rec_n--;
 			j->msgs[j->count++] = m;
 		}
+		/* Rows locked in primary-key order, as the worker's batched
+		 * delivered updates do: fewer deadlocks between the two. */
+		qsort(j->msgs, j->count, sizeof(*j->msgs), by_id);
 		j->job.run = rec_run;
 		j->job.done_cb = rec_done_cb;
 		n->rec_jobs++;

@@ -67,7 +67,8 @@
 	  "bearer tokens with roles, one '<token> <role>[,<role>]' a line "    \
 	  "(roles: submit, read, admin); empty: no authentication")            \
 	X(HTTP_TOKEN, "http", "token", CFG_STR, "", 0, 0, NULL, 0,             \
-	  "the token prophetctl sends (or PROPHET_TOKEN in its environment)")  \
+	  "the token prophetctl sends (or PROPHET_TOKEN in its environment) "  \
+	  "and the notifier submits retry tasks with (role submit)")           \
 	X(HTTP_TOPICS_ALLOWED, "http", "topics_allowed", CFG_STR, "", 0, 0,    \
 	  NULL, 1,                                                             \
 	  "comma-separated topics tasks may use; empty: any valid topic")      \

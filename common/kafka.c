@@ -410,7 +410,8 @@ consumer_close(rd_kafka_t *rk)
 		}
 		if (!closed)
 			log_warn("kafka consumer did not leave its group in "
-				 "time; left to the process exit (its partitions "
+				 "time; left to the process exit (its "
+				 "partitions "
 				 "move after the session timeout)",
 				 "waited_ms=%d", KAFKA_CLOSE_MS);
 	}

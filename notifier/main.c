@@ -200,6 +200,14 @@ main(int argc, char **argv)
 	n.topic_prefix = cfg_str(n.cfg, CFG_KAFKA_TOPIC_PREFIX);
 	n.retry_ktopic = xasprintf("%s%s", n.topic_prefix,
 				   cfg_str(n.cfg, CFG_NOTIFIER_RETRY_TOPIC));
+	{
+		const char *mu = cfg_str(n.cfg, CFG_NOTIFIER_MANAGER_URL);
+		size_t ml = strlen(mu);
+
+		while (ml > 0 && mu[ml - 1] == '/')
+			ml--;
+		n.submit_url = xasprintf("%.*s/v1/tasks", (int)ml, mu);
+	}
 	n.dlq_ktopic =
 		xasprintf("%s%s", n.topic_prefix,
 			  cfg_str(n.cfg, CFG_NOTIFIER_DEAD_LETTER_TOPIC));
@@ -257,6 +265,7 @@ main(int argc, char **argv)
 	metrics_free_all();
 	xfree(n.retry_ktopic);
 	xfree(n.dlq_ktopic);
+	xfree(n.submit_url);
 	cfg_destroy(n.cfg);
 	log_info("stopped", "");
 	return 0;

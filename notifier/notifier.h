@@ -125,6 +125,7 @@ struct notifier {
 	const char *topic_prefix;
 	char *retry_ktopic; /* <prefix><retry_topic> */
 	char *dlq_ktopic;
+	char *submit_url; /* <notifier.manager_url>/v1/tasks */
 	struct notifier_metrics m;
 
 	/* consume.c */

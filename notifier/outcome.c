@@ -331,7 +331,7 @@ submit_retry(struct nmsg *m)
 {
 	struct notifier *n = m->n;
 	int next = m->attempt + 1;
-	char rid[TASK_ID_MAX + 32], *url, *text, *hdrs[3] = {NULL};
+	char rid[TASK_ID_MAX + 32], *text, *hdrs[3] = {NULL};
 	char auth[600], nexts[16], dues[32];
 	json_t *o, *body;
 	int64_t delay;
@@ -376,8 +376,6 @@ submit_retry(struct nmsg *m)
 	}
 	text = json_dumps(o, JSON_COMPACT);
 	json_decref(o);
-	url = xasprintf("%s/v1/tasks",
-			cfg_str(n->cfg, CFG_NOTIFIER_MANAGER_URL));
 	hdrs[0] = "Content-Type: application/json";
 	if (token[0] != '\0') {
 		snprintf(auth, sizeof(auth), "Authorization: Bearer %s", token);
@@ -385,7 +383,7 @@ submit_retry(struct nmsg *m)
 	}
 	{
 		struct httpcli_req rq = {.method = "POST",
-					 .url = url,
+					 .url = n->submit_url,
 					 .headers = hdrs,
 					 .body = text,
 					 .body_len = strlen(text),
@@ -395,7 +393,6 @@ submit_retry(struct nmsg *m)
 		httpcli_request(n->httpc, &rq, submit_done_cb, m);
 	}
 	free(text);
-	xfree(url);
 }
 
 void

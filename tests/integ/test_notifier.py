@@ -13,7 +13,9 @@ origins for the notifier's flow control):
      dead-letter topic holds the message with the error, status failed.
   4. A slow endpoint (2 s an answer) does not delay callbacks to a fast
      one, and gets at most notifier.host_max_inflight requests at once.
-  5. kill -9 of the notifier mid-stream: after its restart every callback
+  5. A topic route calls tasks that have no callback of their own; the
+     callback survives a Redis index rebuild (it travels in the DB copy).
+  6. kill -9 of the notifier mid-stream: after its restart every callback
      was made at least once (duplicates counted) and recorded ok.
 """
 
@@ -440,6 +442,36 @@ def test_topic_route_calls_tasks_without_callback():
     p.check(len(FAST.calls_of("routed")) == len(ids), "routed calls: %d"
             % len(FAST.calls_of("routed")))
     p.raise_if_any("topic route")
+
+
+def test_callback_survives_redis_index_rebuild():
+    """The callback also travels through the DB copy: tasks whose Redis
+    index is lost are rebuilt from the DB and still called back."""
+    ids = ["k7-%d" % i for i in range(30)]
+    submit([{"id": tid, "topic": TOPIC, "delay_ms": 4000, "max_attempts": 2,
+             "body": "rebuilt %s" % tid,
+             "callback": {"url": FAST.url("ok", tid), "method": "PATCH",
+                          "headers": {"X-Rebuilt": "yes"}}} for tid in ids])
+    rebuilt = len(C.workers[0].grep("slot index rebuilt"))
+    r = C.redis()
+    try:
+        r.cmd("FLUSHDB")
+        r.cmd("SET", C.REDIS_MARK, C.tag)
+    finally:
+        r.close()
+    short = FAST.wait_ids(ids, 40)
+    h.check(not short, "not called back after the rebuild: %s" % short)
+    wait_status(ids, "ok")
+    p = h.Problems()
+    for tid in ids:
+        c = FAST.calls_of(tid)[0]
+        p.check(c["method"] == "PATCH" and
+                c["headers"].get("x-rebuilt") == "yes" and
+                c["body"] == ("rebuilt %s" % tid).encode(),
+                "%s: %s %r %r" % (tid, c["method"], c["headers"], c["body"]))
+    p.raise_if_any("callbacks after a Redis index rebuild")
+    h.check(len(C.workers[0].grep("slot index rebuilt")) > rebuilt,
+            "the worker did not rebuild any slot index")
 
 
 def test_kill9_notifier_every_callback_made():

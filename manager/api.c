@@ -365,6 +365,15 @@ row_to_json(const struct db_rows *r)
 	s = db_rows_get(r, 0, SQL_TC_CALLBACK_STATUS, NULL);
 	if (s != NULL)
 		task_callback_status_parse(s, &t.callback_status);
+	t.cron = (char *)db_rows_get(r, 0, SQL_TC_CRON, NULL);
+	t.timezone = (char *)db_rows_get(r, 0, SQL_TC_TIMEZONE, NULL);
+	s = db_rows_get(r, 0, SQL_TC_MISFIRE, NULL);
+	if (s != NULL)
+		task_misfire_parse(s, &t.misfire);
+	t.start_at = db_rows_int(r, 0, SQL_TC_START_AT);
+	t.end_at = db_rows_int(r, 0, SQL_TC_END_AT);
+	t.max_occurrences = db_rows_int(r, 0, SQL_TC_MAX_OCCURRENCES);
+	t.occurrences = db_rows_int(r, 0, SQL_TC_OCCURRENCES);
 	out = task_to_json(&t);
 	json_object_set_new(out, "slot",
 			    json_integer(db_rows_int(r, 0, SQL_TC_SLOT)));

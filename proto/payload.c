@@ -27,6 +27,9 @@ payload_encode(const struct task *t, size_t *lenp)
 		json_object_set_new(o, "x", json_integer(t->ttl_ms));
 	if (t->attempt > 0)
 		json_object_set_new(o, "a", json_integer(t->attempt));
+	if (t->misfire != TASK_MISFIRE_NONE)
+		json_object_set_new(o, "m",
+				    json_string(task_misfire_name(t->misfire)));
 	s = json_dumps(o, JSON_COMPACT);
 	json_decref(o);
 	if (s == NULL)
@@ -68,6 +71,13 @@ payload_decode(const char *s, size_t len, struct task *t)
 	v = json_object_get(o, "a");
 	if (json_is_integer(v))
 		t->attempt = (int)json_integer_value(v);
+	v = json_object_get(o, "m");
+	if (json_is_string(v) &&
+	    task_misfire_parse(json_string_value(v), &t->misfire) < 0) {
+		task_clear(t);
+		json_decref(o);
+		return -1;
+	}
 	json_decref(o);
 	return 0;
 }
@@ -89,6 +99,9 @@ payload_row_task(const struct db_rows *rows, size_t i, struct task *t)
 	t->due_at = db_rows_int(rows, i, PC_DUE_AT);
 	t->ttl_ms = db_rows_int(rows, i, PC_TTL_MS);
 	t->attempt = (int)db_rows_int(rows, i, PC_ATTEMPT);
+	h = db_rows_get(rows, i, PC_MISFIRE, NULL);
+	if (h != NULL)
+		task_misfire_parse(h, &t->misfire);
 }
 
 void

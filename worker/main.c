@@ -156,6 +156,8 @@ main(int argc, char **argv)
 	w.slots = xcalloc((size_t)w.nslots, sizeof(*w.slots));
 	w.lookahead_ms = cfg_int(w.cfg, CFG_WORKER_LOOKAHEAD_MS);
 	w.lease_ms = cfg_int(w.cfg, CFG_WORKER_LEASE_MS);
+	w.misfire_threshold_ms =
+		cfg_int(w.cfg, CFG_WORKER_MISFIRE_THRESHOLD_MS);
 	w.horizon_ms = cfg_int(w.cfg, CFG_TASK_HORIZON_MS);
 	w.claim_batch = (int)cfg_int(w.cfg, CFG_WORKER_CLAIM_BATCH);
 	w.scan_batch = (int)cfg_int(w.cfg, CFG_WORKER_SCAN_BATCH);

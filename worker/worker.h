@@ -28,6 +28,11 @@ struct hmap;
 	  "Tasks marked delivered in the database")                            \
 	X(expired, COUNTER, "prophet_tasks_expired_total",                     \
 	  "Tasks given up because their ttl_ms passed before publishing")      \
+	X(occurrences, COUNTER, "prophet_cron_occurrences_total",              \
+	  "Occurrences of recurring tasks recorded (published or skipped)")    \
+	X(misfires, COUNTER, "prophet_cron_misfires_total",                    \
+	  "Occurrences of recurring tasks fired later than "                   \
+	  "worker.misfire_threshold_ms (published per fire_once, or skipped)") \
 	X(publish_errors, COUNTER, "prophet_publish_errors_total",             \
 	  "Produce calls or delivery reports that failed")                     \
 	X(lateness, HISTOGRAM, "prophet_fire_lateness_seconds",                \
@@ -115,6 +120,12 @@ struct wtask {
 	int expire;  /* ttl passed: mark expired, do not publish */
 	int from_db; /* claimed from the DB (status firing there) */
 	int counted; /* its attempt is recorded in Redis */
+	/* Recurring tasks: due_at is the occurrence being fired. */
+	int recurring;
+	int misfired;	  /* fired later than the misfire threshold */
+	int skip;	  /* misfired under policy skip: recorded, not published */
+	int64_t next_due; /* set by the DB update; -1: the series ended */
+	char *payload;	  /* to index the next occurrence with */
 	struct timerwheel_timer timer;
 	struct wtask *next; /* claim queue or mark batch */
 	struct worker *w;
@@ -181,6 +192,7 @@ struct worker {
 	int64_t lookahead_ms;
 	int64_t lease_ms;
 	int64_t horizon_ms;
+	int64_t misfire_threshold_ms;
 	int claim_batch;
 	int scan_batch;
 	int queue_max;
@@ -247,6 +259,8 @@ void scanner_save_pointer(struct worker *w, int slot, int64_t until,
 /* Redis answers again: claims whose reply was lost go back to due. */
 void scanner_redis_up(struct worker *w);
 struct limbo;
+/* Scans a slot now (a recurring task's next occurrence was just indexed). */
+void scanner_wake(struct worker *w, int slot);
 /* Drops the tasks of a slot that wait in the wheel or the claim queue
  * (they stay due in Redis for the next owner). */
 void scanner_drop_slot(struct worker *w, int slot);

@@ -206,18 +206,17 @@ bind_log_row(struct db_params *p, size_t i, void *arg)
 {
 	struct mark_job *mj = arg;
 	struct wtask *t = mj->tasks[mj->order[i]];
-	char note[128];
 
 	if (t->recurring) {
 		if (t->next_due >= 0)
-			snprintf(note, sizeof(note),
+			snprintf(t->note, sizeof(t->note),
 				 "occurrence %lld %s%s, next %lld",
 				 (long long)t->due_at,
 				 t->skip ? "skipped" : "published",
 				 t->misfired ? " (misfire)" : "",
 				 (long long)t->next_due);
 		else
-			snprintf(note, sizeof(note),
+			snprintf(t->note, sizeof(t->note),
 				 "occurrence %lld %s%s, series ended",
 				 (long long)t->due_at,
 				 t->skip ? "skipped" : "published",
@@ -229,7 +228,7 @@ bind_log_row(struct db_params *p, size_t i, void *arg)
 		db_params_int(p, t->epoch);
 		db_params_int(p, t->attempt);
 		db_params_int(p, t->skip ? mj->now : t->fired_at);
-		db_params_str(p, note);
+		db_params_str(p, t->note);
 		return;
 	}
 	db_params_str(p, t->id);
@@ -602,10 +601,13 @@ recurring_next(struct worker *w, struct mark_job *mj)
 				pl = payload_encode(&pt, &len);
 				task_clear(&pt);
 			}
+			/* Arguments are borrowed until sent: the task keeps the
+			 * payload (it is released after this). */
+			xfree(t->payload);
+			t->payload = pl;
 			redis_args_addstr(&ev.a, t->id);
 			redis_args_addint(&ev.a, t->next_due);
 			redis_args_add(&ev.a, pl ? pl : "", len);
-			free(pl);
 			if (t->next_due < now + w->lookahead_ms)
 				soon = 1;
 		}

@@ -126,6 +126,7 @@ struct wtask {
 	int skip;	  /* misfired under policy skip: recorded, not published */
 	int64_t next_due; /* set by the DB update; -1: the series ended */
 	char *payload;	  /* to index the next occurrence with */
+	char note[112];	  /* its task_log note (bound by pointer) */
 	struct timerwheel_timer timer;
 	struct wtask *next; /* claim queue or mark batch */
 	struct worker *w;

@@ -101,7 +101,7 @@
 	  "a claimed task not confirmed delivered within this is re-fired")    \
 	X(WORKER_MISFIRE_THRESHOLD_MS, "worker", "misfire_threshold_ms",       \
 	  CFG_INT, "5000", 0, 86400000, NULL, 0,                               \
-	  "an occurrence of a recurring task published later than this "      \
+	  "an occurrence of a recurring task published later than this "       \
 	  "after its time is a misfire: its misfire policy applies")           \
 	X(LOG_LEVEL, "log", "level", CFG_STR, "info", 0, 0, cfg_check_level,   \
 	  1, "debug, info, warn or error")

@@ -373,7 +373,8 @@ tz_parse(const char *name, const unsigned char *buf, size_t len, char *err,
 	p += h.charcnt + h.leapcnt * (tsize + 4) + h.isstdcnt + h.isutcnt;
 	/* Footer: "\n<POSIX TZ string>\n" (version 2+). */
 	if (tsize == 8 && p < end && *p == '\n') {
-		const unsigned char *nl = memchr(p + 1, '\n', (size_t)(end - p - 1));
+		const unsigned char *nl =
+			memchr(p + 1, '\n', (size_t)(end - p - 1));
 		char rule[128];
 
 		if (nl != NULL && (size_t)(nl - p - 1) < sizeof(rule) &&

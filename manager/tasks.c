@@ -135,8 +135,9 @@ change_run(struct db_conn *conn, struct db_job *job)
 
 		p.n = 0;
 		if (c->new_cron != NULL)
-			snprintf(note, sizeof(note), "cron '%s' %s, due_at %lld",
-				 c->new_cron, c->new_tz, (long long)c->new_due);
+			snprintf(note, sizeof(note),
+				 "cron '%s' %s, due_at %lld", c->new_cron,
+				 c->new_tz, (long long)c->new_due);
 		else
 			snprintf(note, sizeof(note), "due_at %lld",
 				 (long long)c->new_due);
@@ -236,8 +237,8 @@ written(struct change *c, int status, const char *err)
 			 c->recurring);
 		if (c->recurring)
 			http_reply_json(c->req, 200,
-					json_pack("{s:s, s:s, s:b}", "id", c->id,
-						  "status", "cancelled",
+					json_pack("{s:s, s:s, s:b}", "id",
+						  c->id, "status", "cancelled",
 						  "occurrence_in_flight",
 						  c->occ_in_flight));
 		else
@@ -342,11 +343,10 @@ recurring_due(struct change *c)
 				    (start > c->now ? start : c->now) - 1, end,
 				    err, sizeof(err));
 	if (c->new_due < 0) {
-		http_reply_error(c->req, 400, "invalid_value", "cron",
-				 "%s", c->new_due == -1
-					       ? "the expression has no "
-						 "occurrence before end_at"
-					       : err);
+		http_reply_error(c->req, 400, "invalid_value", "cron", "%s",
+				 c->new_due == -1 ? "the expression has no "
+						    "occurrence before end_at"
+						  : err);
 		return -1;
 	}
 	return 0;

@@ -23,12 +23,11 @@ static const struct field {
 	{"hour", 0, 23, NULL},
 	{"day_of_month", 1, 31, NULL},
 	{"month", 1, 12,
-	 (const char *const[]){"JAN", "FEB", "MAR", "APR", "MAY", "JUN",
-			       "JUL", "AUG", "SEP", "OCT", "NOV", "DEC",
-			       NULL}},
+	 (const char *const[]){"JAN", "FEB", "MAR", "APR", "MAY", "JUN", "JUL",
+			       "AUG", "SEP", "OCT", "NOV", "DEC", NULL}},
 	{"day_of_week", 0, 7,
-	 (const char *const[]){"SUN", "MON", "TUE", "WED", "THU", "FRI",
-			       "SAT", NULL}},
+	 (const char *const[]){"SUN", "MON", "TUE", "WED", "THU", "FRI", "SAT",
+			       NULL}},
 };
 
 static const struct {
@@ -125,7 +124,8 @@ parse_item(int f, const char *item, uint64_t *bits, struct cron_error *err)
 			s = s * 10 + (*p - '0');
 		}
 		if (s < 1 || s > fd->max - fd->min + 1)
-			return fail(err, f, "%s: the step of '%s' is out of range",
+			return fail(err, f,
+				    "%s: the step of '%s' is out of range",
 				    item);
 		step = (int)s;
 	}
@@ -190,8 +190,9 @@ cron_parse(const char *expr, struct cron *c, struct cron_error *err)
 	memset(c, 0, sizeof(*c));
 	memset(err, 0, sizeof(*err));
 	if (strlen(expr) > CRON_EXPR_MAX)
-		return fail(err, -1, "%s: the expression is longer than 128 "
-				     "bytes%s",
+		return fail(err, -1,
+			    "%s: the expression is longer than 128 "
+			    "bytes%s",
 			    "");
 	while (isspace((unsigned char)*expr))
 		expr++;

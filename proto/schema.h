@@ -101,7 +101,7 @@ enum sql_task_col {
 #define SQL_TASK_LOG_INSERT_NCOLS 8
 
 /* The columns payload_from_row() reads, in its order. */
-#define SQL_TASK_COLS_INDEX                                             \
+#define SQL_TASK_COLS_INDEX                                            \
 	"id, topic, msg_key, body, headers, due_at, ttl_ms, attempt, " \
 	"misfire"
 
@@ -199,9 +199,9 @@ enum sql_task_col {
  * if the row still waits for exactly that occurrence (due_at): a
  * duplicate publish of an occurrence already recorded changes nothing.
  */
-#define SQL_TASK_CRON_LOCK                                                  \
+#define SQL_TASK_CRON_LOCK                                                     \
 	"SELECT cron, timezone, due_at, end_at, max_occurrences, occurrences " \
-	"FROM tasks WHERE id = ? AND status IN ('scheduled', 'firing') "      \
+	"FROM tasks WHERE id = ? AND status IN ('scheduled', 'firing') "       \
 	"FOR UPDATE"
 enum sql_cron_col {
 	SQL_CC_CRON,
@@ -213,15 +213,16 @@ enum sql_cron_col {
 };
 /* (status, due_at, published 0/1, attempt, epoch, fired_at, delivered_at,
  *  now, id, occurrence) */
-#define SQL_TASK_CRON_NEXT                                                   \
-	"UPDATE tasks SET status = ?, due_at = ?, "                          \
-	"occurrences = occurrences + ?, attempt = ?, epoch = ?, owner = NULL, " \
-	"lease_until = NULL, fired_at = COALESCE(?, fired_at), "             \
-	"delivered_at = COALESCE(?, delivered_at), updated_at = ? "          \
+#define SQL_TASK_CRON_NEXT                                                \
+	"UPDATE tasks SET status = ?, due_at = ?, "                       \
+	"occurrences = occurrences + ?, attempt = ?, epoch = ?, owner = " \
+	"NULL, "                                                          \
+	"lease_until = NULL, fired_at = COALESCE(?, fired_at), "          \
+	"delivered_at = COALESCE(?, delivered_at), updated_at = ? "       \
 	"WHERE id = ? AND status IN ('scheduled', 'firing') AND due_at = ?"
 /* PATCH of a recurring task's expression: (cron, timezone, due_at, now,
  * id). */
-#define SQL_TASK_RESCHEDULE_CRON                                        \
+#define SQL_TASK_RESCHEDULE_CRON                                               \
 	"UPDATE tasks SET cron = ?, timezone = ?, due_at = ?, updated_at = ? " \
 	"WHERE id = ? AND status = 'scheduled' AND cron IS NOT NULL"
 

@@ -171,21 +171,21 @@
  * KEYS: inflight, task, attempt, due, cancelled
  * ARGV: (id, next_due_ms, payload)...     Returns how many were indexed.
  */
-#define SCRIPT_CRON_NEXT                                                  \
-	"local n = 0\n"                                                   \
-	"for i = 1, #ARGV, 3 do\n"                                        \
-	"  local id = ARGV[i]\n"                                          \
-	"  redis.call('ZREM', KEYS[1], id)\n"                             \
-	"  redis.call('HDEL', KEYS[3], id)\n"                             \
+#define SCRIPT_CRON_NEXT                                                     \
+	"local n = 0\n"                                                      \
+	"for i = 1, #ARGV, 3 do\n"                                           \
+	"  local id = ARGV[i]\n"                                             \
+	"  redis.call('ZREM', KEYS[1], id)\n"                                \
+	"  redis.call('HDEL', KEYS[3], id)\n"                                \
 	"  if ARGV[i + 2] == '' or redis.call('ZSCORE', KEYS[5], id) then\n" \
-	"    redis.call('HDEL', KEYS[2], id)\n"                           \
-	"    redis.call('ZREM', KEYS[4], id)\n"                           \
-	"  else\n"                                                        \
-	"    redis.call('HSET', KEYS[2], id, ARGV[i + 2])\n"              \
-	"    redis.call('ZADD', KEYS[4], ARGV[i + 1], id)\n"              \
-	"    n = n + 1\n"                                                 \
-	"  end\n"                                                         \
-	"end\n"                                                           \
+	"    redis.call('HDEL', KEYS[2], id)\n"                              \
+	"    redis.call('ZREM', KEYS[4], id)\n"                              \
+	"  else\n"                                                           \
+	"    redis.call('HSET', KEYS[2], id, ARGV[i + 2])\n"                 \
+	"    redis.call('ZADD', KEYS[4], ARGV[i + 1], id)\n"                 \
+	"    n = n + 1\n"                                                    \
+	"  end\n"                                                            \
+	"end\n"                                                              \
 	"return n\n"
 
 /*

@@ -24,15 +24,14 @@ static const char *const misfire_names[TASK__MISFIRE_COUNT] = {
 	"", "fire_once", "fire_all", "skip"};
 
 static const char *const known_fields[] = {
-	"id",	       "topic",	   "body",	      "due_at",	 "delay_ms",
-	"key",	       "headers",  "callback",	      "max_attempts",
-	"ttl_ms",      "cron",	   "timezone",	      "priority",
-	"misfire",     "start_at", "end_at",	      "max_occurrences",
-	NULL};
+	"id",	  "topic",	     "body",	 "due_at",	 "delay_ms",
+	"key",	  "headers",	     "callback", "max_attempts", "ttl_ms",
+	"cron",	  "timezone",	     "priority", "misfire",	 "start_at",
+	"end_at", "max_occurrences", NULL};
 
 /* Fields that only make sense with cron. */
-static const char *const cron_fields[] = {"timezone", "misfire", "start_at",
-					  "end_at", "max_occurrences", NULL};
+static const char *const cron_fields[] = {
+	"timezone", "misfire", "start_at", "end_at", "max_occurrences", NULL};
 
 const char *
 task_misfire_name(enum task_misfire m)
@@ -251,11 +250,11 @@ task_hash(const struct task *t)
 			 task_misfire_name(t->misfire), t->max_attempts,
 			 t->priority);
 	else
-		snprintf(num, sizeof(num), "%s%lld/%d/%lld/%d",
-			 t->delay_ms >= 0 ? "delay:" : "due:",
-			 (long long)(t->delay_ms >= 0 ? t->delay_ms
-						      : t->due_at),
-			 t->max_attempts, (long long)t->ttl_ms, t->priority);
+		snprintf(
+			num, sizeof(num), "%s%lld/%d/%lld/%d",
+			t->delay_ms >= 0 ? "delay:" : "due:",
+			(long long)(t->delay_ms >= 0 ? t->delay_ms : t->due_at),
+			t->max_attempts, (long long)t->ttl_ms, t->priority);
 	h = fnv64_str(h, num);
 	h = fnv64_str(h, t->key);
 	h = fnv64_json(h, t->headers);
@@ -428,8 +427,8 @@ check_callback(const json_t *cb, struct task_error *err)
 /* cron, timezone, misfire, start_at, end_at, max_occurrences; sets the
  * first occurrence as due_at. */
 static int
-parse_recurring(const json_t *in, const struct task_limits *lim,
-		int64_t now_ms, struct task *t, struct task_error *err)
+parse_recurring(const json_t *in, const struct task_limits *lim, int64_t now_ms,
+		struct task *t, struct task_error *err)
 {
 	const json_t *v = json_object_get(in, "cron");
 	const char *zone = "UTC";
@@ -490,8 +489,8 @@ parse_recurring(const json_t *in, const struct task_limits *lim,
 		return task_error_set(err, 400, "invalid_value", "misfire",
 				      "misfire must be \"fire_once\", "
 				      "\"fire_all\" or \"skip\"");
-	if (get_int(in, "start_at", 0, now_ms + lim->max_delay_ms, &n,
-		    &present, err) < 0)
+	if (get_int(in, "start_at", 0, now_ms + lim->max_delay_ms, &n, &present,
+		    err) < 0)
 		return -1;
 	t->start_at = present ? n : 0;
 	if (get_int(in, "end_at", 1, now_ms + lim->max_delay_ms, &n, &present,
@@ -510,12 +509,12 @@ parse_recurring(const json_t *in, const struct task_limits *lim,
 	from = t->start_at > now_ms ? t->start_at : now_ms;
 	t->due_at = cron_next(&c, z, from - 1);
 	if (t->due_at < 0 || (t->end_at > 0 && t->due_at > t->end_at))
-		return task_error_set(err, 400, "invalid_value", "cron",
-				      "cron '%s' has no occurrence %s",
-				      json_string_value(
-					      json_object_get(in, "cron")),
-				      t->end_at > 0 ? "before end_at"
-						    : "in the next ten years");
+		return task_error_set(
+			err, 400, "invalid_value", "cron",
+			"cron '%s' has no occurrence %s",
+			json_string_value(json_object_get(in, "cron")),
+			t->end_at > 0 ? "before end_at"
+				      : "in the next ten years");
 	t->cron = xstrdup(json_string_value(json_object_get(in, "cron")));
 	t->timezone = xstrdup(zone);
 	return 0;

@@ -64,7 +64,7 @@ struct task {
 	int64_t end_at;		 /* 0: open-ended */
 	int64_t max_occurrences; /* 0: unlimited */
 	int64_t occurrences;	 /* published so far */
-	uint64_t content_hash; /* of the submission, for idempotent replays */
+	uint64_t content_hash;	 /* of the submission, for idempotent replays */
 
 	/* Stored state. */
 	enum task_status status;

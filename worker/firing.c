@@ -82,8 +82,9 @@ recurring_prepare(struct worker *w, struct wtask *t, const struct task *pt,
 	if (!t->misfired)
 		return 0;
 	metric_inc(w->m.misfires);
-	log_info("recurring task misfired", "id=%s occurrence=%lld late_ms=%lld policy=%s",
-		 t->id, (long long)pt->due_at, (long long)(now - pt->due_at),
+	log_info("recurring task misfired",
+		 "id=%s occurrence=%lld late_ms=%lld policy=%s", t->id,
+		 (long long)pt->due_at, (long long)(now - pt->due_at),
 		 task_misfire_name(pt->misfire));
 	if (pt->misfire != TASK_MISFIRE_SKIP)
 		return 0;
@@ -106,7 +107,8 @@ firing_publish_task(struct worker *w, struct wtask *t, const struct task *pt)
 	json_t *v;
 
 	t->due_at = pt->due_at;
-	if (pt->misfire != TASK_MISFIRE_NONE && recurring_prepare(w, t, pt, now))
+	if (pt->misfire != TASK_MISFIRE_NONE &&
+	    recurring_prepare(w, t, pt, now))
 		return 1;
 	if (pt->ttl_ms > 0 && now > pt->due_at + pt->ttl_ms) {
 		log_info("task expired before it could fire",
@@ -370,7 +372,8 @@ mark_recurring(struct db_conn *c, struct mark_job *mj, size_t i)
 	db_params_str(&p, t->id);
 	if (db_query(c, SQL_TASK_CRON_LOCK, &p, &rows) < 0)
 		goto out;
-	if (rows.nrows == 0 || db_rows_int(&rows, 0, SQL_CC_DUE_AT) != t->due_at) {
+	if (rows.nrows == 0 ||
+	    db_rows_int(&rows, 0, SQL_CC_DUE_AT) != t->due_at) {
 		/* Cancelled or finished: forget it. Already recorded (a
 		 * duplicate publish) or moved: Redis holds the newer state. */
 		mj->leave[i] = rows.nrows > 0;

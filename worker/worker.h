@@ -122,8 +122,8 @@ struct wtask {
 	int counted; /* its attempt is recorded in Redis */
 	/* Recurring tasks: due_at is the occurrence being fired. */
 	int recurring;
-	int misfired;	  /* fired later than the misfire threshold */
-	int skip;	  /* misfired under policy skip: recorded, not published */
+	int misfired; /* fired later than the misfire threshold */
+	int skip;     /* misfired under policy skip: recorded, not published */
 	int64_t next_due; /* set by the DB update; -1: the series ended */
 	char *payload;	  /* to index the next occurrence with */
 	char note[112];	  /* its task_log note (bound by pointer) */

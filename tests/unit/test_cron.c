@@ -49,10 +49,8 @@ static const struct next_case {
 	{"0 0 1 JAN,jul *", "UTC", "2025-02-01T00:00:00Z",
 	 "2025-07-01T00:00:00Z"},
 	/* Both day fields restricted: either matches (13th or a Friday). */
-	{"0 0 13 * FRI", "UTC", "2025-06-01T00:00:00Z",
-	 "2025-06-06T00:00:00Z"},
-	{"0 0 13 * FRI", "UTC", "2025-06-06T00:00:00Z",
-	 "2025-06-13T00:00:00Z"},
+	{"0 0 13 * FRI", "UTC", "2025-06-01T00:00:00Z", "2025-06-06T00:00:00Z"},
+	{"0 0 13 * FRI", "UTC", "2025-06-06T00:00:00Z", "2025-06-13T00:00:00Z"},
 	{"0 0 ? * 1", "UTC", "2025-06-01T00:00:00Z", "2025-06-02T00:00:00Z"},
 	{"0 0 0 1/10 * *", "UTC", "2025-06-12T00:00:00Z",
 	 "2025-06-21T00:00:00Z"},
@@ -62,8 +60,7 @@ static const struct next_case {
 	{"0 0 29 2 *", "UTC", "2024-03-01T00:00:00Z", "2028-02-29T00:00:00Z"},
 	{"0 0 29 2 *", "UTC", "2096-03-01T00:00:00Z", "2104-02-29T00:00:00Z"},
 	{"0 0 31 * *", "UTC", "2025-01-31T00:00:00Z", "2025-03-31T00:00:00Z"},
-	{"0 12 30 * *", "UTC", "2025-01-31T00:00:00Z",
-	 "2025-03-30T12:00:00Z"},
+	{"0 12 30 * *", "UTC", "2025-01-31T00:00:00Z", "2025-03-30T12:00:00Z"},
 	{"59 23 28-31 2 *", "UTC", "2023-02-28T23:59:00Z",
 	 "2024-02-28T23:59:00Z"},
 	{"0 0 30 2 *", "UTC", "2025-01-01T00:00:00Z", NULL},
@@ -180,8 +177,8 @@ test_reject(void **state)
 			fail_msg("'%s' was accepted", bad_cases[i].expr);
 		if (strcmp(e.field, bad_cases[i].field) != 0)
 			fail_msg("'%s': field %s, want %s (%s)",
-				 bad_cases[i].expr, e.field,
-				 bad_cases[i].field, e.message);
+				 bad_cases[i].expr, e.field, bad_cases[i].field,
+				 e.message);
 		assert_true(strlen(e.message) > 0);
 	}
 }
@@ -190,9 +187,9 @@ static void
 test_accept(void **state)
 {
 	static const char *const ok[] = {
-		"0 0 * * WED-FRI", "*/1 * * * * *", "0 0 ? * SUN",
-		"0-59/20 * * * *", "0 0 1-31/2 * *", "@daily", "@Weekly",
-		"  0 0 * * *  ", "0 0 * jan-DEC *"};
+		"0 0 * * WED-FRI", "*/1 * * * * *",  "0 0 ? * SUN",
+		"0-59/20 * * * *", "0 0 1-31/2 * *", "@daily",
+		"@Weekly",	   "  0 0 * * *  ",  "0 0 * jan-DEC *"};
 
 	(void)state;
 	for (size_t i = 0; i < sizeof(ok) / sizeof(ok[0]); i++) {
@@ -207,9 +204,10 @@ test_accept(void **state)
 static void
 test_zone_names(void **state)
 {
-	static const char *const bad[] = {"../etc/passwd", "Europe/../UTC",
+	static const char *const bad[] = {"../etc/passwd",  "Europe/../UTC",
 					  "/etc/localtime", "Nope/Nowhere",
-					  "Europe", "", "Europe//Berlin"};
+					  "Europe",	    "",
+					  "Europe//Berlin"};
 	char err[256];
 
 	(void)state;

@@ -656,8 +656,8 @@ test_cron_submit(void **state)
 	assert_int_equal(t.misfire, TASK_MISFIRE_SKIP);
 	assert_int_equal(t.max_occurrences, 3);
 	j = task_to_json(&t);
-	assert_int_equal(json_array_size(json_object_get(j, "next_occurrences")),
-			 3);
+	assert_int_equal(
+		json_array_size(json_object_get(j, "next_occurrences")), 3);
 	assert_int_equal(json_integer_value(json_array_get(
 				 json_object_get(j, "next_occurrences"), 1)),
 			 INT64_C(1700035200000) + 24 * 3600000);
@@ -723,8 +723,8 @@ test_cron_hash(void **state)
 
 	(void)state;
 	accept_text("{'topic':'t','body':'b','cron':'* * * * *'}", NOW, &a);
-	accept_text("{'topic':'t','body':'b','cron':'* * * * *'}",
-		    NOW + 90000, &b);
+	accept_text("{'topic':'t','body':'b','cron':'* * * * *'}", NOW + 90000,
+		    &b);
 	accept_text("{'topic':'t','body':'b','cron':'* * * * *',"
 		    "'misfire':'skip'}",
 		    NOW, &c);

@@ -199,9 +199,11 @@ enum sql_task_col {
  * if the row still waits for exactly that occurrence (due_at): a
  * duplicate publish of an occurrence already recorded changes nothing.
  */
-#define SQL_TASK_CRON_LOCK                                                     \
-	"SELECT cron, timezone, due_at, end_at, max_occurrences, occurrences " \
-	"FROM tasks WHERE id = ? AND status IN ('scheduled', 'firing') "       \
+#define SQL_TASK_CRON_LOCK                                            \
+	"SELECT cron, timezone, due_at, end_at, max_occurrences, "    \
+	"occurrences, "                                               \
+	"status FROM tasks WHERE id = ? AND status IN ('scheduled', " \
+	"'firing') "                                                  \
 	"FOR UPDATE"
 enum sql_cron_col {
 	SQL_CC_CRON,
@@ -209,7 +211,8 @@ enum sql_cron_col {
 	SQL_CC_DUE_AT,
 	SQL_CC_END_AT,
 	SQL_CC_MAX_OCCURRENCES,
-	SQL_CC_OCCURRENCES
+	SQL_CC_OCCURRENCES,
+	SQL_CC_STATUS
 };
 /* (status, due_at, published 0/1, attempt, epoch, fired_at, delivered_at,
  *  now, id, occurrence) */

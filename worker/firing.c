@@ -191,6 +191,9 @@ firing_dr_cb(void *opaque, rd_kafka_resp_err_t err, void *arg)
 
 /* The delivered/expired updates ------------------------------------- */
 
+/* What a recurring task not updated by its batch does in Redis. */
+enum { MK_FORGET, MK_LEAVE, MK_REINDEX };
+
 struct mark_job {
 	struct db_job job;
 	struct worker *w;
@@ -198,7 +201,7 @@ struct mark_job {
 	size_t n;
 	int *updated;
 	size_t *order; /* indices of the updated tasks */
-	int *leave;    /* recurring, not updated: Redis holds a newer state */
+	int *leave;    /* recurring, not updated: MK_* */
 	size_t nupdated;
 	int64_t now;
 };
@@ -372,11 +375,26 @@ mark_recurring(struct db_conn *c, struct mark_job *mj, size_t i)
 	db_params_str(&p, t->id);
 	if (db_query(c, SQL_TASK_CRON_LOCK, &p, &rows) < 0)
 		goto out;
-	if (rows.nrows == 0 ||
-	    db_rows_int(&rows, 0, SQL_CC_DUE_AT) != t->due_at) {
-		/* Cancelled or finished: forget it. Already recorded (a
-		 * duplicate publish) or moved: Redis holds the newer state. */
-		mj->leave[i] = rows.nrows > 0;
+	if (rows.nrows == 0) {
+		/* Cancelled or ended: forget it. */
+		db_rows_free(&rows);
+		rc = 0;
+		goto out;
+	}
+	if (db_rows_int(&rows, 0, SQL_CC_DUE_AT) != t->due_at) {
+		/* This occurrence was recorded already (we published a
+		 * duplicate, e.g. of a claim requeued after its publisher died
+		 * between the COMMIT and the Redis update): index the row's
+		 * next occurrence as the DB has it, rather than leave a stale
+		 * claim that would be requeued again and again. Firing in DB
+		 * mode: its publisher decides. */
+		if (!strcmp(db_rows_get(&rows, 0, SQL_CC_STATUS, NULL),
+			    "scheduled")) {
+			t->next_due = db_rows_int(&rows, 0, SQL_CC_DUE_AT);
+			mj->leave[i] = MK_REINDEX;
+		} else {
+			mj->leave[i] = MK_LEAVE;
+		}
 		db_rows_free(&rows);
 		rc = 0;
 		goto out;
@@ -443,7 +461,7 @@ mark_run(struct db_conn *c, struct db_job *job)
 		unsigned long long a = 0;
 
 		mj->updated[i] = 0;
-		mj->leave[i] = 0;
+		mj->leave[i] = MK_FORGET;
 		if (t->expire) {
 			p.n = 0;
 			db_params_int(&p, mj->now);
@@ -461,7 +479,7 @@ mark_run(struct db_conn *c, struct db_job *job)
 		}
 		/* A newer epoch owns the slot: its owner decides. */
 		if (fence[t->slot] > t->epoch) {
-			mj->leave[i] = t->recurring;
+			mj->leave[i] = t->recurring ? MK_LEAVE : MK_FORGET;
 		} else if (t->recurring) {
 			if (mark_recurring(c, mj, i) < 0)
 				goto fail;
@@ -576,8 +594,8 @@ recurring_next(struct worker *w, struct mark_job *mj)
 	for (size_t i = 0; i < mj->n; i++) {
 		struct wtask *t = mj->tasks[i];
 
-		if (!t->recurring ||
-		    (!mj->leave[i] && !(mj->updated[i] && t->next_due >= 0)))
+		if (!t->recurring || (mj->leave[i] == MK_FORGET &&
+				      !(mj->updated[i] && t->next_due >= 0)))
 			gone[ngone++] = t;
 	}
 	forget(w, gone, ngone);
@@ -594,7 +612,8 @@ recurring_next(struct worker *w, struct mark_job *mj)
 			size_t len = 0;
 
 			if (t->slot != slot || !t->recurring ||
-			    !mj->updated[i] || t->next_due < 0)
+			    !((mj->updated[i] && t->next_due >= 0) ||
+			      mj->leave[i] == MK_REINDEX))
 				continue;
 			if (t->next_due < now + w->horizon_ms + 60000 &&
 			    t->payload != NULL &&

@@ -63,8 +63,8 @@ firing_expire(struct worker *w, struct wtask *t)
  * An occurrence of a recurring task: keeps what indexing the next one
  * needs, and decides about a misfire (fired later than the threshold).
  * fire_all publishes every occurrence whatever its lateness; fire_once
- * publishes a late one and later resumes after now; skip records it
- * without publishing. Returns 1 when skipped (handed to the DB update).
+ * publishes a late one (the DB update then resumes the series after its
+ * publish time); skip records it without publishing. Returns 1 when skipped (handed to the DB update).
  */
 static int
 recurring_prepare(struct worker *w, struct wtask *t, const struct task *pt,

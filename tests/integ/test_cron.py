@@ -119,11 +119,19 @@ def test_api_validation_and_schedule():
     api.close()
 
 
-def test_max_occurrences_ends_the_series():
+def test_max_occurrences_and_end_at_end_the_series():
     api = C.api()
     tid = submit(api, cron="* * * * * *", max_occurrences=3)
+    end_at = (h.now_ms() // 1000 + 3) * 1000
+    eid = submit(api, cron="* * * * * *", end_at=end_at)
     wait_count(tid, 3, 15)
     time.sleep(2.5)
+    eocc = [o for o, _ in occurrences(eid)]
+    h.check(eocc and max(eocc) == end_at and len(eocc) == len(set(eocc)),
+            "end_at %d: occurrences %r" % (end_at, eocc))
+    j = api.get("/v1/tasks/" + eid).json
+    h.check(j["status"] == "delivered" and j["occurrences"] == len(eocc),
+            "GET after end_at: %r" % j)
     occ = [o for o, _ in occurrences(tid)]
     h.check_eq(len(occ), 3, "messages of a 3-occurrence series")
     h.check(occ == sorted(occ) and occ[2] - occ[0] == 2000,

@@ -98,6 +98,11 @@ static const struct next_case {
 	 "2050-07-01T10:00:00Z"},
 	{"0 0 12 * * *", "Europe/Berlin", "2050-12-01T00:00:00Z",
 	 "2050-12-01T11:00:00Z"},
+	/* Southern hemisphere, DST across the new year (footer rule). */
+	{"0 0 12 * * *", "Australia/Sydney", "2050-01-10T00:00:00Z",
+	 "2050-01-10T01:00:00Z"},
+	{"0 0 12 * * *", "Australia/Sydney", "2050-07-10T00:00:00Z",
+	 "2050-07-10T02:00:00Z"},
 	/* America/New_York, spring forward 2025-03-09 02:00 EST -> 03:00
 	 * EDT (07:00Z), fall back 2025-11-02 02:00 EDT -> 01:00 EST. */
 	{"0 30 2 * * *", "America/New_York", "2025-03-08T12:00:00Z",

@@ -260,6 +260,7 @@ main(int argc, char **argv)
 	if (mg.http == NULL)
 		log_fatal("http", "error=\"%s\"", err);
 	api_register(&mg);
+	cluster_sampler_start(&mg);
 	gauges = event_new(mg.base, -1, EV_PERSIST, gauges_cb, &mg);
 	event_add(gauges, &one_s);
 	gauges_cb(-1, 0, &mg);
@@ -284,7 +285,9 @@ main(int argc, char **argv)
 	kingest_destroy(mg.kingest);
 	ingest_destroy(mg.ingest);
 	event_free(gauges);
+	cluster_sampler_stop(&mg);
 	redis_destroy(mg.redis);
+	lateness_shutdown(&mg);
 	zk_destroy(mg.zk);
 	daemon_destroy(mg.daemon);
 	event_base_free(mg.base);

@@ -91,8 +91,7 @@ struct worker_metrics {
 #define WM_FIELD(f, t, n, h) struct metric *f;
 	WORKER_METRICS(WM_FIELD)
 #undef WM_FIELD
-	struct metric *pending; /* per slot */
-	struct metric *epoch;	/* per slot */
+	struct metric *epoch; /* per slot */
 };
 
 enum wtask_state {

@@ -100,11 +100,14 @@
     return Math.abs(d) < 1000 ? "now" : d > 0 ? "in " + fmtSpan(d) : fmtSpan(d) + " ago";
   }
 
+  // 3 significant digits without trailing zeros: 0.1 ms, 12.5 ms, 100 ms, 2 s.
   function fmtSeconds(s) {
     if (s === null || s === undefined || !isFinite(s)) return "-";
-    if (s < 0.001) return (s * 1000).toFixed(2) + " ms";
-    if (s < 1) return (s * 1000).toPrecision(3).replace(/\.?0+$/, "") + " ms";
-    return s.toPrecision(3).replace(/\.?0+$/, "") + " s";
+    const trim = (x) => (x.includes(".") ? x.replace(/0+$/, "").replace(/\.$/, "") : x);
+    if (s < 0.001) return trim((s * 1000).toFixed(2)) + " ms";
+    if (s < 1) return trim((s * 1000).toPrecision(3)) + " ms";
+    if (s < 100) return trim(s.toPrecision(3)) + " s";
+    return Math.round(s) + " s";
   }
 
   const fmtMs = (ms) => (ms === null || ms === undefined ? "-" : ms < 1000 ? ms + " ms" : fmtSeconds(ms / 1000));
@@ -221,7 +224,7 @@
           w.id === master ? el("span", { class: "badge master" }, "master") : null),
         el("td", {}, w.host || "-"),
         el("td", { class: "num" }, w.pid || "-"),
-        el("td", { title: fmtTime(w.started_at) }, w.started_at ? fmtSpan(Date.now() - w.started_at) + " ago" : "-"),
+        el("td", { title: fmtTime(w.started_at) }, w.started_at ? fmtSpan(Date.now() - w.started_at) : "-"),
         el("td", { class: "num" }, count.get(w.id) || 0),
         el("td", { class: "num" }, fired === undefined ? "-" : fmtCount(fired)));
     });
@@ -284,8 +287,8 @@
   function renderChart() {
     const svg = $("chart");
     const W = Math.max(300, Math.round(svg.getBoundingClientRect().width)), H = 260;
-    const L = 56, R = 10, T = 8, B = 22, RATE_H = 34;
-    const plotB = H - B - RATE_H - 8;
+    const L = 60, R = 10, T = 8, B = 22, RATE_H = 34;
+    const plotB = H - B - RATE_H - 20;
     const pts = state.points;
     const end = pts.length ? pts[pts.length - 1].t : Date.now(), start = end - WINDOW_MS;
     const xOf = (t) => L + (t - start) / WINDOW_MS * (W - L - R);
@@ -310,8 +313,9 @@
       const h = p.rate / maxRate * RATE_H;
       if (h > 0) svg.append(el("svg:rect", { class: "rate", x: xOf(p.t) - bw, y: H - B - h, width: bw, height: h }));
     }
-    svg.append(el("svg:text", { class: "axis", x: L - 6, y: H - B - RATE_H + 8, "text-anchor": "end" },
-      fmtCount(Math.round(maxRate)) + "/s"));
+    svg.append(el("svg:line", { class: "grid", x1: L, x2: W - R, y1: H - B, y2: H - B }),
+      el("svg:text", { class: "axis", x: L - 6, y: H - B - RATE_H + 8, "text-anchor": "end" },
+        fmtCount(Math.round(maxRate)) + "/s"));
     for (const key of ["p50", "p99"]) {
       let d = "", pen = "M";
       for (const p of pts) {
@@ -320,6 +324,8 @@
         pen = "L";
       }
       if (d) svg.append(el("svg:path", { class: key, d }));
+      const last = pts.filter((p) => p[key] !== null).pop();
+      if (last) svg.append(el("svg:circle", { class: key + " end", cx: xOf(last.t), cy: yOf(last[key]), r: 3 }));
     }
     if (!vals.length) {
       svg.append(el("svg:text", { class: "empty", x: (L + W - R) / 2, y: plotB / 2 },
@@ -328,7 +334,8 @@
     const last = pts[pts.length - 1];
     $("late-p50").textContent = last ? fmtSeconds(last.p50) : "-";
     $("late-p99").textContent = last ? fmtSeconds(last.p99) : "-";
-    $("late-rate").textContent = last ? fmtCount(Math.round(last.rate)) + "/s" : "-";
+    $("late-rate").textContent = !last ? "-" : (last.rate < 10 ? last.rate.toFixed(1)
+      : fmtCount(Math.round(last.rate))) + "/s";
   }
 
   // -------------------------------------------------------------- poll

@@ -358,8 +358,8 @@ cluster_sampler_start(struct manager *mg)
 
 	mg->m.slot_pending = metrics_register(
 		METRIC_GAUGE, "prophet_slot_pending_tasks",
-		"Tasks due and not yet claimed, per slot (Redis index; sampled "
-		"by the manager)",
+		"Tasks in the slot's Redis index not yet claimed (scheduled "
+		"within the horizon, due or not); sampled by the manager",
 		"slot", (size_t)mg->nslots);
 	mg->m.slot_lag = metrics_register(
 		METRIC_GAUGE, "prophet_slot_lag_seconds",

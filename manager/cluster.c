@@ -361,10 +361,11 @@ cluster_sampler_start(struct manager *mg)
 		"Tasks in the slot's Redis index not yet claimed (scheduled "
 		"within the horizon, due or not); sampled by the manager",
 		"slot", (size_t)mg->nslots);
-	mg->m.slot_lag = metrics_register(
-		METRIC_GAUGE, "prophet_slot_lag_seconds",
-		"How long the oldest due, unclaimed task of the slot has waited",
-		"slot", (size_t)mg->nslots);
+	mg->m.slot_lag =
+		metrics_register(METRIC_GAUGE, "prophet_slot_lag_seconds",
+				 "How long the oldest due, unclaimed task of "
+				 "the slot has waited",
+				 "slot", (size_t)mg->nslots);
 	for (int i = 0; i < mg->nslots; i++) {
 		metric_vec_set(mg->m.slot_pending, (size_t)i, NAN);
 		metric_vec_set(mg->m.slot_lag, (size_t)i, NAN);

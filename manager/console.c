@@ -31,8 +31,7 @@ find(const char *path)
 		name = path + strlen(CONSOLE_PREFIX);
 	else
 		return NULL;
-	for (const struct console_file *f = console_files; f->name != NULL;
-	     f++)
+	for (const struct console_file *f = console_files; f->name != NULL; f++)
 		if (!strcmp(f->name, name))
 			return f;
 	return NULL;

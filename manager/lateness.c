@@ -83,8 +83,8 @@ late_reply(struct late *l, int code)
 		json_array_append_new(le, isinf(l->sum.le[i])
 						  ? json_null()
 						  : json_real(l->sum.le[i]));
-		json_array_append_new(counts,
-				      json_integer((json_int_t)l->sum.count[i]));
+		json_array_append_new(
+			counts, json_integer((json_int_t)l->sum.count[i]));
 	}
 	out = json_pack("{s:I, s:s, s:O, s:{s:o, s:o, s:f, s:I, s:i}}", "at",
 			(json_int_t)l->now, "metric", LATENESS_METRIC,
@@ -150,7 +150,8 @@ scrape_cb(struct evhttp_request *r, void *arg)
 		if (promtext_histogram((const char *)evbuffer_pullup(in, -1),
 				       len, LATENESS_METRIC, &h) < 0) {
 			worker_failed(w, "%s", "no " LATENESS_METRIC);
-		} else if (l->summed > 0 && promtext_hist_add(&l->sum, &h) < 0) {
+		} else if (l->summed > 0 &&
+			   promtext_hist_add(&l->sum, &h) < 0) {
 			worker_failed(w, "%s", "its buckets differ");
 		} else {
 			if (l->summed++ == 0)

@@ -84,9 +84,9 @@ struct manager {
 	int64_t stop_deadline_ms;
 	size_t inflight; /* requests waiting for the DB */
 	struct event *stop_ev;
-	struct event *sample_ev;  /* backlog gauges, cluster.c */
-	int sampling;		  /* backlog reads out */
-	struct evdns_base *dns;	  /* lateness.c scrapes workers */
+	struct event *sample_ev; /* backlog gauges, cluster.c */
+	int sampling;		 /* backlog reads out */
+	struct evdns_base *dns;	 /* lateness.c scrapes workers */
 	struct manager_metrics m;
 };
 

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Operations: the daemons speak systemd's notify protocol (READY=1 when
 serving, WATCHDOG=1 while WATCHDOG_USEC is set, STOPPING=1 on SIGTERM) to
-a NOTIFY_SOCKET of ours; the manager's per-slot backlog gauges see due
+a NOTIFY_SOCKET of ours; they log one key=value line per event and no
+password; the manager's per-slot backlog gauges see due
 tasks nobody fires; every /metrics follows the Prometheus naming
 conventions and has the metrics the issue lists; the alert rules are well
 formed and use only metrics the daemons expose."""
@@ -323,6 +324,30 @@ def check_stops(name, proc):
 def test_stopping_on_sigterm():
     check_stops("worker", C.workers[0])
     check_stops("manager", C.manager)
+
+
+LOG_LINE = re.compile(r'^ts=\d{4}-\d\d-\d\dT[\d:.]+Z level=(debug|info|warn|'
+                      r'error|fatal) prog=(manager|worker) msg="[^"]+"'
+                      r'( [a-z_]+=("[^"]*"|\S*))*$')
+# user:password@ in a URL, unless masked as user:***@
+URL_PASSWORD = re.compile(r'://[^/\s:@]+:(?!\*\*\*@)[^@\s/]+@')
+
+
+def test_logs_one_line_per_event_without_secrets():
+    p = h.Problems()
+    lines = 0
+    for proc in [C.manager] + C.workers:
+        for line in proc.tail(100000):
+            if line.startswith("=== harness:"):
+                continue
+            lines += 1
+            p.check(LOG_LINE.match(line), "%s: not one key=value event: %r"
+                    % (proc.name, line[:200]))
+            p.check(not URL_PASSWORD.search(line),
+                    "%s logs a password in a URL: %r"
+                    % (proc.name, line[:200]))
+    h.check(lines > 20, "the daemons logged (%d lines)" % lines)
+    p.raise_if_any("log lines")
 
 
 if __name__ == "__main__":

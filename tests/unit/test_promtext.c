@@ -95,8 +95,9 @@ test_len_bound(void **state)
 	struct promtext_hist h;
 
 	(void)state;
-	assert_int_equal(promtext_histogram(t, strlen(t) - strlen("h_sum 9"), "h",
-					    &h), 0);
+	assert_int_equal(
+		promtext_histogram(t, strlen(t) - strlen("h_sum 9"), "h", &h),
+		0);
 	assert_true(h.total == 4 && h.sum == 0);
 }
 

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <event2/buffer.h>
 #include <event2/dns.h>
@@ -215,6 +216,25 @@ scrape(struct late_worker *w, const char *addr)
 	return 0;
 }
 
+/* A loopback address named by a worker on another host would reach
+ * whatever listens on that port here. */
+static int
+elsewhere_loopback(const char *addr, const char *worker_host)
+{
+	char host[256], self[256];
+	int port;
+
+	if (hostport_parse(addr, host, sizeof(host), &port) < 0)
+		return 0;
+	if (strncmp(host, "127.", 4) != 0 && strcmp(host, "::1") != 0 &&
+	    strcmp(host, "localhost") != 0)
+		return 0;
+	if (gethostname(self, sizeof(self)) != 0)
+		return 0;
+	self[sizeof(self) - 1] = '\0';
+	return worker_host != NULL && strcmp(worker_host, self) != 0;
+}
+
 static void
 node_cb(struct zk *z, int rc, const char *data, int len, const struct Stat *st,
 	void *arg)
@@ -231,6 +251,12 @@ node_cb(struct zk *z, int rc, const char *data, int len, const struct Stat *st,
 		worker_failed(w, "%s",
 			      rc == ZOK ? "its node has no metrics address"
 					: "its node is gone");
+	} else if (elsewhere_loopback(addr, json_string_value(json_object_get(
+						    j, "host")))) {
+		json_object_set_new(w->entry, "metrics", json_string(addr));
+		worker_failed(w, "%s",
+			      "its metrics listen on the loopback of another "
+			      "host (worker.http_listen)");
 	} else {
 		json_object_set_new(w->entry, "metrics", json_string(addr));
 		if (!l->replied && scrape(w, addr) == 0) {

@@ -290,8 +290,11 @@
     const L = 60, R = 10, T = 8, B = 22, RATE_H = 34;
     const plotB = H - B - RATE_H - 20;
     const pts = state.points;
-    const end = pts.length ? pts[pts.length - 1].t : Date.now(), start = end - WINDOW_MS;
-    const xOf = (t) => L + (t - start) / WINDOW_MS * (W - L - R);
+    // From the first sample (at least a minute) up to the last 5 minutes.
+    const end = pts.length ? pts[pts.length - 1].t : Date.now();
+    const span = Math.min(WINDOW_MS, Math.max(60000, pts.length ? end - pts[0].t : 0));
+    const start = end - span;
+    const xOf = (t) => L + (t - start) / span * (W - L - R);
     const vals = pts.flatMap((p) => [p.p50, p.p99]).filter((v) => v !== null);
     const lo = -4, hi = Math.max(-1, Math.ceil(Math.log10(Math.max(...vals, 1e-4)) + 1e-9));
     const yOf = (v) => plotB - (Math.log10(Math.max(v, 1e-4)) - lo) / (hi - lo) * (plotB - T);
@@ -302,13 +305,14 @@
       svg.append(el("svg:line", { class: "grid", x1: L, x2: W - R, y1: y, y2: y }),
         el("svg:text", { class: "axis", x: L - 6, y: y + 4, "text-anchor": "end" }, fmtSeconds(Math.pow(10, d))));
     }
-    for (let m = 5; m >= 0; m--) {
-      const x = xOf(end - m * 60000);
-      svg.append(el("svg:text", { class: "axis", x, y: H - 6, "text-anchor": m === 5 ? "start" : m ? "middle" : "end" },
-        m ? "-" + m + " min" : "now"));
+    const step = [10000, 15000, 30000, 60000].find((st) => span / st <= 6) || 60000;
+    for (let ago = 0; ago <= span; ago += step) {
+      const label = ago === 0 ? "now" : ago % 60000 ? "-" + ago / 1000 + " s" : "-" + ago / 60000 + " min";
+      svg.append(el("svg:text", { class: "axis", x: xOf(end - ago), y: H - 6,
+        "text-anchor": ago === 0 ? "end" : ago + step > span ? "start" : "middle" }, label));
     }
     const maxRate = Math.max(1, ...pts.map((p) => p.rate));
-    const bw = Math.max(1, (W - L - R) * POLL_MS / WINDOW_MS - 1);
+    const bw = Math.max(1, (W - L - R) * POLL_MS / span - 1);
     for (const p of pts) {
       const h = p.rate / maxRate * RATE_H;
       if (h > 0) svg.append(el("svg:rect", { class: "rate", x: xOf(p.t) - bw, y: H - B - h, width: bw, height: h }));

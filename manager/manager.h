@@ -44,7 +44,8 @@ struct evdns_base;
 	X(http_requests, COUNTER, "prophet_http_requests_total",            \
 	  "HTTP requests served")                                           \
 	X(redis_up, GAUGE, "prophet_redis_up", "1 when Redis is connected") \
-	X(db_up, GAUGE, "prophet_db_up", "Database connections up")         \
+	X(db_up, GAUGE, "prophet_db_connections",                           \
+	  "Database connections open (of db.pool_size)")                    \
 	X(zk_up, GAUGE, "prophet_zookeeper_up",                             \
 	  "1 when the ZooKeeper session is connected")                      \
 	X(cluster_slots, GAUGE, "prophet_cluster_slots",                    \

@@ -272,6 +272,10 @@
       }
       seen.set(w.id, w.counts);
     }
+    const ok = ans.workers.filter((w) => w.ok).length;
+    state.lateWorkers = ans.workers.length;
+    $("late-src").textContent = ans.workers.length
+      ? "from " + ok + " of " + ans.workers.length + " workers' /metrics" : "";
     const dt = state.lastAt ? (ans.at - state.lastAt) / 1000 : 0;
     state.prev = seen;
     state.lastAt = ans.at;
@@ -280,8 +284,6 @@
     state.points.push({ t: ans.at, n, rate: n / dt,
       p50: quantile(0.5, le, delta), p99: quantile(0.99, le, delta) });
     while (state.points.length && state.points[0].t < ans.at - WINDOW_MS) state.points.shift();
-    const ok = ans.workers.filter((w) => w.ok).length;
-    $("late-src").textContent = "from " + ok + " of " + ans.workers.length + " workers' /metrics";
   }
 
   function renderChart() {
@@ -333,7 +335,8 @@
     }
     if (!vals.length) {
       svg.append(el("svg:text", { class: "empty", x: (L + W - R) / 2, y: plotB / 2 },
-        pts.length ? "no task fired in this window" : "waiting for two samples…"));
+        pts.length ? "no task fired in this window"
+          : state.lateWorkers === 0 ? "no worker running" : "waiting for two samples…"));
     }
     const last = pts[pts.length - 1];
     $("late-p50").textContent = last ? fmtSeconds(last.p50) : "-";

@@ -207,12 +207,14 @@ scrape(struct late_worker *w, const char *addr)
 	evhttp_connection_set_max_body_size(conn, SCRAPE_MAX_BYTES);
 	r = evhttp_request_new(scrape_cb, w);
 	evhttp_add_header(evhttp_request_get_output_headers(r), "Host", host);
+	/* Before the request: a failure may complete it (scrape_cb runs)
+	 * before evhttp_make_request returns. */
+	evhttp_connection_free_on_completion(conn);
 	if (evhttp_make_request(conn, r, EVHTTP_REQ_GET, "/metrics") < 0) {
 		evhttp_connection_free(conn);
 		worker_failed(w, "cannot connect to %s", addr);
 		return -1;
 	}
-	evhttp_connection_free_on_completion(conn);
 	return 0;
 }
 

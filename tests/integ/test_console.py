@@ -7,6 +7,7 @@ never published. Leaves a screenshot, test_console.png, beside the test's
 log."""
 
 import os
+import signal
 import sys
 import tempfile
 import time
@@ -161,6 +162,31 @@ def test_lateness_chart():
     h.check_eq(lat["lateness"]["counts"][-1], len(FIRED), "+Inf = count")
     per = sum(w["count"] for w in lat["workers"])
     h.check_eq(per, len(FIRED), "per-worker counts add up")
+
+
+def test_lateness_with_a_worker_not_answering():
+    # A frozen worker's /metrics does not answer: the others are still
+    # summed, it is listed with its error, and the answer is not held up
+    # beyond the scrape timeout.
+    w = C.workers[0]
+    w.signal(signal.SIGSTOP)
+    try:
+        t0 = time.monotonic()
+        r = call("GET", "/v1/cluster/lateness")
+        took = time.monotonic() - t0
+    finally:
+        w.signal(signal.SIGCONT)
+    h.check_eq(r.status, 200, "lateness with a frozen worker")
+    h.check(took < 10, "answered in %.1fs" % took)
+    ws = {x["id"]: x for x in r.json["workers"]}
+    h.check_eq(sorted(ws), sorted(x.wid for x in C.workers), "workers")
+    h.check(not ws[w.wid]["ok"] and ws[w.wid].get("error"),
+            "frozen worker reported: %r" % ws[w.wid])
+    others = [x for x in C.workers if x is not w]
+    h.check(all(ws[x.wid]["ok"] for x in others), "others scraped: %r" % ws)
+    h.check_eq(r.json["lateness"]["workers"], 2, "workers summed")
+    h.check_eq(r.json["lateness"]["count"],
+               sum(ws[x.wid]["count"] for x in others), "sum of the others")
 
 
 def lookup(task_id):

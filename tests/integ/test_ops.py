@@ -4,14 +4,17 @@ serving, WATCHDOG=1 while WATCHDOG_USEC is set, STOPPING=1 on SIGTERM) to
 a NOTIFY_SOCKET of ours; they log one key=value line per event and no
 password; the manager's per-slot backlog gauges see due
 tasks nobody fires; every /metrics follows the Prometheus naming
-conventions and has the metrics the issue lists; the alert rules are well
-formed and use only metrics the daemons expose."""
+conventions and has the metrics the issue lists; the alert rules pass
+promtool (syntax and unit tests) and use only metrics the daemons
+expose."""
 
 import math
 import os
 import re
+import shutil
 import signal
 import socket
+import subprocess
 import sys
 import threading
 import time
@@ -279,6 +282,23 @@ def alert_rules(path):
             val = " ".join(block)
         cur[key] = val
     return rules
+
+
+def test_alert_rules_promtool():
+    # promtool (Debian package prometheus, installed by scripts/deps):
+    # the rules parse as PromQL, and tests/integ/alerts_test.yml's series
+    # make the four alerts of the issue fire when they should, not before.
+    promtool = shutil.which("promtool")
+    h.check(promtool is not None, "promtool missing (Debian package "
+            "prometheus; scripts/deps installs it)")
+    path = os.path.join(h.REPO, "deploy", "prometheus-alerts.yml")
+    for argv, cwd in (([promtool, "check", "rules", path], None),
+                      ([promtool, "test", "rules", "alerts_test.yml"],
+                       h.HERE)):
+        p = subprocess.run(argv, cwd=cwd, stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT, text=True)
+        h.log(p.stdout.strip())
+        h.check_eq(p.returncode, 0, " ".join(argv[1:3]))
 
 
 def test_alert_rules():

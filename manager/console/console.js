@@ -346,16 +346,18 @@
   }
 
   // -------------------------------------------------------------- poll
-  let timer = null;
+  let timer = null, polling = false;
 
   function setStatus(ok, text) {
     $("status").className = "dot " + (ok ? "ok" : "bad");
     $("updated").textContent = text;
   }
 
+  // One poll at a time: a token entered during one reuses its schedule.
   async function poll() {
     clearTimeout(timer);
-    if (state.needToken) return;
+    if (state.needToken || polling) return;
+    polling = true;
     try {
       const [c, l] = await Promise.all([api("GET", "/v1/cluster"),
         api("GET", "/v1/cluster/lateness").catch((e) => {
@@ -374,6 +376,7 @@
       }
       setStatus(false, "not updated");
     }
+    polling = false;
     if (!state.needToken) timer = setTimeout(poll, POLL_MS);
   }
 

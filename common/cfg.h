@@ -73,6 +73,9 @@
 	  "comma-separated topics tasks may use; empty: any valid topic")      \
 	X(HTTP_TIMEOUT_S, "http", "timeout_s", CFG_INT, "30", 1, 3600, NULL,   \
 	  0, "request read/write timeout")                                     \
+	X(HTTP_MAX_CONNECTIONS, "http", "max_connections", CFG_INT, "1024", 1, \
+	  1000000, NULL, 0,                                                    \
+	  "most open client connections; more wait in the listen backlog")     \
 	X(TASK_MAX_BODY_BYTES, "task", "max_body_bytes", CFG_INT, "65536", 1,  \
 	  16777216, NULL, 0, "largest task body")                              \
 	X(TASK_MAX_DELAY_MS, "task", "max_delay_ms", CFG_INT, "315576000000",  \

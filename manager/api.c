@@ -490,7 +490,7 @@ static int
 route_role(const char *path, enum evhttp_cmd_type m)
 {
 	if (!strcmp(path, "/healthz") || !strcmp(path, "/readyz") ||
-	    !strcmp(path, "/metrics"))
+	    !strcmp(path, "/metrics") || console_path(path))
 		return 0;
 	if (!strncmp(path, "/v1/admin/", 10) || !strcmp(path, "/reStore") ||
 	    !strcmp(path, "/reStoreJob") || !strcmp(path, "/clearAll") ||
@@ -650,6 +650,14 @@ route_cb(struct evhttp_request *req, void *arg)
 		else
 			http_reply_error(req, 405, "method_not_allowed", NULL,
 					 "use GET");
+	} else if (!strcmp(path, "/v1/cluster/lateness")) {
+		if (m == EVHTTP_REQ_GET)
+			lateness_get(mg, req);
+		else
+			http_reply_error(req, 405, "method_not_allowed", NULL,
+					 "use GET");
+	} else if (console_path(path)) {
+		console_serve(req, path, m);
 	} else if (mykit_route(mg, req, path, m)) {
 		/* answered by mykit.c */
 	} else if (!strcmp(path, "/metrics")) {

@@ -187,6 +187,8 @@ main(int argc, char **argv)
 				    65536, 30, err, sizeof(err));
 	if (w.http == NULL)
 		log_fatal("http", "error=\"%s\"", err);
+	/* Only /metrics, /healthz and /readyz: a few scrapers. */
+	http_server_set_max_connections(w.http, 64);
 	evhttp_set_gencb(w.http, route_cb, &w);
 	if (coord_start(&w, err, sizeof(err)) < 0)
 		log_fatal("coordination", "error=\"%s\"", err);
@@ -220,7 +222,7 @@ main(int argc, char **argv)
 	redis_destroy(w.redis_sub);
 	redis_destroy(w.redis);
 	timerwheel_destroy(w.wheel);
-	evhttp_free(w.http);
+	http_server_free(w.http);
 	daemon_destroy(w.daemon);
 	event_base_free(w.base);
 	metrics_free_all();

@@ -88,7 +88,8 @@ struct hmap;
 	X(self_fenced, GAUGE, "prophet_self_fenced",                           \
 	  "1 while claiming is stopped because ZooKeeper is unreachable")      \
 	X(redis_up, GAUGE, "prophet_redis_up", "1 when Redis is connected")    \
-	X(db_up, GAUGE, "prophet_db_up", "Database connections up")            \
+	X(db_up, GAUGE, "prophet_db_connections",                              \
+	  "Database connections open (of db.pool_size)")                       \
 	X(zk_up, GAUGE, "prophet_zookeeper_up",                                \
 	  "1 when the ZooKeeper session is connected")
 
@@ -96,8 +97,7 @@ struct worker_metrics {
 #define WM_FIELD(f, t, n, h) struct metric *f;
 	WORKER_METRICS(WM_FIELD)
 #undef WM_FIELD
-	struct metric *pending; /* per slot */
-	struct metric *epoch;	/* per slot */
+	struct metric *epoch; /* per slot */
 };
 
 enum wtask_state {

@@ -74,6 +74,9 @@
 	  "comma-separated topics tasks may use; empty: any valid topic")      \
 	X(HTTP_TIMEOUT_S, "http", "timeout_s", CFG_INT, "30", 1, 3600, NULL,   \
 	  0, "request read/write timeout")                                     \
+	X(HTTP_MAX_CONNECTIONS, "http", "max_connections", CFG_INT, "1024", 1, \
+	  1000000, NULL, 0,                                                    \
+	  "most open client connections; more wait in the listen backlog")     \
 	X(HTTP_CALLBACK_HOSTS_ALLOWED, "http", "callback_hosts_allowed",       \
 	  CFG_STR, "", 0, 0, NULL, 0,                                          \
 	  "comma-separated hosts callback URLs may name ('.example.com' "      \
@@ -104,6 +107,10 @@
 	X(WORKER_LEASE_MS, "worker", "lease_ms", CFG_INT, "30000", 1000,       \
 	  3600000, NULL, 0,                                                    \
 	  "a claimed task not confirmed delivered within this is re-fired")    \
+	X(WORKER_MISFIRE_THRESHOLD_MS, "worker", "misfire_threshold_ms",       \
+	  CFG_INT, "5000", 0, 86400000, NULL, 0,                               \
+	  "an occurrence of a recurring task published later than this "       \
+	  "after its time is a misfire: its misfire policy applies")           \
 	X(NOTIFIER_HTTP_LISTEN, "notifier", "http_listen", CFG_STR,            \
 	  "127.0.0.1:7072", 0, 0, cfg_check_listen, 0,                         \
 	  "notifier /metrics and /healthz address")                            \

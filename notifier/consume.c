@@ -134,12 +134,14 @@ parse(struct notifier *n, struct nmsg *m, const rd_kafka_message_t *km)
 	if (retry) {
 		m->attempt = (int)header_int(h, RHDR_ATTEMPT, 2);
 		m->due_at = header_int(h, RHDR_DUE_AT, 0);
+		m->occurrence = header_int(h, RHDR_OCCURRENCE, 0);
 		m->topic = header_dup(h, RHDR_TOPIC);
 		if (m->topic == NULL)
 			m->topic = xstrdup("");
 	} else {
 		m->attempt = 1;
 		m->due_at = header_int(h, KHDR_DUE_AT, 0);
+		m->occurrence = header_int(h, KHDR_OCCURRENCE, 0);
 		m->topic = xstrdup(strncmp(ktopic, n->topic_prefix, plen)
 					   ? ktopic
 					   : ktopic + plen);

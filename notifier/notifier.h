@@ -82,6 +82,7 @@ struct nmsg {
 	int attempt; /* callback attempt this message carries (1 first) */
 	int max_attempts;
 	int64_t due_at;
+	int64_t occurrence; /* of a recurring task, else 0 */
 	struct callback_spec cb;
 	char origin[300];
 

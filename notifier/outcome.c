@@ -332,7 +332,7 @@ submit_retry(struct nmsg *m)
 	struct notifier *n = m->n;
 	int next = m->attempt + 1;
 	char rid[TASK_ID_MAX + 32], *text, *hdrs[3] = {NULL};
-	char auth[600], nexts[16], dues[32];
+	char auth[600], nexts[16], dues[32], key[TASK_ID_MAX + 32];
 	json_t *o, *body;
 	int64_t delay;
 	const char *token = cfg_str(n->cfg, CFG_HTTP_TOKEN);
@@ -346,9 +346,16 @@ submit_retry(struct nmsg *m)
 		give_up(m);
 		return;
 	}
-	callback_retry_id(m->id, next, rid, sizeof(rid));
+	/* Each occurrence of a recurring task (same id) has retries of its
+	 * own. */
+	if (m->occurrence > 0)
+		snprintf(key, sizeof(key), "%s:%lld", m->id,
+			 (long long)m->occurrence);
+	else
+		snprintf(key, sizeof(key), "%s", m->id);
+	callback_retry_id(key, next, rid, sizeof(rid));
 	delay = callback_backoff_ms(
-		m->id, next, cfg_int(n->cfg, CFG_NOTIFIER_BACKOFF_BASE_MS),
+		key, next, cfg_int(n->cfg, CFG_NOTIFIER_BACKOFF_BASE_MS),
 		cfg_int(n->cfg, CFG_NOTIFIER_BACKOFF_MAX_MS),
 		(int)cfg_int(n->cfg, CFG_NOTIFIER_BACKOFF_JITTER_PCT));
 	snprintf(nexts, sizeof(nexts), "%d", next);
@@ -368,6 +375,10 @@ submit_retry(struct nmsg *m)
 		give_up(m);
 		return;
 	}
+	if (m->occurrence > 0)
+		json_object_set_new(json_object_get(o, "headers"),
+				    RHDR_OCCURRENCE,
+				    json_string(key + strlen(m->id) + 1));
 	if (m->key != NULL && m->key_len <= TASK_KEY_MAX) {
 		json_t *k = json_stringn(m->key, m->key_len);
 

@@ -22,6 +22,7 @@
 #define RHDR_ATTEMPT "callback-attempt"
 #define RHDR_DUE_AT "callback-due-at"
 #define RHDR_TOPIC "callback-topic"
+#define RHDR_OCCURRENCE "callback-occurrence" /* recurring tasks only */
 
 #define CALLBACK_HDR_MAX 16384
 #define CALLBACK_ERROR_MAX 255

@@ -120,18 +120,36 @@ def slot_values(fams, name):
     return out
 
 
+NOTIFIER = None
+
+
 def setup():
-    global C
-    C = h.Cluster(workers=1, name="ops").open()
-    for name, proc in (("manager", C.manager), ("worker", C.workers[0])):
+    global C, NOTIFIER
+    port = h.free_port()
+    C = h.Cluster(workers=1, name="ops", conf={
+        "notifier.topics": "ops",
+        "notifier.http_listen": "127.0.0.1:%d" % port}).open()
+    C.extra_conf["notifier.group"] = "prophet-notifier-" + C.tag
+    C.extra_conf["notifier.manager_url"] = "http://" + C.manager_addr
+    C.write_conf()
+    NOTIFIER = h.Proc("notifier", [
+        os.path.join(h.BUILDDIR, "prophet-notifier"), "-c", C.conf_path],
+        os.path.join(C.dir, "notifier.log"))
+    NOTIFIER.addr = "127.0.0.1:%d" % port
+    for name, proc in (("manager", C.manager), ("worker", C.workers[0]),
+                       ("notifier", NOTIFIER)):
         NOTIFY[name] = Notify(os.path.join(C.dir, "notify-%s.sock" % name))
         proc.env = {"NOTIFY_SOCKET": NOTIFY[name].path,
                     "WATCHDOG_USEC": str(WATCHDOG_USEC)}
     C.start_manager()
-    h.create_topics(C.brokers, [C.topic("ops")])
+    h.create_topics(C.brokers, [C.topic(t) for t in (
+        "ops", "prophet.callback-retry", "prophet.callback-dead")])
 
 
 def cleanup(failed):
+    if NOTIFIER is not None and NOTIFIER.running():
+        NOTIFIER.signal(signal.SIGKILL)
+        NOTIFIER.wait(10)
     for n in NOTIFY.values():
         n.close()
     if C is not None:
@@ -141,6 +159,9 @@ def cleanup(failed):
 def dump():
     if C is not None:
         C.dump_logs(20)
+    if NOTIFIER is not None:
+        for line in NOTIFIER.tail(20):
+            h.log("notifier: " + line)
 
 
 def check_ready_and_watchdog(name):
@@ -195,6 +216,11 @@ def test_worker_ready_and_watchdog():
     check_ready_and_watchdog("worker")
 
 
+def test_notifier_ready_and_watchdog():
+    NOTIFIER.start()
+    check_ready_and_watchdog("notifier")
+
+
 # Families the issue asks for (accepted, fired, delivered, lateness,
 # pending per slot, slots owned, epoch, Redis/DB mode, Kafka queue depth,
 # rebalances, fenced writes), and the gauges the alert rules need.
@@ -206,6 +232,14 @@ REQUIRED = {
                "prophet_slot_epoch", "prophet_db_mode_slots",
                "prophet_kafka_queue_messages", "prophet_rebalances_total",
                "prophet_fenced_writes_total", "prophet_master"],
+    # callbacks by outcome, latency, in flight, retries, dead letters
+    "notifier": ["prophet_callbacks_ok_total",
+                 "prophet_callbacks_http_error_total",
+                 "prophet_callbacks_transport_error_total",
+                 "prophet_callback_duration_seconds",
+                 "prophet_callbacks_inflight",
+                 "prophet_callback_retries_scheduled_total",
+                 "prophet_callbacks_dead_lettered_total"],
 }
 UNITS = ("_seconds", "_bytes", "_rows")
 NOT_BASE = re.compile(r"_(ms|us|milliseconds|microseconds|minutes|hours|"
@@ -214,7 +248,8 @@ NOT_BASE = re.compile(r"_(ms|us|milliseconds|microseconds|minutes|hours|"
 
 def exposed():
     return {"manager": parse_metrics(metrics(C.manager_addr)),
-            "worker": parse_metrics(metrics(C.workers[0].addr))}
+            "worker": parse_metrics(metrics(C.workers[0].addr)),
+            "notifier": parse_metrics(metrics(NOTIFIER.addr))}
 
 
 def test_metric_names():
@@ -310,7 +345,8 @@ def test_alert_rules():
         h.check(want in names, "alert %s missing (have %s)" % (want, names))
     h.check_eq(len(set(names)), len(names), "alert names unique")
     fams = exposed()
-    known = set(fams["manager"]) | set(fams["worker"])
+    known = set(fams["manager"]) | set(fams["worker"]) | \
+        set(fams["notifier"])
     p = h.Problems()
     for r in rules:
         p.check(r.get("expr"), "%s: no expr" % r["alert"])
@@ -342,12 +378,13 @@ def check_stops(name, proc):
 
 
 def test_stopping_on_sigterm():
+    check_stops("notifier", NOTIFIER)
     check_stops("worker", C.workers[0])
     check_stops("manager", C.manager)
 
 
 LOG_LINE = re.compile(r'^ts=\d{4}-\d\d-\d\dT[\d:.]+Z level=(debug|info|warn|'
-                      r'error|fatal) prog=(manager|worker) msg="[^"]+"'
+                      r'error|fatal) prog=(manager|worker|notifier) msg="[^"]+"'
                       r'( [a-z_]+=("[^"]*"|\S*))*$')
 # user:password@ in a URL, unless masked as user:***@
 URL_PASSWORD = re.compile(r'://[^/\s:@]+:(?!\*\*\*@)[^@\s/]+@')
@@ -356,7 +393,7 @@ URL_PASSWORD = re.compile(r'://[^/\s:@]+:(?!\*\*\*@)[^@\s/]+@')
 def test_logs_one_line_per_event_without_secrets():
     p = h.Problems()
     lines = 0
-    for proc in [C.manager] + C.workers:
+    for proc in [C.manager] + C.workers + [NOTIFIER]:
         for line in proc.tail(100000):
             if line.startswith("=== harness:"):
                 continue

@@ -49,6 +49,7 @@ struct bench_opts {
 	int rows_per_stmt; /* db-raw: rows per INSERT */
 	int slots;	   /* cluster.slots (16) */
 	int quiet;	   /* no progress lines */
+	const char *callback_url; /* notifier: tasks carry this callback */
 };
 
 extern volatile int bench_stop; /* set by SIGINT/SIGTERM */
@@ -212,6 +213,7 @@ int scen_far(struct bench_opts *o);
 int scen_kafka_raw(struct bench_opts *o);
 int scen_db_raw(struct bench_opts *o);
 int scen_cleanup(struct bench_opts *o);
+int scen_notifier(struct bench_opts *o);
 
 /* ------------------------------------------------------------- stores --- */
 

@@ -84,6 +84,10 @@ usage(FILE *f)
 	      "             of the consumer lateness)\n"
 	      "  db-raw     multi-row INSERT rows/s into a scratch copy of\n"
 	      "             the tasks table (prepared statements)\n"
+	      "  notifier   --count N tasks with a callback to a server run\n"
+	      "             here, due within --spread-ms: callbacks/s and\n"
+	      "             due -> callback latency (needs a notifier on\n"
+	      "             the topic)\n"
 	      "  cleanup    delete Kafka topics starting with --topic-prefix\n"
 	      "             and the ZooKeeper tree --zk-root (with --zk)\n"
 	      "\n"
@@ -212,7 +216,7 @@ static const struct {
 	{"ingest", scen_ingest},       {"steady", scen_steady},
 	{"burst", scen_burst},	       {"far", scen_far},
 	{"kafka-raw", scen_kafka_raw}, {"db-raw", scen_db_raw},
-	{"cleanup", scen_cleanup},
+	{"cleanup", scen_cleanup},     {"notifier", scen_notifier},
 };
 
 int

@@ -240,7 +240,12 @@ submitter_start(const struct bench_opts *o, struct ledger *l, const char *topic,
 	s->nbatches = (l->n + (size_t)s->batch - 1) / (size_t)s->batch;
 	s->send_mono_us = send_mono_us;
 	s->topic_json = xasprintf("\"topic\":\"%s\"", topic);
-	s->body_json = xasprintf("\"body\":\"%s\"", body);
+	if (o->callback_url != NULL)
+		s->body_json = xasprintf("\"body\":\"%s\",\"callback\":"
+					 "{\"url\":\"%s\"}",
+					 body, o->callback_url);
+	else
+		s->body_json = xasprintf("\"body\":\"%s\"", body);
 	xfree(body);
 	s->t0 = clock_mono_us();
 	s->stop_mono =

@@ -35,15 +35,19 @@ print_field(const json_t *t, const char *field)
 int
 cmd_get(struct cli *c, int argc, char **argv)
 {
-	static const char *const fields[] = {"id",	 "status",
-					     "topic",	 "due_at",
-					     "fired_at", "delivered_at",
-					     "attempt",	 "slot",
-					     "epoch",	 "owner",
-					     "key",	 "headers",
-					     "callback", "callback_status",
-					     "ttl_ms",	 "created_at",
-					     "body",	 NULL};
+	static const char *const fields[] = {"id",	    "status",
+					     "topic",	    "due_at",
+					     "fired_at",    "delivered_at",
+					     "attempt",	    "slot",
+					     "epoch",	    "owner",
+					     "key",	    "headers",
+					     "callback",    "callback_status",
+					     "ttl_ms",	    "created_at",
+					     "cron",	    "timezone",
+					     "misfire",	    "start_at",
+					     "end_at",	    "max_occurrences",
+					     "occurrences", "next_occurrences",
+					     "body",	    NULL};
 	const char *id = NULL;
 	char path[1024], err[512], when[64];
 	json_t *ans, *e;

@@ -31,9 +31,11 @@ push_usage(void)
 {
 	fprintf(stderr,
 		"usage: prophetctl push --topic T --body B "
-		"(--delay 30s | --due-at MS)\n"
+		"(--delay 30s | --due-at MS | --cron EXPR)\n"
 		"                       [--id ID] [--key K] [--header K=V]... "
 		"[--ttl D] [--max-attempts N]\n"
+		"                       [--timezone ZONE] [--misfire "
+		"fire_once|fire_all|skip] [--max-occurrences N]\n"
 		"       prophetctl push --file F   (a task as JSON; - for "
 		"stdin)\n");
 	return 2;
@@ -65,8 +67,13 @@ cmd_push(struct cli *c, int argc, char **argv)
 			task = json_object();
 		k++;
 		if (!strcmp(a, "--topic") || !strcmp(a, "--body") ||
-		    !strcmp(a, "--id") || !strcmp(a, "--key")) {
+		    !strcmp(a, "--id") || !strcmp(a, "--key") ||
+		    !strcmp(a, "--cron") || !strcmp(a, "--timezone") ||
+		    !strcmp(a, "--misfire")) {
 			json_object_set_new(task, a + 2, json_string(v));
+		} else if (!strcmp(a, "--max-occurrences")) {
+			json_object_set_new(task, "max_occurrences",
+					    json_integer(strtoll(v, NULL, 10)));
 		} else if (!strcmp(a, "--delay") || !strcmp(a, "--ttl")) {
 			if ((ms = cli_duration_ms(v)) < 0) {
 				fprintf(stderr,

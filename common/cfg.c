@@ -41,8 +41,8 @@ static const struct cfg_def cfg_defs[CFG__COUNT] = {
 };
 
 /* Sections whose keys pass through verbatim to a library. */
-static const char *const cfg_extra_sections[] = {"kafka.producer",
-						 "kafka.consumer"};
+static const char *const cfg_extra_sections[] = {
+	"kafka.producer", "kafka.consumer", "notifier.routes"};
 
 struct cfg_extra {
 	char *section;
@@ -455,6 +455,11 @@ cfg_write_example(FILE *fp)
 		    "; any librdkafka producer property, passed through "
 		    "verbatim, e.g.\n"
 		    "; compression.type = lz4\n");
+	fprintf(fp, "\n[notifier.routes]\n"
+		    "; <task topic> = <URL>: tasks of that topic without a "
+		    "callback of their\n"
+		    "; own are POSTed there by the notifier, e.g.\n"
+		    "; orders = https://orders.internal/prophet\n");
 }
 
 int

@@ -67,12 +67,20 @@
 	  "bearer tokens with roles, one '<token> <role>[,<role>]' a line "    \
 	  "(roles: submit, read, admin); empty: no authentication")            \
 	X(HTTP_TOKEN, "http", "token", CFG_STR, "", 0, 0, NULL, 0,             \
-	  "the token prophetctl sends (or PROPHET_TOKEN in its environment)")  \
+	  "the token prophetctl sends (or PROPHET_TOKEN in its environment) "  \
+	  "and the notifier submits retry tasks with (role submit)")           \
 	X(HTTP_TOPICS_ALLOWED, "http", "topics_allowed", CFG_STR, "", 0, 0,    \
 	  NULL, 1,                                                             \
 	  "comma-separated topics tasks may use; empty: any valid topic")      \
 	X(HTTP_TIMEOUT_S, "http", "timeout_s", CFG_INT, "30", 1, 3600, NULL,   \
 	  0, "request read/write timeout")                                     \
+	X(HTTP_MAX_CONNECTIONS, "http", "max_connections", CFG_INT, "1024", 1, \
+	  1000000, NULL, 0,                                                    \
+	  "most open client connections; more wait in the listen backlog")     \
+	X(HTTP_CALLBACK_HOSTS_ALLOWED, "http", "callback_hosts_allowed",       \
+	  CFG_STR, "", 0, 0, NULL, 0,                                          \
+	  "comma-separated hosts callback URLs may name ('.example.com' "      \
+	  "also allows its subdomains); empty: any host")                      \
 	X(TASK_MAX_BODY_BYTES, "task", "max_body_bytes", CFG_INT, "65536", 1,  \
 	  16777216, NULL, 0, "largest task body")                              \
 	X(TASK_MAX_DELAY_MS, "task", "max_delay_ms", CFG_INT, "315576000000",  \
@@ -99,6 +107,62 @@
 	X(WORKER_LEASE_MS, "worker", "lease_ms", CFG_INT, "30000", 1000,       \
 	  3600000, NULL, 0,                                                    \
 	  "a claimed task not confirmed delivered within this is re-fired")    \
+	X(WORKER_MISFIRE_THRESHOLD_MS, "worker", "misfire_threshold_ms",       \
+	  CFG_INT, "5000", 0, 86400000, NULL, 0,                               \
+	  "an occurrence of a recurring task published later than this "       \
+	  "after its time is a misfire: its misfire policy applies")           \
+	X(NOTIFIER_HTTP_LISTEN, "notifier", "http_listen", CFG_STR,            \
+	  "127.0.0.1:7072", 0, 0, cfg_check_listen, 0,                         \
+	  "notifier /metrics and /healthz address")                            \
+	X(NOTIFIER_GROUP, "notifier", "group", CFG_STR, "prophet-notifier", 0, \
+	  0, cfg_check_nonempty, 0, "Kafka consumer group of the notifiers")   \
+	X(NOTIFIER_TOPICS, "notifier", "topics", CFG_STR, "", 0, 0, NULL, 0,   \
+	  "comma-separated task topics to consume (the topic prefix is "       \
+	  "added); an entry starting with ^ is a regular expression on the "   \
+	  "Kafka topic names")                                                 \
+	X(NOTIFIER_RETRY_TOPIC, "notifier", "retry_topic", CFG_STR,            \
+	  "prophet.callback-retry", 0, 0, cfg_check_nonempty, 0,               \
+	  "task topic of the retry tasks the notifier submits and consumes")   \
+	X(NOTIFIER_DEAD_LETTER_TOPIC, "notifier", "dead_letter_topic",         \
+	  CFG_STR, "prophet.callback-dead", 0, 0, cfg_check_nonempty, 0,       \
+	  "where a callback goes after its last failed attempt (the topic "    \
+	  "prefix is added), with the error in headers")                       \
+	X(NOTIFIER_MANAGER_URL, "notifier", "manager_url", CFG_STR,            \
+	  "http://127.0.0.1:7070", 0, 0, cfg_check_nonempty, 0,                \
+	  "manager API the retry tasks are submitted to (with http.token)")    \
+	X(NOTIFIER_MAX_ATTEMPTS, "notifier", "max_attempts", CFG_INT, "5", 1,  \
+	  100, NULL, 0, "callback attempts of a task without max_attempts")    \
+	X(NOTIFIER_BACKOFF_BASE_MS, "notifier", "backoff_base_ms", CFG_INT,    \
+	  "1000", 10, 3600000, NULL, 0,                                        \
+	  "delay before the second attempt; doubles with each attempt")        \
+	X(NOTIFIER_BACKOFF_MAX_MS, "notifier", "backoff_max_ms", CFG_INT,      \
+	  "600000", 10, 86400000, NULL, 0, "longest delay between attempts")   \
+	X(NOTIFIER_BACKOFF_JITTER_PCT, "notifier", "backoff_jitter_pct",       \
+	  CFG_INT, "20", 0, 100, NULL, 0,                                      \
+	  "a delay is shortened by a pseudo-random 0..this percent of it")     \
+	X(NOTIFIER_TIMEOUT_MS, "notifier", "timeout_ms", CFG_INT, "10000", 1,  \
+	  300000, NULL, 0, "request timeout of a callback without timeout_ms") \
+	X(NOTIFIER_MAX_REDIRECTS, "notifier", "max_redirects", CFG_INT, "0",   \
+	  0, 20, NULL, 0, "redirects followed by a callback (0: none)")        \
+	X(NOTIFIER_MAX_INFLIGHT, "notifier", "max_inflight", CFG_INT, "256",   \
+	  1, 100000, NULL, 0, "callbacks running at once, all hosts")          \
+	X(NOTIFIER_HOST_MAX_INFLIGHT, "notifier", "host_max_inflight",         \
+	  CFG_INT, "32", 1, 100000, NULL, 0,                                   \
+	  "callbacks running at once to one host:port")                        \
+	X(NOTIFIER_HOST_RATE, "notifier", "host_rate", CFG_INT, "0", 0,        \
+	  1000000, NULL, 0,                                                    \
+	  "callbacks started per second to one host:port (0: no limit)")       \
+	X(NOTIFIER_HOST_BURST, "notifier", "host_burst", CFG_INT, "10", 1,     \
+	  1000000, NULL, 0,                                                    \
+	  "callbacks one host:port may get at once above "                     \
+	  "its rate after a quiet time")                                       \
+	X(NOTIFIER_MAX_PENDING, "notifier", "max_pending", CFG_INT, "10000",   \
+	  10, 1000000, NULL, 0,                                                \
+	  "messages held (waiting, running or being recorded) before "         \
+	  "consuming pauses")                                                  \
+	X(NOTIFIER_STOP_GRACE_MS, "notifier", "stop_grace_ms", CFG_INT,        \
+	  "10000", 0, 300000, NULL, 0,                                         \
+	  "on SIGTERM, how long running callbacks may finish")                 \
 	X(LOG_LEVEL, "log", "level", CFG_STR, "info", 0, 0, cfg_check_level,   \
 	  1, "debug, info, warn or error")
 

@@ -8,9 +8,11 @@
 #include <string.h>
 
 #include <event2/buffer.h>
+#include <event2/bufferevent.h>
 #include <event2/event.h>
 #include <event2/http.h>
 #include <event2/keyvalq_struct.h>
+#include <event2/listener.h>
 
 #include "http.h"
 #include "metrics.h"
@@ -39,24 +41,157 @@ http_reason(int code)
 	}
 }
 
+/*
+ * Connection limit. libevent 2.1's evhttp has none and hands no accepted
+ * socket to the application, but it asks us for each connection's
+ * bufferevent. We keep a reference to each: evhttp frees a connection's
+ * bufferevent when the connection ends (and closes the socket itself), which
+ * clears its callbacks; a sweep then drops our reference and the count. At
+ * the limit the listener stops accepting: further clients wait in the
+ * kernel's backlog (nothing is refused) until a connection ends; idle and
+ * slow clients are cut by the request timeout, so a slowloris cannot hold
+ * the slots for long.
+ */
+#define HTTP_MAX_SERVERS 4
+#define SWEEP_IDLE_MS 1000
+#define SWEEP_FULL_MS 20
+
+struct http_server {
+	struct evhttp *evh;
+	struct evconnlistener *listener;
+	struct event *sweep;
+	struct bufferevent **conns;
+	size_t nconns, cap;
+	long max; /* 0: no limit */
+	int paused;
+	struct metric *m_open;
+	struct metric *m_paused;
+};
+
+static struct http_server servers[HTTP_MAX_SERVERS];
+
+static struct http_server *
+server_of(struct evhttp *h)
+{
+	for (size_t i = 0; i < HTTP_MAX_SERVERS; i++)
+		if (servers[i].evh == h)
+			return &servers[i];
+	return NULL;
+}
+
+/* Drops the connections evhttp has freed. */
+static void
+server_sweep(struct http_server *s)
+{
+	size_t i = 0;
+
+	while (i < s->nconns) {
+		bufferevent_data_cb w;
+		bufferevent_event_cb e;
+
+		bufferevent_getcb(s->conns[i], NULL, &w, &e, NULL);
+		if (w == NULL && e == NULL) {
+			bufferevent_decref(s->conns[i]);
+			s->conns[i] = s->conns[--s->nconns];
+		} else {
+			i++;
+		}
+	}
+}
+
+static void
+server_update(struct http_server *s)
+{
+	int full = s->max > 0 && (long)s->nconns >= s->max;
+	struct timeval tv;
+
+	metric_set(s->m_open, (double)s->nconns);
+	if (full && !s->paused) {
+		evconnlistener_disable(s->listener);
+		s->paused = 1;
+		metric_inc(s->m_paused);
+	} else if (!full && s->paused) {
+		evconnlistener_enable(s->listener);
+		s->paused = 0;
+	}
+	tv.tv_sec = 0;
+	tv.tv_usec = (s->paused ? SWEEP_FULL_MS : SWEEP_IDLE_MS) * 1000;
+	if (tv.tv_usec >= 1000000) {
+		tv.tv_sec = tv.tv_usec / 1000000;
+		tv.tv_usec %= 1000000;
+	}
+	evtimer_add(s->sweep, &tv);
+}
+
+static void
+sweep_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct http_server *s = arg;
+
+	(void)fd;
+	(void)what;
+	server_sweep(s);
+	server_update(s);
+}
+
+static struct bufferevent *
+conn_bev(struct event_base *base, void *arg)
+{
+	struct http_server *s = arg;
+	struct bufferevent *bev;
+
+	/* No BEV_OPT_CLOSE_ON_FREE: evhttp then closes the socket itself
+	 * when the connection ends, not when we drop our reference. */
+	bev = bufferevent_socket_new(base, -1, 0);
+	if (bev == NULL)
+		return NULL;
+	bufferevent_incref(bev);
+	if (s->max > 0 && (long)s->nconns + 1 >= s->max)
+		server_sweep(s);
+	if (s->nconns == s->cap) {
+		s->cap = s->cap ? 2 * s->cap : 64;
+		s->conns = xrealloc(s->conns, s->cap * sizeof(*s->conns));
+	}
+	s->conns[s->nconns++] = bev;
+	server_update(s);
+	return bev;
+}
+
 struct evhttp *
 http_server_create(struct event_base *base, const char *listen, size_t max_body,
 		   int timeout_s, char *err, size_t errlen)
 {
-	struct evhttp *h = evhttp_new(base);
+	struct evhttp *h;
+	struct evhttp_bound_socket *bound;
+	struct http_server *s = server_of(NULL);
 	char host[256];
 	int port;
 
-	if (hostport_parse(listen, host, sizeof(host), &port) < 0) {
-		snprintf(err, errlen, "'%s' is not host:port", listen);
-		evhttp_free(h);
+	if (s == NULL) {
+		snprintf(err, errlen, "too many HTTP servers in one process");
 		return NULL;
 	}
-	if (evhttp_bind_socket(h, host, (ev_uint16_t)port) != 0) {
+	if (hostport_parse(listen, host, sizeof(host), &port) < 0) {
+		snprintf(err, errlen, "'%s' is not host:port", listen);
+		return NULL;
+	}
+	h = evhttp_new(base);
+	bound = evhttp_bind_socket_with_handle(h, host, (ev_uint16_t)port);
+	if (bound == NULL) {
 		snprintf(err, errlen, "cannot listen on %s (in use?)", listen);
 		evhttp_free(h);
 		return NULL;
 	}
+	memset(s, 0, sizeof(*s));
+	s->evh = h;
+	s->listener = evhttp_bound_socket_get_listener(bound);
+	s->sweep = evtimer_new(base, sweep_cb, s);
+	s->m_open = metrics_register(METRIC_GAUGE, "prophet_http_connections",
+				     "open HTTP connections", NULL, 0);
+	s->m_paused = metrics_register(
+		METRIC_COUNTER, "prophet_http_accept_paused_total",
+		"times the connection limit stopped accepting", NULL, 0);
+	evhttp_set_bevcb(h, conn_bev, s);
 	evhttp_set_max_body_size(h, (ev_ssize_t)max_body);
 	evhttp_set_max_headers_size(h, 16384);
 	evhttp_set_timeout(h, timeout_s);
@@ -65,6 +200,34 @@ http_server_create(struct event_base *base, const char *listen, size_t max_body,
 			   EVHTTP_REQ_PATCH | EVHTTP_REQ_PUT | EVHTTP_REQ_HEAD);
 	evhttp_set_default_content_type(h, "application/json");
 	return h;
+}
+
+void
+http_server_set_max_connections(struct evhttp *h, long max)
+{
+	struct http_server *s = server_of(h);
+
+	if (s == NULL || h == NULL)
+		return;
+	s->max = max;
+	server_update(s);
+}
+
+void
+http_server_free(struct evhttp *h)
+{
+	struct http_server *s = server_of(h);
+
+	if (h == NULL)
+		return;
+	evhttp_free(h); /* frees every connection's bufferevent */
+	if (s == NULL)
+		return;
+	for (size_t i = 0; i < s->nconns; i++)
+		bufferevent_decref(s->conns[i]);
+	free(s->conns);
+	event_free(s->sweep);
+	memset(s, 0, sizeof(*s));
 }
 
 void

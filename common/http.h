@@ -10,6 +10,10 @@
 struct evhttp *http_server_create(struct event_base *base, const char *listen,
 				  size_t max_body, int timeout_s, char *err,
 				  size_t errlen);
+/* At most max open connections (0: no limit); more wait in the backlog. */
+void http_server_set_max_connections(struct evhttp *h, long max);
+/* Instead of evhttp_free for servers made by http_server_create. */
+void http_server_free(struct evhttp *h);
 /*
  * Requests of the mykit-delay compatible endpoints are marked (an internal
  * input header, replacing any a client sent) so that every answer, success

@@ -42,7 +42,8 @@ void kafka_purge_queued(struct kafka_producer *p);
 int kafka_brokers_down(const struct kafka_producer *p);
 
 /*
- * A consumer (group member) on one topic, served on the loop: msg_cb gets
+ * A consumer (group member) on a topic, or on several separated by commas
+ * (a name starting with '^' is a regular expression), served on the loop: msg_cb gets
  * each message (borrowed for the call). Offsets are committed only by
  * kafka_consumer_commit(), which the caller runs once what it consumed is
  * durably handled. kafka_consumer_pause() stops fetching.

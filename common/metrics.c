@@ -105,7 +105,11 @@ metric_observe(struct metric *m, double v)
 static void
 render_value(struct evbuffer *out, double v)
 {
-	if (v == floor(v) && fabs(v) < 1e15)
+	if (isnan(v))
+		evbuffer_add_printf(out, "NaN\n");
+	else if (isinf(v))
+		evbuffer_add_printf(out, "%sInf\n", v > 0 ? "+" : "-");
+	else if (v == floor(v) && fabs(v) < 1e15)
 		evbuffer_add_printf(out, "%.0f\n", v);
 	else
 		evbuffer_add_printf(out, "%.9g\n", v);

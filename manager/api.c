@@ -365,6 +365,15 @@ row_to_json(const struct db_rows *r)
 	s = db_rows_get(r, 0, SQL_TC_CALLBACK_STATUS, NULL);
 	if (s != NULL)
 		task_callback_status_parse(s, &t.callback_status);
+	t.cron = (char *)db_rows_get(r, 0, SQL_TC_CRON, NULL);
+	t.timezone = (char *)db_rows_get(r, 0, SQL_TC_TIMEZONE, NULL);
+	s = db_rows_get(r, 0, SQL_TC_MISFIRE, NULL);
+	if (s != NULL)
+		task_misfire_parse(s, &t.misfire);
+	t.start_at = db_rows_int(r, 0, SQL_TC_START_AT);
+	t.end_at = db_rows_int(r, 0, SQL_TC_END_AT);
+	t.max_occurrences = db_rows_int(r, 0, SQL_TC_MAX_OCCURRENCES);
+	t.occurrences = db_rows_int(r, 0, SQL_TC_OCCURRENCES);
 	out = task_to_json(&t);
 	json_object_set_new(out, "slot",
 			    json_integer(db_rows_int(r, 0, SQL_TC_SLOT)));
@@ -481,7 +490,7 @@ static int
 route_role(const char *path, enum evhttp_cmd_type m)
 {
 	if (!strcmp(path, "/healthz") || !strcmp(path, "/readyz") ||
-	    !strcmp(path, "/metrics"))
+	    !strcmp(path, "/metrics") || console_path(path))
 		return 0;
 	if (!strncmp(path, "/v1/admin/", 10) || !strcmp(path, "/reStore") ||
 	    !strcmp(path, "/reStoreJob") || !strcmp(path, "/clearAll") ||
@@ -641,6 +650,14 @@ route_cb(struct evhttp_request *req, void *arg)
 		else
 			http_reply_error(req, 405, "method_not_allowed", NULL,
 					 "use GET");
+	} else if (!strcmp(path, "/v1/cluster/lateness")) {
+		if (m == EVHTTP_REQ_GET)
+			lateness_get(mg, req);
+		else
+			http_reply_error(req, 405, "method_not_allowed", NULL,
+					 "use GET");
+	} else if (console_path(path)) {
+		console_serve(req, path, m);
 	} else if (mykit_route(mg, req, path, m)) {
 		/* answered by mykit.c */
 	} else if (!strcmp(path, "/metrics")) {

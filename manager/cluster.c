@@ -2,6 +2,7 @@
 #include "config.h"
 #endif
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,6 +16,7 @@
 #include "keys.h"
 #include "log.h"
 #include "manager.h"
+#include "metrics.h"
 #include "redis.h"
 #include "xmalloc.h"
 #include "zk.h"
@@ -279,4 +281,105 @@ cluster_get(struct manager *mg, struct evhttp_request *req)
 		}
 	}
 	gather_put(g);
+}
+
+/*
+ * Every few seconds the Redis backlog of every slot becomes the gauges
+ * prophet_slot_pending_tasks and prophet_slot_lag_seconds: the alert "tasks
+ * due but not fired" must also see a slot whose owner is dead or stuck,
+ * which that owner cannot report itself. NaN while Redis does not answer
+ * (the Redis alerts cover that case).
+ */
+#define SAMPLE_INTERVAL_S 5
+
+struct sample_arg {
+	struct manager *mg;
+	int slot;
+};
+
+static void
+sample_cb(struct redis *r, redisReply *reply, void *arg)
+{
+	struct sample_arg *a = arg;
+	struct manager *mg = a->mg;
+	double pending = NAN, lag = NAN;
+
+	if (reply != NULL && reply->type == REDIS_REPLY_ARRAY &&
+	    reply->elements == 3) {
+		redisReply *oldest = reply->element[2];
+		int64_t now = clock_now_ms();
+
+		pending = (double)reply->element[0]->integer;
+		lag = 0;
+		if (oldest->type == REDIS_REPLY_ARRAY &&
+		    oldest->elements == 2) {
+			long long score =
+				strtoll(oldest->element[1]->str, NULL, 10);
+
+			lag = now > score ? (double)(now - score) / 1000 : 0;
+		}
+	}
+	metric_vec_set(mg->m.slot_pending, (size_t)a->slot, pending);
+	metric_vec_set(mg->m.slot_lag, (size_t)a->slot, lag);
+	mg->sampling--;
+	xfree(a);
+}
+
+static void
+sample_tick_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct manager *mg = arg;
+
+	if (mg->sampling > 0)
+		return; /* Redis is slow: the last round is still out */
+	for (int i = 0; i < mg->nslots; i++) {
+		struct sample_arg *a = xcalloc(1, sizeof(*a));
+		char kdue[RKEY_MAX], kinf[RKEY_MAX];
+
+		a->mg = mg;
+		a->slot = i;
+		rkey_due(kdue, sizeof(kdue), i);
+		rkey_inflight(kinf, sizeof(kinf), i);
+		mg->sampling++;
+		if (redis_command(mg->redis, sample_cb, a, "EVAL %s 2 %s %s",
+				  SCRIPT_BACKLOG, kdue, kinf) < 0) {
+			metric_vec_set(mg->m.slot_pending, (size_t)i, NAN);
+			metric_vec_set(mg->m.slot_lag, (size_t)i, NAN);
+			mg->sampling--;
+			xfree(a);
+		}
+	}
+}
+
+void
+cluster_sampler_start(struct manager *mg)
+{
+	struct timeval tv = {SAMPLE_INTERVAL_S, 0};
+
+	mg->m.slot_pending = metrics_register(
+		METRIC_GAUGE, "prophet_slot_pending_tasks",
+		"Tasks in the slot's Redis index not yet claimed (scheduled "
+		"within the horizon, due or not); sampled by the manager",
+		"slot", (size_t)mg->nslots);
+	mg->m.slot_lag =
+		metrics_register(METRIC_GAUGE, "prophet_slot_lag_seconds",
+				 "How long the oldest due, unclaimed task of "
+				 "the slot has waited",
+				 "slot", (size_t)mg->nslots);
+	for (int i = 0; i < mg->nslots; i++) {
+		metric_vec_set(mg->m.slot_pending, (size_t)i, NAN);
+		metric_vec_set(mg->m.slot_lag, (size_t)i, NAN);
+	}
+	metric_set(mg->m.cluster_slots, mg->nslots);
+	mg->sample_ev = event_new(mg->base, -1, EV_PERSIST, sample_tick_cb, mg);
+	event_add(mg->sample_ev, &tv);
+	sample_tick_cb(-1, 0, mg);
+}
+
+void
+cluster_sampler_stop(struct manager *mg)
+{
+	if (mg->sample_ev != NULL)
+		event_free(mg->sample_ev);
+	mg->sample_ev = NULL;
 }

@@ -65,6 +65,33 @@ struct insert_ctx {
 };
 
 static void
+bind_int_or_null(struct db_params *p, int64_t v)
+{
+	if (v > 0)
+		db_params_int(p, v);
+	else
+		db_params_null(p);
+}
+
+/* cron, timezone, misfire, start_at, end_at, max_occurrences: NULL for a
+ * one-shot task. */
+static void
+bind_recurring(struct db_params *p, const struct task *t)
+{
+	if (t->cron == NULL) {
+		for (int i = 0; i < 6; i++)
+			db_params_null(p);
+		return;
+	}
+	db_params_str(p, t->cron);
+	db_params_str(p, t->timezone);
+	db_params_str(p, task_misfire_name(t->misfire));
+	bind_int_or_null(p, t->start_at);
+	bind_int_or_null(p, t->end_at);
+	bind_int_or_null(p, t->max_occurrences);
+}
+
+static void
 bind_task_row(struct db_params *p, size_t i, void *arg)
 {
 	struct insert_ctx *ctx = arg;
@@ -88,6 +115,7 @@ bind_task_row(struct db_params *p, size_t i, void *arg)
 	db_params_uint(p, ctx->b->batch_id);
 	db_params_int(p, t->created_at);
 	db_params_int(p, t->updated_at);
+	bind_recurring(p, t);
 }
 
 /* After an INSERT IGNORE skipped rows: tell replays from conflicts. */

@@ -212,6 +212,8 @@ main(int argc, char **argv)
 	mg.horizon_ms = cfg_int(mg.cfg, CFG_TASK_HORIZON_MS);
 	mg.limits.max_body = (size_t)cfg_int(mg.cfg, CFG_TASK_MAX_BODY_BYTES);
 	mg.limits.max_delay_ms = cfg_int(mg.cfg, CFG_TASK_MAX_DELAY_MS);
+	mg.limits.callback_hosts =
+		cfg_str(mg.cfg, CFG_HTTP_CALLBACK_HOSTS_ALLOWED);
 
 	if (load_access(&mg, err, sizeof(err)) < 0)
 		log_fatal("access", "error=\"%s\"", err);
@@ -259,7 +261,10 @@ main(int argc, char **argv)
 		(int)cfg_int(mg.cfg, CFG_HTTP_TIMEOUT_S), err, sizeof(err));
 	if (mg.http == NULL)
 		log_fatal("http", "error=\"%s\"", err);
+	http_server_set_max_connections(
+		mg.http, (long)cfg_int(mg.cfg, CFG_HTTP_MAX_CONNECTIONS));
 	api_register(&mg);
+	cluster_sampler_start(&mg);
 	gauges = event_new(mg.base, -1, EV_PERSIST, gauges_cb, &mg);
 	event_add(gauges, &one_s);
 	gauges_cb(-1, 0, &mg);
@@ -275,7 +280,7 @@ main(int argc, char **argv)
 			 mg.inflight);
 		return 1;
 	}
-	evhttp_free(mg.http);
+	http_server_free(mg.http);
 	if (mg.stop_ev != NULL)
 		event_free(mg.stop_ev);
 	/* Commits in flight complete (their answers are lost with the
@@ -284,7 +289,9 @@ main(int argc, char **argv)
 	kingest_destroy(mg.kingest);
 	ingest_destroy(mg.ingest);
 	event_free(gauges);
+	cluster_sampler_stop(&mg);
 	redis_destroy(mg.redis);
+	lateness_shutdown(&mg);
 	zk_destroy(mg.zk);
 	daemon_destroy(mg.daemon);
 	event_base_free(mg.base);

@@ -18,6 +18,7 @@ struct ingest;
 struct daemon;
 struct metric;
 struct auth;
+struct evdns_base;
 
 #define MANAGER_METRICS(X)                                                  \
 	X(accepted, COUNTER, "prophet_tasks_accepted_total",                \
@@ -43,14 +44,19 @@ struct auth;
 	X(http_requests, COUNTER, "prophet_http_requests_total",            \
 	  "HTTP requests served")                                           \
 	X(redis_up, GAUGE, "prophet_redis_up", "1 when Redis is connected") \
-	X(db_up, GAUGE, "prophet_db_up", "Database connections up")         \
+	X(db_up, GAUGE, "prophet_db_connections",                           \
+	  "Database connections open (of db.pool_size)")                    \
 	X(zk_up, GAUGE, "prophet_zookeeper_up",                             \
-	  "1 when the ZooKeeper session is connected")
+	  "1 when the ZooKeeper session is connected")                      \
+	X(cluster_slots, GAUGE, "prophet_cluster_slots",                    \
+	  "Slots the cluster has (cluster.slots)")
 
 struct manager_metrics {
 #define MM_FIELD(f, t, n, h) struct metric *f;
 	MANAGER_METRICS(MM_FIELD)
 #undef MM_FIELD
+	struct metric *slot_pending; /* per slot, cluster.c */
+	struct metric *slot_lag;     /* per slot, cluster.c */
 };
 
 struct index_slot {
@@ -79,6 +85,9 @@ struct manager {
 	int64_t stop_deadline_ms;
 	size_t inflight; /* requests waiting for the DB */
 	struct event *stop_ev;
+	struct event *sample_ev; /* backlog gauges, cluster.c */
+	int sampling;		 /* backlog reads out */
+	struct evdns_base *dns;	 /* lateness.c scrapes workers */
 	struct manager_metrics m;
 };
 
@@ -115,8 +124,30 @@ void ingest_wake(struct manager *mg, int slot);
 /* Submissions waiting or in flight. */
 size_t ingest_pending(const struct ingest *ing);
 
-/* cluster.c: GET /v1/cluster */
+/* cluster.c: GET /v1/cluster; the per-slot backlog gauges */
 void cluster_get(struct manager *mg, struct evhttp_request *req);
+void cluster_sampler_start(struct manager *mg);
+void cluster_sampler_stop(struct manager *mg);
+
+/* lateness.c: GET /v1/cluster/lateness, the workers' fire lateness
+ * histograms summed (scraped from the /metrics their ZooKeeper nodes
+ * name) */
+void lateness_get(struct manager *mg, struct evhttp_request *req);
+void lateness_shutdown(struct manager *mg);
+
+/* console.c: the web console, GET / and /console/<file>; the files are
+ * compiled in from manager/console/ (console_files.c, made by make). */
+struct console_file {
+	const char *name;
+	const char *type;
+	const unsigned char *data;
+	size_t len;
+};
+extern const struct console_file console_files[]; /* ends with name NULL */
+/* 1 if path is one of the console's files (served without a token). */
+int console_path(const char *path);
+void console_serve(struct evhttp_request *req, const char *path,
+		   enum evhttp_cmd_type m);
 
 /* restore.c: POST /v1/admin/restore, GET /v1/admin/restore/{job},
  * POST /v1/tasks/{id}/restore */

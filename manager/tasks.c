@@ -12,6 +12,7 @@
 #include <jansson.h>
 
 #include "cfg.h"
+#include "cron.h"
 #include "daemon.h"
 #include "db.h"
 #include "http.h"
@@ -23,6 +24,7 @@
 #include "schema.h"
 #include "scripts.h"
 #include "slot.h"
+#include "tz.h"
 #include "xmalloc.h"
 
 /*
@@ -52,6 +54,10 @@ struct change {
 	int64_t new_due;
 	int64_t removed_score; /* cancel: score it had in Redis */
 	char *payload;	       /* reschedule: new payload, "" = unindex */
+	char *new_cron;	       /* reschedule of a recurring task */
+	char *new_tz;	       /* NULL: keep the stored zone */
+	int recurring;	       /* the task has a cron expression */
+	int occ_in_flight;     /* cancel: an occurrence is being published */
 	struct db_rows rows;
 	unsigned long long affected;
 	int64_t now;
@@ -62,6 +68,8 @@ change_free(struct change *c)
 {
 	db_rows_free(&c->rows);
 	xfree(c->payload);
+	xfree(c->new_cron);
+	xfree(c->new_tz);
 	c->mg->inflight--;
 	xfree(c);
 }
@@ -93,7 +101,8 @@ change_run(struct db_conn *conn, struct db_job *job)
 		db_params_str(&p, c->id);
 		rc = db_query(conn,
 			      "SELECT " SQL_TASK_COLS_INDEX
-			      ", status FROM tasks WHERE id = ?",
+			      ", status, cron, timezone, start_at, end_at "
+			      "FROM tasks WHERE id = ?",
 			      &p, &c->rows);
 		db_params_free(&p);
 		return rc;
@@ -105,6 +114,15 @@ change_run(struct db_conn *conn, struct db_job *job)
 		db_params_str(&p, c->id);
 		if (db_exec(conn, SQL_TASK_CANCEL, &p, &c->affected) < 0)
 			goto fail;
+	} else if (c->new_cron != NULL) {
+		db_params_str(&p, c->new_cron);
+		db_params_str(&p, c->new_tz);
+		db_params_int(&p, c->new_due);
+		db_params_int(&p, c->now);
+		db_params_str(&p, c->id);
+		if (db_exec(conn, SQL_TASK_RESCHEDULE_CRON, &p, &c->affected) <
+		    0)
+			goto fail;
 	} else {
 		db_params_int(&p, c->new_due);
 		db_params_int(&p, c->now);
@@ -113,11 +131,16 @@ change_run(struct db_conn *conn, struct db_job *job)
 			goto fail;
 	}
 	if (c->affected > 0) {
-		char note[64];
+		char note[255];
 
 		p.n = 0;
-		snprintf(note, sizeof(note), "due_at %lld",
-			 (long long)c->new_due);
+		if (c->new_cron != NULL)
+			snprintf(note, sizeof(note),
+				 "cron '%s' %s, due_at %lld", c->new_cron,
+				 c->new_tz, (long long)c->new_due);
+		else
+			snprintf(note, sizeof(note), "due_at %lld",
+				 (long long)c->new_due);
 		bind_log(&p, c, c->op == OP_CANCEL ? "cancelled" : "scheduled",
 			 c->op == OP_CANCEL ? "cancel" : note);
 		if (db_exec(conn,
@@ -210,8 +233,16 @@ written(struct change *c, int status, const char *err)
 			      c->id);
 		redis_command(c->mg->redis, NULL, NULL, "HDEL %s %s", katt,
 			      c->id);
-		log_info("task cancelled", "id=%s", c->id);
-		reply_state(c, "cancelled", 0);
+		log_info("task cancelled", "id=%s recurring=%d", c->id,
+			 c->recurring);
+		if (c->recurring)
+			http_reply_json(c->req, 200,
+					json_pack("{s:s, s:s, s:b}", "id",
+						  c->id, "status", "cancelled",
+						  "occurrence_in_flight",
+						  c->occ_in_flight));
+		else
+			reply_state(c, "cancelled", 0);
 	} else {
 		/* Again, now that the DB holds the new time: a slot rebuild
 		 * that ran in between read the old one and may have dropped
@@ -255,6 +286,14 @@ redis_decided_cb(struct redis *r, redisReply *reply, void *arg)
 		change_free(c);
 		return;
 	}
+	/* A recurring task is cancelled even while an occurrence is being
+	 * published: that one completes, no further one is scheduled. */
+	if (reply->integer == -1 && c->op == OP_CANCEL && c->recurring) {
+		c->occ_in_flight = 1;
+		c->phase = 1;
+		db_pool_submit(c->mg->db, &c->job);
+		return;
+	}
 	if (reply->integer == -1) {
 		reply_not_changeable(c, "firing");
 		change_free(c);
@@ -269,6 +308,48 @@ redis_decided_cb(struct redis *r, redisReply *reply, void *arg)
 		c->removed_score = reply->integer;
 	c->phase = 1;
 	db_pool_submit(c->mg->db, &c->job);
+}
+
+/*
+ * PATCH with cron goes to recurring tasks only, due_at/delay_ms to one-shot
+ * ones. A new expression takes effect from now (or start_at): new_due is
+ * its first occurrence. Replies and returns -1 when refused.
+ */
+static int
+recurring_due(struct change *c)
+{
+	const char *zone = db_rows_get(&c->rows, 0, PC__COUNT + 2, NULL);
+	int64_t start = db_rows_int(&c->rows, 0, PC__COUNT + 3);
+	int64_t end = db_rows_int(&c->rows, 0, PC__COUNT + 4);
+	char err[256];
+
+	if (c->new_cron == NULL && c->recurring) {
+		http_reply_error(c->req, 400, "invalid_value", "cron",
+				 "task '%s' is recurring: PATCH its cron "
+				 "(and timezone), not due_at/delay_ms",
+				 c->id);
+		return -1;
+	}
+	if (c->new_cron == NULL)
+		return 0;
+	if (!c->recurring) {
+		http_reply_error(c->req, 400, "invalid_value", "cron",
+				 "task '%s' is not recurring", c->id);
+		return -1;
+	}
+	if (c->new_tz == NULL)
+		c->new_tz = xstrdup(zone ? zone : "UTC");
+	c->new_due = task_cron_next(c->new_cron, c->new_tz,
+				    (start > c->now ? start : c->now) - 1, end,
+				    err, sizeof(err));
+	if (c->new_due < 0) {
+		http_reply_error(c->req, 400, "invalid_value", "cron", "%s",
+				 c->new_due == -1 ? "the expression has no "
+						    "occurrence before end_at"
+						  : err);
+		return -1;
+	}
+	return 0;
 }
 
 static void
@@ -297,9 +378,14 @@ change_done_cb(struct db_job *job, int status, const char *err)
 		change_free(c);
 		return;
 	}
-	st = db_rows_get(&c->rows, 0, PC_ATTEMPT + 1, NULL);
+	st = db_rows_get(&c->rows, 0, PC__COUNT, NULL);
 	if (strcmp(st, "scheduled") != 0) {
 		reply_not_changeable(c, st);
+		change_free(c);
+		return;
+	}
+	c->recurring = db_rows_get(&c->rows, 0, PC__COUNT + 1, NULL) != NULL;
+	if (c->op == OP_RESCHEDULE && recurring_due(c) < 0) {
 		change_free(c);
 		return;
 	}
@@ -310,7 +396,9 @@ change_done_cb(struct db_job *job, int status, const char *err)
 	if (c->op == OP_CANCEL) {
 		snprintf(now, sizeof(now), "%lld", (long long)c->now);
 		rc = redis_command(mg->redis, redis_decided_cb, c,
-				   "EVAL %s 3 %s %s %s %s %s", SCRIPT_CANCEL,
+				   "EVAL %s 3 %s %s %s %s %s",
+				   c->recurring ? SCRIPT_CANCEL_SERIES
+						: SCRIPT_CANCEL,
 				   kdue, kinf, kc, c->id, now);
 	} else {
 		struct task t;
@@ -366,6 +454,49 @@ tasks_cancel(struct manager *mg, struct evhttp_request *req, const char *id,
 	db_pool_submit(mg->db, &c->job);
 }
 
+/* PATCH {"cron": "...", "timezone": "..."} of a recurring task. */
+static void
+reschedule_cron(struct manager *mg, struct evhttp_request *req, const char *id,
+		size_t idlen, json_t *in)
+{
+	const json_t *cron = json_object_get(in, "cron");
+	const json_t *zone = json_object_get(in, "timezone");
+	struct cron_error ce;
+	struct cron parsed;
+	struct change *c;
+	char err[256];
+
+	if (json_object_size(in) != (zone != NULL ? 2u : 1u)) {
+		http_reply_error(req, 400, "invalid_value", "cron",
+				 "give cron (and optionally timezone) alone");
+		return;
+	}
+	if (!json_is_string(cron) || (zone != NULL && !json_is_string(zone))) {
+		http_reply_error(req, 400, "invalid_type",
+				 json_is_string(cron) ? "timezone" : "cron",
+				 "cron and timezone must be strings");
+		return;
+	}
+	if (cron_parse(json_string_value(cron), &parsed, &ce) < 0) {
+		http_reply_error(req, 400, "invalid_value", "cron", "cron %s",
+				 ce.message);
+		return;
+	}
+	if (zone != NULL &&
+	    tz_get(json_string_value(zone), err, sizeof(err)) == NULL) {
+		http_reply_error(req, 400, "invalid_value", "timezone", "%s",
+				 err);
+		return;
+	}
+	c = change_new(mg, req, OP_RESCHEDULE, id, idlen);
+	if (c == NULL)
+		return;
+	c->new_cron = xstrdup(json_string_value(cron));
+	c->new_tz = zone ? xstrdup(json_string_value(zone)) : NULL;
+	mg->inflight++;
+	db_pool_submit(mg->db, &c->job);
+}
+
 void
 tasks_reschedule(struct manager *mg, struct evhttp_request *req, const char *id,
 		 size_t idlen)
@@ -384,6 +515,11 @@ tasks_reschedule(struct manager *mg, struct evhttp_request *req, const char *id,
 		http_reply_error(
 			req, 400, "invalid_json", NULL,
 			"expected {\"due_at\":ms} or {\"delay_ms\":n}");
+		return;
+	}
+	if (json_object_get(in, "cron") != NULL) {
+		reschedule_cron(mg, req, id, idlen, in);
+		json_decref(in);
 		return;
 	}
 	due = json_object_get(in, "due_at");

@@ -78,6 +78,9 @@ rchan_wake(char *buf, size_t len, const char *root)
 #define KHDR_ATTEMPT "prophet-attempt"
 #define KHDR_SLOT "prophet-slot"
 #define KHDR_EPOCH "prophet-epoch"
+/* Recurring tasks only: the scheduled time (ms) of this occurrence. With
+ * prophet-id it names the occurrence: a duplicate repeats both. */
+#define KHDR_OCCURRENCE "prophet-occurrence"
 
 /* ZooKeeper nodes under the cluster root. */
 #define ZPATH_CONFIG "/config"

@@ -27,6 +27,13 @@ payload_encode(const struct task *t, size_t *lenp)
 		json_object_set_new(o, "x", json_integer(t->ttl_ms));
 	if (t->attempt > 0)
 		json_object_set_new(o, "a", json_integer(t->attempt));
+	if (t->misfire != TASK_MISFIRE_NONE)
+		json_object_set_new(o, "m",
+				    json_string(task_misfire_name(t->misfire)));
+	if (t->callback != NULL)
+		json_object_set(o, "c", t->callback);
+	if (t->max_attempts > 0)
+		json_object_set_new(o, "n", json_integer(t->max_attempts));
 	s = json_dumps(o, JSON_COMPACT);
 	json_decref(o);
 	if (s == NULL)
@@ -68,6 +75,19 @@ payload_decode(const char *s, size_t len, struct task *t)
 	v = json_object_get(o, "a");
 	if (json_is_integer(v))
 		t->attempt = (int)json_integer_value(v);
+	v = json_object_get(o, "m");
+	if (json_is_string(v) &&
+	    task_misfire_parse(json_string_value(v), &t->misfire) < 0) {
+		task_clear(t);
+		json_decref(o);
+		return -1;
+	}
+	v = json_object_get(o, "c");
+	if (json_is_object(v))
+		t->callback = json_incref(v);
+	v = json_object_get(o, "n");
+	if (json_is_integer(v))
+		t->max_attempts = (int)json_integer_value(v);
 	json_decref(o);
 	return 0;
 }
@@ -89,12 +109,19 @@ payload_row_task(const struct db_rows *rows, size_t i, struct task *t)
 	t->due_at = db_rows_int(rows, i, PC_DUE_AT);
 	t->ttl_ms = db_rows_int(rows, i, PC_TTL_MS);
 	t->attempt = (int)db_rows_int(rows, i, PC_ATTEMPT);
+	h = db_rows_get(rows, i, PC_MISFIRE, NULL);
+	if (h != NULL)
+		task_misfire_parse(h, &t->misfire);
+	h = db_rows_get(rows, i, PC_CALLBACK, NULL);
+	t->callback = h ? json_loads(h, 0, NULL) : NULL;
+	t->max_attempts = (int)db_rows_int(rows, i, PC_MAX_ATTEMPTS);
 }
 
 void
 payload_row_clear(struct task *t)
 {
 	json_decref(t->headers);
+	json_decref(t->callback);
 	memset(t, 0, sizeof(*t));
 }
 

@@ -58,8 +58,23 @@ static const char *const v1_stmts[] = {
 	") ENGINE=InnoDB",
 	NULL};
 
+/* Recurring tasks (cron): the misfire policy, the window and the count of
+ * published occurrences. cron and timezone are in v1. Self-contained, so
+ * it can be renumbered when merged after other migrations. */
+static const char *const v2_stmts[] = {
+	"ALTER TABLE tasks"
+	" ADD COLUMN IF NOT EXISTS misfire VARCHAR(10) CHARACTER SET ascii"
+	"  NULL,"
+	" ADD COLUMN IF NOT EXISTS start_at BIGINT NULL,"
+	" ADD COLUMN IF NOT EXISTS end_at BIGINT NULL,"
+	" ADD COLUMN IF NOT EXISTS max_occurrences BIGINT NULL,"
+	" ADD COLUMN IF NOT EXISTS occurrences BIGINT NOT NULL DEFAULT 0",
+	NULL};
+
 const struct schema_migration schema_migrations[] = {
 	{1, "tasks, task_log, slot_state", v1_stmts},
+	{2, "recurring tasks: misfire, start_at, end_at, occurrences",
+	 v2_stmts},
 };
 
 const size_t schema_migration_count =

@@ -21,9 +21,11 @@ extern const size_t schema_migration_count;
 #define SQL_TASK_INSERT_PREFIX                                                \
 	"INSERT IGNORE INTO tasks (id, slot, topic, msg_key, body, headers, " \
 	"callback, due_at, ttl_ms, max_attempts, priority, status, "          \
-	"content_hash, batch_id, created_at, updated_at) VALUES "
-#define SQL_TASK_INSERT_ROW "(?,?,?,?,?,?,?,?,?,?,?,'scheduled',?,?,?,?)"
-#define SQL_TASK_INSERT_NCOLS 15
+	"content_hash, batch_id, created_at, updated_at, cron, timezone, "    \
+	"misfire, start_at, end_at, max_occurrences) VALUES "
+#define SQL_TASK_INSERT_ROW \
+	"(?,?,?,?,?,?,?,?,?,?,?,'scheduled',?,?,?,?,?,?,?,?,?,?)"
+#define SQL_TASK_INSERT_NCOLS 21
 
 /* Which of a batch's client-chosen ids were there before it. */
 #define SQL_TASK_HASH_BY_ID \
@@ -32,7 +34,8 @@ extern const size_t schema_migration_count;
 #define SQL_TASK_COLUMNS                                                      \
 	"id, slot, topic, msg_key, body, headers, callback, due_at, ttl_ms, " \
 	"max_attempts, priority, status, attempt, epoch, owner, created_at, " \
-	"updated_at, fired_at, delivered_at, callback_status"
+	"updated_at, fired_at, delivered_at, callback_status, cron, "         \
+	"timezone, misfire, start_at, end_at, max_occurrences, occurrences"
 enum sql_task_col {
 	SQL_TC_ID,
 	SQL_TC_SLOT,
@@ -54,6 +57,13 @@ enum sql_task_col {
 	SQL_TC_FIRED_AT,
 	SQL_TC_DELIVERED_AT,
 	SQL_TC_CALLBACK_STATUS,
+	SQL_TC_CRON,
+	SQL_TC_TIMEZONE,
+	SQL_TC_MISFIRE,
+	SQL_TC_START_AT,
+	SQL_TC_END_AT,
+	SQL_TC_MAX_OCCURRENCES,
+	SQL_TC_OCCURRENCES,
 	SQL_TC__COUNT
 };
 #define SQL_TASK_GET "SELECT " SQL_TASK_COLUMNS " FROM tasks WHERE id = ?"
@@ -90,9 +100,16 @@ enum sql_task_col {
 #define SQL_TASK_LOG_INSERT_ROW "(?,?,?,?,?,?,?,?)"
 #define SQL_TASK_LOG_INSERT_NCOLS 8
 
+/* A callback outcome (notifier): ok and failed are final, so a replayed
+ * older attempt cannot undo them. */
+#define SQL_TASK_CALLBACK_STATUS                                \
+	"UPDATE tasks SET callback_status = ?, updated_at = ? " \
+	"WHERE id = ? AND callback_status NOT IN ('ok', 'failed')"
+
 /* The columns payload_from_row() reads, in its order. */
-#define SQL_TASK_COLS_INDEX \
-	"id, topic, msg_key, body, headers, due_at, ttl_ms, attempt"
+#define SQL_TASK_COLS_INDEX                                            \
+	"id, topic, msg_key, body, headers, due_at, ttl_ms, attempt, " \
+	"misfire, callback, max_attempts"
 
 /* Scheduled tasks of one slot due in [from, to), for the horizon loader. */
 #define SQL_TASK_DUE_IN_SLOT                                                  \
@@ -181,6 +198,42 @@ enum sql_task_col {
 	"UPDATE tasks SET due_at = ?, updated_at = ? " \
 	"WHERE id = ? AND status = 'scheduled'"
 #define SQL_TASK_STATUS "SELECT status, due_at FROM tasks WHERE id = ?"
+
+/*
+ * Recurring tasks. An occurrence is recorded and the next one scheduled
+ * in one statement, in the transaction of the delivered updates, and only
+ * if the row still waits for exactly that occurrence (due_at): a
+ * duplicate publish of an occurrence already recorded changes nothing.
+ */
+#define SQL_TASK_CRON_LOCK                                            \
+	"SELECT cron, timezone, due_at, end_at, max_occurrences, "    \
+	"occurrences, "                                               \
+	"status FROM tasks WHERE id = ? AND status IN ('scheduled', " \
+	"'firing') "                                                  \
+	"FOR UPDATE"
+enum sql_cron_col {
+	SQL_CC_CRON,
+	SQL_CC_TIMEZONE,
+	SQL_CC_DUE_AT,
+	SQL_CC_END_AT,
+	SQL_CC_MAX_OCCURRENCES,
+	SQL_CC_OCCURRENCES,
+	SQL_CC_STATUS
+};
+/* (status, due_at, published 0/1, attempt, epoch, fired_at, delivered_at,
+ *  now, id, occurrence) */
+#define SQL_TASK_CRON_NEXT                                                \
+	"UPDATE tasks SET status = ?, due_at = ?, "                       \
+	"occurrences = occurrences + ?, attempt = ?, epoch = ?, owner = " \
+	"NULL, "                                                          \
+	"lease_until = NULL, fired_at = COALESCE(?, fired_at), "          \
+	"delivered_at = COALESCE(?, delivered_at), updated_at = ? "       \
+	"WHERE id = ? AND status IN ('scheduled', 'firing') AND due_at = ?"
+/* PATCH of a recurring task's expression: (cron, timezone, due_at, now,
+ * id). */
+#define SQL_TASK_RESCHEDULE_CRON                                               \
+	"UPDATE tasks SET cron = ?, timezone = ?, due_at = ?, updated_at = ? " \
+	"WHERE id = ? AND status = 'scheduled' AND cron IS NOT NULL"
 
 /* Listing, newest due last, keyset-paged on (due_at, id). The variants
  * differ only in which filters they carry; values are always bound. */

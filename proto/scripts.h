@@ -149,6 +149,46 @@
 	"return 0\n"
 
 /*
+ * Cancel a recurring task: as SCRIPT_CANCEL, but the tombstone is set even
+ * while an occurrence is in flight, so that the worker recording that
+ * occurrence does not index the next one (SCRIPT_CRON_NEXT).
+ * KEYS: due, inflight, cancelled     ARGV: id, now_ms
+ * Returns -1 if an occurrence is in flight, else the removed due score.
+ */
+#define SCRIPT_CANCEL_SERIES                                             \
+	"redis.call('ZADD', KEYS[3], ARGV[2], ARGV[1])\n"                \
+	"if redis.call('ZSCORE', KEYS[2], ARGV[1]) then return -1 end\n" \
+	"local s = redis.call('ZSCORE', KEYS[1], ARGV[1])\n"             \
+	"redis.call('ZREM', KEYS[1], ARGV[1])\n"                         \
+	"if s then return tonumber(s) end\n"                             \
+	"return 0\n"
+
+/*
+ * After the DB recorded an occurrence of a recurring task and scheduled
+ * the next: its claim is dropped and the next occurrence indexed, unless
+ * the series was cancelled meanwhile (tombstone) or the next occurrence
+ * is beyond the horizon (payload "": the loader indexes it in time).
+ * KEYS: inflight, task, attempt, due, cancelled
+ * ARGV: (id, next_due_ms, payload)...     Returns how many were indexed.
+ */
+#define SCRIPT_CRON_NEXT                                                     \
+	"local n = 0\n"                                                      \
+	"for i = 1, #ARGV, 3 do\n"                                           \
+	"  local id = ARGV[i]\n"                                             \
+	"  redis.call('ZREM', KEYS[1], id)\n"                                \
+	"  redis.call('HDEL', KEYS[3], id)\n"                                \
+	"  if ARGV[i + 2] == '' or redis.call('ZSCORE', KEYS[5], id) then\n" \
+	"    redis.call('HDEL', KEYS[2], id)\n"                              \
+	"    redis.call('ZREM', KEYS[4], id)\n"                              \
+	"  else\n"                                                           \
+	"    redis.call('HSET', KEYS[2], id, ARGV[i + 2])\n"                 \
+	"    redis.call('ZADD', KEYS[4], ARGV[i + 1], id)\n"                 \
+	"    n = n + 1\n"                                                    \
+	"  end\n"                                                            \
+	"end\n"                                                              \
+	"return n\n"
+
+/*
  * Undo a cancel whose DB update failed.
  * KEYS: due, cancelled     ARGV: id, due_ms (0: was not indexed)
  */

@@ -10,7 +10,10 @@
 #include <strings.h>
 #include <sys/random.h>
 
+#include "callback.h"
+#include "cron.h"
 #include "task.h"
+#include "tz.h"
 #include "xmalloc.h"
 
 static const char *const status_names[TASK__STATUS_COUNT] = {
@@ -18,11 +21,55 @@ static const char *const status_names[TASK__STATUS_COUNT] = {
 static const char *const cb_status_names[TASK__CB_COUNT] = {
 	"none", "ok", "retrying", "failed"};
 
+static const char *const misfire_names[TASK__MISFIRE_COUNT] = {
+	"", "fire_once", "fire_all", "skip"};
+
 static const char *const known_fields[] = {
-	"id",		"topic",  "body",    "due_at",
-	"delay_ms",	"key",	  "headers", "callback",
-	"max_attempts", "ttl_ms", "cron",    "timezone",
-	"priority",	NULL};
+	"id",	  "topic",	     "body",	 "due_at",	 "delay_ms",
+	"key",	  "headers",	     "callback", "max_attempts", "ttl_ms",
+	"cron",	  "timezone",	     "priority", "misfire",	 "start_at",
+	"end_at", "max_occurrences", NULL};
+
+/* Fields that only make sense with cron. */
+static const char *const cron_fields[] = {
+	"timezone", "misfire", "start_at", "end_at", "max_occurrences", NULL};
+
+const char *
+task_misfire_name(enum task_misfire m)
+{
+	return (unsigned)m < TASK__MISFIRE_COUNT ? misfire_names[m] : "";
+}
+
+int
+task_misfire_parse(const char *s, enum task_misfire *out)
+{
+	for (int i = 1; i < TASK__MISFIRE_COUNT; i++) {
+		if (!strcmp(s, misfire_names[i])) {
+			*out = (enum task_misfire)i;
+			return 0;
+		}
+	}
+	return -1;
+}
+
+int64_t
+task_cron_next(const char *cron, const char *zone, int64_t after_ms,
+	       int64_t end_at, char *err, size_t errlen)
+{
+	const struct tz *z = tz_get(zone ? zone : "UTC", err, errlen);
+	struct cron_error ce;
+	struct cron c;
+	int64_t next;
+
+	if (z == NULL)
+		return -2;
+	if (cron_parse(cron, &c, &ce) < 0) {
+		snprintf(err, errlen, "%s", ce.message);
+		return -2;
+	}
+	next = cron_next(&c, z, after_ms);
+	return end_at > 0 && next > end_at ? -1 : next;
+}
 
 const char *
 task_status_name(enum task_status s)
@@ -197,10 +244,18 @@ task_hash(const struct task *t)
 
 	h = fnv64_str(h, t->topic);
 	h = fnv64(h, t->body, t->body_len);
-	snprintf(num, sizeof(num), "%s%lld/%d/%lld/%d",
-		 t->delay_ms >= 0 ? "delay:" : "due:",
-		 (long long)(t->delay_ms >= 0 ? t->delay_ms : t->due_at),
-		 t->max_attempts, (long long)t->ttl_ms, t->priority);
+	if (t->cron != NULL)
+		snprintf(num, sizeof(num), "cron:%lld/%lld/%lld/%s/%d/%d",
+			 (long long)t->start_at, (long long)t->end_at,
+			 (long long)t->max_occurrences,
+			 task_misfire_name(t->misfire), t->max_attempts,
+			 t->priority);
+	else
+		snprintf(
+			num, sizeof(num), "%s%lld/%d/%lld/%d",
+			t->delay_ms >= 0 ? "delay:" : "due:",
+			(long long)(t->delay_ms >= 0 ? t->delay_ms : t->due_at),
+			t->max_attempts, (long long)t->ttl_ms, t->priority);
 	h = fnv64_str(h, num);
 	h = fnv64_str(h, t->key);
 	h = fnv64_json(h, t->headers);
@@ -293,7 +348,8 @@ check_headers(const json_t *h, struct task_error *err)
 }
 
 static int
-check_callback(const json_t *cb, struct task_error *err)
+check_callback(const json_t *cb, const struct task_limits *lim,
+	       struct task_error *err)
 {
 	static const char *const methods[] = {"GET",   "POST",	 "PUT",
 					      "PATCH", "DELETE", NULL};
@@ -336,6 +392,21 @@ check_callback(const json_t *cb, struct task_error *err)
 					      "callback.url",
 					      "callback.url contains spaces or "
 					      "control characters");
+	if (lim->callback_hosts != NULL && lim->callback_hosts[0] != '\0') {
+		char origin[300], host[300];
+
+		if (callback_url_origin(u, origin, sizeof(origin), host,
+					sizeof(host)) < 0)
+			return task_error_set(err, 400, "invalid_value",
+					      "callback.url",
+					      "callback.url has no valid host");
+		if (!callback_host_allowed(lim->callback_hosts, host))
+			return task_error_set(
+				err, 400, "invalid_value", "callback.url",
+				"callback.url host '%.200s' is not in "
+				"http.callback_hosts_allowed",
+				host);
+	}
 	method = json_object_get(cb, "method");
 	if (method != NULL) {
 		int ok = 0;
@@ -367,6 +438,102 @@ check_callback(const json_t *cb, struct task_error *err)
 		return task_error_set(err, 400, "invalid_value",
 				      "callback.timeout_ms",
 				      "callback.timeout_ms must be 1..300000");
+	return 0;
+}
+
+/* cron, timezone, misfire, start_at, end_at, max_occurrences; sets the
+ * first occurrence as due_at. */
+static int
+parse_recurring(const json_t *in, const struct task_limits *lim, int64_t now_ms,
+		struct task *t, struct task_error *err)
+{
+	const json_t *v = json_object_get(in, "cron");
+	const char *zone = "UTC";
+	const struct tz *z;
+	struct cron_error ce;
+	struct cron c;
+	char msg[256];
+	int64_t n, from;
+	int present;
+
+	if (v == NULL || json_is_null(v)) {
+		for (int i = 0; cron_fields[i] != NULL; i++) {
+			const json_t *f = json_object_get(in, cron_fields[i]);
+
+			if (f != NULL && !json_is_null(f))
+				return task_error_set(
+					err, 400, "invalid_value",
+					cron_fields[i],
+					"%s only applies to a recurring task "
+					"(cron)",
+					cron_fields[i]);
+		}
+		return 0;
+	}
+	if (!json_is_string(v))
+		return task_error_set(err, 400, "invalid_type", "cron",
+				      "cron must be a string");
+	if (cron_parse(json_string_value(v), &c, &ce) < 0) {
+		char field[64];
+
+		snprintf(field, sizeof(field), "cron%s%s",
+			 strcmp(ce.field, "cron") ? "." : "",
+			 strcmp(ce.field, "cron") ? ce.field : "");
+		return task_error_set(err, 400, "invalid_value", field,
+				      "cron %s", ce.message);
+	}
+	if (t->ttl_ms > 0)
+		return task_error_set(err, 400, "invalid_value", "ttl_ms",
+				      "ttl_ms does not apply to a recurring "
+				      "task: its misfire policy decides about "
+				      "late occurrences");
+	v = json_object_get(in, "timezone");
+	if (v != NULL && !json_is_null(v)) {
+		if (!json_is_string(v))
+			return task_error_set(err, 400, "invalid_type",
+					      "timezone",
+					      "timezone must be a string");
+		zone = json_string_value(v);
+	}
+	if ((z = tz_get(zone, msg, sizeof(msg))) == NULL)
+		return task_error_set(err, 400, "invalid_value", "timezone",
+				      "%s", msg);
+	t->misfire = TASK_MISFIRE_FIRE_ONCE;
+	v = json_object_get(in, "misfire");
+	if (v != NULL && !json_is_null(v) &&
+	    (!json_is_string(v) ||
+	     task_misfire_parse(json_string_value(v), &t->misfire) < 0))
+		return task_error_set(err, 400, "invalid_value", "misfire",
+				      "misfire must be \"fire_once\", "
+				      "\"fire_all\" or \"skip\"");
+	if (get_int(in, "start_at", 0, now_ms + lim->max_delay_ms, &n, &present,
+		    err) < 0)
+		return -1;
+	t->start_at = present ? n : 0;
+	if (get_int(in, "end_at", 1, now_ms + lim->max_delay_ms, &n, &present,
+		    err) < 0)
+		return -1;
+	t->end_at = present ? n : 0;
+	if (t->end_at > 0 && (t->end_at <= now_ms || t->end_at <= t->start_at))
+		return task_error_set(err, 400, "invalid_value", "end_at",
+				      "end_at must be later than now and "
+				      "than start_at");
+	if (get_int(in, "max_occurrences", 1, 1000000000, &n, &present, err) <
+	    0)
+		return -1;
+	t->max_occurrences = present ? n : 0;
+	/* The first occurrence at or after max(now, start_at). */
+	from = t->start_at > now_ms ? t->start_at : now_ms;
+	t->due_at = cron_next(&c, z, from - 1);
+	if (t->due_at < 0 || (t->end_at > 0 && t->due_at > t->end_at))
+		return task_error_set(
+			err, 400, "invalid_value", "cron",
+			"cron '%s' has no occurrence %s",
+			json_string_value(json_object_get(in, "cron")),
+			t->end_at > 0 ? "before end_at"
+				      : "in the next ten years");
+	t->cron = xstrdup(json_string_value(json_object_get(in, "cron")));
+	t->timezone = xstrdup(zone);
 	return 0;
 }
 
@@ -448,11 +615,21 @@ task_parse(const json_t *in, const struct task_limits *lim, int64_t now_ms,
 	if (has_due && has_delay)
 		return task_error_set(err, 400, "invalid_value", "delay_ms",
 				      "give due_at or delay_ms, not both");
-	if (!has_due && !has_delay)
+	if (json_object_get(in, "cron") != NULL &&
+	    !json_is_null(json_object_get(in, "cron"))) {
+		if (has_due || has_delay)
+			return task_error_set(
+				err, 400, "invalid_value",
+				has_due ? "due_at" : "delay_ms",
+				"a recurring task (cron) takes start_at, not "
+				"due_at or delay_ms");
+		/* due_at: the first occurrence, set by parse_recurring. */
+		t->delay_ms = -1;
+	} else if (!has_due && !has_delay) {
 		return task_error_set(err, 400, "missing_field", "due_at",
 				      "due_at (ms since the epoch) or delay_ms "
 				      "is required");
-	if (has_delay) {
+	} else if (has_delay) {
 		t->delay_ms = n;
 		t->due_at = now_ms + n;
 	} else {
@@ -488,7 +665,7 @@ task_parse(const json_t *in, const struct task_limits *lim, int64_t now_ms,
 	}
 	v = json_object_get(in, "callback");
 	if (v != NULL && !json_is_null(v)) {
-		if (check_callback(v, err) < 0)
+		if (check_callback(v, lim, err) < 0)
 			return -1;
 		t->callback = json_deep_copy(v);
 	}
@@ -503,11 +680,8 @@ task_parse(const json_t *in, const struct task_limits *lim, int64_t now_ms,
 		return -1;
 	t->priority = present ? (int)n : 0;
 
-	if (json_object_get(in, "cron") != NULL ||
-	    json_object_get(in, "timezone") != NULL)
-		return task_error_set(err, 400, "unsupported", "cron",
-				      "recurring tasks (cron) are not "
-				      "supported by this version");
+	if (parse_recurring(in, lim, now_ms, t, err) < 0)
+		return -1;
 
 	t->content_hash = task_hash(t);
 	t->status = TASK_SCHEDULED;
@@ -525,6 +699,40 @@ task_from_json(const json_t *in, const struct task_limits *lim, int64_t now_ms,
 		return -1;
 	}
 	return 0;
+}
+
+/* The schedule of a recurring task and its next five occurrences. */
+static void
+recurring_to_json(json_t *o, const struct task *t)
+{
+	json_t *next = json_array();
+	char err[256];
+	int64_t due = t->due_at, left = 5;
+
+	json_object_set_new(o, "cron", json_string(t->cron));
+	json_object_set_new(o, "timezone",
+			    json_string(t->timezone ? t->timezone : "UTC"));
+	json_object_set_new(o, "misfire",
+			    json_string(task_misfire_name(t->misfire)));
+	if (t->start_at > 0)
+		json_object_set_new(o, "start_at", json_integer(t->start_at));
+	if (t->end_at > 0)
+		json_object_set_new(o, "end_at", json_integer(t->end_at));
+	if (t->max_occurrences > 0) {
+		json_object_set_new(o, "max_occurrences",
+				    json_integer(t->max_occurrences));
+		if (t->max_occurrences - t->occurrences < left)
+			left = t->max_occurrences - t->occurrences;
+	}
+	json_object_set_new(o, "occurrences", json_integer(t->occurrences));
+	if (t->status != TASK_SCHEDULED && t->status != TASK_FIRING)
+		left = 0;
+	for (; left > 0 && due >= 0; left--) {
+		json_array_append_new(next, json_integer(due));
+		due = task_cron_next(t->cron, t->timezone, due, t->end_at, err,
+				     sizeof(err));
+	}
+	json_object_set_new(o, "next_occurrences", next);
 }
 
 json_t *
@@ -556,6 +764,8 @@ task_to_json(const struct task *t)
 	if (t->priority != 0)
 		json_object_set_new(o, "priority", json_integer(t->priority));
 	json_object_set_new(o, "attempt", json_integer(t->attempt));
+	if (t->cron != NULL)
+		recurring_to_json(o, t);
 	json_object_set_new(o, "created_at", json_integer(t->created_at));
 	json_object_set_new(o, "updated_at", json_integer(t->updated_at));
 	json_object_set_new(o, "fired_at",

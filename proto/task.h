@@ -33,6 +33,15 @@ enum task_callback_status {
 	TASK__CB_COUNT
 };
 
+/* What a recurring task does about occurrences missed in an outage. */
+enum task_misfire {
+	TASK_MISFIRE_NONE, /* not a recurring task */
+	TASK_MISFIRE_FIRE_ONCE,
+	TASK_MISFIRE_FIRE_ALL,
+	TASK_MISFIRE_SKIP,
+	TASK__MISFIRE_COUNT
+};
+
 struct task {
 	char id[TASK_ID_MAX + 1];
 	int id_given; /* the client chose the id */
@@ -49,7 +58,13 @@ struct task {
 	int priority;
 	char *cron;
 	char *timezone;
-	uint64_t content_hash; /* of the submission, for idempotent replays */
+	/* Recurring tasks (cron set): due_at is the next occurrence. */
+	enum task_misfire misfire;
+	int64_t start_at;	 /* 0: from submission */
+	int64_t end_at;		 /* 0: open-ended */
+	int64_t max_occurrences; /* 0: unlimited */
+	int64_t occurrences;	 /* published so far */
+	uint64_t content_hash;	 /* of the submission, for idempotent replays */
 
 	/* Stored state. */
 	enum task_status status;
@@ -66,6 +81,7 @@ struct task {
 struct task_limits {
 	size_t max_body;
 	int64_t max_delay_ms;
+	const char *callback_hosts; /* allow-list (callback.h); NULL: any */
 };
 
 /* A client error: HTTP status, machine code, offending field, message. */
@@ -89,6 +105,16 @@ void task_clear(struct task *t);
 
 const char *task_status_name(enum task_status s);
 int task_status_parse(const char *s, enum task_status *out);
+/* "fire_once", "fire_all", "skip" ("" for TASK_MISFIRE_NONE). */
+const char *task_misfire_name(enum task_misfire m);
+int task_misfire_parse(const char *s, enum task_misfire *out);
+/*
+ * The next occurrence of a recurring task strictly after after_ms and not
+ * after end_at (0: no end), or -1 if there is none. -2 with err filled
+ * when the expression or zone is unusable (never for a stored task).
+ */
+int64_t task_cron_next(const char *cron, const char *zone, int64_t after_ms,
+		       int64_t end_at, char *err, size_t errlen);
 const char *task_callback_status_name(enum task_callback_status s);
 int task_callback_status_parse(const char *s, enum task_callback_status *out);
 

@@ -22,6 +22,7 @@
 #include "redis.h"
 #include "schema.h"
 #include "scripts.h"
+#include "url.h"
 #include "worker.h"
 #include "xmalloc.h"
 #include "zk.h"
@@ -912,19 +913,39 @@ elect(struct worker *w)
 
 /* Membership ------------------------------------------------------------ */
 
+/* Where others reach our /metrics (the manager's console sums the
+ * workers' lateness): worker.http_listen, with a wildcard address replaced
+ * by the host name. */
+static void
+metrics_addr(const struct worker *w, const char *host, char *buf, size_t len)
+{
+	const char *listen = cfg_str(w->cfg, CFG_WORKER_HTTP_LISTEN);
+	char lhost[256];
+	int port;
+
+	if (hostport_parse(listen, lhost, sizeof(lhost), &port) == 0 &&
+	    (lhost[0] == '\0' || !strcmp(lhost, "0.0.0.0") ||
+	     !strcmp(lhost, "::")))
+		snprintf(buf, len, "%s:%d", host, port);
+	else
+		snprintf(buf, len, "%s", listen);
+}
+
 static char *
 member_json(const struct worker *w)
 {
-	char host[256];
+	char host[256], metrics[300];
 	json_t *j;
 	char *s;
 
 	if (gethostname(host, sizeof(host)) != 0)
 		snprintf(host, sizeof(host), "unknown");
 	host[sizeof(host) - 1] = '\0';
-	j = json_pack("{s:s, s:s, s:i, s:I, s:s}", "id", w->id, "host", host,
-		      "pid", (int)getpid(), "started_at",
-		      (json_int_t)clock_now_ms(), "version", PACKAGE_VERSION);
+	metrics_addr(w, host, metrics, sizeof(metrics));
+	j = json_pack("{s:s, s:s, s:i, s:I, s:s, s:s}", "id", w->id, "host",
+		      host, "pid", (int)getpid(), "started_at",
+		      (json_int_t)clock_now_ms(), "version", PACKAGE_VERSION,
+		      "metrics", metrics);
 	s = json_dumps(j, JSON_COMPACT | JSON_PRESERVE_ORDER);
 	json_decref(j);
 	return s;

@@ -8,6 +8,7 @@
 
 #include <event2/event.h>
 
+#include "callback.h"
 #include "cfg.h"
 #include "crashpoint.h"
 #include "daemon.h"
@@ -60,8 +61,43 @@ firing_expire(struct worker *w, struct wtask *t)
 	mark_enqueue(w, t);
 }
 
-/* Returns 0 when handed to Kafka, 1 when expired instead, -1 when the task
- * was dropped (and freed). */
+/*
+ * An occurrence of a recurring task: keeps what indexing the next one
+ * needs, and decides about a misfire (fired later than the threshold).
+ * fire_all publishes every occurrence whatever its lateness; fire_once
+ * publishes a late one (the DB update then resumes the series after its
+ * publish time); skip records it without publishing. Returns 1 when skipped (handed to the DB update).
+ */
+static int
+recurring_prepare(struct worker *w, struct wtask *t, const struct task *pt,
+		  int64_t now)
+{
+	struct task copy = *pt;
+	size_t len;
+
+	t->recurring = 1;
+	copy.attempt = 0;
+	xfree(t->payload);
+	t->payload = payload_encode(&copy, &len);
+	t->misfired = pt->misfire != TASK_MISFIRE_FIRE_ALL &&
+		      now - pt->due_at > w->misfire_threshold_ms;
+	if (!t->misfired)
+		return 0;
+	metric_inc(w->m.misfires);
+	log_info("recurring task misfired",
+		 "id=%s occurrence=%lld late_ms=%lld policy=%s", t->id,
+		 (long long)pt->due_at, (long long)(now - pt->due_at),
+		 task_misfire_name(pt->misfire));
+	if (pt->misfire != TASK_MISFIRE_SKIP)
+		return 0;
+	t->skip = 1;
+	t->fired_at = 0;
+	mark_enqueue(w, t);
+	return 1;
+}
+
+/* Returns 0 when handed to Kafka, 1 when expired or skipped instead, -1
+ * when the task was dropped (and freed). */
 int
 firing_publish_task(struct worker *w, struct wtask *t, const struct task *pt)
 {
@@ -73,6 +109,9 @@ firing_publish_task(struct worker *w, struct wtask *t, const struct task *pt)
 	json_t *v;
 
 	t->due_at = pt->due_at;
+	if (pt->misfire != TASK_MISFIRE_NONE &&
+	    recurring_prepare(w, t, pt, now))
+		return 1;
 	if (pt->ttl_ms > 0 && now > pt->due_at + pt->ttl_ms) {
 		log_info("task expired before it could fire",
 			 "id=%s due_at=%lld ttl_ms=%lld", t->id,
@@ -82,17 +121,26 @@ firing_publish_task(struct worker *w, struct wtask *t, const struct task *pt)
 	}
 	CRASHPOINT("after_claim_before_publish");
 	h = rd_kafka_headers_new(
-		8 + (pt->headers ? json_object_size(pt->headers) : 0));
+		9 + (pt->headers ? json_object_size(pt->headers) : 0));
 	rd_kafka_header_add(h, KHDR_ID, -1, t->id, -1);
 	add_header_int(h, KHDR_DUE_AT, pt->due_at);
 	add_header_int(h, KHDR_FIRED_AT, now);
 	add_header_int(h, KHDR_ATTEMPT, t->attempt);
 	add_header_int(h, KHDR_SLOT, t->slot);
 	add_header_int(h, KHDR_EPOCH, t->epoch);
+	if (t->recurring)
+		add_header_int(h, KHDR_OCCURRENCE, pt->due_at);
 	if (pt->headers != NULL)
 		json_object_foreach (pt->headers, k, v)
 			rd_kafka_header_add(h, k, -1, json_string_value(v),
 					    (ssize_t)json_string_length(v));
+	if (pt->callback != NULL) {
+		char *cb =
+			callback_header_encode(pt->callback, pt->max_attempts);
+
+		rd_kafka_header_add(h, KHDR_CALLBACK, -1, cb, -1);
+		xfree(cb);
+	}
 	snprintf(topic, sizeof(topic), "%s%s", w->topic_prefix, pt->topic);
 	key = pt->key != NULL ? pt->key : t->id;
 	t->fired_at = now;
@@ -154,6 +202,9 @@ firing_dr_cb(void *opaque, rd_kafka_resp_err_t err, void *arg)
 
 /* The delivered/expired updates ------------------------------------- */
 
+/* What a recurring task not updated by its batch does in Redis. */
+enum { MK_FORGET, MK_LEAVE, MK_REINDEX };
+
 struct mark_job {
 	struct db_job job;
 	struct worker *w;
@@ -161,6 +212,7 @@ struct mark_job {
 	size_t n;
 	int *updated;
 	size_t *order; /* indices of the updated tasks */
+	int *leave;    /* recurring, not updated: MK_* */
 	size_t nupdated;
 	int64_t now;
 };
@@ -171,6 +223,30 @@ bind_log_row(struct db_params *p, size_t i, void *arg)
 	struct mark_job *mj = arg;
 	struct wtask *t = mj->tasks[mj->order[i]];
 
+	if (t->recurring) {
+		if (t->next_due >= 0)
+			snprintf(t->note, sizeof(t->note),
+				 "occurrence %lld %s%s, next %lld",
+				 (long long)t->due_at,
+				 t->skip ? "skipped" : "published",
+				 t->misfired ? " (misfire)" : "",
+				 (long long)t->next_due);
+		else
+			snprintf(t->note, sizeof(t->note),
+				 "occurrence %lld %s%s, series ended",
+				 (long long)t->due_at,
+				 t->skip ? "skipped" : "published",
+				 t->misfired ? " (misfire)" : "");
+		db_params_str(p, t->id);
+		db_params_str(p, t->from_db ? "firing" : "scheduled");
+		db_params_str(p, t->next_due >= 0 ? "scheduled" : "delivered");
+		db_params_str(p, mj->w->id);
+		db_params_int(p, t->epoch);
+		db_params_int(p, t->attempt);
+		db_params_int(p, t->skip ? mj->now : t->fired_at);
+		db_params_str(p, t->note);
+		return;
+	}
 	db_params_str(p, t->id);
 	db_params_str(p, t->from_db ? "firing" : "scheduled");
 	db_params_str(p, t->expire ? "expired" : "delivered");
@@ -288,6 +364,93 @@ out:
 	return rc;
 }
 
+/*
+ * Records one occurrence of a recurring task and schedules the next in
+ * the same transaction, if the row still waits for this very occurrence.
+ * The next occurrence follows the occurrence itself; after a misfire it
+ * follows the publish time (fire_once) or now (skip), which drops the
+ * occurrences missed in between.
+ */
+static int
+mark_recurring(struct db_conn *c, struct mark_job *mj, size_t i)
+{
+	struct wtask *t = mj->tasks[i];
+	struct db_params p;
+	struct db_rows rows;
+	unsigned long long a = 0;
+	int64_t after, max, occ;
+	int published = !t->skip, rc = -1;
+	char err[256];
+
+	db_params_init(&p, 10);
+	db_params_str(&p, t->id);
+	if (db_query(c, SQL_TASK_CRON_LOCK, &p, &rows) < 0)
+		goto out;
+	if (rows.nrows == 0) {
+		/* Cancelled or ended: forget it. */
+		db_rows_free(&rows);
+		rc = 0;
+		goto out;
+	}
+	if (db_rows_int(&rows, 0, SQL_CC_DUE_AT) != t->due_at) {
+		/* This occurrence was recorded already (we published a
+		 * duplicate, e.g. of a claim requeued after its publisher died
+		 * between the COMMIT and the Redis update): index the row's
+		 * next occurrence as the DB has it, rather than leave a stale
+		 * claim that would be requeued again and again. Firing in DB
+		 * mode: its publisher decides. */
+		if (!strcmp(db_rows_get(&rows, 0, SQL_CC_STATUS, NULL),
+			    "scheduled")) {
+			t->next_due = db_rows_int(&rows, 0, SQL_CC_DUE_AT);
+			mj->leave[i] = MK_REINDEX;
+		} else {
+			mj->leave[i] = MK_LEAVE;
+		}
+		db_rows_free(&rows);
+		rc = 0;
+		goto out;
+	}
+	after = t->due_at;
+	if (t->misfired)
+		after = t->skip ? mj->now : t->fired_at;
+	if (after < t->due_at)
+		after = t->due_at;
+	max = db_rows_int(&rows, 0, SQL_CC_MAX_OCCURRENCES);
+	occ = db_rows_int(&rows, 0, SQL_CC_OCCURRENCES) + published;
+	t->next_due = -1;
+	if (max <= 0 || occ < max)
+		t->next_due = task_cron_next(
+			db_rows_get(&rows, 0, SQL_CC_CRON, NULL),
+			db_rows_get(&rows, 0, SQL_CC_TIMEZONE, NULL), after,
+			db_rows_int(&rows, 0, SQL_CC_END_AT), err, sizeof(err));
+	db_rows_free(&rows);
+	if (t->next_due < -1)
+		t->next_due = -1;
+	p.n = 0;
+	db_params_str(&p, t->next_due >= 0 ? "scheduled" : "delivered");
+	db_params_int(&p, t->next_due >= 0 ? t->next_due : t->due_at);
+	db_params_int(&p, published);
+	db_params_int(&p, t->next_due >= 0 ? 0 : t->attempt);
+	db_params_int(&p, t->epoch);
+	if (published) {
+		db_params_int(&p, t->fired_at);
+		db_params_int(&p, mj->now);
+	} else {
+		db_params_null(&p);
+		db_params_null(&p);
+	}
+	db_params_int(&p, mj->now);
+	db_params_str(&p, t->id);
+	db_params_int(&p, t->due_at);
+	if (db_exec(c, SQL_TASK_CRON_NEXT, &p, &a) < 0)
+		goto out;
+	mj->updated[i] = a > 0;
+	rc = 0;
+out:
+	db_params_free(&p);
+	return rc;
+}
+
 static int
 mark_run(struct db_conn *c, struct db_job *job)
 {
@@ -309,6 +472,7 @@ mark_run(struct db_conn *c, struct db_job *job)
 		unsigned long long a = 0;
 
 		mj->updated[i] = 0;
+		mj->leave[i] = MK_FORGET;
 		if (t->expire) {
 			p.n = 0;
 			db_params_int(&p, mj->now);
@@ -325,8 +489,14 @@ mark_run(struct db_conn *c, struct db_job *job)
 				goto fail;
 		}
 		/* A newer epoch owns the slot: its owner decides. */
-		if (fence[t->slot] <= t->epoch)
+		if (fence[t->slot] > t->epoch) {
+			mj->leave[i] = t->recurring ? MK_LEAVE : MK_FORGET;
+		} else if (t->recurring) {
+			if (mark_recurring(c, mj, i) < 0)
+				goto fail;
+		} else {
 			todo[ntodo++] = i;
+		}
 	}
 	done = 0;
 	for (size_t k = 0; k < sizeof(chunks) / sizeof(chunks[0]); k++)
@@ -389,13 +559,101 @@ count_attempts(struct worker *w, struct wtask **tasks, size_t n)
 		slot_eval_init(&ev, SCRIPT_ATTEMPTED, slot, "a");
 		for (size_t i = 0; i < n; i++) {
 			if (tasks[i]->slot != slot || tasks[i]->expire ||
-			    tasks[i]->counted)
+			    tasks[i]->skip || tasks[i]->counted)
 				continue;
 			tasks[i]->counted = 1;
 			redis_args_addstr(&ev.a, tasks[i]->id);
 		}
 		if (ev.a.argc > 4)
 			slot_eval_send(&ev, w->redis, NULL, NULL);
+		slot_eval_free(&ev);
+	}
+}
+
+struct cron_index {
+	struct worker *w;
+	int slot;
+	int soon; /* a next occurrence within the look-ahead */
+};
+
+static void
+cron_indexed_cb(struct redis *r, redisReply *reply, void *arg)
+{
+	struct cron_index *ci = arg;
+
+	if (reply != NULL && reply->type == REDIS_REPLY_INTEGER && ci->soon)
+		scanner_wake(ci->w, ci->slot);
+	else if (reply == NULL || reply->type == REDIS_REPLY_ERROR)
+		log_debug("next occurrences not indexed (redis away)",
+			  "slot=%d", ci->slot);
+	xfree(ci);
+}
+
+/*
+ * After the DB update: finished tasks leave Redis; recurring tasks whose
+ * next occurrence was scheduled are indexed at it (the DB has it anyway:
+ * a loader, rebuild or sweeper would index it if this is lost); those
+ * whose Redis state is newer than ours are left alone.
+ */
+static void
+recurring_next(struct worker *w, struct mark_job *mj)
+{
+	struct wtask **gone = xcalloc(mj->n + 1, sizeof(*gone));
+	int64_t now = clock_now_ms();
+	size_t ngone = 0;
+
+	for (size_t i = 0; i < mj->n; i++) {
+		struct wtask *t = mj->tasks[i];
+
+		if (!t->recurring || (mj->leave[i] == MK_FORGET &&
+				      !(mj->updated[i] && t->next_due >= 0)))
+			gone[ngone++] = t;
+	}
+	forget(w, gone, ngone);
+	xfree(gone);
+	for (int slot = 0; slot < w->nslots; slot++) {
+		struct slot_eval ev;
+		int soon = 0;
+
+		slot_eval_init(&ev, SCRIPT_CRON_NEXT, slot, "itadc");
+		for (size_t i = 0; i < mj->n; i++) {
+			struct wtask *t = mj->tasks[i];
+			struct task pt;
+			char *pl = NULL;
+			size_t len = 0;
+
+			if (t->slot != slot || !t->recurring ||
+			    !((mj->updated[i] && t->next_due >= 0) ||
+			      mj->leave[i] == MK_REINDEX))
+				continue;
+			if (t->next_due < now + w->horizon_ms + 60000 &&
+			    t->payload != NULL &&
+			    payload_decode(t->payload, strlen(t->payload),
+					   &pt) == 0) {
+				pt.due_at = t->next_due;
+				pl = payload_encode(&pt, &len);
+				task_clear(&pt);
+			}
+			/* Arguments are borrowed until sent: the task keeps the
+			 * payload (it is released after this). */
+			xfree(t->payload);
+			t->payload = pl;
+			redis_args_addstr(&ev.a, t->id);
+			redis_args_addint(&ev.a, t->next_due);
+			redis_args_add(&ev.a, pl ? pl : "", len);
+			if (t->next_due < now + w->lookahead_ms)
+				soon = 1;
+		}
+		if (ev.a.argc > 8) {
+			struct cron_index *ci = xcalloc(1, sizeof(*ci));
+
+			ci->w = w;
+			ci->slot = slot;
+			ci->soon = soon;
+			if (slot_eval_send(&ev, w->redis, cron_indexed_cb, ci) <
+			    0)
+				xfree(ci);
+		}
 		slot_eval_free(&ev);
 	}
 }
@@ -428,8 +686,10 @@ mark_done_cb(struct db_job *job, int status, const char *err)
 				fenced++;
 			else if (mj->tasks[i]->expire)
 				metric_inc(w->m.expired);
-			else
+			else if (!mj->tasks[i]->skip)
 				metric_inc(w->m.delivered);
+			if (mj->updated[i] && mj->tasks[i]->recurring)
+				metric_inc(w->m.occurrences);
 		}
 		if (fenced > 0) {
 			/* Already final (another publisher won) or a newer
@@ -438,13 +698,14 @@ mark_done_cb(struct db_job *job, int status, const char *err)
 			log_info("state updates refused", "count=%zu", fenced);
 		}
 		CRASHPOINT("after_mark_before_forget");
-		forget(w, mj->tasks, mj->n);
+		recurring_next(w, mj);
 		for (size_t i = 0; i < mj->n; i++)
 			wtask_release(w, mj->tasks[i]);
 	}
 	xfree(mj->tasks);
 	xfree(mj->updated);
 	xfree(mj->order);
+	xfree(mj->leave);
 	xfree(mj);
 	if (w->mark_n > 0)
 		mark_schedule(w);
@@ -464,6 +725,7 @@ mark_flush(struct worker *w)
 	mj->tasks = xcalloc(n, sizeof(*mj->tasks));
 	mj->updated = xcalloc(n, sizeof(int));
 	mj->order = xcalloc(n, sizeof(size_t));
+	mj->leave = xcalloc(n, sizeof(int));
 	mj->n = n;
 	mj->now = clock_now_ms();
 	for (size_t i = 0; i < n; i++) {

@@ -156,6 +156,8 @@ main(int argc, char **argv)
 	w.slots = xcalloc((size_t)w.nslots, sizeof(*w.slots));
 	w.lookahead_ms = cfg_int(w.cfg, CFG_WORKER_LOOKAHEAD_MS);
 	w.lease_ms = cfg_int(w.cfg, CFG_WORKER_LEASE_MS);
+	w.misfire_threshold_ms =
+		cfg_int(w.cfg, CFG_WORKER_MISFIRE_THRESHOLD_MS);
 	w.horizon_ms = cfg_int(w.cfg, CFG_TASK_HORIZON_MS);
 	w.claim_batch = (int)cfg_int(w.cfg, CFG_WORKER_CLAIM_BATCH);
 	w.scan_batch = (int)cfg_int(w.cfg, CFG_WORKER_SCAN_BATCH);
@@ -185,6 +187,8 @@ main(int argc, char **argv)
 				    65536, 30, err, sizeof(err));
 	if (w.http == NULL)
 		log_fatal("http", "error=\"%s\"", err);
+	/* Only /metrics, /healthz and /readyz: a few scrapers. */
+	http_server_set_max_connections(w.http, 64);
 	evhttp_set_gencb(w.http, route_cb, &w);
 	if (coord_start(&w, err, sizeof(err)) < 0)
 		log_fatal("coordination", "error=\"%s\"", err);
@@ -218,7 +222,7 @@ main(int argc, char **argv)
 	redis_destroy(w.redis_sub);
 	redis_destroy(w.redis);
 	timerwheel_destroy(w.wheel);
-	evhttp_free(w.http);
+	http_server_free(w.http);
 	daemon_destroy(w.daemon);
 	event_base_free(w.base);
 	metrics_free_all();

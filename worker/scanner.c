@@ -63,6 +63,7 @@ wtask_release(struct worker *w, struct wtask *t)
 	if (timerwheel_pending(&t->timer))
 		timerwheel_cancel(w->wheel, &t->timer);
 	hmap_del(w->tasks, t->id);
+	xfree(t->payload);
 	xfree(t);
 	if (busy && --w->slots[slot].busy == 0)
 		coord_slot_idle(w, slot);
@@ -889,6 +890,19 @@ wake_cb(struct redis *r, redisReply *msg, void *arg)
 		w->slots[slot].rescan = 1;
 	else
 		scan_slot(w, (int)slot, clock_now_ms());
+}
+
+void
+scanner_wake(struct worker *w, int slot)
+{
+	struct wslot *s = &w->slots[slot];
+
+	if (w->stopping || !s->owned || s->mode != SM_REDIS)
+		return;
+	if (s->scanning)
+		s->rescan = 1;
+	else
+		scan_slot(w, slot, clock_now_ms());
 }
 
 void

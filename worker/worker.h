@@ -28,6 +28,11 @@ struct hmap;
 	  "Tasks marked delivered in the database")                            \
 	X(expired, COUNTER, "prophet_tasks_expired_total",                     \
 	  "Tasks given up because their ttl_ms passed before publishing")      \
+	X(occurrences, COUNTER, "prophet_cron_occurrences_total",              \
+	  "Occurrences of recurring tasks recorded (published or skipped)")    \
+	X(misfires, COUNTER, "prophet_cron_misfires_total",                    \
+	  "Occurrences of recurring tasks fired later than "                   \
+	  "worker.misfire_threshold_ms (published per fire_once, or skipped)") \
 	X(publish_errors, COUNTER, "prophet_publish_errors_total",             \
 	  "Produce calls or delivery reports that failed")                     \
 	X(lateness, HISTOGRAM, "prophet_fire_lateness_seconds",                \
@@ -83,7 +88,8 @@ struct hmap;
 	X(self_fenced, GAUGE, "prophet_self_fenced",                           \
 	  "1 while claiming is stopped because ZooKeeper is unreachable")      \
 	X(redis_up, GAUGE, "prophet_redis_up", "1 when Redis is connected")    \
-	X(db_up, GAUGE, "prophet_db_up", "Database connections up")            \
+	X(db_up, GAUGE, "prophet_db_connections",                              \
+	  "Database connections open (of db.pool_size)")                       \
 	X(zk_up, GAUGE, "prophet_zookeeper_up",                                \
 	  "1 when the ZooKeeper session is connected")
 
@@ -91,8 +97,7 @@ struct worker_metrics {
 #define WM_FIELD(f, t, n, h) struct metric *f;
 	WORKER_METRICS(WM_FIELD)
 #undef WM_FIELD
-	struct metric *pending; /* per slot */
-	struct metric *epoch;	/* per slot */
+	struct metric *epoch; /* per slot */
 };
 
 enum wtask_state {
@@ -115,6 +120,13 @@ struct wtask {
 	int expire;  /* ttl passed: mark expired, do not publish */
 	int from_db; /* claimed from the DB (status firing there) */
 	int counted; /* its attempt is recorded in Redis */
+	/* Recurring tasks: due_at is the occurrence being fired. */
+	int recurring;
+	int misfired; /* fired later than the misfire threshold */
+	int skip;     /* misfired under policy skip: recorded, not published */
+	int64_t next_due; /* set by the DB update; -1: the series ended */
+	char *payload;	  /* to index the next occurrence with */
+	char note[112];	  /* its task_log note (bound by pointer) */
 	struct timerwheel_timer timer;
 	struct wtask *next; /* claim queue or mark batch */
 	struct worker *w;
@@ -181,6 +193,7 @@ struct worker {
 	int64_t lookahead_ms;
 	int64_t lease_ms;
 	int64_t horizon_ms;
+	int64_t misfire_threshold_ms;
 	int claim_batch;
 	int scan_batch;
 	int queue_max;
@@ -247,6 +260,8 @@ void scanner_save_pointer(struct worker *w, int slot, int64_t until,
 /* Redis answers again: claims whose reply was lost go back to due. */
 void scanner_redis_up(struct worker *w);
 struct limbo;
+/* Scans a slot now (a recurring task's next occurrence was just indexed). */
+void scanner_wake(struct worker *w, int slot);
 /* Drops the tasks of a slot that wait in the wheel or the claim queue
  * (they stay due in Redis for the next owner). */
 void scanner_drop_slot(struct worker *w, int slot);

@@ -5,7 +5,8 @@
 /*
  * libFuzzer target for everything that parses untrusted input without a
  * server: the task JSON codec and validation (what every submission goes
- * through), the Redis payload codec, slot node JSON and URLs. A crash, a
+ * through), the Redis payload codec, slot node JSON, URLs and cron
+ * expressions (with their occurrences in a DST zone). A crash, a
  * sanitizer report, or a round trip that changes a valid task is a bug.
  */
 
@@ -15,9 +16,11 @@
 
 #include <jansson.h>
 
+#include "cron.h"
 #include "payload.h"
 #include "slot.h"
 #include "task.h"
+#include "tz.h"
 #include "url.h"
 #include "zknode.h"
 
@@ -40,10 +43,33 @@ check_round_trip(const struct task *t)
 	free(p);
 }
 
+/* Occurrences are whole seconds, strictly increasing. */
+static void
+check_cron(const char *s)
+{
+	char err[256];
+	const struct tz *z = tz_get("Europe/Berlin", err, sizeof(err));
+	struct cron_error e;
+	struct cron c;
+	int64_t t = 1796040000123LL;
+
+	if (z == NULL || cron_parse(s, &c, &e) != 0)
+		return;
+	for (int i = 0; i < 3; i++) {
+		int64_t n = cron_next(&c, z, t);
+
+		if (n < 0)
+			return;
+		if (n <= t || n % 1000 != 0)
+			abort();
+		t = n;
+	}
+}
+
 int
 LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-	const struct task_limits lim = {65536, 315576000000LL};
+	const struct task_limits lim = {65536, 315576000000LL, NULL};
 	struct task_error err;
 	struct slot_node n;
 	struct task t;
@@ -75,6 +101,7 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	s[size] = '\0';
 	if (url_parse(s, &u, why, sizeof(why)) == 0)
 		url_clear(&u);
+	check_cron(s);
 	free(s);
 	return 0;
 }

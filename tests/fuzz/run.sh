@@ -13,6 +13,7 @@ clang -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined
 	-D_GNU_SOURCE -I"$src/common" -I"$src/proto" \
 	$(pkg-config --cflags jansson libmariadb libevent) \
 	"$src/tests/fuzz/fuzz_task.c" "$src/proto/task.c" "$src/proto/payload.c" \
+	"$src/proto/callback.c" "$src/proto/cron.c" "$src/common/tz.c" \
 	"$src/proto/slot.c" "$src/proto/zknode.c" "$src/common/url.c" \
 	"$src/common/xmalloc.c" "$src/common/log.c" "$src/common/db.c" \
 	$(pkg-config --libs jansson libmariadb libevent) -lpthread -o "$out/fuzz_task"

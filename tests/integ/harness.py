@@ -607,6 +607,7 @@ class Proc:
         self.log_path = log_path
         self.popen = None
         self.starts = 0
+        self.env = None  # extra environment variables
         _ALL_PROCS.append(self)
 
     def start(self):
@@ -620,8 +621,9 @@ class Proc:
         argv = self.argv
         if _SETPRIV:
             argv = [_SETPRIV, "--pdeathsig", "KILL", "--"] + argv
-        self.popen = subprocess.Popen(argv, stdout=f, stderr=subprocess.STDOUT,
-                                      stdin=subprocess.DEVNULL)
+        self.popen = subprocess.Popen(
+            argv, stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            env=dict(os.environ, **self.env) if self.env else None)
         f.close()
         return self
 

@@ -16,12 +16,14 @@ import harness as h  # noqa: E402
 
 C = None
 API = None
+LIMIT = 64
 
 
 def setup():
     global C, API
     C = h.Cluster(workers=0, name="hostile",
-                  conf={"http.timeout_s": 2}).open()
+                  conf={"http.timeout_s": 2,
+                        "http.max_connections": LIMIT}).open()
     C.start_manager()
     API = C.api()
 
@@ -124,7 +126,7 @@ def test_slowloris_does_not_starve_others():
             except OSError:
                 return
             time.sleep(0.5)
-    ths = [threading.Thread(target=slow, daemon=True) for _ in range(50)]
+    ths = [threading.Thread(target=slow, daemon=True) for _ in range(40)]
     for t in ths:
         t.start()
     time.sleep(1)
@@ -151,6 +153,73 @@ def test_slowloris_does_not_starve_others():
     finally:
         s.close()
     h.check(time.monotonic() - t0 < 5, "idle connection cut late")
+
+
+def hold(n, stop, socks):
+    """n connections each sending a header line every 0.5 s (never done,
+    never idle long enough for the request timeout)."""
+    host, port = C.manager_addr.split(":")
+
+    def one():
+        s = socket.create_connection((host, int(port)), timeout=10)
+        socks.append(s)
+        try:
+            s.sendall(b"POST /v1/tasks HTTP/1.1\r\nHost: x\r\n")
+            while not stop.is_set():
+                s.sendall(b"X-A: b\r\n")
+                time.sleep(0.5)
+        except OSError:
+            pass
+    ths = [threading.Thread(target=one, daemon=True) for _ in range(n)]
+    for t in ths:
+        t.start()
+    return ths
+
+
+def metric(name):
+    r = API.get("/metrics")
+    for line in r.text.splitlines():
+        if line.startswith(name + " "):
+            return float(line.split()[1])
+    return None
+
+
+def test_connection_limit():
+    paused0 = metric("prophet_http_accept_paused_total")
+    h.check(paused0 is not None, "prophet_http_accept_paused_total exported")
+    stop = threading.Event()
+    socks = []
+    hold(LIMIT, stop, socks)  # with the API's own connection: over the limit
+    time.sleep(1.5)
+    host, port = C.manager_addr.split(":")
+    s = socket.create_connection((host, int(port)), timeout=1.5)
+    s.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+    try:
+        early = s.recv(1024)
+    except socket.timeout:
+        early = None
+    h.check(early is None, "a connection over the limit was served: %r" %
+            (early[:40] if early else early))
+    # Free some: the waiting connection is accepted and answered.
+    for held in socks[:8]:
+        held.close()
+    s.settimeout(5)
+    try:
+        resp = s.recv(1024)
+    except socket.timeout:
+        resp = b""
+    s.close()
+    h.check_eq(status_of(resp), 200, "the waiting client after slots freed")
+    stop.set()
+    for held in socks:
+        held.close()
+    time.sleep(1)
+    h.check(metric("prophet_http_accept_paused_total") > paused0,
+            "the limit was counted in prophet_http_accept_paused_total")
+    h.check_eq(API.get("/healthz").status, 200, "healthy after the limit")
+    conns = metric("prophet_http_connections")
+    h.check(conns is not None and conns <= 3,
+            "open connections back down after release: %s" % conns)
 
 
 def test_nothing_stored_and_healthy():

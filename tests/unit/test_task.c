@@ -21,7 +21,7 @@
 #define MAX_BODY 1024
 #define MAX_DELAY (INT64_C(86400000) * 365)
 
-static const struct task_limits lim = {MAX_BODY, MAX_DELAY};
+static const struct task_limits lim = {MAX_BODY, MAX_DELAY, NULL};
 
 /*
  * Test JSON is written with ' for " so it stays readable; no test needs a
@@ -630,15 +630,109 @@ test_optional_fields(void **state)
 		    "priority");
 }
 
+/* NOW is 2023-11-14T22:13:20Z, a Tuesday. */
 static void
-test_cron_unsupported(void **state)
+test_cron_submit(void **state)
+{
+	struct task t;
+	json_t *j;
+
+	(void)state;
+	accept_text("{'topic':'t','body':'b','cron':'*/10 * * * * *'}", NOW,
+		    &t);
+	assert_string_equal(t.cron, "*/10 * * * * *");
+	assert_string_equal(t.timezone, "UTC");
+	assert_int_equal(t.misfire, TASK_MISFIRE_FIRE_ONCE);
+	/* NOW is on a 10 s boundary: the first occurrence is at or after
+	 * the submission. */
+	assert_int_equal(t.due_at, NOW);
+	task_clear(&t);
+	/* 09:00 Berlin (CET, +1) on the next weekday. */
+	accept_text("{'topic':'t','body':'b','cron':'0 9 * * MON-FRI',"
+		    "'timezone':'Europe/Berlin','misfire':'skip',"
+		    "'max_occurrences':3,'end_at':1710000000000}",
+		    NOW, &t);
+	assert_int_equal(t.due_at, INT64_C(1700035200000));
+	assert_int_equal(t.misfire, TASK_MISFIRE_SKIP);
+	assert_int_equal(t.max_occurrences, 3);
+	j = task_to_json(&t);
+	assert_int_equal(
+		json_array_size(json_object_get(j, "next_occurrences")), 3);
+	assert_int_equal(json_integer_value(json_array_get(
+				 json_object_get(j, "next_occurrences"), 1)),
+			 INT64_C(1700035200000) + 24 * 3600000);
+	assert_string_equal(json_string_value(json_object_get(j, "misfire")),
+			    "skip");
+	json_decref(j);
+	task_clear(&t);
+	/* start_at in the future: the first occurrence at or after it. */
+	accept_text("{'topic':'t','body':'b','cron':'0 0 * * *',"
+		    "'start_at':1700179200000}",
+		    NOW, &t);
+	assert_int_equal(t.due_at, INT64_C(1700179200000));
+	task_clear(&t);
+}
+
+static void
+test_cron_reject(void **state)
 {
 	(void)state;
-
 	reject_json(with("cron", json_string("*/5 * * * *")), 400,
-		    "unsupported", "cron");
+		    "invalid_value", "delay_ms");
 	reject_json(with("timezone", json_string("Europe/Paris")), 400,
-		    "unsupported", "cron");
+		    "invalid_value", "timezone");
+	reject_text("{'topic':'t','body':'b','cron':'0 0 L * *'}", 400,
+		    "invalid_value", "cron.day_of_month");
+	reject_text("{'topic':'t','body':'b','cron':'0 0 * * 1#2'}", 400,
+		    "invalid_value", "cron.day_of_week");
+	reject_text("{'topic':'t','body':'b','cron':'* * *'}", 400,
+		    "invalid_value", "cron");
+	reject_text("{'topic':'t','body':'b','cron':5}", 400, "invalid_type",
+		    "cron");
+	reject_text("{'topic':'t','body':'b','cron':'* * * * *',"
+		    "'timezone':'Mars/Olympus'}",
+		    400, "invalid_value", "timezone");
+	reject_text("{'topic':'t','body':'b','cron':'* * * * *',"
+		    "'timezone':'../../etc/passwd'}",
+		    400, "invalid_value", "timezone");
+	reject_text("{'topic':'t','body':'b','cron':'* * * * *',"
+		    "'misfire':'later'}",
+		    400, "invalid_value", "misfire");
+	reject_text("{'topic':'t','body':'b','cron':'* * * * *',"
+		    "'max_occurrences':0}",
+		    400, "invalid_value", "max_occurrences");
+	reject_text("{'topic':'t','body':'b','cron':'* * * * *',"
+		    "'end_at':1600000000000}",
+		    400, "invalid_value", "end_at");
+	/* No occurrence before end_at; none ever. */
+	reject_text("{'topic':'t','body':'b','cron':'0 0 1 1 *',"
+		    "'end_at':1700100000000}",
+		    400, "invalid_value", "cron");
+	reject_text("{'topic':'t','body':'b','cron':'0 0 30 2 *'}", 400,
+		    "invalid_value", "cron");
+	reject_text("{'topic':'t','body':'b','delay_ms':5,'misfire':'skip'}",
+		    400, "invalid_value", "misfire");
+}
+
+/* A replay submitted later hashes the same; a different schedule does
+ * not. */
+static void
+test_cron_hash(void **state)
+{
+	struct task a, b, c;
+
+	(void)state;
+	accept_text("{'topic':'t','body':'b','cron':'* * * * *'}", NOW, &a);
+	accept_text("{'topic':'t','body':'b','cron':'* * * * *'}", NOW + 90000,
+		    &b);
+	accept_text("{'topic':'t','body':'b','cron':'* * * * *',"
+		    "'misfire':'skip'}",
+		    NOW, &c);
+	assert_true(a.content_hash == b.content_hash);
+	assert_true(a.content_hash != c.content_hash);
+	task_clear(&a);
+	task_clear(&b);
+	task_clear(&c);
 }
 
 /* A failure after every allocation has happened must free them all. */
@@ -651,7 +745,11 @@ test_late_failure_clears(void **state)
 		"{'id':'x1','topic':'t','body':'b','delay_ms':1,'key':'k',"
 		"'headers':{'a':'1'},'callback':{'url':'http://h'},"
 		"'max_attempts':3,'ttl_ms':5,'priority':1,'cron':'* * * * *'}",
-		400, "unsupported", "cron");
+		400, "invalid_value", "delay_ms");
+	reject_text("{'id':'x1','topic':'t','body':'b','key':'k',"
+		    "'headers':{'a':'1'},'callback':{'url':'http://h'},"
+		    "'max_attempts':3,'ttl_ms':5,'cron':'* * * * *'}",
+		    400, "invalid_value", "ttl_ms");
 	reject_text("{'topic':'t','body':'b','delay_ms':1,'key':'k',"
 		    "'headers':{'a':'1'},'callback':{'url':'http://h'},"
 		    "'priority':5000}",
@@ -979,7 +1077,9 @@ main(void)
 		cmocka_unit_test(test_callback),
 		cmocka_unit_test(test_max_attempts),
 		cmocka_unit_test(test_optional_fields),
-		cmocka_unit_test(test_cron_unsupported),
+		cmocka_unit_test(test_cron_submit),
+		cmocka_unit_test(test_cron_reject),
+		cmocka_unit_test(test_cron_hash),
 		cmocka_unit_test(test_late_failure_clears),
 		cmocka_unit_test(test_hash_replay),
 		cmocka_unit_test(test_hash_changes),

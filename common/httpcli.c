@@ -1,0 +1,299 @@
+#ifdef HAVE_CONFIG_H
+#include "config.h"
+#endif
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <curl/curl.h>
+#include <event2/event.h>
+
+#include "daemon.h"
+#include "httpcli.h"
+#include "log.h"
+#include "xmalloc.h"
+
+#define HTTPCLI_KEEP_BODY 4096
+
+struct httpcli {
+	struct event_base *base;
+	CURLM *multi;
+	struct event *timer;
+	size_t running;
+	struct hreq *all; /* every running request, to abandon at destroy */
+	struct hsock *socks;
+};
+
+struct hreq {
+	struct httpcli *h;
+	CURL *easy;
+	struct curl_slist *hdrs;
+	char *body;
+	char got[HTTPCLI_KEEP_BODY];
+	size_t got_len;
+	char errbuf[CURL_ERROR_SIZE];
+	int64_t start_us;
+	httpcli_done_fn done_cb;
+	void *arg;
+	struct hreq *prev, *next;
+};
+
+/* One per socket curl watches. */
+struct hsock {
+	struct event *ev;
+	struct hsock *prev, *next;
+};
+
+static void
+hsock_free(struct httpcli *h, struct hsock *hs)
+{
+	if (hs->prev != NULL)
+		hs->prev->next = hs->next;
+	else
+		h->socks = hs->next;
+	if (hs->next != NULL)
+		hs->next->prev = hs->prev;
+	event_free(hs->ev);
+	xfree(hs);
+}
+
+static void check_done(struct httpcli *h);
+
+static void
+event_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct httpcli *h = arg;
+	int flags = (what & EV_READ ? CURL_CSELECT_IN : 0) |
+		    (what & EV_WRITE ? CURL_CSELECT_OUT : 0);
+	int running;
+
+	curl_multi_socket_action(h->multi, fd, flags, &running);
+	check_done(h);
+}
+
+static void
+timer_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct httpcli *h = arg;
+	int running;
+
+	curl_multi_socket_action(h->multi, CURL_SOCKET_TIMEOUT, 0, &running);
+	check_done(h);
+}
+
+static int
+socket_cb(CURL *easy, curl_socket_t s, int what, void *userp, void *socketp)
+{
+	struct httpcli *h = userp;
+	struct hsock *hs = socketp;
+	short kind;
+
+	if (what == CURL_POLL_REMOVE) {
+		if (hs != NULL)
+			hsock_free(h, hs);
+		curl_multi_assign(h->multi, s, NULL);
+		return 0;
+	}
+	kind = EV_PERSIST | (what & CURL_POLL_IN ? EV_READ : 0) |
+	       (what & CURL_POLL_OUT ? EV_WRITE : 0);
+	if (hs == NULL) {
+		hs = xcalloc(1, sizeof(*hs));
+		hs->next = h->socks;
+		if (h->socks != NULL)
+			h->socks->prev = hs;
+		h->socks = hs;
+		curl_multi_assign(h->multi, s, hs);
+	} else {
+		event_free(hs->ev);
+	}
+	hs->ev = event_new(h->base, s, kind, event_cb, h);
+	event_add(hs->ev, NULL);
+	return 0;
+}
+
+static int
+multi_timer_cb(CURLM *multi, long timeout_ms, void *userp)
+{
+	struct httpcli *h = userp;
+	struct timeval tv;
+
+	if (timeout_ms < 0) {
+		evtimer_del(h->timer);
+		return 0;
+	}
+	tv.tv_sec = timeout_ms / 1000;
+	tv.tv_usec = (timeout_ms % 1000) * 1000;
+	evtimer_add(h->timer, &tv);
+	return 0;
+}
+
+static size_t
+write_cb(char *ptr, size_t size, size_t nmemb, void *arg)
+{
+	struct hreq *r = arg;
+	size_t n = size * nmemb, room = sizeof(r->got) - 1 - r->got_len;
+
+	memcpy(r->got + r->got_len, ptr, n < room ? n : room);
+	r->got_len += n < room ? n : room;
+	return n;
+}
+
+static void
+hreq_free(struct hreq *r)
+{
+	struct httpcli *h = r->h;
+
+	if (r->prev != NULL)
+		r->prev->next = r->next;
+	else
+		h->all = r->next;
+	if (r->next != NULL)
+		r->next->prev = r->prev;
+	curl_multi_remove_handle(h->multi, r->easy);
+	curl_easy_cleanup(r->easy);
+	curl_slist_free_all(r->hdrs);
+	xfree(r->body);
+	xfree(r);
+	h->running--;
+}
+
+static void
+check_done(struct httpcli *h)
+{
+	CURLMsg *msg;
+	int left;
+
+	while ((msg = curl_multi_info_read(h->multi, &left)) != NULL) {
+		struct httpcli_result res;
+		struct hreq *r;
+
+		if (msg->msg != CURLMSG_DONE)
+			continue;
+		curl_easy_getinfo(msg->easy_handle, CURLINFO_PRIVATE, &r);
+		memset(&res, 0, sizeof(res));
+		res.seconds = (double)(clock_mono_us() - r->start_us) / 1e6;
+		if (msg->data.result != CURLE_OK) {
+			res.transport = 1;
+			snprintf(res.error, sizeof(res.error), "%s",
+				 r->errbuf[0] ? r->errbuf
+					      : curl_easy_strerror(
+							msg->data.result));
+		} else {
+			curl_easy_getinfo(r->easy, CURLINFO_RESPONSE_CODE,
+					  &res.status);
+			if (res.status < 200 || res.status > 299)
+				snprintf(res.error, sizeof(res.error),
+					 "HTTP %ld", res.status);
+		}
+		r->got[r->got_len] = '\0';
+		res.body = r->got;
+		res.body_len = r->got_len;
+		r->done_cb(&res, r->arg);
+		hreq_free(r);
+	}
+}
+
+struct httpcli *
+httpcli_create(struct event_base *base)
+{
+	struct httpcli *h = xcalloc(1, sizeof(*h));
+
+	if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK)
+		log_fatal("curl_global_init failed", "");
+	h->base = base;
+	h->multi = curl_multi_init();
+	if (h->multi == NULL)
+		log_fatal("curl_multi_init failed", "");
+	h->timer = evtimer_new(base, timer_cb, h);
+	curl_multi_setopt(h->multi, CURLMOPT_SOCKETFUNCTION, socket_cb);
+	curl_multi_setopt(h->multi, CURLMOPT_SOCKETDATA, h);
+	curl_multi_setopt(h->multi, CURLMOPT_TIMERFUNCTION, multi_timer_cb);
+	curl_multi_setopt(h->multi, CURLMOPT_TIMERDATA, h);
+	return h;
+}
+
+void
+httpcli_destroy(struct httpcli *h)
+{
+	if (h == NULL)
+		return;
+	while (h->all != NULL)
+		hreq_free(h->all);
+	curl_multi_cleanup(h->multi);
+	while (h->socks != NULL)
+		hsock_free(h, h->socks);
+	event_free(h->timer);
+	xfree(h);
+	curl_global_cleanup();
+}
+
+void
+httpcli_request(struct httpcli *h, const struct httpcli_req *rq,
+		httpcli_done_fn done_cb, void *arg)
+{
+	struct hreq *r = xcalloc(1, sizeof(*r));
+	CURL *e = curl_easy_init();
+
+	if (e == NULL)
+		log_fatal("curl_easy_init failed", "");
+	r->h = h;
+	r->easy = e;
+	r->done_cb = done_cb;
+	r->arg = arg;
+	r->start_us = clock_mono_us();
+	for (size_t i = 0; rq->headers != NULL && rq->headers[i] != NULL; i++)
+		r->hdrs = curl_slist_append(r->hdrs, rq->headers[i]);
+	/* no "Expect: 100-continue" round trip before a body */
+	r->hdrs = curl_slist_append(r->hdrs, "Expect:");
+	curl_easy_setopt(e, CURLOPT_URL, rq->url);
+#if LIBCURL_VERSION_NUM >= 0x075500
+	curl_easy_setopt(e, CURLOPT_PROTOCOLS_STR, "http,https");
+	curl_easy_setopt(e, CURLOPT_REDIR_PROTOCOLS_STR, "http,https");
+#else
+	curl_easy_setopt(e, CURLOPT_PROTOCOLS,
+			 (long)(CURLPROTO_HTTP | CURLPROTO_HTTPS));
+	curl_easy_setopt(e, CURLOPT_REDIR_PROTOCOLS,
+			 (long)(CURLPROTO_HTTP | CURLPROTO_HTTPS));
+#endif
+	curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
+	curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, rq->timeout_ms);
+	curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS,
+			 rq->timeout_ms < 10000 ? rq->timeout_ms : 10000L);
+	curl_easy_setopt(e, CURLOPT_FOLLOWLOCATION,
+			 rq->max_redirects > 0 ? 1L : 0L);
+	curl_easy_setopt(e, CURLOPT_MAXREDIRS, rq->max_redirects);
+	curl_easy_setopt(e, CURLOPT_HTTPHEADER, r->hdrs);
+	curl_easy_setopt(e, CURLOPT_USERAGENT, "prophet-notifier/" VERSION);
+	curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, write_cb);
+	curl_easy_setopt(e, CURLOPT_WRITEDATA, r);
+	curl_easy_setopt(e, CURLOPT_ERRORBUFFER, r->errbuf);
+	curl_easy_setopt(e, CURLOPT_PRIVATE, r);
+	if (!strcmp(rq->method, "POST") || !strcmp(rq->method, "PUT") ||
+	    !strcmp(rq->method, "PATCH")) {
+		r->body = xmalloc(rq->body_len + 1);
+		if (rq->body_len > 0)
+			memcpy(r->body, rq->body, rq->body_len);
+		r->body[rq->body_len] = '\0';
+		curl_easy_setopt(e, CURLOPT_POST, 1L);
+		curl_easy_setopt(e, CURLOPT_POSTFIELDS, r->body);
+		curl_easy_setopt(e, CURLOPT_POSTFIELDSIZE_LARGE,
+				 (curl_off_t)rq->body_len);
+		if (strcmp(rq->method, "POST"))
+			curl_easy_setopt(e, CURLOPT_CUSTOMREQUEST, rq->method);
+	} else if (!strcmp(rq->method, "DELETE")) {
+		curl_easy_setopt(e, CURLOPT_CUSTOMREQUEST, "DELETE");
+	}
+	r->next = h->all;
+	if (h->all != NULL)
+		h->all->prev = r;
+	h->all = r;
+	h->running++;
+	curl_multi_add_handle(h->multi, e);
+}
+
+size_t
+httpcli_running(const struct httpcli *h)
+{
+	return h->running;
+}

@@ -1,0 +1,339 @@
+#ifdef HAVE_CONFIG_H
+#include "config.h"
+#endif
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <event2/buffer.h>
+#include <event2/dns.h>
+#include <event2/event.h>
+#include <event2/http.h>
+#include <jansson.h>
+
+#include "cfg.h"
+#include "daemon.h"
+#include "http.h"
+#include "keys.h"
+#include "log.h"
+#include "manager.h"
+#include "promtext.h"
+#include "url.h"
+#include "xmalloc.h"
+#include "zk.h"
+#include "zknode.h"
+
+/*
+ * GET /v1/cluster/lateness: the fire lateness histogram of the whole
+ * cluster, for the console's live chart. Lateness is measured where tasks
+ * are published, in each worker's prophet_fire_lateness_seconds; every
+ * worker writes the address of its /metrics into its ZooKeeper node
+ * ("metrics"), so the manager lists /workers, scrapes each worker as
+ * Prometheus would, and sums the buckets. Each worker's buckets are in the
+ * answer too: the counters are cumulative, and the console charts the
+ * difference between two answers worker by worker (a worker that restarts
+ * starts again from zero).
+ */
+
+#define LATENESS_METRIC "prophet_fire_lateness_seconds"
+#define SCRAPE_TIMEOUT_S 2
+#define REPLY_TIMEOUT_MS 3000
+#define SCRAPE_MAX_BYTES (1 << 20)
+#define SCRAPE_MAX_WORKERS 256
+
+struct late {
+	struct manager *mg;
+	struct evhttp_request *req;
+	int outstanding;
+	int replied;
+	int zk_failed;
+	int64_t now;
+	json_t *workers; /* array of {"id","metrics","ok",...} */
+	struct promtext_hist sum;
+	int summed; /* workers in sum */
+	struct event *timeout;
+};
+
+struct late_worker {
+	struct late *l;
+	json_t *entry; /* borrowed from l->workers */
+	char id[ZKNODE_ID_MAX];
+};
+
+static void
+late_reply(struct late *l, int code)
+{
+	json_t *le, *counts, *out;
+
+	if (l->replied)
+		return;
+	l->replied = 1;
+	if (code != 200) {
+		http_reply_error(l->req, code, "unavailable", NULL,
+				 "zookeeper did not answer");
+		return;
+	}
+	le = json_array();
+	counts = json_array();
+	for (size_t i = 0; i < l->sum.nbuckets; i++) {
+		/* JSON has no infinity: the +Inf bound is null. */
+		json_array_append_new(le, isinf(l->sum.le[i])
+						  ? json_null()
+						  : json_real(l->sum.le[i]));
+		json_array_append_new(
+			counts, json_integer((json_int_t)l->sum.count[i]));
+	}
+	out = json_pack("{s:I, s:s, s:O, s:{s:o, s:o, s:f, s:I, s:i}}", "at",
+			(json_int_t)l->now, "metric", LATENESS_METRIC,
+			"workers", l->workers, "lateness", "le", le, "counts",
+			counts, "sum", l->sum.sum, "count",
+			(json_int_t)l->sum.total, "workers", l->summed);
+	http_reply_json(l->req, 200, out);
+}
+
+static void
+late_put(struct late *l)
+{
+	if (--l->outstanding > 0)
+		return;
+	late_reply(l, l->zk_failed ? 503 : 200);
+	event_free(l->timeout);
+	json_decref(l->workers);
+	l->mg->inflight--;
+	xfree(l);
+}
+
+static void
+timeout_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct late *l = arg;
+
+	late_reply(l, l->zk_failed ? 503 : 200);
+}
+
+static void worker_failed(struct late_worker *w, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+
+static void
+worker_failed(struct late_worker *w, const char *fmt, ...)
+{
+	char msg[256];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	json_object_set_new(w->entry, "ok", json_false());
+	json_object_set_new(w->entry, "error", json_string(msg));
+}
+
+static void
+scrape_cb(struct evhttp_request *r, void *arg)
+{
+	struct late_worker *w = arg;
+	struct late *l = w->l;
+	struct promtext_hist h;
+	struct evbuffer *in;
+	size_t len;
+
+	if (r == NULL || evhttp_request_get_response_code(r) == 0) {
+		worker_failed(w, "%s", "no answer from its /metrics");
+	} else if (evhttp_request_get_response_code(r) != 200) {
+		worker_failed(w, "/metrics answered %d",
+			      evhttp_request_get_response_code(r));
+	} else {
+		in = evhttp_request_get_input_buffer(r);
+		len = evbuffer_get_length(in);
+		if (promtext_histogram((const char *)evbuffer_pullup(in, -1),
+				       len, LATENESS_METRIC, &h) < 0) {
+			worker_failed(w, "%s", "no " LATENESS_METRIC);
+		} else if (l->summed > 0 &&
+			   promtext_hist_add(&l->sum, &h) < 0) {
+			worker_failed(w, "%s", "its buckets differ");
+		} else {
+			if (l->summed++ == 0)
+				l->sum = h;
+			json_t *counts = json_array();
+
+			for (size_t i = 0; i < h.nbuckets; i++)
+				json_array_append_new(
+					counts,
+					json_integer((json_int_t)h.count[i]));
+			json_object_set_new(w->entry, "ok", json_true());
+			json_object_set_new(w->entry, "counts", counts);
+			json_object_set_new(w->entry, "count",
+					    json_integer((json_int_t)h.total));
+			json_object_set_new(w->entry, "sum", json_real(h.sum));
+		}
+	}
+	xfree(w);
+	late_put(l);
+}
+
+static struct evdns_base *
+dns_base(struct manager *mg)
+{
+	if (mg->dns == NULL)
+		mg->dns = evdns_base_new(mg->base,
+					 EVDNS_BASE_INITIALIZE_NAMESERVERS);
+	return mg->dns;
+}
+
+static int
+scrape(struct late_worker *w, const char *addr)
+{
+	struct manager *mg = w->l->mg;
+	struct evhttp_connection *conn;
+	struct evhttp_request *r;
+	char host[256];
+	int port;
+
+	if (hostport_parse(addr, host, sizeof(host), &port) < 0) {
+		worker_failed(w, "bad metrics address '%s'", addr);
+		return -1;
+	}
+	conn = evhttp_connection_base_new(mg->base, dns_base(mg), host,
+					  (ev_uint16_t)port);
+	if (conn == NULL) {
+		worker_failed(w, "cannot connect to %s", addr);
+		return -1;
+	}
+	evhttp_connection_set_timeout(conn, SCRAPE_TIMEOUT_S);
+	evhttp_connection_set_retries(conn, 0);
+	evhttp_connection_set_max_body_size(conn, SCRAPE_MAX_BYTES);
+	r = evhttp_request_new(scrape_cb, w);
+	evhttp_add_header(evhttp_request_get_output_headers(r), "Host", host);
+	/* Before the request: a failure may complete it (scrape_cb runs)
+	 * before evhttp_make_request returns. */
+	evhttp_connection_free_on_completion(conn);
+	if (evhttp_make_request(conn, r, EVHTTP_REQ_GET, "/metrics") < 0) {
+		evhttp_connection_free(conn);
+		worker_failed(w, "cannot connect to %s", addr);
+		return -1;
+	}
+	return 0;
+}
+
+/* A loopback address named by a worker on another host would reach
+ * whatever listens on that port here. */
+static int
+elsewhere_loopback(const char *addr, const char *worker_host)
+{
+	char host[256], self[256];
+	int port;
+
+	if (hostport_parse(addr, host, sizeof(host), &port) < 0)
+		return 0;
+	if (strncmp(host, "127.", 4) != 0 && strcmp(host, "::1") != 0 &&
+	    strcmp(host, "localhost") != 0)
+		return 0;
+	if (gethostname(self, sizeof(self)) != 0)
+		return 0;
+	self[sizeof(self) - 1] = '\0';
+	return worker_host != NULL && strcmp(worker_host, self) != 0;
+}
+
+static void
+node_cb(struct zk *z, int rc, const char *data, int len, const struct Stat *st,
+	void *arg)
+{
+	struct late_worker *w = arg;
+	struct late *l = w->l;
+	json_t *j = NULL;
+	const char *addr;
+
+	if (rc == ZOK && data != NULL && len > 0)
+		j = json_loadb(data, (size_t)len, 0, NULL);
+	addr = json_string_value(json_object_get(j, "metrics"));
+	if (addr == NULL) {
+		worker_failed(w, "%s",
+			      rc == ZOK ? "its node has no metrics address"
+					: "its node is gone");
+	} else if (elsewhere_loopback(addr, json_string_value(json_object_get(
+						    j, "host")))) {
+		json_object_set_new(w->entry, "metrics", json_string(addr));
+		worker_failed(w, "%s",
+			      "its metrics listen on the loopback of another "
+			      "host (worker.http_listen)");
+	} else {
+		json_object_set_new(w->entry, "metrics", json_string(addr));
+		if (!l->replied && scrape(w, addr) == 0) {
+			/* scrape_cb frees w and drops the reference */
+			json_decref(j);
+			return;
+		}
+	}
+	json_decref(j);
+	xfree(w);
+	late_put(l);
+}
+
+static void
+children_cb(struct zk *z, int rc, const struct String_vector *names, void *arg)
+{
+	struct late *l = arg;
+	char path[512];
+
+	if (rc != ZOK) {
+		l->zk_failed = 1;
+		late_put(l);
+		return;
+	}
+	for (int i = 0; i < names->count && i < SCRAPE_MAX_WORKERS; i++) {
+		struct late_worker *w = xcalloc(1, sizeof(*w));
+
+		w->l = l;
+		snprintf(w->id, sizeof(w->id), "%s", names->data[i]);
+		w->entry = json_pack("{s:s, s:n, s:b}", "id", w->id, "metrics",
+				     "ok", 0);
+		json_array_append_new(l->workers, w->entry);
+		snprintf(path, sizeof(path), "%s%s/%s",
+			 cfg_str(l->mg->cfg, CFG_CLUSTER_ROOT), ZPATH_WORKERS,
+			 names->data[i]);
+		l->outstanding++;
+		if (zk_aget(z, path, 0, node_cb, w) < 0) {
+			l->outstanding--;
+			worker_failed(w, "%s", "zookeeper refused the read");
+			xfree(w);
+		}
+	}
+	late_put(l);
+}
+
+void
+lateness_get(struct manager *mg, struct evhttp_request *req)
+{
+	struct late *l = xcalloc(1, sizeof(*l));
+	struct timeval tv = {REPLY_TIMEOUT_MS / 1000,
+			     (REPLY_TIMEOUT_MS % 1000) * 1000};
+	char path[512];
+
+	l->mg = mg;
+	l->req = req;
+	l->now = clock_now_ms();
+	l->workers = json_array();
+	l->outstanding = 1; /* ours, dropped at the end */
+	l->timeout = evtimer_new(mg->base, timeout_cb, l);
+	evtimer_add(l->timeout, &tv);
+	mg->inflight++;
+	snprintf(path, sizeof(path), "%s%s", cfg_str(mg->cfg, CFG_CLUSTER_ROOT),
+		 ZPATH_WORKERS);
+	l->outstanding++;
+	if (zk_aget_children(mg->zk, path, 0, children_cb, l) < 0) {
+		l->outstanding--;
+		l->zk_failed = 1;
+	}
+	late_put(l);
+}
+
+void
+lateness_shutdown(struct manager *mg)
+{
+	if (mg->dns != NULL)
+		evdns_base_free(mg->dns, 0);
+	mg->dns = NULL;
+}

@@ -1,0 +1,314 @@
+#ifdef HAVE_CONFIG_H
+#include "config.h"
+#endif
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cfg.h"
+#include "daemon.h"
+#include "keys.h"
+#include "log.h"
+#include "metrics.h"
+#include "notifier.h"
+#include "xmalloc.h"
+
+/*
+ * The Kafka side: messages of the due-task topics and of the retry topic,
+ * each held until its outcome is durable. A partition's offset is
+ * committed only up to the first message still in hand, so a restart
+ * replays at most what was in progress.
+ */
+
+void
+nmsg_free(struct nmsg *m)
+{
+	xfree(m->topic);
+	xfree(m->body);
+	xfree(m->key);
+	callback_spec_clear(&m->cb);
+	xfree(m);
+}
+
+static struct npart *
+part_get(struct notifier *n, const char *topic, int32_t partition)
+{
+	struct npart *p;
+
+	for (p = n->parts; p != NULL; p = p->next)
+		if (p->partition == partition && !strcmp(p->topic, topic))
+			return p;
+	p = xcalloc(1, sizeof(*p));
+	p->topic = xstrdup(topic);
+	p->partition = partition;
+	p->committed = -1;
+	p->next = n->parts;
+	n->parts = p;
+	return p;
+}
+
+static void
+part_advance(struct notifier *n, struct npart *p)
+{
+	int64_t next = -1;
+	struct nmsg *m;
+
+	while ((m = p->head) != NULL && m->done) {
+		next = m->offset + 1;
+		p->head = m->next;
+		if (p->head == NULL)
+			p->tail = NULL;
+		nmsg_free(m);
+		n->pending--;
+	}
+	if (next >= 0 && next > p->committed) {
+		kafka_consumer_commit(n->consumer, p->topic, p->partition,
+				      next);
+		p->committed = next;
+	}
+	metric_set(n->m.pending, (double)n->pending);
+	if (n->held && !n->stopping &&
+	    n->pending <
+		    (size_t)cfg_int(n->cfg, CFG_NOTIFIER_MAX_PENDING) / 2) {
+		n->held = 0;
+		kafka_consumer_hold(n->consumer, 0);
+	}
+}
+
+void
+nmsg_done(struct nmsg *m)
+{
+	m->done = 1;
+	part_advance(m->n, m->part);
+}
+
+/* A header's value as a new string (NULL if absent). */
+static char *
+header_dup(rd_kafka_headers_t *h, const char *name)
+{
+	const void *v;
+	size_t len;
+
+	if (h == NULL ||
+	    rd_kafka_header_get_last(h, name, &v, &len) !=
+		    RD_KAFKA_RESP_ERR_NO_ERROR ||
+	    v == NULL)
+		return NULL;
+	return xstrndup(v, len);
+}
+
+static int64_t
+header_int(rd_kafka_headers_t *h, const char *name, int64_t def)
+{
+	char *s = header_dup(h, name), *end;
+	long long v;
+
+	if (s == NULL)
+		return def;
+	v = strtoll(s, &end, 10);
+	if (end == s || *end != '\0')
+		v = def;
+	xfree(s);
+	return v;
+}
+
+/* Fills the callback of m from the message; 0 if it has none. */
+static int
+parse(struct notifier *n, struct nmsg *m, const rd_kafka_message_t *km)
+{
+	rd_kafka_headers_t *h = NULL;
+	const char *ktopic = rd_kafka_topic_name(km->rkt);
+	size_t plen = strlen(n->topic_prefix);
+	char *id, *spec;
+	int retry = !strcmp(ktopic, n->retry_ktopic);
+
+	rd_kafka_message_headers(km, &h);
+	id = header_dup(h, retry ? RHDR_OF : KHDR_ID);
+	if (id == NULL || !task_id_valid(id, strlen(id))) {
+		xfree(id);
+		return 0;
+	}
+	snprintf(m->id, sizeof(m->id), "%s", id);
+	xfree(id);
+	if (retry) {
+		m->attempt = (int)header_int(h, RHDR_ATTEMPT, 2);
+		m->due_at = header_int(h, RHDR_DUE_AT, 0);
+		m->occurrence = header_int(h, RHDR_OCCURRENCE, 0);
+		m->topic = header_dup(h, RHDR_TOPIC);
+		if (m->topic == NULL)
+			m->topic = xstrdup("");
+	} else {
+		m->attempt = 1;
+		m->due_at = header_int(h, KHDR_DUE_AT, 0);
+		m->occurrence = header_int(h, KHDR_OCCURRENCE, 0);
+		m->topic = xstrdup(strncmp(ktopic, n->topic_prefix, plen)
+					   ? ktopic
+					   : ktopic + plen);
+	}
+	spec = header_dup(h, KHDR_CALLBACK);
+	if (spec != NULL) {
+		if (callback_spec_parse(spec, strlen(spec), &m->cb) < 0) {
+			log_warn("unusable prophet-callback header; skipped",
+				 "id=%s topic=%s", m->id, ktopic);
+			xfree(spec);
+			return 0;
+		}
+		xfree(spec);
+	} else {
+		const char *k, *v;
+		size_t nr = cfg_extra_count(n->cfg, "notifier.routes");
+		int found = 0;
+
+		for (size_t i = 0; i < nr && !found; i++) {
+			cfg_extra_get(n->cfg, "notifier.routes", i, &k, &v);
+			if (!strcmp(k, m->topic)) {
+				callback_spec_route(v, &m->cb);
+				found = 1;
+			}
+		}
+		if (!found)
+			return 0;
+	}
+	m->max_attempts =
+		m->cb.max_attempts > 0
+			? m->cb.max_attempts
+			: (int)cfg_int(n->cfg, CFG_NOTIFIER_MAX_ATTEMPTS);
+	if (m->attempt < 1)
+		m->attempt = 1;
+	m->body = xmemdup(km->payload ? km->payload : "", km->len);
+	m->body_len = km->len;
+	if (km->key != NULL && km->key_len > 0) {
+		m->key = xmemdup(km->key, km->key_len);
+		m->key_len = km->key_len;
+	}
+	return 1;
+}
+
+static void
+message_cb(const rd_kafka_message_t *km, void *arg)
+{
+	struct notifier *n = arg;
+	struct nmsg *m = xcalloc(1, sizeof(*m));
+	char host[300];
+
+	metric_inc(n->m.consumed);
+	m->n = n;
+	m->offset = km->offset;
+	m->part = part_get(n, rd_kafka_topic_name(km->rkt), km->partition);
+	if (m->part->tail != NULL)
+		m->part->tail->next = m;
+	else
+		m->part->head = m;
+	m->part->tail = m;
+	n->pending++;
+	metric_set(n->m.pending, (double)n->pending);
+	if (n->pending >= (size_t)cfg_int(n->cfg, CFG_NOTIFIER_MAX_PENDING) &&
+	    !n->held) {
+		n->held = 1;
+		kafka_consumer_hold(n->consumer, 1);
+	}
+	if (!parse(n, m, km)) {
+		metric_inc(n->m.skipped);
+		nmsg_done(m);
+		return;
+	}
+	if (callback_url_origin(m->cb.url, m->origin, sizeof(m->origin), host,
+				sizeof(host)) < 0) {
+		metric_inc(n->m.cb_refused);
+		outcome_handle(m, 0, 0, "callback URL has no usable host", 1);
+		return;
+	}
+	if (!callback_host_allowed(
+		    cfg_str(n->cfg, CFG_HTTP_CALLBACK_HOSTS_ALLOWED), host)) {
+		metric_inc(n->m.cb_refused);
+		outcome_handle(m, 0, 0,
+			       "host not in http.callback_hosts_allowed", 1);
+		return;
+	}
+	flow_enqueue(n, m);
+}
+
+/* notifier.topics -> the Kafka subscription: each task topic with the
+ * prefix, regexes as written, and the retry topic. */
+static char *
+subscription(struct notifier *n, char *err, size_t errlen)
+{
+	const char *p = cfg_str(n->cfg, CFG_NOTIFIER_TOPICS);
+	size_t cap = strlen(p) * 2 + strlen(n->retry_ktopic) + 256, len = 0;
+	char *out = xmalloc(cap);
+
+	out[0] = '\0';
+	while (*p) {
+		size_t k;
+
+		while (*p == ' ' || *p == ',')
+			p++;
+		k = strcspn(p, ", ");
+		if (k == 0)
+			break;
+		if (p[0] != '^' && !task_topic_valid(p, k)) {
+			snprintf(err, errlen,
+				 "notifier.topics: '%.*s' is not a topic name",
+				 (int)k, p);
+			xfree(out);
+			return NULL;
+		}
+		len += (size_t)snprintf(out + len, cap - len, "%s%.*s,",
+					p[0] == '^' ? "" : n->topic_prefix,
+					(int)k, p);
+		p += k;
+	}
+	snprintf(out + len, cap - len, "%s", n->retry_ktopic);
+	return out;
+}
+
+int
+consume_start(struct notifier *n, char *err, size_t errlen)
+{
+	char *topics = subscription(n, err, errlen);
+
+	if (topics == NULL)
+		return -1;
+	n->consumer = kafka_consumer_create(n->base, n->cfg,
+					    cfg_str(n->cfg, CFG_NOTIFIER_GROUP),
+					    topics, message_cb, n, err, errlen);
+	if (n->consumer == NULL) {
+		xfree(topics);
+		return -1;
+	}
+	log_info("consuming", "topics=%s group=%s", topics,
+		 cfg_str(n->cfg, CFG_NOTIFIER_GROUP));
+	xfree(topics);
+	return 0;
+}
+
+void
+consume_hold(struct notifier *n)
+{
+	n->held = 1;
+	kafka_consumer_hold(n->consumer, 1);
+}
+
+/* Leaves the group; what was not done is redelivered to its next member
+ * (offsets were never committed past it). */
+void
+consume_stop(struct notifier *n)
+{
+	struct npart *p, *pn;
+
+	kafka_consumer_destroy(n->consumer);
+	n->consumer = NULL;
+	for (p = n->parts; p != NULL; p = pn) {
+		struct nmsg *m, *mn;
+
+		pn = p->next;
+		for (m = p->head; m != NULL; m = mn) {
+			mn = m->next;
+			nmsg_free(m);
+		}
+		xfree(p->topic);
+		xfree(p);
+	}
+	n->parts = NULL;
+}

@@ -1,0 +1,272 @@
+#ifdef HAVE_CONFIG_H
+#include "config.h"
+#endif
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <event2/event.h>
+#include <event2/thread.h>
+
+#include "cfg.h"
+#include "daemon.h"
+#include "db.h"
+#include "hmap.h"
+#include "http.h"
+#include "httpcli.h"
+#include "kafka.h"
+#include "log.h"
+#include "metrics.h"
+#include "notifier.h"
+#include "xmalloc.h"
+
+static void
+register_metrics(struct notifier *n)
+{
+#define NM_REG(f, t, name, h) \
+	n->m.f = metrics_register(METRIC_##t, name, h, NULL, 0);
+	NOTIFIER_METRICS(NM_REG)
+#undef NM_REG
+}
+
+static void
+gauges_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct notifier *n = arg;
+
+	metric_set(n->m.db_up, db_pool_connected(n->db));
+	flow_sweep(n);
+}
+
+static int
+draining(const struct notifier *n)
+{
+	return n->inflight > 0 || n->busy > 0 || n->rec_n > 0 ||
+	       n->rec_jobs > 0;
+}
+
+/* Graceful stop: nothing new starts; running callbacks finish (or the
+ * grace runs out) and their outcomes are recorded. */
+static void
+drain_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct notifier *n = arg;
+
+	if (!draining(n) || clock_mono_ms() > n->stop_deadline_ms)
+		event_base_loopexit(n->base, NULL);
+}
+
+static void
+stop_cb(int count, void *arg)
+{
+	struct notifier *n = arg;
+	struct timeval tick = {0, 10000};
+
+	if (count > 1) {
+		log_warn("second stop signal: exiting now", "");
+		exit(1);
+	}
+	daemon_notify("STOPPING=1");
+	log_info("stop requested", "running=%d waiting=%zu recording=%zu",
+		 n->inflight, n->queued, n->rec_n);
+	n->stopping = 1;
+	consume_hold(n);
+	flow_abandon(n);
+	n->stop_deadline_ms =
+		clock_mono_ms() + cfg_int(n->cfg, CFG_NOTIFIER_STOP_GRACE_MS);
+	n->stop_ev = event_new(n->base, -1, EV_PERSIST, drain_cb, n);
+	event_add(n->stop_ev, &tick);
+}
+
+static void
+reload_cb(void *arg)
+{
+	struct notifier *n = arg;
+	enum log_level lvl;
+	char err[512];
+
+	if (cfg_reload(n->cfg, err, sizeof(err)) < 0) {
+		log_error("reload failed; keeping the running config",
+			  "error=\"%s\"", err);
+		return;
+	}
+	log_level_parse(cfg_str(n->cfg, CFG_LOG_LEVEL), &lvl);
+	log_set_level(lvl);
+	log_info("config reloaded", "");
+}
+
+static void
+route_cb(struct evhttp_request *req, void *arg)
+{
+	struct notifier *n = arg;
+	const char *path =
+		evhttp_uri_get_path(evhttp_request_get_evhttp_uri(req));
+
+	if (path != NULL && !strcmp(path, "/metrics")) {
+		http_metrics_cb(req, n);
+	} else if (path != NULL && !strcmp(path, "/healthz")) {
+		http_reply_json(req, 200, json_pack("{s:b}", "ok", 1));
+	} else if (path != NULL && !strcmp(path, "/readyz")) {
+		int db = db_pool_connected(n->db) > 0;
+		int kafka = !kafka_brokers_down(n->dlq);
+		int ok = db && kafka && !n->stopping;
+
+		http_reply_json(req, ok ? 200 : 503,
+				json_pack("{s:b, s:b, s:b, s:i, s:i, s:s}",
+					  "ready", ok, "db", db, "kafka", kafka,
+					  "running", n->inflight, "waiting",
+					  (int)n->queued, "id", n->id));
+	} else {
+		http_reply_error(req, 404, "not_found", NULL, "no route");
+	}
+}
+
+/* Routes must be usable URLs: fail at start, naming the key. */
+static void
+check_routes(const struct cfg *cfg)
+{
+	size_t nr = cfg_extra_count(cfg, "notifier.routes");
+
+	for (size_t i = 0; i < nr; i++) {
+		struct callback_spec cb;
+		char origin[300];
+		const char *k, *v;
+
+		cfg_extra_get(cfg, "notifier.routes", i, &k, &v);
+		callback_spec_route(v, &cb);
+		if ((strncmp(v, "http://", 7) && strncmp(v, "https://", 8)) ||
+		    callback_url_origin(v, origin, sizeof(origin), NULL, 0) < 0)
+			log_fatal("bad config",
+				  "key=notifier.routes.%s error=\"'%s' is not "
+				  "an http(s) URL\"",
+				  k, v);
+		callback_spec_clear(&cb);
+	}
+}
+
+/*
+ * The consumer stops polling while max_pending messages are in hand (a
+ * slow or dead host can keep it so for long); librdkafka would take that
+ * for a hung member after max.poll.interval.ms (5 min) and leave the
+ * group. Unless configured, allow the maximum, 24 h: a dead process is
+ * still noticed by its missing heartbeats (session.timeout.ms).
+ */
+static void
+default_poll_interval(struct cfg *cfg)
+{
+	size_t nx = cfg_extra_count(cfg, "kafka.consumer");
+	char err[128];
+
+	for (size_t i = 0; i < nx; i++) {
+		const char *k, *v;
+
+		cfg_extra_get(cfg, "kafka.consumer", i, &k, &v);
+		if (!strcmp(k, "max.poll.interval.ms"))
+			return;
+	}
+	cfg_set(cfg, "kafka.consumer", "max.poll.interval.ms", "86400000", err,
+		sizeof(err));
+}
+
+int
+main(int argc, char **argv)
+{
+	struct notifier n;
+	struct event *gauges;
+	struct timeval one_s = {1, 0};
+	enum log_level lvl;
+	char err[512], masked[512];
+
+	memset(&n, 0, sizeof(n));
+	n.cfg = cfg_from_args(&argc, argv, "prophet-notifier",
+			      "Prophet HTTP callbacks: consumes due tasks from "
+			      "Kafka and calls their callback URL.");
+	if (argc > 1) {
+		fprintf(stderr, "prophet-notifier: unexpected argument '%s'\n",
+			argv[1]);
+		return 2;
+	}
+	log_level_parse(cfg_str(n.cfg, CFG_LOG_LEVEL), &lvl);
+	log_init("notifier", lvl);
+	check_routes(n.cfg);
+	default_poll_interval(n.cfg);
+	if (cfg_str(n.cfg, CFG_NOTIFIER_TOPICS)[0] == '\0' &&
+	    cfg_extra_count(n.cfg, "notifier.routes") == 0)
+		log_warn("notifier.topics is empty: only retry tasks are "
+			 "consumed",
+			 "");
+	daemon_default_id(n.id, sizeof(n.id));
+	n.topic_prefix = cfg_str(n.cfg, CFG_KAFKA_TOPIC_PREFIX);
+	n.retry_ktopic = xasprintf("%s%s", n.topic_prefix,
+				   cfg_str(n.cfg, CFG_NOTIFIER_RETRY_TOPIC));
+	{
+		const char *mu = cfg_str(n.cfg, CFG_NOTIFIER_MANAGER_URL);
+		size_t ml = strlen(mu);
+
+		while (ml > 0 && mu[ml - 1] == '/')
+			ml--;
+		n.submit_url = xasprintf("%.*s/v1/tasks", (int)ml, mu);
+	}
+	n.dlq_ktopic =
+		xasprintf("%s%s", n.topic_prefix,
+			  cfg_str(n.cfg, CFG_NOTIFIER_DEAD_LETTER_TOPIC));
+	log_info("starting", "version=%s id=%s config=%s manager=%s",
+		 PACKAGE_VERSION, n.id, cfg_path(n.cfg),
+		 log_mask_url(cfg_str(n.cfg, CFG_NOTIFIER_MANAGER_URL), masked,
+			      sizeof(masked)));
+
+	evthread_use_pthreads();
+	n.base = event_base_new();
+	n.daemon = daemon_create(n.base, stop_cb, reload_cb, &n);
+	register_metrics(&n);
+
+	n.dlq = kafka_producer_create(n.base, n.cfg, outcome_dlq_dr_cb, &n, err,
+				      sizeof(err));
+	if (n.dlq == NULL)
+		log_fatal("kafka producer", "error=\"%s\"", err);
+	n.db = db_pool_create(n.base, cfg_str(n.cfg, CFG_DB_URL),
+			      (int)cfg_int(n.cfg, CFG_DB_POOL_SIZE),
+			      "notifier");
+	n.httpc = httpcli_create(n.base);
+	n.http = http_server_create(n.base,
+				    cfg_str(n.cfg, CFG_NOTIFIER_HTTP_LISTEN),
+				    65536, 30, err, sizeof(err));
+	if (n.http == NULL)
+		log_fatal("http", "error=\"%s\"", err);
+	evhttp_set_gencb(n.http, route_cb, &n);
+	flow_start(&n);
+	outcome_start(&n);
+	if (consume_start(&n, err, sizeof(err)) < 0)
+		log_fatal("kafka consumer", "error=\"%s\"", err);
+	gauges = event_new(n.base, -1, EV_PERSIST, gauges_cb, &n);
+	event_add(gauges, &one_s);
+
+	log_info("ready", "id=%s listen=%s dead_letter_topic=%s", n.id,
+		 cfg_str(n.cfg, CFG_NOTIFIER_HTTP_LISTEN), n.dlq_ktopic);
+	daemon_notify("READY=1");
+	event_base_dispatch(n.base);
+
+	log_info("stopping", "running=%d recording=%zu pending=%zu", n.inflight,
+		 n.rec_n + (size_t)n.rec_jobs, n.pending);
+	evhttp_free(n.http);
+	httpcli_destroy(n.httpc);
+	kafka_producer_destroy(n.dlq, 2000);
+	n.stopping = 2; /* the pool drains: record nothing more */
+	db_pool_destroy(n.db);
+	consume_stop(&n);
+	flow_stop(&n);
+	outcome_stop(&n);
+	event_free(gauges);
+	if (n.stop_ev != NULL)
+		event_free(n.stop_ev);
+	daemon_destroy(n.daemon);
+	event_base_free(n.base);
+	metrics_free_all();
+	xfree(n.retry_ktopic);
+	xfree(n.dlq_ktopic);
+	xfree(n.submit_url);
+	cfg_destroy(n.cfg);
+	log_info("stopped", "");
+	return 0;
+}

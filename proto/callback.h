@@ -1,0 +1,88 @@
+#ifndef PROPHET_CALLBACK_H
+#define PROPHET_CALLBACK_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <jansson.h>
+
+/*
+ * HTTP callbacks, the formats only (no I/O): the prophet-callback Kafka
+ * header a worker adds to a task that has a callback, the request a
+ * notifier makes from it, the retry schedule, and the host allow-list.
+ */
+
+/* Kafka header carrying the callback of a task (compact JSON). */
+#define KHDR_CALLBACK "prophet-callback"
+
+/* Task headers of a retry task (the notifier's own submissions): the
+ * original task's id, the callback attempt it carries, the original due
+ * time and topic. Not prophet- prefixed: the API reserves that prefix. */
+#define RHDR_OF "callback-of"
+#define RHDR_ATTEMPT "callback-attempt"
+#define RHDR_DUE_AT "callback-due-at"
+#define RHDR_TOPIC "callback-topic"
+#define RHDR_OCCURRENCE "callback-occurrence" /* recurring tasks only */
+
+#define CALLBACK_HDR_MAX 16384
+#define CALLBACK_ERROR_MAX 255
+
+struct callback_spec {
+	char *url;
+	char *method;	    /* GET, POST, PUT, PATCH or DELETE */
+	json_t *headers;    /* object of strings, or NULL */
+	int64_t timeout_ms; /* 0: the notifier's default */
+	int max_attempts;   /* 0: the notifier's default */
+};
+
+/* The prophet-callback header value of a task's callback; caller frees. */
+char *callback_header_encode(const json_t *callback, int max_attempts);
+/* Parses a prophet-callback header (or a callback object as JSON text);
+ * returns -1 if it is not a valid callback. */
+int callback_spec_parse(const char *s, size_t len, struct callback_spec *cb);
+/* A spec calling url with POST (a topic route of the config). */
+void callback_spec_route(const char *url, struct callback_spec *cb);
+/* The callback object (task field) of a spec, for a retry submission. */
+json_t *callback_spec_json(const struct callback_spec *cb);
+void callback_spec_clear(struct callback_spec *cb);
+
+/*
+ * "host:port" of an http(s) URL (lowercased, default port filled in,
+ * IPv6 in brackets) into buf, and the bare host into host (may be NULL).
+ * Returns -1 if the URL has no usable authority.
+ */
+int callback_url_origin(const char *url, char *buf, size_t len, char *host,
+			size_t hostlen);
+/*
+ * Whether host is allowed by a comma-separated list: an entry matches the
+ * host exactly (case-insensitive), an entry ".example.com" matches
+ * example.com and any subdomain. An empty list allows every host.
+ */
+int callback_host_allowed(const char *list, const char *host);
+
+/*
+ * The delay before callback attempt `next` (2, 3, ...): base * 2^(next-2)
+ * capped at max, then lowered by a jitter of up to jitter_pct percent.
+ * The jitter is a hash of (id, next), so a replayed retry asks for the
+ * same delay (an identical, idempotent submission).
+ */
+int64_t callback_backoff_ms(const char *id, int next, int64_t base_ms,
+			    int64_t max_ms, int jitter_pct);
+/*
+ * The id of the retry task carrying attempt `next` of task id's callback:
+ * "cbr:<id>:<next>", or "cbr:h<16 hex of FNV-1a-64(id)>:<next>" when that
+ * would not fit in 128 characters. buf >= 129 bytes.
+ */
+void callback_retry_id(const char *id, int next, char *buf, size_t len);
+
+/*
+ * The request headers ("Name: value", NULL-terminated array, caller frees
+ * with callback_headers_free): the spec's headers, then X-Prophet-Id,
+ * X-Prophet-Attempt, X-Prophet-Due-At. Spec headers with CR/LF or bad
+ * names, and those naming X-Prophet-*, are left out.
+ */
+char **callback_headers_build(const struct callback_spec *cb, const char *id,
+			      int attempt, int64_t due_at);
+void callback_headers_free(char **h);
+
+#endif

@@ -1,0 +1,538 @@
+#!/usr/bin/env python3
+"""prophet-notifier against the real dev cluster and local HTTP endpoints.
+
+One isolated cluster (manager + 1 worker + notifier), two HTTP servers run
+by the test (a "fast" one and a "slow" one, so they are two host:port
+origins for the notifier's flow control):
+  1. 1,000 tasks with callbacks, all due at once: each called exactly once,
+     method, body and headers right, callback_status ok; prints callbacks/s
+     and due-to-callback latency p50/p99.
+  2. An endpoint failing the first 2 attempts: 3 calls, the backoff
+     spacing respected, callback_status ok, the retries in the task log.
+  3. An endpoint always failing: exactly max_attempts calls, then the
+     dead-letter topic holds the message with the error, status failed.
+  4. A slow endpoint (2 s an answer) does not delay callbacks to a fast
+     one, and gets at most notifier.host_max_inflight requests at once.
+  5. A topic route calls tasks that have no callback of their own; the
+     callback survives a Redis index rebuild (it travels in the DB copy).
+  6. kill -9 of the notifier mid-stream: after its restart every callback
+     was made at least once (duplicates counted) and recorded ok.
+"""
+
+import http.server
+import json
+import os
+import socketserver
+import sys
+import threading
+import time
+
+sys.dont_write_bytecode = True  # no __pycache__ in the source tree
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import harness as h  # noqa: E402
+
+NOTIFIER_BIN = os.path.join(h.BUILDDIR, "prophet-notifier")
+TOPIC = "cb"
+ROUTED_TOPIC = "cb.routed"  # no callback in the tasks: a config route
+RETRY_TOPIC = "prophet.callback-retry"
+DEAD_TOPIC = "prophet.callback-dead"
+BACKOFF_BASE_MS = 200
+JITTER_PCT = 20
+HOST_MAX_INFLIGHT = 8
+SLOW_S = 2.0
+
+C = None         # the cluster
+NOTIFIER = None  # its Proc
+FAST = None      # Endpoint
+SLOW = None      # Endpoint
+
+
+class Endpoint:
+    """A threaded HTTP server recording every call:
+    /ok/<id>      200
+    /flaky/<id>   500 for the first 2 calls of that id, then 200
+    /fail/<id>    always 500
+    /slow/<id>    200 after SLOW_S seconds
+    """
+
+    def __init__(self):
+        self.calls = []  # (received ms, path, method, headers dict, body)
+        self.by_id = {}
+        self.lock = threading.Lock()
+        self.cond = threading.Condition(self.lock)
+        self.running = 0
+        self.max_running = 0
+        ep = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+            # headers and body go in two writes: without this, Nagle
+            # and delayed ACKs add 40 ms to every answer
+            disable_nagle_algorithm = True
+
+            def log_message(self, *args):
+                pass
+
+            def handle_any(self):
+                recv = h.now_ms()
+                n = int(self.headers.get("Content-Length") or 0)
+                body = self.rfile.read(n) if n else b""
+                parts = self.path.split("/")
+                kind, tid = (parts[1], parts[2]) if len(parts) > 2 \
+                    else ("?", "?")
+                with ep.lock:
+                    ep.running += 1
+                    ep.max_running = max(ep.max_running, ep.running)
+                    calls = ep.by_id.setdefault(tid, [])
+                    nth = len(calls) + 1
+                    call = {"ms": recv, "kind": kind, "method": self.command,
+                            "headers": {k.lower(): v for k, v in
+                                        self.headers.items()},
+                            "body": body, "nth": nth}
+                    calls.append(call)
+                    ep.calls.append(call)
+                    ep.cond.notify_all()
+                try:
+                    if kind == "slow":
+                        time.sleep(SLOW_S)
+                    fail = kind == "fail" or (kind == "flaky" and nth <= 2)
+                    code = 500 if fail else 200
+                    out = b'{"ok":false}' if fail else b'{"ok":true}'
+                    self.send_response(code)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(out)))
+                    self.end_headers()
+                    self.wfile.write(out)
+                finally:
+                    with ep.lock:
+                        ep.running -= 1
+                        call["done_ms"] = h.now_ms()
+
+            do_POST = do_PUT = do_GET = do_DELETE = do_PATCH = handle_any
+
+        class Server(socketserver.ThreadingMixIn, http.server.HTTPServer):
+            daemon_threads = True
+            request_queue_size = 256
+
+        self.server = Server(("127.0.0.1", 0), Handler)
+        self.port = self.server.server_address[1]
+        self.thread = threading.Thread(target=self.server.serve_forever,
+                                       daemon=True)
+        self.thread.start()
+
+    def url(self, kind, tid):
+        return "http://127.0.0.1:%d/%s/%s" % (self.port, kind, tid)
+
+    def calls_of(self, tid):
+        with self.lock:
+            return list(self.by_id.get(tid, []))
+
+    def wait_ids(self, ids, timeout, min_calls=1):
+        """Waits until every id was called at least min_calls times;
+        returns the ids still short."""
+        deadline = time.monotonic() + timeout
+        with self.cond:
+            while True:
+                short = [i for i in ids
+                         if len(self.by_id.get(i, [])) < min_calls]
+                left = deadline - time.monotonic()
+                if not short or left <= 0:
+                    return short
+                self.cond.wait(min(left, 0.5))
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def start_notifier():
+    NOTIFIER.start()
+    C._wait_http(NOTIFIER, NOTIFIER.addr, "/readyz", 60)
+
+
+def setup():
+    global C, NOTIFIER, FAST, SLOW
+    FAST = Endpoint()
+    SLOW = Endpoint()
+    port = h.free_port()
+    C = h.Cluster(workers=1, name="notifier", conf={
+        "notifier.topics": "%s,%s" % (TOPIC, ROUTED_TOPIC),
+        "notifier.http_listen": "127.0.0.1:%d" % port,
+        "notifier.backoff_base_ms": BACKOFF_BASE_MS,
+        "notifier.backoff_jitter_pct": JITTER_PCT,
+        "notifier.host_max_inflight": HOST_MAX_INFLIGHT,
+        "notifier.max_attempts": 5,
+        "log.level": "info",
+    })
+    C.open()
+    C.extra_conf["notifier.group"] = "prophet-notifier-" + C.tag
+    C.extra_conf["notifier.manager_url"] = "http://" + C.manager_addr
+    C.write_conf()
+    NOTIFIER = h.Proc("notifier", [
+        NOTIFIER_BIN, "-c", C.conf_path,
+        # a SIGKILLed member's partitions move after this (default 45 s)
+        "--set", "kafka.consumer.session.timeout.ms=6000",
+        "--set", "kafka.consumer.heartbeat.interval.ms=1000",
+        "--set", "notifier.routes.%s=%s" % (ROUTED_TOPIC,
+                                            FAST.url("ok", "routed"))],
+        os.path.join(C.dir, "notifier.log"))
+    NOTIFIER.addr = "127.0.0.1:%d" % port
+    C.workers.append(NOTIFIER)  # so that cleanup and log dumps include it
+    h.create_topics(C.brokers, [C.topic(t) for t in
+                                (TOPIC, ROUTED_TOPIC, RETRY_TOPIC,
+                                 DEAD_TOPIC)])
+    C.start_manager()
+    C.start_worker(0)
+    start_notifier()
+    # The consumer group's first assignment takes a few seconds (the
+    # broker's initial rebalance delay): wait for one callback.
+    submit([{"id": "warmup", "topic": TOPIC, "delay_ms": 0, "body": "w",
+             "callback": {"url": FAST.url("ok", "warmup")}}])
+    h.check(not FAST.wait_ids(["warmup"], 60), "warm-up callback not made")
+
+
+def submit(tasks):
+    api = C.api()
+    try:
+        for k in range(0, len(tasks), 500):
+            r = api.post("/v1/tasks/batch", {"tasks": tasks[k:k + 500]})
+            h.check(r.status == 200, "batch answered %s: %s"
+                    % (r.status, r.text[:300]))
+            for res in r.json["results"]:
+                h.check("error" not in res, "task refused: %r" % res)
+    finally:
+        api.close()
+
+
+def get_task(tid, log=False):
+    api = C.api()
+    try:
+        r = api.get("/v1/tasks/%s%s" % (tid, "?log=1" if log else ""))
+        h.check(r.status == 200, "GET %s: %s" % (tid, r.status))
+        return r.json
+    finally:
+        api.close()
+
+
+def wait_status(ids, status, timeout=30):
+    q = ",".join("'%s'" % i for i in ids)
+
+    def done():
+        rows = C.mysql("SELECT COUNT(*) FROM tasks WHERE id IN (%s) AND "
+                       "callback_status = '%s'" % (q, status))
+        return int(rows[0][0]) == len(ids)
+    h.wait_until(done, timeout, 0.3, "callback_status %s for %d tasks"
+                 % (status, len(ids)))
+
+
+def metrics():
+    api = h.Api(NOTIFIER.addr)
+    try:
+        out = {}
+        for line in api.get("/metrics").text.splitlines():
+            if line and not line.startswith("#"):
+                k, _, v = line.rpartition(" ")
+                out[k] = float(v)
+        return out
+    finally:
+        api.close()
+
+
+def test_thousand_callbacks_once_with_right_headers():
+    n = 1000
+    due = h.now_ms() + 3000
+    tasks = []
+    for i in range(n):
+        tid = "k1-%04d" % i
+        tasks.append({"id": tid, "topic": TOPIC, "due_at": due,
+                      "body": json.dumps({"n": i, "s": "héllo ✓"},
+                                         ensure_ascii=False),
+                      "callback": {"url": FAST.url("ok", tid),
+                                   "headers": {"X-Test": "v%d" % i,
+                                               "Content-Type":
+                                               "application/json"}}})
+    submit(tasks)
+    ids = [t["id"] for t in tasks]
+    short = FAST.wait_ids(ids, 60)
+    h.check(not short, "%d callbacks never made, e.g. %s"
+            % (len(short), short[:5]))
+    time.sleep(1.5)  # late duplicates would show now
+    p = h.Problems()
+    lat = []
+    for t in tasks:
+        calls = FAST.calls_of(t["id"])
+        p.check(len(calls) == 1, "%s called %d times" % (t["id"], len(calls)))
+        c = calls[0]
+        hd = c["headers"]
+        p.check(c["method"] == "POST", "%s method %s" % (t["id"], c["method"]))
+        p.check(c["body"] == t["body"].encode(), "%s body differs" % t["id"])
+        p.check(hd.get("x-prophet-id") == t["id"], "%s X-Prophet-Id %r"
+                % (t["id"], hd.get("x-prophet-id")))
+        p.check(hd.get("x-prophet-attempt") == "1", "%s X-Prophet-Attempt %r"
+                % (t["id"], hd.get("x-prophet-attempt")))
+        p.check(hd.get("x-prophet-due-at") == str(due),
+                "%s X-Prophet-Due-At %r" % (t["id"],
+                                            hd.get("x-prophet-due-at")))
+        p.check(hd.get("x-test") == t["callback"]["headers"]["X-Test"],
+                "%s X-Test %r" % (t["id"], hd.get("x-test")))
+        p.check(hd.get("content-type") == "application/json",
+                "%s content-type %r" % (t["id"], hd.get("content-type")))
+        p.check(c["ms"] >= due, "%s called %d ms before due"
+                % (t["id"], due - c["ms"]))
+        lat.append(c["ms"] - due)
+    p.raise_if_any("1,000 callbacks")
+    wait_status(ids, "ok")
+    h.check(get_task(ids[0])["callback_status"] == "ok", "GET shows ok")
+    first = min(FAST.calls_of(i)[0]["ms"] for i in ids)
+    last = max(FAST.calls_of(i)[0]["ms"] for i in ids)
+    m = metrics()
+    h.log("FIGURES 1000 callbacks all due at once: first %d ms after due, "
+          "last %d ms after due; %.0f callbacks/s (first to last call); "
+          "due-to-callback latency p50 %d ms, p99 %d ms, max %d ms; "
+          "notifier request time mean %.1f ms"
+          % (first - due, last - due,
+             (n - 1) * 1000.0 / max(1, last - first),
+             h.percentile(lat, 50), h.percentile(lat, 99), max(lat),
+             1000.0 * m.get("prophet_callback_duration_seconds_sum", 0) /
+             max(1, m.get("prophet_callback_duration_seconds_count", 1))))
+
+
+def test_flaky_endpoint_retried_with_backoff():
+    ids = ["k2-%d" % i for i in range(3)]
+    submit([{"id": tid, "topic": TOPIC, "delay_ms": 500,
+             "body": "flaky %s" % tid,
+             "callback": {"url": FAST.url("flaky", tid), "method": "PUT"}}
+            for tid in ids])
+    short = FAST.wait_ids(ids, 40, min_calls=3)
+    h.check(not short, "not called 3 times: %s" % short)
+    wait_status(ids, "ok")
+    time.sleep(1.5)
+    p = h.Problems()
+    gaps = []
+    for tid in ids:
+        calls = FAST.calls_of(tid)
+        p.check(len(calls) == 3, "%s called %d times" % (tid, len(calls)))
+        p.check([c["headers"].get("x-prophet-attempt") for c in calls] ==
+                ["1", "2", "3"], "%s attempts %r" % (tid, [
+                    c["headers"].get("x-prophet-attempt") for c in calls]))
+        p.check(all(c["headers"].get("x-prophet-id") == tid
+                    for c in calls), "%s: X-Prophet-Id changed" % tid)
+        p.check(all(c["method"] == "PUT" and c["body"] ==
+                    ("flaky %s" % tid).encode() for c in calls),
+                "%s: method or body changed on retry" % tid)
+        g2 = calls[1]["ms"] - calls[0]["done_ms"]
+        g3 = calls[2]["ms"] - calls[1]["done_ms"]
+        gaps.append((g2, g3))
+        # base * (1 - jitter) and 2 * base * (1 - jitter), from the
+        # failed answer to the next call
+        lo2 = BACKOFF_BASE_MS * (100 - JITTER_PCT) // 100
+        p.check(g2 >= lo2, "%s: attempt 2 came %d ms after attempt 1 "
+                "failed (backoff at least %d)" % (tid, g2, lo2))
+        p.check(g3 >= 2 * lo2, "%s: attempt 3 came %d ms after attempt 2 "
+                "failed (backoff at least %d)" % (tid, g3, 2 * lo2))
+        t = get_task(tid, log=True)
+        p.check(t["callback_status"] == "ok", "%s status %s"
+                % (tid, t["callback_status"]))
+        cb_log = [(e.get("to"), e.get("attempt"), e.get("note"))
+                  for e in t.get("log", []) if e.get("from") == "callback"]
+        p.check([x[:2] for x in cb_log] ==
+                [("retrying", 1), ("retrying", 2), ("ok", 3)],
+                "%s callback log %r" % (tid, cb_log))
+    p.raise_if_any("flaky endpoint")
+    h.log("FIGURES retry spacing (failed answer -> next attempt, ms; "
+          "backoff base %d, jitter %d%%): %s"
+          % (BACKOFF_BASE_MS, JITTER_PCT, gaps))
+
+
+def test_failing_endpoint_dead_lettered():
+    ids = ["k3-%d" % i for i in range(2)]
+    reader = C.reader([DEAD_TOPIC])
+    submit([{"id": tid, "topic": TOPIC, "delay_ms": 300, "max_attempts": 4,
+             "key": "key-" + tid, "body": "doomed %s" % tid,
+             "callback": {"url": FAST.url("fail", tid)}} for tid in ids])
+    missing = reader.wait_for(ids, 60)
+    h.check(not missing, "not dead-lettered: %s" % missing)
+    wait_status(ids, "failed")
+    time.sleep(2.0)  # no 5th attempt
+    p = h.Problems()
+    for tid in ids:
+        calls = FAST.calls_of(tid)
+        p.check(len(calls) == 4, "%s called %d times (max_attempts 4)"
+                % (tid, len(calls)))
+        ms = reader.by_id.get(tid, [])
+        p.check(len(ms) == 1, "%s dead-lettered %d times" % (tid, len(ms)))
+        m = ms[0]
+        p.check(m.payload == "doomed %s" % tid, "%s dead letter body %r"
+                % (tid, m.payload))
+        p.check(m.key == "key-" + tid, "%s dead letter key %r"
+                % (tid, m.key))
+        p.check(m.hdr.get("prophet-callback-attempts") == "4",
+                "%s attempts header %r"
+                % (tid, m.hdr.get("prophet-callback-attempts")))
+        p.check("500" in (m.hdr.get("prophet-callback-error") or ""),
+                "%s error header %r"
+                % (tid, m.hdr.get("prophet-callback-error")))
+        p.check(m.hdr.get("prophet-topic") == TOPIC, "%s topic header %r"
+                % (tid, m.hdr.get("prophet-topic")))
+        cb = json.loads(m.hdr.get("prophet-callback") or "{}")
+        p.check(cb.get("url") == FAST.url("fail", tid),
+                "%s callback header %r" % (tid, cb))
+        t = get_task(tid)
+        p.check(t["callback_status"] == "failed", "%s status %s"
+                % (tid, t["callback_status"]))
+    p.raise_if_any("failing endpoint")
+    h.log("dead letter headers: %s" % reader.by_id[ids[0]][0].hdr)
+
+
+def test_slow_endpoint_does_not_delay_fast_one():
+    nslow, nfast = 3 * HOST_MAX_INFLIGHT, 50
+    due = h.now_ms() + 2500
+    slow = ["k4s-%d" % i for i in range(nslow)]
+    fast = ["k4f-%d" % i for i in range(nfast)]
+    SLOW.max_running = 0
+    tasks = [{"id": tid, "topic": TOPIC, "due_at": due, "body": "s",
+              "callback": {"url": SLOW.url("slow", tid)}} for tid in slow]
+    tasks += [{"id": tid, "topic": TOPIC, "due_at": due + 200, "body": "f",
+               "callback": {"url": FAST.url("ok", tid)}} for tid in fast]
+    submit(tasks)
+    short = FAST.wait_ids(fast, 30)
+    h.check(not short, "fast callbacks missing: %s" % short[:5])
+    short = SLOW.wait_ids(slow, 60)
+    h.check(not short, "slow callbacks missing: %s" % short[:5])
+    wait_status(slow + fast, "ok", timeout=60)
+    first_slow_done = min(SLOW.calls_of(t)[0]["done_ms"] for t in slow)
+    fast_last = max(FAST.calls_of(t)[0]["ms"] for t in fast)
+    slow_starts = sorted(SLOW.calls_of(t)[0]["ms"] for t in slow)
+    h.log("slow endpoint: first answer at due+%d ms, last call started at "
+          "due+%d ms, at most %d at once; fast endpoint: last call at "
+          "due+%d ms" % (first_slow_done - due, slow_starts[-1] - due,
+                         SLOW.max_running, fast_last - due))
+    # The fast calls were made while the first slow ones were still
+    # running: they did not queue behind the slow host.
+    h.check(fast_last < first_slow_done,
+            "a fast callback came %d ms after the first slow answer"
+            % (fast_last - first_slow_done))
+    h.check(SLOW.max_running <= HOST_MAX_INFLIGHT,
+            "slow host got %d requests at once (limit %d)"
+            % (SLOW.max_running, HOST_MAX_INFLIGHT))
+    # the rest waited for a free place: nothing was dropped
+    h.check(slow_starts[-1] - slow_starts[0] >= 1000 * SLOW_S * 0.9,
+            "slow calls were not spread over waves: %d ms"
+            % (slow_starts[-1] - slow_starts[0]))
+
+
+def test_topic_route_calls_tasks_without_callback():
+    ids = ["k6-%d" % i for i in range(20)]
+    submit([{"id": tid, "topic": ROUTED_TOPIC, "delay_ms": 200,
+             "body": "routed %s" % tid} for tid in ids])
+
+    def all_called():
+        with FAST.lock:
+            got = [c["headers"].get("x-prophet-id")
+                   for c in FAST.by_id.get("routed", [])]
+        return set(ids) <= set(got)
+    h.wait_until(all_called, 30, 0.1, "routed callbacks")
+    wait_status(ids, "ok")
+    p = h.Problems()
+    for c in FAST.calls_of("routed"):
+        tid = c["headers"].get("x-prophet-id")
+        p.check(c["method"] == "POST" and
+                c["body"] == ("routed %s" % tid).encode(),
+                "routed %s: %s %r" % (tid, c["method"], c["body"]))
+    p.check(len(FAST.calls_of("routed")) == len(ids), "routed calls: %d"
+            % len(FAST.calls_of("routed")))
+    p.raise_if_any("topic route")
+
+
+def test_callback_survives_redis_index_rebuild():
+    """The callback also travels through the DB copy: tasks whose Redis
+    index is lost are rebuilt from the DB and still called back."""
+    ids = ["k7-%d" % i for i in range(30)]
+    submit([{"id": tid, "topic": TOPIC, "delay_ms": 4000, "max_attempts": 2,
+             "body": "rebuilt %s" % tid,
+             "callback": {"url": FAST.url("ok", tid), "method": "PATCH",
+                          "headers": {"X-Rebuilt": "yes"}}} for tid in ids])
+    rebuilt = len(C.workers[0].grep("slot index rebuilt"))
+    r = C.redis()
+    try:
+        r.cmd("FLUSHDB")
+        r.cmd("SET", C.REDIS_MARK, C.tag)
+    finally:
+        r.close()
+    short = FAST.wait_ids(ids, 40)
+    h.check(not short, "not called back after the rebuild: %s" % short)
+    wait_status(ids, "ok")
+    p = h.Problems()
+    for tid in ids:
+        c = FAST.calls_of(tid)[0]
+        p.check(c["method"] == "PATCH" and
+                c["headers"].get("x-rebuilt") == "yes" and
+                c["body"] == ("rebuilt %s" % tid).encode(),
+                "%s: %s %r %r" % (tid, c["method"], c["headers"], c["body"]))
+    p.raise_if_any("callbacks after a Redis index rebuild")
+    h.check(len(C.workers[0].grep("slot index rebuilt")) > rebuilt,
+            "the worker did not rebuild any slot index")
+
+
+def test_kill9_notifier_every_callback_made():
+    n = 600
+    now = h.now_ms()
+    tasks = [{"id": "k5-%04d" % i, "topic": TOPIC,
+              "due_at": now + 2000 + (i * 4000) // n, "body": "k %d" % i,
+              "callback": {"url": FAST.url("ok", "k5-%04d" % i)}}
+             for i in range(n)]
+    ids = [t["id"] for t in tasks]
+    submit(tasks)
+
+    def some_called():
+        with FAST.lock:
+            return sum(1 for i in ids if i in FAST.by_id) >= n // 4
+    h.wait_until(some_called, 30, 0.02, "a quarter of the callbacks")
+    NOTIFIER.kill()
+    with FAST.lock:
+        before = sum(1 for i in ids if i in FAST.by_id)
+    h.log("notifier killed (SIGKILL) after %d of %d callbacks" % (before, n))
+    time.sleep(1.0)
+    start_notifier()
+    short = FAST.wait_ids(ids, 60)
+    h.check(not short, "%d callbacks never made after the restart, e.g. %s"
+            % (len(short), short[:5]))
+    wait_status(ids, "ok", timeout=60)
+    dups = sum(len(FAST.calls_of(i)) - 1 for i in ids)
+    h.log("FIGURES kill -9 mid-stream: %d callbacks made before the kill, "
+          "all %d made at least once after the restart, %d duplicates "
+          "(at-least-once: replayed in-progress messages)"
+          % (before, n, dups))
+
+
+def test_graceful_stop():
+    NOTIFIER.signal(15)
+    rc = NOTIFIER.wait(30)
+    h.check(rc == 0, "notifier exit code %r after SIGTERM" % rc)
+    h.check(NOTIFIER.grep('msg="stopped"'), "no 'stopped' log line")
+
+
+def main():
+    failed = 1
+    try:
+        setup()
+        failed = h.run_tests(h.collect_tests(globals()),
+                             on_failure=lambda: C.dump_logs())
+    except Exception:
+        import traceback
+        for line in traceback.format_exc().splitlines():
+            h.log(line)
+        if C is not None:
+            C.dump_logs()
+        print("not ok - setup failed", flush=True)
+    finally:
+        if C is not None:
+            C.close(failed=bool(failed))
+        for e in (FAST, SLOW):
+            if e is not None:
+                e.close()
+    sys.exit(1 if failed else 0)
+
+
+if __name__ == "__main__":
+    main()

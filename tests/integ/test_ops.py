@@ -1,0 +1,411 @@
+#!/usr/bin/env python3
+"""Operations: the daemons speak systemd's notify protocol (READY=1 when
+serving, WATCHDOG=1 while WATCHDOG_USEC is set, STOPPING=1 on SIGTERM) to
+a NOTIFY_SOCKET of ours; they log one key=value line per event and no
+password; the manager's per-slot backlog gauges see due
+tasks nobody fires; every /metrics follows the Prometheus naming
+conventions and has the metrics the issue lists; the alert rules pass
+promtool (syntax and unit tests) and use only metrics the daemons
+expose."""
+
+import math
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+sys.dont_write_bytecode = True
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import harness as h  # noqa: E402
+
+C = None
+WATCHDOG_USEC = 400000
+NOTIFY = {}  # "manager"/"worker" -> Notify
+
+
+class Notify:
+    """A NOTIFY_SOCKET: an AF_UNIX datagram socket whose messages
+    (sd_notify's "KEY=VALUE" lines) are collected with their arrival
+    time."""
+
+    def __init__(self, path):
+        self.path = path
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        self.sock.bind(path)
+        self.sock.settimeout(0.2)
+        self.lines = []  # (monotonic time, "KEY=VALUE")
+        self.lock = threading.Lock()
+        self.stop = False
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self):
+        while not self.stop:
+            try:
+                data = self.sock.recv(4096)
+            except socket.timeout:
+                continue
+            except OSError:
+                return
+            t = time.monotonic()
+            with self.lock:
+                for line in data.decode("utf-8", "replace").splitlines():
+                    self.lines.append((t, line))
+
+    def seen(self, line):
+        with self.lock:
+            return [t for t, l in self.lines if l == line]
+
+    def wait(self, line, timeout):
+        return h.wait_until(lambda: self.seen(line), timeout, 0.05,
+                            "%s on %s" % (line, self.path))[0]
+
+    def close(self):
+        self.stop = True
+        self.thread.join(2)
+        self.sock.close()
+
+
+def metrics(addr):
+    api = h.Api(addr)
+    try:
+        r = api.get("/metrics")
+        h.check_eq(r.status, 200, "GET /metrics on %s" % addr)
+        h.check(r.headers.get("Content-Type", "").startswith("text/plain"),
+                "metrics content type")
+        return r.text
+    finally:
+        api.close()
+
+
+SAMPLE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})? (\S+)$')
+
+
+def parse_metrics(text):
+    """{family: {"type", "help", "samples": [(name, labels, value)]}};
+    raises on a line that is not Prometheus text format."""
+    fams = {}
+    for line in text.splitlines():
+        if line.startswith("# HELP ") or line.startswith("# TYPE "):
+            kind, name, rest = line[2:6], *line[7:].split(" ", 1)
+            f = fams.setdefault(name, {"samples": []})
+            f["help" if kind == "HELP" else "type"] = rest
+            continue
+        m = SAMPLE.match(line)
+        h.check(m is not None, "not a sample line: %r" % line)
+        name, labels, value = m.group(1), m.group(2) or "", m.group(3)
+        v = float(value)  # accepts NaN, +Inf
+        fam = name
+        for suffix in ("_bucket", "_sum", "_count"):
+            base = name[:-len(suffix)]
+            if name.endswith(suffix) and \
+                    fams.get(base, {}).get("type") == "histogram":
+                fam = base
+        h.check(fam in fams, "sample %s before its HELP/TYPE" % name)
+        fams[fam]["samples"].append((name, labels, v))
+    return fams
+
+
+def slot_values(fams, name):
+    out = {}
+    for n, labels, v in fams[name]["samples"]:
+        m = re.match(r'\{slot="(\d+)"\}', labels)
+        h.check(m is not None, "%s labels %r" % (name, labels))
+        out[int(m.group(1))] = v
+    return out
+
+
+NOTIFIER = None
+
+
+def setup():
+    global C, NOTIFIER
+    port = h.free_port()
+    C = h.Cluster(workers=1, name="ops", conf={
+        "notifier.topics": "ops",
+        "notifier.http_listen": "127.0.0.1:%d" % port}).open()
+    C.extra_conf["notifier.group"] = "prophet-notifier-" + C.tag
+    C.extra_conf["notifier.manager_url"] = "http://" + C.manager_addr
+    C.write_conf()
+    NOTIFIER = h.Proc("notifier", [
+        os.path.join(h.BUILDDIR, "prophet-notifier"), "-c", C.conf_path],
+        os.path.join(C.dir, "notifier.log"))
+    NOTIFIER.addr = "127.0.0.1:%d" % port
+    for name, proc in (("manager", C.manager), ("worker", C.workers[0]),
+                       ("notifier", NOTIFIER)):
+        NOTIFY[name] = Notify(os.path.join(C.dir, "notify-%s.sock" % name))
+        proc.env = {"NOTIFY_SOCKET": NOTIFY[name].path,
+                    "WATCHDOG_USEC": str(WATCHDOG_USEC)}
+    C.start_manager()
+    h.create_topics(C.brokers, [C.topic(t) for t in (
+        "ops", "prophet.callback-retry", "prophet.callback-dead")])
+
+
+def cleanup(failed):
+    if NOTIFIER is not None and NOTIFIER.running():
+        NOTIFIER.signal(signal.SIGKILL)
+        NOTIFIER.wait(10)
+    for n in NOTIFY.values():
+        n.close()
+    if C is not None:
+        C.close(failed)
+
+
+def dump():
+    if C is not None:
+        C.dump_logs(20)
+    if NOTIFIER is not None:
+        for line in NOTIFIER.tail(20):
+            h.log("notifier: " + line)
+
+
+def check_ready_and_watchdog(name):
+    n = NOTIFY[name]
+    ready = n.wait("READY=1", 30)
+    # Pinged every WATCHDOG_USEC/2: a few within 2 s (generous).
+    h.wait_until(lambda: len(n.seen("WATCHDOG=1")) >= 3, 10, 0.1,
+                 "%s watchdog pings" % name)
+    h.check_eq(len(n.seen("READY=1")), 1, "%s READY=1 once" % name)
+    h.check(not n.seen("STOPPING=1"), "%s not stopping yet" % name)
+    return ready
+
+
+def test_manager_ready_and_watchdog():
+    check_ready_and_watchdog("manager")
+
+
+def test_backlog_gauges_see_unfired_tasks():
+    # No worker yet: tasks come due and nobody claims them. The manager's
+    # gauges (sampled every 5 s) show them and their growing lag.
+    due = h.now_ms() + 200
+    ids = ["ops-%d" % i for i in range(7)]
+    api = C.api()
+    try:
+        for tid in ids:
+            r = api.post("/v1/tasks", {"id": tid, "topic": "ops",
+                                       "body": tid, "due_at": due})
+            h.check_eq(r.status, 201, "submit")
+    finally:
+        api.close()
+
+    def backlog():
+        f = parse_metrics(metrics(C.manager_addr))
+        pend = slot_values(f, "prophet_slot_pending_tasks")
+        lag = slot_values(f, "prophet_slot_lag_seconds")
+        return pend, lag
+    pend, lag = h.wait_until(
+        lambda: (lambda p, l: (p, l) if sum(p.values()) == len(ids) and
+                 max(l.values()) >= 1 else None)(*backlog()),
+        20, 0.5, "7 pending tasks with lag in the gauges")
+    h.check_eq(sorted(pend), list(range(C.slots)), "a gauge per slot")
+    h.check(all(not math.isnan(v) for v in pend.values()), "no NaN")
+    # A worker takes the slots and fires them: the backlog drains.
+    C.start_worker(0)
+    rd = C.reader(["ops"])
+    h.check_eq(rd.wait_for(ids, 30), [], "fired once a worker is up")
+    h.wait_until(lambda: sum(backlog()[0].values()) == 0, 20, 0.5,
+                 "the gauges back to 0")
+
+
+def test_worker_ready_and_watchdog():
+    check_ready_and_watchdog("worker")
+
+
+def test_notifier_ready_and_watchdog():
+    NOTIFIER.start()
+    check_ready_and_watchdog("notifier")
+
+
+# Families the issue asks for (accepted, fired, delivered, lateness,
+# pending per slot, slots owned, epoch, Redis/DB mode, Kafka queue depth,
+# rebalances, fenced writes), and the gauges the alert rules need.
+REQUIRED = {
+    "manager": ["prophet_tasks_accepted_total", "prophet_slot_pending_tasks",
+                "prophet_slot_lag_seconds", "prophet_cluster_slots"],
+    "worker": ["prophet_tasks_fired_total", "prophet_tasks_delivered_total",
+               "prophet_fire_lateness_seconds", "prophet_slots_owned",
+               "prophet_slot_epoch", "prophet_db_mode_slots",
+               "prophet_kafka_queue_messages", "prophet_rebalances_total",
+               "prophet_fenced_writes_total", "prophet_master"],
+    # callbacks by outcome, latency, in flight, retries, dead letters
+    "notifier": ["prophet_callbacks_ok_total",
+                 "prophet_callbacks_http_error_total",
+                 "prophet_callbacks_transport_error_total",
+                 "prophet_callback_duration_seconds",
+                 "prophet_callbacks_inflight",
+                 "prophet_callback_retries_scheduled_total",
+                 "prophet_callbacks_dead_lettered_total"],
+}
+UNITS = ("_seconds", "_bytes", "_rows")
+NOT_BASE = re.compile(r"_(ms|us|milliseconds|microseconds|minutes|hours|"
+                      r"kilobytes|megabytes)(_|$)")
+
+
+def exposed():
+    return {"manager": parse_metrics(metrics(C.manager_addr)),
+            "worker": parse_metrics(metrics(C.workers[0].addr)),
+            "notifier": parse_metrics(metrics(NOTIFIER.addr))}
+
+
+def test_metric_names():
+    p = h.Problems()
+    for daemon, fams in exposed().items():
+        for name, f in fams.items():
+            p.check(re.match(r"^prophet_[a-z0-9_]+$", name),
+                    "%s: %s is not prophet_snake_case" % (daemon, name))
+            p.check(f.get("help"), "%s: %s has no HELP" % (daemon, name))
+            t = f.get("type")
+            p.check(t in ("counter", "gauge", "histogram"),
+                    "%s: %s type %r" % (daemon, name, t))
+            p.check((t == "counter") == name.endswith("_total"),
+                    "%s: %s (%s): only counters end in _total"
+                    % (daemon, name, t))
+            p.check(t != "histogram" or name.endswith(UNITS),
+                    "%s: histogram %s has no unit suffix %s"
+                    % (daemon, name, UNITS))
+            p.check(not NOT_BASE.search(name),
+                    "%s: %s: use base units (seconds, bytes)"
+                    % (daemon, name))
+            p.check(f["samples"], "%s: %s has no sample" % (daemon, name))
+        for name in REQUIRED[daemon]:
+            p.check(name in fams, "%s: %s missing" % (daemon, name))
+    p.raise_if_any("metric names")
+    fams = exposed()
+    h.check_eq(sorted(slot_values(fams["worker"], "prophet_slot_epoch")),
+               list(range(C.slots)), "an epoch gauge per slot")
+    h.check_eq(fams["worker"]["prophet_slots_owned"]["samples"][0][2],
+               float(C.slots), "the only worker owns every slot")
+
+
+def alert_rules(path):
+    """The rules of a Prometheus rules file, read without a YAML library
+    (the file keeps to one shape: '- alert:', expr, for, labels,
+    annotations)."""
+    rules = []
+    cur = None
+    lines = open(path).read().splitlines()
+    i = 0
+    while i < len(lines):
+        line = lines[i]
+        s = line.strip()
+        i += 1
+        if not s or s.startswith("#"):
+            continue
+        m = re.match(r"- alert: (\S+)$", s)
+        if m:
+            cur = {"alert": m.group(1), "indent": line.index("-")}
+            rules.append(cur)
+            continue
+        if cur is None:
+            continue
+        m = re.match(r"(expr|for|labels|summary): ?(.*)$", s)
+        if not m:
+            continue
+        key, val = m.group(1), m.group(2)
+        if key == "expr" and val in (">", "|"):
+            block = []
+            while i < len(lines) and (not lines[i].strip() or
+                                      len(lines[i]) - len(lines[i].lstrip())
+                                      > cur["indent"] + 2):
+                block.append(lines[i].strip())
+                i += 1
+            val = " ".join(block)
+        cur[key] = val
+    return rules
+
+
+def test_alert_rules_promtool():
+    # promtool (Debian package prometheus, installed by scripts/deps):
+    # the rules parse as PromQL, and tests/integ/alerts_test.yml's series
+    # make the four alerts of the issue fire when they should, not before.
+    promtool = shutil.which("promtool")
+    h.check(promtool is not None, "promtool missing (Debian package "
+            "prometheus; scripts/deps installs it)")
+    path = os.path.join(h.REPO, "deploy", "prometheus-alerts.yml")
+    for argv, cwd in (([promtool, "check", "rules", path], None),
+                      ([promtool, "test", "rules", "alerts_test.yml"],
+                       h.HERE)):
+        p = subprocess.run(argv, cwd=cwd, stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT, text=True)
+        h.log(p.stdout.strip())
+        h.check_eq(p.returncode, 0, " ".join(argv[1:3]))
+
+
+def test_alert_rules():
+    path = os.path.join(h.REPO, "deploy", "prometheus-alerts.yml")
+    rules = alert_rules(path)
+    names = [r["alert"] for r in rules]
+    for want in ("ProphetTasksDueNotFired", "ProphetNoMaster",
+                 "ProphetSlotWithoutOwner", "ProphetRedisFallbackActive"):
+        h.check(want in names, "alert %s missing (have %s)" % (want, names))
+    h.check_eq(len(set(names)), len(names), "alert names unique")
+    fams = exposed()
+    known = set(fams["manager"]) | set(fams["worker"]) | \
+        set(fams["notifier"])
+    p = h.Problems()
+    for r in rules:
+        p.check(r.get("expr"), "%s: no expr" % r["alert"])
+        p.check(r.get("expr", "").count("(") == r.get("expr", "").count(")"),
+                "%s: unbalanced parentheses" % r["alert"])
+        p.check("severity:" in r.get("labels", ""),
+                "%s: no severity label" % r["alert"])
+        p.check(r.get("summary"), "%s: no summary" % r["alert"])
+        if "for" in r:
+            p.check(re.match(r"^\d+[smh]$", r["for"]),
+                    "%s: for %r" % (r["alert"], r["for"]))
+        for m in re.findall(r"prophet_[a-z0-9_]+", r.get("expr", "")):
+            base = re.sub(r"_(bucket|sum|count)$", "", m)
+            p.check(m in known or base in known,
+                    "%s uses %s, which no daemon exposes" % (r["alert"], m))
+    p.raise_if_any("alert rules")
+
+
+def check_stops(name, proc):
+    n = NOTIFY[name]
+    t0 = time.monotonic()
+    proc.signal(signal.SIGTERM)
+    stopping = n.wait("STOPPING=1", 20)
+    rc = proc.wait(30)
+    h.check_eq(rc, 0, "%s exit code after SIGTERM" % name)
+    h.check(stopping >= t0, "%s STOPPING=1 after the signal" % name)
+    h.check(n.seen("READY=1")[0] < stopping, "%s READY before STOPPING"
+            % name)
+
+
+def test_stopping_on_sigterm():
+    check_stops("notifier", NOTIFIER)
+    check_stops("worker", C.workers[0])
+    check_stops("manager", C.manager)
+
+
+LOG_LINE = re.compile(r'^ts=\d{4}-\d\d-\d\dT[\d:.]+Z level=(debug|info|warn|'
+                      r'error|fatal) prog=(manager|worker|notifier) msg="[^"]+"'
+                      r'( [a-z_]+=("[^"]*"|\S*))*$')
+# user:password@ in a URL, unless masked as user:***@
+URL_PASSWORD = re.compile(r'://[^/\s:@]+:(?!\*\*\*@)[^@\s/]+@')
+
+
+def test_logs_one_line_per_event_without_secrets():
+    p = h.Problems()
+    lines = 0
+    for proc in [C.manager] + C.workers + [NOTIFIER]:
+        for line in proc.tail(100000):
+            if line.startswith("=== harness:"):
+                continue
+            lines += 1
+            p.check(LOG_LINE.match(line), "%s: not one key=value event: %r"
+                    % (proc.name, line[:200]))
+            p.check(not URL_PASSWORD.search(line),
+                    "%s logs a password in a URL: %r"
+                    % (proc.name, line[:200]))
+    h.check(lines > 20, "the daemons logged (%d lines)" % lines)
+    p.raise_if_any("log lines")
+
+
+if __name__ == "__main__":
+    h.run_suite(globals(), setup, cleanup, dump)

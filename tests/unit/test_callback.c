@@ -1,0 +1,355 @@
+#ifdef HAVE_CONFIG_H
+#include "config.h"
+#endif
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <jansson.h>
+
+#include "callback.h"
+#include "payload.h"
+#include "task.h"
+#include "tbucket.h"
+#include "xmalloc.h"
+
+/* Without jitter the delays double from the base up to the cap. */
+static void
+test_backoff_doubles_and_caps(void **state)
+{
+	assert_int_equal(callback_backoff_ms("a", 2, 200, 10000, 0), 200);
+	assert_int_equal(callback_backoff_ms("a", 3, 200, 10000, 0), 400);
+	assert_int_equal(callback_backoff_ms("a", 4, 200, 10000, 0), 800);
+	assert_int_equal(callback_backoff_ms("a", 7, 200, 10000, 0), 6400);
+	assert_int_equal(callback_backoff_ms("a", 8, 200, 10000, 0), 10000);
+	assert_int_equal(callback_backoff_ms("a", 100, 200, 10000, 0), 10000);
+	assert_int_equal(callback_backoff_ms("a", 2, 5000, 3000, 0), 3000);
+}
+
+/* Jitter stays within [d - d*pct/100, d], is the same for the same
+ * (id, attempt) and spreads over ids. */
+static void
+test_backoff_jitter(void **state)
+{
+	int64_t lo = 1000000, hi = 0;
+	char id[32];
+
+	for (int i = 0; i < 2000; i++) {
+		int64_t d;
+
+		snprintf(id, sizeof(id), "task-%d", i);
+		d = callback_backoff_ms(id, 3, 1000, 600000, 30);
+		assert_true(d >= 1400 && d <= 2000);
+		assert_int_equal(d,
+				 callback_backoff_ms(id, 3, 1000, 600000, 30));
+		lo = d < lo ? d : lo;
+		hi = d > hi ? d : hi;
+	}
+	assert_true(lo < 1450);
+	assert_true(hi > 1950);
+	/* jitter 100%: anywhere in [0, d] */
+	assert_true(callback_backoff_ms("x", 2, 1000, 100000, 100) <= 1000);
+}
+
+static void
+test_retry_id(void **state)
+{
+	char buf[TASK_ID_MAX + 32], longid[TASK_ID_MAX + 1];
+
+	callback_retry_id("order-7", 2, buf, sizeof(buf));
+	assert_string_equal(buf, "cbr:order-7:2");
+	assert_true(task_id_valid(buf, strlen(buf)));
+	memset(longid, 'a', TASK_ID_MAX);
+	longid[TASK_ID_MAX] = '\0';
+	callback_retry_id(longid, 5, buf, sizeof(buf));
+	assert_true(strlen(buf) <= TASK_ID_MAX);
+	assert_true(task_id_valid(buf, strlen(buf)));
+	assert_int_equal(strncmp(buf, "cbr:h", 5), 0);
+	assert_string_equal(buf + strlen(buf) - 2, ":5");
+	/* deterministic, and differs with the attempt */
+	{
+		char again[sizeof(buf)], other[sizeof(buf)];
+
+		callback_retry_id(longid, 5, again, sizeof(again));
+		callback_retry_id(longid, 6, other, sizeof(other));
+		assert_string_equal(buf, again);
+		assert_string_not_equal(buf, other);
+	}
+}
+
+static void
+test_origin(void **state)
+{
+	char o[300], h[300];
+
+	assert_int_equal(callback_url_origin("http://Example.COM/x?y", o,
+					     sizeof(o), h, sizeof(h)),
+			 0);
+	assert_string_equal(o, "example.com:80");
+	assert_string_equal(h, "example.com");
+	assert_int_equal(callback_url_origin("https://u:p@host.io:8443", o,
+					     sizeof(o), h, sizeof(h)),
+			 0);
+	assert_string_equal(o, "host.io:8443");
+	assert_string_equal(h, "host.io");
+	assert_int_equal(callback_url_origin("http://[::1]:9000/cb", o,
+					     sizeof(o), h, sizeof(h)),
+			 0);
+	assert_string_equal(o, "[::1]:9000");
+	assert_string_equal(h, "::1");
+	/* a '@' in the path is not userinfo */
+	assert_int_equal(callback_url_origin("http://a.b/x@evil.com", o,
+					     sizeof(o), h, sizeof(h)),
+			 0);
+	assert_string_equal(h, "a.b");
+	assert_int_equal(callback_url_origin("http://evil.com@good.com/", o,
+					     sizeof(o), h, sizeof(h)),
+			 0);
+	assert_string_equal(h, "good.com");
+	assert_int_equal(
+		callback_url_origin("ftp://x", o, sizeof(o), h, sizeof(h)), -1);
+	assert_int_equal(
+		callback_url_origin("http://:80/", o, sizeof(o), h, sizeof(h)),
+		-1);
+	assert_int_equal(callback_url_origin("http://h:99999/", o, sizeof(o), h,
+					     sizeof(h)),
+			 -1);
+	assert_int_equal(
+		callback_url_origin("http://h:8x/", o, sizeof(o), h, sizeof(h)),
+		-1);
+}
+
+static void
+test_allow_list(void **state)
+{
+	assert_true(callback_host_allowed("", "anything.example"));
+	assert_true(callback_host_allowed("a.com, b.com", "B.COM"));
+	assert_false(callback_host_allowed("a.com,b.com", "c.com"));
+	assert_false(callback_host_allowed("a.com", "xa.com"));
+	assert_true(callback_host_allowed(".corp.io", "corp.io"));
+	assert_true(callback_host_allowed(".corp.io", "api.corp.io"));
+	assert_false(callback_host_allowed(".corp.io", "evilcorp.io"));
+	assert_false(callback_host_allowed("127.0.0.1", "127.0.0.2"));
+}
+
+static void
+test_spec_parse(void **state)
+{
+	struct callback_spec cb;
+	const char *s = "{\"url\":\"https://x.io/cb\",\"method\":\"PUT\","
+			"\"headers\":{\"A\":\"1\"},\"timeout_ms\":1500,"
+			"\"max_attempts\":3}";
+
+	assert_int_equal(callback_spec_parse(s, strlen(s), &cb), 0);
+	assert_string_equal(cb.url, "https://x.io/cb");
+	assert_string_equal(cb.method, "PUT");
+	assert_int_equal(cb.timeout_ms, 1500);
+	assert_int_equal(cb.max_attempts, 3);
+	callback_spec_clear(&cb);
+	s = "{\"url\":\"http://x\"}";
+	assert_int_equal(callback_spec_parse(s, strlen(s), &cb), 0);
+	assert_string_equal(cb.method, "POST");
+	assert_int_equal(cb.max_attempts, 0);
+	callback_spec_clear(&cb);
+	s = "{\"url\":\"file:///etc/passwd\"}";
+	assert_int_equal(callback_spec_parse(s, strlen(s), &cb), -1);
+	s = "{\"url\":\"http://x\",\"method\":\"TRACE\"}";
+	assert_int_equal(callback_spec_parse(s, strlen(s), &cb), -1);
+	s = "not json";
+	assert_int_equal(callback_spec_parse(s, strlen(s), &cb), -1);
+}
+
+/* The worker's header round-trips through the notifier's parser. */
+static void
+test_header_round_trip(void **state)
+{
+	json_t *c = json_pack("{s:s, s:s, s:{s:s}}", "url", "http://h:1/p",
+			      "method", "DELETE", "headers", "K", "v");
+	char *h = callback_header_encode(c, 7);
+	struct callback_spec cb;
+	json_t *back;
+
+	assert_int_equal(callback_spec_parse(h, strlen(h), &cb), 0);
+	assert_string_equal(cb.method, "DELETE");
+	assert_int_equal(cb.max_attempts, 7);
+	back = callback_spec_json(&cb);
+	assert_string_equal(json_string_value(json_object_get(back, "url")),
+			    "http://h:1/p");
+	assert_null(json_object_get(back, "max_attempts"));
+	json_decref(back);
+	callback_spec_clear(&cb);
+	free(h);
+	json_decref(c);
+}
+
+static int
+has(char **h, const char *line)
+{
+	for (size_t i = 0; h[i] != NULL; i++)
+		if (!strcmp(h[i], line))
+			return 1;
+	return 0;
+}
+
+static size_t
+count(char **h)
+{
+	size_t i = 0;
+
+	while (h[i] != NULL)
+		i++;
+	return i;
+}
+
+static void
+test_headers_build(void **state)
+{
+	struct callback_spec cb;
+	const char *s = "{\"url\":\"http://x\",\"headers\":{"
+			"\"Authorization\":\"Bearer t\","
+			"\"X-Prophet-Id\":\"spoof\","
+			"\"Bad\":\"a\\r\\nInjected: 1\","
+			"\"Bad Name\":\"v\","
+			"\"Content-Type\":\"application/json\"}}";
+	char **h;
+
+	assert_int_equal(callback_spec_parse(s, strlen(s), &cb), 0);
+	h = callback_headers_build(&cb, "job-9", 2, 1700000000000);
+	assert_true(has(h, "Authorization: Bearer t"));
+	assert_true(has(h, "Content-Type: application/json"));
+	assert_true(has(h, "X-Prophet-Id: job-9"));
+	assert_true(has(h, "X-Prophet-Attempt: 2"));
+	assert_true(has(h, "X-Prophet-Due-At: 1700000000000"));
+	assert_false(has(h, "X-Prophet-Id: spoof"));
+	assert_int_equal(count(h), 5);
+	callback_headers_free(h);
+	callback_spec_clear(&cb);
+
+	/* a body method gets a default content type, GET does not */
+	callback_spec_route("http://x/", &cb);
+	h = callback_headers_build(&cb, "a", 1, 5);
+	assert_true(has(h, "Content-Type: application/octet-stream"));
+	assert_int_equal(count(h), 4);
+	callback_headers_free(h);
+	xfree(cb.method);
+	cb.method = xstrdup("GET");
+	h = callback_headers_build(&cb, "a", 1, 5);
+	assert_int_equal(count(h), 3);
+	callback_headers_free(h);
+	callback_spec_clear(&cb);
+}
+
+static void
+test_tbucket(void **state)
+{
+	struct tbucket b;
+	int got = 0;
+
+	tbucket_init(&b, 10, 3, 1000);
+	/* the burst at once, then nothing until a token refills */
+	for (int i = 0; i < 10; i++)
+		got += tbucket_take(&b, 1000);
+	assert_int_equal(got, 3);
+	assert_int_equal(tbucket_wait_ms(&b, 1000), 100);
+	assert_false(tbucket_take(&b, 1050));
+	assert_int_equal(tbucket_wait_ms(&b, 1050), 50);
+	assert_true(tbucket_take(&b, 1100));
+	/* over 10 s at most rate * 10 s + burst */
+	got = 0;
+	for (int64_t t = 1100; t <= 11100; t += 7)
+		got += tbucket_take(&b, t);
+	assert_true(got >= 99 && got <= 101);
+	/* a long pause saves no more than the burst */
+	got = 0;
+	for (int i = 0; i < 10; i++)
+		got += tbucket_take(&b, 100000);
+	assert_int_equal(got, 3);
+	/* rate 0: unlimited */
+	tbucket_init(&b, 0, 1, 0);
+	for (int i = 0; i < 1000; i++)
+		assert_true(tbucket_take(&b, 0));
+	assert_int_equal(tbucket_wait_ms(&b, 0), 0);
+}
+
+/* The callback and max_attempts travel in the Redis payload. */
+static void
+test_payload_carries_callback(void **state)
+{
+	struct task t, back;
+	char *s;
+	size_t len;
+
+	memset(&t, 0, sizeof(t));
+	t.topic = xstrdup("t");
+	t.body = xstrdup("b");
+	t.body_len = 1;
+	t.due_at = 5;
+	t.callback = json_pack("{s:s}", "url", "http://x/");
+	t.max_attempts = 4;
+	s = payload_encode(&t, &len);
+	assert_int_equal(payload_decode(s, len, &back), 0);
+	assert_non_null(back.callback);
+	assert_string_equal(
+		json_string_value(json_object_get(back.callback, "url")),
+		"http://x/");
+	assert_int_equal(back.max_attempts, 4);
+	free(s);
+	task_clear(&back);
+	task_clear(&t);
+}
+
+/* Submit-time allow-list. */
+static void
+test_submit_allow_list(void **state)
+{
+	struct task_limits lim = {65536, 315576000000LL, "cb.local, .corp"};
+	struct task t;
+	struct task_error err;
+	json_t *in = json_pack("{s:s, s:s, s:i, s:{s:s}}", "topic", "t", "body",
+			       "b", "delay_ms", 10, "callback", "url",
+			       "http://cb.local:81/x");
+
+	assert_int_equal(task_from_json(in, &lim, 1000, &t, &err), 0);
+	task_clear(&t);
+	json_object_set_new(in, "callback",
+			    json_pack("{s:s}", "url", "http://a.corp/x"));
+	assert_int_equal(task_from_json(in, &lim, 1000, &t, &err), 0);
+	task_clear(&t);
+	json_object_set_new(
+		in, "callback",
+		json_pack("{s:s}", "url", "http://169.254.169.254/"));
+	assert_int_equal(task_from_json(in, &lim, 1000, &t, &err), -1);
+	assert_int_equal(err.http, 400);
+	assert_string_equal(err.field, "callback.url");
+	lim.callback_hosts = "";
+	assert_int_equal(task_from_json(in, &lim, 1000, &t, &err), 0);
+	task_clear(&t);
+	json_decref(in);
+}
+
+int
+main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_backoff_doubles_and_caps),
+		cmocka_unit_test(test_backoff_jitter),
+		cmocka_unit_test(test_retry_id),
+		cmocka_unit_test(test_origin),
+		cmocka_unit_test(test_allow_list),
+		cmocka_unit_test(test_spec_parse),
+		cmocka_unit_test(test_header_round_trip),
+		cmocka_unit_test(test_headers_build),
+		cmocka_unit_test(test_tbucket),
+		cmocka_unit_test(test_payload_carries_callback),
+		cmocka_unit_test(test_submit_allow_list),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -541,14 +541,27 @@ class Run:
         # NOTIFIER HOOK: prophet-notifier, started like the other daemons
         # (the integrator wires the binary in: --notifier or
         # PROPHET_NOTIFIER_BIN); its kill joins the faults.
+        topics = [TOPIC]
         if self.args.notifier:
+            # Its topics exist before it subscribes; a killed member's
+            # partitions move after 6 s (librdkafka's default is 45 s).
+            topics += ["prophet.callback-retry", "prophet.callback-dead"]
+            h.create_topics(c.brokers, [c.topic(t) for t in topics])
+            nport = h.free_port()
             self.notifier = EnvProc("notifier", [
-                self.args.notifier, "-c", c.conf_path],
+                self.args.notifier, "-c", c.conf_path,
+                "--set", "notifier.topics=" + TOPIC,
+                "--set", "notifier.group=prophet-notifier-" + c.tag,
+                "--set", "notifier.http_listen=127.0.0.1:%d" % nport,
+                "--set", "notifier.manager_url=http://" + c.manager_addr,
+                "--set", "kafka.consumer.session.timeout.ms=6000",
+                "--set", "kafka.consumer.heartbeat.interval.ms=1000"],
                 os.path.join(c.dir, "notifier.log"))
+            self.notifier.addr = "127.0.0.1:%d" % nport
             self.notifier.start()
         if self.args.callback_fraction > 0:
             self.sink = CallbackSink()
-        h.create_topics(c.brokers, [c.topic(TOPIC)])
+        h.create_topics(c.brokers, [c.topic(t) for t in topics])
         self.reader = c.reader([TOPIC])
         log("cluster up: 3 workers, 2 managers (%s), logs in %s"
             % (", ".join(self.manager_addrs), c.dir))
@@ -912,6 +925,8 @@ class Ledger:
         two = run.sampler.two_owners()
         sanitizer = []
         procs = run.managers + run.c.workers
+        if run.notifier is not None:
+            procs = procs + [run.notifier]
         for p in procs:
             for mark in ("ERROR: AddressSanitizer", "runtime error:",
                          "ERROR: LeakSanitizer"):
@@ -967,9 +982,18 @@ class Ledger:
             "sanitizer_reports": sanitizer,
         }
         if run.sink is not None:
-            want = [i for i in st.with_callback if i in set(expected)]
-            with run.sink.lock:
-                got = dict(run.sink.got)
+            exp = set(expected)
+            want = [i for i in st.with_callback if i in exp]
+            # Callbacks trail the publishes (a killed notifier's partitions
+            # move after its session timeout, then it replays).
+            deadline = time.monotonic() + (90 if run.notifier else 0)
+            while True:
+                with run.sink.lock:
+                    got = dict(run.sink.got)
+                if all(i in got for i in want) or \
+                        time.monotonic() > deadline:
+                    break
+                time.sleep(1)
             rep["callbacks"] = {
                 "expected": len(want),
                 "received": sum(1 for i in want if i in got),

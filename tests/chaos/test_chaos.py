@@ -15,6 +15,7 @@ import chaos  # noqa: E402
 
 DURATION = os.environ.get("PROPHET_CHAOS_DURATION", "150s")
 SEED = os.environ.get("PROPHET_CHAOS_SEED", "20261130")
+NOTIFIER_BIN = os.path.join(chaos.h.BUILDDIR, "prophet-notifier")
 
 
 def main():
@@ -23,7 +24,8 @@ def main():
     rep = None
     try:
         rep = chaos.main(["--duration", DURATION, "--seed", SEED,
-                          "--json", path])
+                          "--notifier", NOTIFIER_BIN,
+                          "--callback-fraction", "0.1", "--json", path])
     except Exception as e:
         import traceback
         for line in traceback.format_exc().splitlines():
@@ -34,7 +36,7 @@ def main():
         checks.append(("chaos run completed", False, "no ledger"))
     else:
         kinds = set(rep["faults_by_kind"])
-        want = set(chaos.ALL_FAULTS)
+        want = set(chaos.ALL_FAULTS) | {"notifier_kill"}
         checks += [
             ("every fault kind injected", kinds >= want,
              "missing: %s" % ",".join(sorted(want - kinds))),
@@ -61,6 +63,10 @@ def main():
             ("DB: every expected task delivered, cancelled ones cancelled",
              rep["db"]["not_delivered"] == 0 and
              rep["db"]["cancelled_not_cancelled"] == 0, "%s" % rep["db"]),
+            ("every task with a callback was called back (notifier)",
+             rep["callbacks"]["checked"] and
+             rep["callbacks"]["expected"] > 0 and
+             rep["callbacks"]["missing"] == 0, "%s" % rep["callbacks"]),
             ("no sanitizer report", not rep["sanitizer_reports"],
              "%s" % rep["sanitizer_reports"]),
         ]

@@ -44,8 +44,8 @@ the node's mtime), and the DB status of every accepted
 task (all delivered or cancelled). Printed as a table; --json writes it all.
 Exit status 0 iff every must-be-0 figure is 0.
 
-Notifier hook (prophet-notifier is developed separately): --notifier BIN
-starts BIN -c <conf> as one more supervised daemon and adds notifier_kill
+Notifier: --notifier BIN (prophet-notifier; test_chaos.py passes the
+build's) starts BIN -c <conf> as one more supervised daemon and adds notifier_kill
 to the faults; --callback-fraction F gives that fraction of the tasks a
 callback to an HTTP sink of the runner, and the ledger then counts the
 callbacks received per task (missing ones count as lost callbacks). See
@@ -538,9 +538,9 @@ class Run:
         c.start_manager()
         self.start_manager(self.manager2)
         c.start_workers()
-        # NOTIFIER HOOK: prophet-notifier, started like the other daemons
-        # (the integrator wires the binary in: --notifier or
-        # PROPHET_NOTIFIER_BIN); its kill joins the faults.
+        # NOTIFIER HOOK: prophet-notifier (--notifier or
+        # PROPHET_NOTIFIER_BIN), started like the other daemons; its kill
+        # joins the faults.
         topics = [TOPIC]
         if self.args.notifier:
             # Its topics exist before it subscribes; a killed member's

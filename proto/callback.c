@@ -9,6 +9,7 @@
 #include <strings.h>
 
 #include "callback.h"
+#include "hash.h"
 #include "task.h"
 #include "xmalloc.h"
 
@@ -222,18 +223,6 @@ callback_host_allowed(const char *list, const char *host)
 	return !any;
 }
 
-static uint64_t
-fnv64(uint64_t h, const void *data, size_t n)
-{
-	const unsigned char *p = data;
-
-	for (size_t i = 0; i < n; i++) {
-		h ^= p[i];
-		h *= 1099511628211ULL;
-	}
-	return h;
-}
-
 int64_t
 callback_backoff_ms(const char *id, int next, int64_t base_ms, int64_t max_ms,
 		    int jitter_pct)
@@ -247,7 +236,7 @@ callback_backoff_ms(const char *id, int next, int64_t base_ms, int64_t max_ms,
 		d = max_ms;
 	if (jitter_pct <= 0 || d <= 0)
 		return d;
-	h = fnv64(14695981039346656037ULL, id, strlen(id));
+	h = fnv64(FNV64_OFFSET, id, strlen(id));
 	h = fnv64(h, &next, sizeof(next));
 	h ^= h >> 33;
 	h *= 0xff51afd7ed558ccdULL;
@@ -261,10 +250,10 @@ callback_retry_id(const char *id, int next, char *buf, size_t len)
 	int n = snprintf(buf, len, "cbr:%s:%d", id, next);
 
 	if (n < 0 || n > TASK_ID_MAX || (size_t)n >= len)
-		snprintf(buf, len, "cbr:h%016llx:%d",
-			 (unsigned long long)fnv64(14695981039346656037ULL, id,
-						   strlen(id)),
-			 next);
+		snprintf(
+			buf, len, "cbr:h%016llx:%d",
+			(unsigned long long)fnv64(FNV64_OFFSET, id, strlen(id)),
+			next);
 }
 
 static int

@@ -12,6 +12,7 @@
 
 #include "callback.h"
 #include "cron.h"
+#include "hash.h"
 #include "task.h"
 #include "tz.h"
 #include "xmalloc.h"
@@ -200,18 +201,6 @@ task_id_generate(char *buf, int64_t now_ms)
 }
 
 static uint64_t
-fnv64(uint64_t h, const void *p, size_t n)
-{
-	const unsigned char *s = p;
-
-	for (size_t i = 0; i < n; i++) {
-		h ^= s[i];
-		h *= 1099511628211ULL;
-	}
-	return h;
-}
-
-static uint64_t
 fnv64_str(uint64_t h, const char *s)
 {
 	static const char nul = '\0';
@@ -239,7 +228,7 @@ fnv64_json(uint64_t h, const json_t *j)
 static uint64_t
 task_hash(const struct task *t)
 {
-	uint64_t h = 14695981039346656037ULL;
+	uint64_t h = FNV64_OFFSET;
 	char num[128];
 
 	h = fnv64_str(h, t->topic);

@@ -1173,25 +1173,16 @@ def test_worker_slot_count_mismatch():
                      "mismatched worker")
 
 
+def cleanup(failed):
+    if SAMPLER is not None:
+        SAMPLER.stop()
+    if C is not None:
+        C.close(failed=failed)
+
+
 def main():
-    failed = 1
-    try:
-        setup()
-        failed = h.run_tests(h.collect_tests(globals()),
-                             on_failure=lambda: C.dump_logs(25))
-    except Exception:
-        import traceback
-        for line in traceback.format_exc().splitlines():
-            h.log(line)
-        if C is not None:
-            C.dump_logs()
-        print("not ok - setup failed", flush=True)
-    finally:
-        if SAMPLER is not None:
-            SAMPLER.stop()
-        if C is not None:
-            C.close(failed=bool(failed))
-    sys.exit(1 if failed else 0)
+    h.run_suite(globals(), setup, cleanup,
+                lambda: C.dump_logs(25) if C is not None else None)
 
 
 if __name__ == "__main__":

@@ -464,23 +464,14 @@ def test_worker_sigterm_no_duplicates():
     h.log("graceful stop: %s" % (stops[-1] if stops else "?"))
 
 
+def cleanup(failed):
+    if C is not None:
+        C.close(failed=failed)
+
+
 def main():
-    failed = 1
-    try:
-        setup()
-        failed = h.run_tests(h.collect_tests(globals()),
-                             on_failure=lambda: C.dump_logs())
-    except Exception:
-        import traceback
-        for line in traceback.format_exc().splitlines():
-            h.log(line)
-        if C is not None:
-            C.dump_logs()
-        print("not ok - setup failed", flush=True)
-    finally:
-        if C is not None:
-            C.close(failed=bool(failed))
-    sys.exit(1 if failed else 0)
+    h.run_suite(globals(), setup, cleanup,
+                lambda: C.dump_logs() if C is not None else None)
 
 
 if __name__ == "__main__":

@@ -512,26 +512,17 @@ def test_graceful_stop():
     h.check(NOTIFIER.grep('msg="stopped"'), "no 'stopped' log line")
 
 
+def cleanup(failed):
+    if C is not None:
+        C.close(failed=failed)
+    for e in (FAST, SLOW):
+        if e is not None:
+            e.close()
+
+
 def main():
-    failed = 1
-    try:
-        setup()
-        failed = h.run_tests(h.collect_tests(globals()),
-                             on_failure=lambda: C.dump_logs())
-    except Exception:
-        import traceback
-        for line in traceback.format_exc().splitlines():
-            h.log(line)
-        if C is not None:
-            C.dump_logs()
-        print("not ok - setup failed", flush=True)
-    finally:
-        if C is not None:
-            C.close(failed=bool(failed))
-        for e in (FAST, SLOW):
-            if e is not None:
-                e.close()
-    sys.exit(1 if failed else 0)
+    h.run_suite(globals(), setup, cleanup,
+                lambda: C.dump_logs() if C is not None else None)
 
 
 if __name__ == "__main__":

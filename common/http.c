@@ -99,27 +99,36 @@ server_sweep(struct http_server *s)
 	}
 }
 
+/*
+ * Pauses or resumes accepting at the limit, and keeps the sweep armed: every
+ * SWEEP_IDLE_MS, every SWEEP_FULL_MS while paused. An armed sweep is not
+ * pushed back (with connections opening more often than once a second it
+ * would never run).
+ */
 static void
 server_update(struct http_server *s)
 {
 	int full = s->max > 0 && (long)s->nconns >= s->max;
+	int changed = 0;
+	int ms;
 	struct timeval tv;
 
 	metric_set(s->m_open, (double)s->nconns);
 	if (full && !s->paused) {
 		evconnlistener_disable(s->listener);
 		s->paused = 1;
+		changed = 1;
 		metric_inc(s->m_paused);
 	} else if (!full && s->paused) {
 		evconnlistener_enable(s->listener);
 		s->paused = 0;
+		changed = 1;
 	}
-	tv.tv_sec = 0;
-	tv.tv_usec = (s->paused ? SWEEP_FULL_MS : SWEEP_IDLE_MS) * 1000;
-	if (tv.tv_usec >= 1000000) {
-		tv.tv_sec = tv.tv_usec / 1000000;
-		tv.tv_usec %= 1000000;
-	}
+	if (!changed && evtimer_pending(s->sweep, NULL))
+		return;
+	ms = s->paused ? SWEEP_FULL_MS : SWEEP_IDLE_MS;
+	tv.tv_sec = ms / 1000;
+	tv.tv_usec = (ms % 1000) * 1000;
 	evtimer_add(s->sweep, &tv);
 }
 

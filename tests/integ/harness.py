@@ -410,6 +410,25 @@ class Api:
         return self.request("POST", path, body)
 
 
+def metrics(addr):
+    """A daemon's unlabelled metrics (histogram _sum/_count included) as a
+    dict, read on a connection of its own."""
+    api = Api(addr, timeout=5)
+    try:
+        text = api.get("/metrics").text
+    finally:
+        api.close()
+    out = {}
+    for line in text.splitlines():
+        parts = line.split()
+        if len(parts) == 2 and not line.startswith("#") and "{" not in line:
+            try:
+                out[parts[0]] = float(parts[1])
+            except ValueError:
+                pass
+    return out
+
+
 def submit_many(addr, tasks, threads=8, path="/v1/tasks"):
     """POSTs every task (dicts) with a few threads, each on its own
     kept-alive connection. Returns (responses in task order, seconds)."""

@@ -173,29 +173,11 @@ def private(kind):
     return srv.wait_ready()
 
 
-def metrics(addr):
-    """Unlabelled metrics of a daemon (histogram _sum/_count included)."""
-    api = h.Api(addr, timeout=5)
-    try:
-        text = api.get("/metrics").text
-    finally:
-        api.close()
-    out = {}
-    for line in text.splitlines():
-        parts = line.split()
-        if len(parts) == 2 and not line.startswith("#") and "{" not in line:
-            try:
-                out[parts[0]] = float(parts[1])
-            except ValueError:
-                pass
-    return out
-
-
 def worker_sum(c, name):
     total = 0.0
     for w in c.workers:
         if w.running():
-            total += metrics(w.addr).get(name, 0.0)
+            total += h.metrics(w.addr).get(name, 0.0)
     return total
 
 
@@ -734,7 +716,7 @@ def rebuild_report(c, fault, since_ms):
     fb_off = log_lines(c, "redis fallback off", since_ms)
     m = {}
     for w in c.workers:
-        for k, v in metrics(w.addr).items():
+        for k, v in h.metrics(w.addr).items():
             if k.startswith("prophet_redis_rebuild") or k in (
                     "prophet_db_mode_slots", "prophet_db_claimed_total"):
                 m[k] = m.get(k, 0) + v
@@ -992,7 +974,7 @@ def test_redis_blip():
                   "prophet_redis_index_failures_total %s; workers: 'redis "
                   "fallback on' x%d, rebuilds after the blip x%d, "
                   "'leases expired: tasks requeued' x%d"
-                  % (t_back - t_down, metrics(c.manager_addr).get(
+                  % (t_back - t_down, h.metrics(c.manager_addr).get(
                       "prophet_redis_index_failures_total", 0),
                      len(log_lines(c, "redis fallback on", t_down)),
                      len(log_lines(c, "slot index rebuilt", t_down)),

@@ -399,30 +399,12 @@ def test_worker_restarts_right_after_sigkill():
                RESTART_FAILURES[0][1]))
 
 
-def worker_metrics(w):
-    """The worker's unlabelled metrics as a dict."""
-    api = h.Api(w.addr, timeout=5)
-    try:
-        text = api.get("/metrics").text
-    finally:
-        api.close()
-    out = {}
-    for line in text.splitlines():
-        parts = line.split()
-        if len(parts) == 2 and not line.startswith("#") and "{" not in line:
-            try:
-                out[parts[0]] = float(parts[1])
-            except ValueError:
-                pass
-    return out
-
-
 FIRED_BEFORE = {}
 
 
 def test_worker_sigterm_no_duplicates():
     for w in C.workers:
-        FIRED_BEFORE[w.name] = worker_metrics(w).get(
+        FIRED_BEFORE[w.name] = h.metrics(w.addr).get(
             "prophet_tasks_fired_total", 0)
     tasks = [make_task("p3", i, 500, 3000) for i in range(500)]
     victim = C.workers[0]
@@ -436,7 +418,7 @@ def test_worker_sigterm_no_duplicates():
     t0 = time.monotonic()
     th.start()
     time.sleep(1.3)
-    before = worker_metrics(victim)
+    before = h.metrics(victim.addr)
     victim.signal(signal.SIGTERM)
     rc = victim.wait(25)
     h.log("SIGTERM %s at +1.3s (it had fired %s tasks of this phase and "

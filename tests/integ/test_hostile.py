@@ -177,11 +177,7 @@ def hold(n, stop, socks):
 
 
 def metric(name):
-    r = API.get("/metrics")
-    for line in r.text.splitlines():
-        if line.startswith(name + " "):
-            return float(line.split()[1])
-    return None
+    return h.metrics(C.manager_addr).get(name)
 
 
 def test_connection_limit():

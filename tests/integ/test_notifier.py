@@ -225,19 +225,6 @@ def wait_status(ids, status, timeout=30):
                  % (status, len(ids)))
 
 
-def metrics():
-    api = h.Api(NOTIFIER.addr)
-    try:
-        out = {}
-        for line in api.get("/metrics").text.splitlines():
-            if line and not line.startswith("#"):
-                k, _, v = line.rpartition(" ")
-                out[k] = float(v)
-        return out
-    finally:
-        api.close()
-
-
 def test_thousand_callbacks_once_with_right_headers():
     n = 1000
     due = h.now_ms() + 3000
@@ -285,7 +272,7 @@ def test_thousand_callbacks_once_with_right_headers():
     h.check(get_task(ids[0])["callback_status"] == "ok", "GET shows ok")
     first = min(FAST.calls_of(i)[0]["ms"] for i in ids)
     last = max(FAST.calls_of(i)[0]["ms"] for i in ids)
-    m = metrics()
+    m = h.metrics(NOTIFIER.addr)
     h.log("FIGURES 1000 callbacks all due at once: first %d ms after due, "
           "last %d ms after due; %.0f callbacks/s (first to last call); "
           "due-to-callback latency p50 %d ms, p99 %d ms, max %d ms; "

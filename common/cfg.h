@@ -36,8 +36,11 @@
 	X(DB_BATCH_MAX, "db", "batch_max", CFG_INT, "1000", 1, 10000, NULL, 0, \
 	  "most rows written by one group-commit INSERT/UPDATE")               \
 	X(DB_GROUP_COMMIT_US, "db", "group_commit_us", CFG_INT, "1000", 0,     \
-	  100000, NULL, 1,                                                     \
-	  "how long concurrent submissions are gathered into one commit")      \
+	  1000000, NULL, 1,                                                    \
+	  "longest wait of a submission for others to share its commit")       \
+	X(DB_GROUP_COMMIT_ROWS, "db", "group_commit_rows", CFG_INT, "32", 1,   \
+	  10000, NULL, 1,                                                      \
+	  "waiting rows that start a commit at once beside running ones")      \
 	X(KAFKA_BROKERS, "kafka", "brokers", CFG_STR, "127.0.0.1:9092", 0, 0,  \
 	  cfg_check_nonempty, 0, "Kafka bootstrap servers")                    \
 	X(KAFKA_TOPIC_PREFIX, "kafka", "topic_prefix", CFG_STR, "", 0, 0,      \

@@ -262,6 +262,7 @@ post_batch(struct manager *mg, struct evhttp_request *req)
 	b->items = xcalloc(n, sizeof(*b->items));
 	b->pending = 1; /* ours, dropped below */
 	mg->inflight++;
+	ingest_plug(mg->ingest);
 	json_array_foreach (tasks, i, t) {
 		struct batch_item *it = &b->items[i];
 
@@ -294,6 +295,7 @@ post_batch(struct manager *mg, struct evhttp_request *req)
 		b->pending++;
 		ingest_submit(mg->ingest, &it->req);
 	}
+	ingest_unplug(mg->ingest);
 	json_decref(in);
 	if (--b->pending == 0)
 		batch_finish(b);

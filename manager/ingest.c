@@ -24,9 +24,13 @@
 #include "xmalloc.h"
 
 /*
- * Group commit: submissions arriving within db.group_commit_us of each
- * other (or while every connection is busy) share one transaction with
- * multi-row INSERTs. A submission is answered only after its COMMIT.
+ * Group commit: submissions share transactions with multi-row INSERTs and
+ * each is answered only after its COMMIT. A submission that finds no
+ * commit running starts one at once (nothing to wait for). Otherwise it
+ * waits for a running commit to end (all waiting ones then go together),
+ * for db.group_commit_rows to be waiting (they start a commit of their own
+ * on a free connection, so parsing requests and committing overlap), or
+ * for db.group_commit_us, whichever comes first.
  */
 struct ingest {
 	struct manager *mg;
@@ -38,6 +42,7 @@ struct ingest {
 	size_t batch_max;
 	struct event *timer;
 	int timer_armed;
+	int plugged; /* > 0: submissions only queue (ingest_plug) */
 };
 
 struct ingest_batch {
@@ -324,6 +329,7 @@ index_task(struct manager *mg, const struct task *t, int64_t now)
 }
 
 static void ingest_flush(struct ingest *ing);
+static void ingest_kick(struct ingest *ing);
 
 void
 ingest_wake(struct manager *mg, int slot)
@@ -404,7 +410,8 @@ batch_done_cb(struct db_job *job, int status, const char *err)
 		b->reqs[i]->done_cb(b->reqs[i], b->reqs[i]->arg);
 	xfree(b->reqs);
 	xfree(b);
-	if (ing->head != NULL && !ing->timer_armed)
+	/* What waited for this commit goes now. */
+	if (ing->head != NULL)
 		ingest_flush(ing);
 }
 
@@ -486,8 +493,6 @@ ingest_destroy(struct ingest *ing)
 void
 ingest_submit(struct ingest *ing, struct ingest_req *r)
 {
-	int64_t us = cfg_int(ing->mg->cfg, CFG_DB_GROUP_COMMIT_US);
-
 	r->next = NULL;
 	if (ing->tail != NULL)
 		ing->tail->next = r;
@@ -495,7 +500,32 @@ ingest_submit(struct ingest *ing, struct ingest_req *r)
 		ing->head = r;
 	ing->tail = r;
 	ing->nwaiting++;
-	if (ing->nwaiting >= ing->batch_max || us == 0) {
+	if (ing->plugged == 0)
+		ingest_kick(ing);
+}
+
+void
+ingest_plug(struct ingest *ing)
+{
+	ing->plugged++;
+}
+
+void
+ingest_unplug(struct ingest *ing)
+{
+	if (--ing->plugged == 0 && ing->head != NULL)
+		ingest_kick(ing);
+}
+
+/* Starts a commit now or arms the timer (see the comment at the top). */
+static void
+ingest_kick(struct ingest *ing)
+{
+	int64_t us = cfg_int(ing->mg->cfg, CFG_DB_GROUP_COMMIT_US);
+	size_t rows = (size_t)cfg_int(ing->mg->cfg, CFG_DB_GROUP_COMMIT_ROWS);
+
+	if (ing->nwaiting >= ing->batch_max || us == 0 ||
+	    ing->inflight_batches == 0 || ing->nwaiting >= rows) {
 		if (ing->timer_armed) {
 			evtimer_del(ing->timer);
 			ing->timer_armed = 0;

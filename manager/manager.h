@@ -116,6 +116,10 @@ struct ingest_req {
 struct ingest *ingest_create(struct manager *mg);
 void ingest_destroy(struct ingest *ing);
 void ingest_submit(struct ingest *ing, struct ingest_req *r);
+/* Between ingest_plug and ingest_unplug submissions only queue: the tasks
+ * of one batch request are considered for a commit together. */
+void ingest_plug(struct ingest *ing);
+void ingest_unplug(struct ingest *ing);
 /* Redis is back: slots that lost index writes get their markers dropped,
  * so their owners rebuild them from the DB. */
 void ingest_redis_up(struct manager *mg);

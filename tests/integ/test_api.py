@@ -7,6 +7,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -69,10 +70,18 @@ def metric(text, name):
     return float(m.group(1)) if m else None
 
 
+GC_WAIT_US = 500000
+GC_ROWS = 8
+
+
 def setup():
     global C, API
+    # A group-commit wait far longer than any answer here: only the
+    # policy's other triggers may start a commit (test_group_commit).
     C = h.Cluster(workers=0, name="api",
-                  conf={"task.max_body_bytes": MAX_BODY}).open()
+                  conf={"task.max_body_bytes": MAX_BODY,
+                        "db.group_commit_us": GC_WAIT_US,
+                        "db.group_commit_rows": GC_ROWS}).open()
     C.start_manager()
     API = C.api()
 
@@ -314,6 +323,59 @@ def test_manager_survived():
     bad = [l for l in C.manager.tail(500)
            if "level=error" in l or "level=fatal" in l]
     h.check(not bad, "errors in the manager log: %s" % bad[:5])
+
+
+def test_group_commit():
+    """A submission that finds the DB idle commits at once instead of
+    waiting db.group_commit_us; concurrent ones share commits, started
+    when group_commit_rows are waiting or a running commit ends; the tasks
+    of one batch request are one commit."""
+    m0 = h.metrics(C.manager_addr)
+    took = []
+    for i in range(5):
+        t0 = time.monotonic()
+        r = API.post("/v1/tasks", ok_task(topic="gc", body="lone %d" % i))
+        took.append(time.monotonic() - t0)
+        h.check_eq(r.status, 201, "lone submit (%r)" % r)
+    took.sort()
+    # Waiting for the timer would take GC_WAIT_US (500 ms) every time.
+    h.check(took[2] < GC_WAIT_US / 4e6,
+            "a lone submission waited for the group-commit timer: "
+            "median %.0f ms" % (took[2] * 1e3))
+    m1 = h.metrics(C.manager_addr)
+    h.check_eq(m1["prophet_db_commit_batches_total"] -
+               m0["prophet_db_commit_batches_total"], 5.0,
+               "commits for 5 sequential submissions")
+
+    n = 64
+    tasks = [ok_task(topic="gc", body="together %d" % i) for i in range(n)]
+    t0 = time.monotonic()
+    res, _ = h.submit_many(C.manager_addr, tasks, threads=16)
+    elapsed = time.monotonic() - t0
+    h.check_eq([r.status for r in res], [201] * n, "concurrent submits")
+    m2 = h.metrics(C.manager_addr)
+    commits = (m2["prophet_db_commit_batches_total"] -
+               m1["prophet_db_commit_batches_total"])
+    rows = (m2["prophet_db_commit_batch_rows_sum"] -
+            m1["prophet_db_commit_batch_rows_sum"])
+    h.check_eq(rows, float(n), "rows committed")
+    h.check(commits < n, "%d concurrent submissions shared no commit "
+            "(%d commits)" % (n, commits))
+    # 64 submissions on 16 connections are at least 4 rounds; had each
+    # waited for the timer they would take 4 x 500 ms.
+    h.check(elapsed < 4 * GC_WAIT_US / 1e6,
+            "concurrent submissions waited for the timer: %.2f s" % elapsed)
+
+    r = API.post("/v1/tasks/batch",
+                 {"tasks": [ok_task(topic="gc", body="b%d" % i)
+                            for i in range(3 * GC_ROWS)]})
+    h.check_eq(r.status, 200, "batch (%r)" % r)
+    m3 = h.metrics(C.manager_addr)
+    h.check_eq(m3["prophet_db_commit_batches_total"] -
+               m2["prophet_db_commit_batches_total"], 1.0,
+               "commits for one batch request of %d tasks" % (3 * GC_ROWS))
+    h.check_eq(int(C.mysql("SELECT COUNT(*) FROM tasks WHERE topic = 'gc'")
+                   [0][0]), 5 + n + 3 * GC_ROWS, "gc rows in the DB")
 
 
 def cleanup(failed):

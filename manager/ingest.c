@@ -292,40 +292,131 @@ ingest_redis_up(struct manager *mg)
 			 "slots=%d", n);
 }
 
-/* Indexes a committed task in Redis when it is due within the horizon
- * (plus a margin, so the loader and this path overlap, never gap). */
-static void
-index_task(struct manager *mg, const struct task *t, int64_t now)
+struct index_entry {
+	int slot;
+	size_t i; /* in the batch */
+};
+
+static int
+index_entry_cmp(const void *a, const void *b)
 {
-	int slot = slot_of(t->id, strlen(t->id), mg->nslots);
-	char kdue[RKEY_MAX], ktask[RKEY_MAX], score[32];
-	char *payload;
-	size_t plen;
+	const struct index_entry *x = a, *y = b;
 
-	if (t->due_at >= now + mg->horizon_ms + 60000)
-		return;
-	rkey_due(kdue, sizeof(kdue), slot);
+	if (x->slot != y->slot)
+		return x->slot < y->slot ? -1 : 1;
+	return x->i < y->i ? -1 : x->i > y->i;
+}
+
+/* Sends one slot's HSET of payloads, then its ZADD of ids: on one
+ * connection, in that order, so a due id always has its payload. */
+static void
+index_slot_send(struct manager *mg, int slot, const struct ingest_batch *b,
+		const struct index_entry *e, size_t m, char **payload,
+		const size_t *plen, char (*score)[24])
+{
+	char kdue[RKEY_MAX], ktask[RKEY_MAX];
+	size_t argc = 2 + 2 * m;
+	const char **argv = xmalloc(argc * sizeof(*argv));
+	size_t *len = xmalloc(argc * sizeof(*len));
+	struct index_slot *is = &mg->index_slots[slot];
+	int rc;
+
 	rkey_task(ktask, sizeof(ktask), slot);
-	payload = payload_encode(t, &plen);
-	snprintf(score, sizeof(score), "%lld", (long long)t->due_at);
-	{
-		const char *argv1[] = {"HSET", ktask, t->id, payload};
-		size_t len1[] = {4, strlen(ktask), strlen(t->id), plen};
-		const char *argv2[] = {"ZADD", kdue, score, t->id};
-		size_t len2[] = {4, strlen(kdue), strlen(score), strlen(t->id)};
+	rkey_due(kdue, sizeof(kdue), slot);
+	argv[0] = "HSET";
+	len[0] = 4;
+	argv[1] = ktask;
+	len[1] = strlen(ktask);
+	for (size_t j = 0; j < m; j++) {
+		const char *id = b->reqs[e[j].i]->task.id;
 
-		struct index_slot *is = &mg->index_slots[slot];
-
-		/* Payload first: a due id always has its payload. */
-		if (redis_command_argv(mg->redis, index_reply_cb, is, 4, argv1,
-				       len1) < 0 ||
-		    redis_command_argv(mg->redis, index_reply_cb, is, 4, argv2,
-				       len2) < 0)
-			index_lost(mg, slot);
-		else
-			metric_inc(mg->m.indexed);
+		argv[2 + 2 * j] = id;
+		len[2 + 2 * j] = strlen(id);
+		argv[3 + 2 * j] = payload[j];
+		len[3 + 2 * j] = plen[j];
 	}
-	free(payload);
+	rc = redis_command_argv(mg->redis, index_reply_cb, is, (int)argc, argv,
+				len);
+	argv[0] = "ZADD";
+	argv[1] = kdue;
+	len[1] = strlen(kdue);
+	for (size_t j = 0; j < m; j++) {
+		const char *id = b->reqs[e[j].i]->task.id;
+
+		argv[2 + 2 * j] = score[j];
+		len[2 + 2 * j] = strlen(score[j]);
+		argv[3 + 2 * j] = id;
+		len[3 + 2 * j] = strlen(id);
+	}
+	if (rc == 0)
+		rc = redis_command_argv(mg->redis, index_reply_cb, is,
+					(int)argc, argv, len);
+	if (rc < 0)
+		index_lost(mg, slot);
+	else
+		metric_add(mg->m.indexed, (double)m);
+	xfree(argv);
+	xfree(len);
+}
+
+/*
+ * Indexes the tasks a batch committed (201) that are due within the
+ * horizon (plus a margin, so the loader and this path overlap, never
+ * gap): two commands per slot, not per task. Marks in wake the slots that
+ * got a task due before their owner's next look-ahead scan.
+ */
+static void
+index_batch(struct manager *mg, const struct ingest_batch *b, int64_t now,
+	    char *wake)
+{
+	int64_t lookahead = cfg_int(mg->cfg, CFG_WORKER_LOOKAHEAD_MS);
+	struct index_entry *e = xmalloc(b->n * sizeof(*e));
+	size_t k = 0;
+
+	for (size_t i = 0; i < b->n; i++) {
+		const struct task *t = &b->reqs[i]->task;
+		int slot;
+
+		if (b->reqs[i]->result != 201)
+			continue;
+		slot = slot_of(t->id, strlen(t->id), mg->nslots);
+		if (t->due_at < now + lookahead)
+			wake[slot] = 1;
+		if (t->due_at >= now + mg->horizon_ms + 60000)
+			continue;
+		e[k].slot = slot;
+		e[k].i = i;
+		k++;
+	}
+	qsort(e, k, sizeof(*e), index_entry_cmp);
+	for (size_t g = 0; g < k;) {
+		size_t m = 1;
+		char **payload;
+		size_t *plen;
+		char(*score)[24];
+
+		while (g + m < k && e[g + m].slot == e[g].slot)
+			m++;
+		payload = xmalloc(m * sizeof(*payload));
+		plen = xmalloc(m * sizeof(*plen));
+		score = xmalloc(m * sizeof(*score));
+		for (size_t j = 0; j < m; j++) {
+			const struct task *t = &b->reqs[e[g + j].i]->task;
+
+			payload[j] = payload_encode(t, &plen[j]);
+			snprintf(score[j], sizeof(score[j]), "%lld",
+				 (long long)t->due_at);
+		}
+		index_slot_send(mg, e[g].slot, b, e + g, m, payload, plen,
+				score);
+		for (size_t j = 0; j < m; j++)
+			free(payload[j]);
+		xfree(payload);
+		xfree(plen);
+		xfree(score);
+		g += m;
+	}
+	xfree(e);
 }
 
 static void ingest_flush(struct ingest *ing);
@@ -359,8 +450,6 @@ batch_done_cb(struct db_job *job, int status, const char *err)
 	struct manager *mg = ing->mg;
 	int64_t now = clock_now_ms();
 	char *wake = xcalloc((size_t)mg->nslots, 1);
-	/* Due before the workers' next look-ahead scan reaches it. */
-	int64_t lookahead = cfg_int(mg->cfg, CFG_WORKER_LOOKAHEAD_MS);
 
 	metric_inc(mg->m.db_batches);
 	metric_observe(mg->m.db_batch_rows, (double)b->n);
@@ -395,13 +484,8 @@ batch_done_cb(struct db_job *job, int status, const char *err)
 				}
 			}
 		}
-		if (r->result == 201) {
-			index_task(mg, &r->task, now);
-			if (r->task.due_at < now + lookahead)
-				wake[slot_of(r->task.id, strlen(r->task.id),
-					     mg->nslots)] = 1;
-		}
 	}
+	index_batch(mg, b, now, wake);
 	wake_workers(mg, wake);
 	xfree(wake);
 	ing->inflight_batches--;

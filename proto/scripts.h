@@ -75,16 +75,18 @@
 	"return #ARGV\n"
 
 /*
- * Requeue claimed tasks whose lease ran out (their publisher died).
- * KEYS: due, inflight     ARGV: now_ms, id...
- * Returns how many went back to due.
+ * Requeue claimed tasks whose lease ends at or before `upto` (their
+ * publisher died: upto is now, or after a takeover the end of the leases
+ * an earlier owner can have taken). KEYS: due, inflight
+ * ARGV: now_ms, upto_ms, id...     Returns how many went back to due.
  */
 #define SCRIPT_REQUEUE                                         \
 	"local now = tonumber(ARGV[1])\n"                      \
+	"local upto = tonumber(ARGV[2])\n"                     \
 	"local n = 0\n"                                        \
-	"for i = 2, #ARGV do\n"                                \
+	"for i = 3, #ARGV do\n"                                \
 	"  local s = redis.call('ZSCORE', KEYS[2], ARGV[i])\n" \
-	"  if s and tonumber(s) <= now then\n"                 \
+	"  if s and tonumber(s) <= upto then\n"                \
 	"    redis.call('ZREM', KEYS[2], ARGV[i])\n"           \
 	"    redis.call('ZADD', KEYS[1], now, ARGV[i])\n"      \
 	"    n = n + 1\n"                                      \

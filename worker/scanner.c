@@ -24,6 +24,7 @@
 #include "xmalloc.h"
 
 #define REAP_INTERVAL_MS 1000
+#define REAP_LIMIT 1000 /* in-flight entries read by one reap */
 #define LOAD_INTERVAL_MS 5000
 #define SWEEP_INTERVAL_MS 10000
 #define SWEEP_OVERDUE_MS 3000
@@ -416,6 +417,7 @@ struct reap_job {
 	char **ids;
 	size_t n;
 	int *final;
+	int64_t upto; /* requeue leases ending up to this (SCRIPT_REQUEUE) */
 };
 
 static int
@@ -452,8 +454,11 @@ reap_done_cb(struct db_job *job, int status, const char *err)
 	struct slot_eval req, fin;
 	struct slot_call *c = slot_call_new(w, r->slot);
 
+	int64_t now = clock_now_ms();
+
 	slot_eval_init(&req, SCRIPT_REQUEUE, r->slot, "di");
-	redis_args_addint(&req.a, clock_now_ms());
+	redis_args_addint(&req.a, now);
+	redis_args_addint(&req.a, r->upto > now ? r->upto : now);
 	slot_eval_init(&fin, SCRIPT_FORGET, r->slot, "ita");
 	/* DB unavailable: requeue them all (at-least-once over not at all). */
 	if (status < 0)
@@ -467,7 +472,7 @@ reap_done_cb(struct db_job *job, int status, const char *err)
 			 "slot=%d count=%d", r->slot, fin.a.argc - 6);
 		slot_eval_send(&fin, w->redis, NULL, NULL);
 	}
-	if (req.a.argc > 6 && !w->stopping &&
+	if (req.a.argc > 7 && !w->stopping &&
 	    slot_eval_send(&req, w->redis, requeue_reply_cb, c) == 0)
 		c = NULL;
 	else
@@ -485,12 +490,17 @@ reap_done_cb(struct db_job *job, int status, const char *err)
 
 /* Expired leases of tasks we do not hold go back to due (after asking the
  * DB); the ones we hold (Kafka slow, DB update pending) get their lease
- * extended. */
+ * extended. Right after the slot was gained, the leases an earlier owner
+ * took count as expired: that owner is dead or fenced (its session ended
+ * before the slot was reassigned, and a worker that lost ZooKeeper for 2/3
+ * of the session timeout publishes nothing more), so its claimed tasks
+ * fire again now rather than a lease later. */
 static void
 reap_reply_cb(struct redis *r, redisReply *reply, void *arg)
 {
 	struct slot_call *c = arg;
 	struct worker *w = c->w;
+	struct wslot *s = &w->slots[c->slot];
 	char kinf[RKEY_MAX];
 	struct redis_args ext;
 	struct reap_job *rj;
@@ -519,10 +529,14 @@ reap_reply_cb(struct redis *r, redisReply *reply, void *arg)
 		if (hmap_get(w->tasks, id) != NULL) {
 			redis_args_addint(&ext, now + w->lease_ms);
 			redis_args_addstr(&ext, id);
-		} else if (lease <= now) {
+		} else if (lease <= now || lease < s->takeover_before) {
 			rj->ids[rj->n++] = xstrdup(id);
 		}
 	}
+	rj->upto = s->takeover_before - 1;
+	/* Every earlier owner's lease was seen. */
+	if (reply->elements / 2 < REAP_LIMIT)
+		s->takeover_before = 0;
 	if (ext.argc > 3)
 		redis_command_argv(w->redis, NULL, NULL, ext.argc, ext.argv,
 				   ext.len);
@@ -545,14 +559,18 @@ reap_slot(struct worker *w, int slot, int64_t now)
 {
 	char kinf[RKEY_MAX], max[32];
 	struct slot_call *c = slot_call_new(w, slot);
+	int64_t upto = now + w->lease_ms / 2;
 
-	rkey_inflight(kinf, sizeof(kinf), slot);
 	/* Half a lease ahead: the leases of tasks we still hold are renewed
-	 * before they run out; only expired ones of others are requeued. */
-	snprintf(max, sizeof(max), "%lld", (long long)(now + w->lease_ms / 2));
+	 * before they run out; only expired ones of others are requeued (and
+	 * after a takeover, all of an earlier owner's). */
+	if (w->slots[slot].takeover_before > upto)
+		upto = w->slots[slot].takeover_before;
+	rkey_inflight(kinf, sizeof(kinf), slot);
+	snprintf(max, sizeof(max), "%lld", (long long)upto);
 	if (redis_command(w->redis, reap_reply_cb, c,
-			  "ZRANGEBYSCORE %s -inf %s WITHSCORES LIMIT 0 1000",
-			  kinf, max) < 0)
+			  "ZRANGEBYSCORE %s -inf %s WITHSCORES LIMIT 0 %d",
+			  kinf, max, REAP_LIMIT) < 0)
 		slot_call_free(c);
 	else
 		w->slots[slot].reaping = 1;

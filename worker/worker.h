@@ -159,6 +159,10 @@ struct wslot {
 	int rescan; /* woken while a scan was out */
 	int claiming;
 	int reaping;
+	/* Wall ms: in-flight leases that end before it were taken by an
+	 * earlier owner of the slot (ours end later), so they are requeued
+	 * at once instead of when they run out; 0 once none is left. */
+	int64_t takeover_before;
 	int loading;
 	struct wtask *claimq_head, *claimq_tail;
 	size_t claimq_n;

@@ -34,6 +34,7 @@ import harness as h  # noqa: E402
 
 SESSION_MS = 4000
 LEASE_MS = 1500
+LONG_LEASE_MS = 60000
 TOPIC = "crash"
 CP_WORKER = os.path.join(h.BUILDDIR, "tests", "crash", "prophet-worker-cp")
 CP_MANAGER = os.path.join(h.BUILDDIR, "tests", "crash", "prophet-manager-cp")
@@ -191,6 +192,47 @@ def crash_worker(point, worker, restart_first=True, before=None):
 
 def test_after_claim_before_publish():
     crash_worker("after_claim_before_publish", 1)
+
+
+def test_takeover_refires_claimed_at_once():
+    """With leases far longer than the session timeout, the tasks a worker
+    had claimed when it died fire as soon as its slots are taken over, not
+    when their leases run out."""
+    long_lease = ["--set", "worker.lease_ms=%d" % LONG_LEASE_MS]
+    saved = [list(w.argv) for w in C.workers]
+    for w in C.workers:
+        w.stop()
+        w.argv = w.argv + long_lease
+    try:
+        C.start_worker(C.workers[0])
+        w = C.workers[1]
+        feed = Feed("takeover")
+        feed.t0 = h.now_ms()
+        feed.start()
+        try:
+            start_env(C.start_worker, w, "after_claim_before_publish")
+            died = wait_died(w, "after_claim_before_publish")
+        finally:
+            time.sleep(1.0)
+            feed.stop()
+        C.start_worker(w)
+        # Everything, including what the dead worker had claimed, well
+        # before half a lease: a takeover is a session timeout and a
+        # reassignment.
+        limit = died + LONG_LEASE_MS // 2
+        missing = READER.wait_for(feed.accepted,
+                                  max(0.0, (limit - h.now_ms()) / 1000.0))
+        h.check(not missing, "%d task(s) claimed by the dead worker were "
+                "not fired again within %d s of its death (they waited "
+                "for their %d s lease), e.g. %s"
+                % (len(missing), LONG_LEASE_MS // 2000, LONG_LEASE_MS // 1000,
+                   sorted(missing)[:3]))
+        settle_and_check("takeover", feed, died)
+    finally:
+        for w, argv in zip(C.workers, saved):
+            w.stop()
+            w.argv = argv
+        C.start_workers()
 
 
 def test_after_publish_before_mark():

@@ -50,6 +50,16 @@ struct bench_opts {
 	int slots;	   /* cluster.slots (16) */
 	int quiet;	   /* no progress lines */
 	const char *callback_url; /* notifier: tasks carry this callback */
+	/* failover: the workers the scenario runs itself */
+	const char *worker_bin;
+	const char *worker_conf;
+	const char *worker_log_dir;  /* NULL: their output to /dev/null */
+	const char *worker_sets[32]; /* extra --set K=V for them */
+	int nworker_sets;
+	int workers;
+	int kills;
+	long session_timeout_ms;
+	double pause; /* seconds between a settled cluster and a kill */
 };
 
 extern volatile int bench_stop; /* set by SIGINT/SIGTERM */
@@ -131,6 +141,12 @@ struct ledger {
 	atomic_long dups;     /* extra copies */
 	atomic_long foreign;  /* messages that are not ours */
 	atomic_long early;    /* fired-at or receive before due */
+	/* Optional, set before the consumer starts: called on the consumer
+	 * thread for every message of ours, copies included, with its
+	 * prophet-slot and prophet-epoch (-1 if absent). */
+	void (*msg_cb)(void *arg, size_t seq, int64_t slot, int64_t epoch,
+		       int64_t fired_ms);
+	void *msg_arg;
 };
 
 struct ledger *ledger_create(const char *prefix, size_t n);
@@ -200,11 +216,27 @@ struct submitter *submitter_start(const struct bench_opts *o, struct ledger *l,
 				  const int64_t *send_mono_us,
 				  double stop_after_s);
 long submitter_sent(struct submitter *s);
+/* Sends no further batch; submitter_join() still has to be called. */
+void submitter_halt(struct submitter *s);
 /* Waits for the threads; fills st (req_ms is the caller's to free). */
 void submitter_join(struct submitter *s, struct submit_stats *st);
 void submit_report(struct report *r, const struct submit_stats *st);
 
 /* ---------------------------------------------------------- scenarios --- */
+
+/* Names of a scenario's topic and ids, from --topic, --label and --tag. */
+struct names {
+	char topic[200];       /* task topic */
+	char kafka_topic[400]; /* <prefix><topic> */
+	char id_prefix[96];    /* <tag>-<label>- */
+};
+void names_init(const struct bench_opts *o, struct names *nm);
+/* Starts the consumer of the scenario's topic and awaits a warm-up task. */
+int start_consumer(const struct bench_opts *o, const struct names *nm,
+		   struct ledger *l, struct consumer **c);
+/* Waits until Redis holds no task in flight; seconds waited or -1. */
+double quiesce(const struct bench_opts *o);
+void report_quiesce(struct report *r, double waited_s);
 
 int scen_ingest(struct bench_opts *o);
 int scen_steady(struct bench_opts *o);
@@ -214,6 +246,7 @@ int scen_kafka_raw(struct bench_opts *o);
 int scen_db_raw(struct bench_opts *o);
 int scen_cleanup(struct bench_opts *o);
 int scen_notifier(struct bench_opts *o);
+int scen_failover(struct bench_opts *o);
 
 /* ------------------------------------------------------------- stores --- */
 

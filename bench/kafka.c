@@ -253,6 +253,9 @@ consume_one(struct consumer *c, rd_kafka_message_t *m)
 		return;
 	}
 	fired = header_int(h, "prophet-fired-at");
+	if (l->msg_cb != NULL)
+		l->msg_cb(l->msg_arg, seq, header_int(h, "prophet-slot"),
+			  header_int(h, "prophet-epoch"), fired);
 	if (l->copies[seq] < UINT16_MAX)
 		l->copies[seq]++;
 	if (l->copies[seq] > 1) {

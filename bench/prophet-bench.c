@@ -88,6 +88,13 @@ usage(FILE *f)
 	      "             here, due within --spread-ms: callbacks/s and\n"
 	      "             due -> callback latency (needs a notifier on\n"
 	      "             the topic)\n"
+	      "  failover   runs --workers W workers of its own "
+	      "(--worker-bin,\n"
+	      "             --worker-conf), fires a paced stream (--rate, "
+	      "2000)\n"
+	      "             and --kills K times kills one with SIGKILL: time\n"
+	      "             from the kill to the first message of each of its\n"
+	      "             slots with a higher prophet-epoch (new owner)\n"
 	      "  cleanup    delete Kafka topics starting with --topic-prefix\n"
 	      "             and the ZooKeeper tree --zk-root (with --zk)\n"
 	      "\n"
@@ -100,16 +107,19 @@ usage(FILE *f)
 	      "  --redis HOST:PORT/DB the cluster's Redis (far)\n"
 	      "  --slots N            the cluster's cluster.slots (16)\n"
 	      "  --worker-metrics U,..  worker base URLs: lateness histogram\n"
-	      "  --rate R             steady: tasks due per second (1000)\n"
-	      "  --duration S         steady: seconds (10); ingest/raw: cap\n"
+	      "  --rate R             steady: tasks due per second (1000;\n"
+	      "                       failover: 2000)\n"
+	      "  --duration S         steady: seconds (10); ingest/raw: cap;\n"
+	      "                       failover: stream cap (30 + 30 per kill)\n"
 	      "  --count N            tasks / messages / rows\n"
 	      "  --near-count N       far: tasks inside the horizon (=count)\n"
 	      "  --conns N            HTTP connections or client threads\n"
 	      "  --batch N            tasks per POST /v1/tasks/batch\n"
 	      "  --single             POST /v1/tasks, one task per request\n"
 	      "  --body-size B        task body bytes (100)\n"
-	      "  --lead MS            steady/burst: submit this long before "
-	      "due\n"
+	      "  --lead MS            steady/burst/failover: submit this long "
+	      "before due\n"
+	      "                       (failover: 2000)\n"
 	      "  --preload            steady: submit every task first, then "
 	      "measure firing alone\n"
 	      "  --delay-ms MS        ingest: task delay (600000)\n"
@@ -119,6 +129,16 @@ usage(FILE *f)
 	      "  --linger MS          kafka-raw: linger.ms (2, as a worker)\n"
 	      "  --rows-per-stmt N    db-raw: rows per INSERT (500)\n"
 	      "  --zk HOSTS --zk-root PATH   cleanup: ZooKeeper tree\n"
+	      "  --worker-bin PATH    failover: prophet-worker to run\n"
+	      "  --worker-conf FILE   failover: its -c config (the cluster's)\n"
+	      "  --worker-set K=V     failover: extra --set for the workers\n"
+	      "                       (repeatable)\n"
+	      "  --worker-log-dir D   failover: worker output to D/<id>.log\n"
+	      "  --workers N          failover: workers to run (3)\n"
+	      "  --kills K            failover: kill rounds (5)\n"
+	      "  --session-timeout MS failover: the workers'\n"
+	      "                       zookeeper.session_timeout_ms (4000)\n"
+	      "  --pause S            failover: settled cluster -> kill (2)\n"
 	      "  --label NAME         scenario name in the JSON line\n"
 	      "  --tag TAG            id/topic tag (random)\n"
 	      "  --quiet              no progress on stderr\n",
@@ -155,6 +175,14 @@ enum {
 	OPT_QUIET,
 	OPT_SLOTS,
 	OPT_PRELOAD,
+	OPT_WBIN,
+	OPT_WCONF,
+	OPT_WSET,
+	OPT_WLOG,
+	OPT_WORKERS,
+	OPT_KILLS,
+	OPT_SESSION,
+	OPT_PAUSE,
 };
 
 static const struct option long_opts[] = {
@@ -187,6 +215,14 @@ static const struct option long_opts[] = {
 	{"quiet", no_argument, NULL, OPT_QUIET},
 	{"slots", required_argument, NULL, OPT_SLOTS},
 	{"preload", no_argument, NULL, OPT_PRELOAD},
+	{"worker-bin", required_argument, NULL, OPT_WBIN},
+	{"worker-conf", required_argument, NULL, OPT_WCONF},
+	{"worker-set", required_argument, NULL, OPT_WSET},
+	{"worker-log-dir", required_argument, NULL, OPT_WLOG},
+	{"workers", required_argument, NULL, OPT_WORKERS},
+	{"kills", required_argument, NULL, OPT_KILLS},
+	{"session-timeout", required_argument, NULL, OPT_SESSION},
+	{"pause", required_argument, NULL, OPT_PAUSE},
 	{"help", no_argument, NULL, 'h'},
 	{NULL, 0, NULL, 0},
 };
@@ -217,6 +253,7 @@ static const struct {
 	{"burst", scen_burst},	       {"far", scen_far},
 	{"kafka-raw", scen_kafka_raw}, {"db-raw", scen_db_raw},
 	{"cleanup", scen_cleanup},     {"notifier", scen_notifier},
+	{"failover", scen_failover},
 };
 
 int
@@ -241,6 +278,10 @@ main(int argc, char **argv)
 		.linger_ms = 2,
 		.rows_per_stmt = 500,
 		.slots = 16,
+		.workers = 3,
+		.kills = 5,
+		.session_timeout_ms = 4000,
+		.pause = 2,
 	};
 	struct sigaction sa;
 	int c;
@@ -318,6 +359,31 @@ main(int argc, char **argv)
 		case OPT_QUIET: o.quiet = 1; break;
 		case OPT_SLOTS:
 			o.slots = (int)num_arg("slots", optarg, 1, 1024);
+			break;
+		case OPT_WBIN: o.worker_bin = optarg; break;
+		case OPT_WCONF: o.worker_conf = optarg; break;
+		case OPT_WLOG: o.worker_log_dir = optarg; break;
+		case OPT_WSET:
+			if (o.nworker_sets == (int)(sizeof(o.worker_sets) /
+						    sizeof(o.worker_sets[0]))) {
+				fprintf(stderr, "prophet-bench: too many "
+						"--worker-set\n");
+				return 2;
+			}
+			o.worker_sets[o.nworker_sets++] = optarg;
+			break;
+		case OPT_WORKERS:
+			o.workers = (int)num_arg("workers", optarg, 2, 16);
+			break;
+		case OPT_KILLS:
+			o.kills = (int)num_arg("kills", optarg, 1, 1000);
+			break;
+		case OPT_SESSION:
+			o.session_timeout_ms = (long)num_arg(
+				"session-timeout", optarg, 2000, 120000);
+			break;
+		case OPT_PAUSE:
+			o.pause = num_arg("pause", optarg, 0, 3600);
 			break;
 		case 'h': usage(stdout); return 0;
 		default: usage(stderr); return 2;

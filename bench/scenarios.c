@@ -13,13 +13,7 @@
 
 /* -------------------------------------------------------------- names --- */
 
-struct names {
-	char topic[200];       /* task topic */
-	char kafka_topic[400]; /* <prefix><topic> */
-	char id_prefix[96];    /* <tag>-<label>- */
-};
-
-static void
+void
 names_init(const struct bench_opts *o, struct names *nm)
 {
 	char label[48];
@@ -216,7 +210,7 @@ wait_received(const struct bench_opts *o, struct ledger *l, struct consumer *c,
  * every delivery in the DB (and cleaned up), so the next scenario starts on
  * a quiet cluster. Returns the seconds waited, or -1 without --redis.
  */
-static double
+double
 quiesce(const struct bench_opts *o)
 {
 	struct redis_mem m;
@@ -250,7 +244,7 @@ quiesce(const struct bench_opts *o)
 }
 
 /* How long the DB recording of deliveries trailed the consumer. */
-static void
+void
 report_quiesce(struct report *r, double waited_s)
 {
 	if (waited_s >= 0)
@@ -320,7 +314,7 @@ fire_analyse(struct report *r, struct ledger *l, struct fire_stats *fs)
  * fetching before the measured tasks come (a long-lived topic's steady
  * state).
  */
-static int
+int
 start_consumer(const struct bench_opts *o, const struct names *nm,
 	       struct ledger *l, struct consumer **c)
 {

@@ -21,6 +21,7 @@ struct submitter {
 	size_t nbatches;
 	const int64_t *send_mono_us;
 	int64_t stop_mono; /* 0: no time limit */
+	atomic_int halted; /* submitter_halt() */
 	atomic_size_t next;
 	atomic_long sent;
 	pthread_t *threads;
@@ -116,10 +117,12 @@ submit_main(void *arg)
 		int64_t t1, t2, ts;
 		int status;
 
-		if (b >= s->nbatches || bench_stop)
+		if (b >= s->nbatches || bench_stop || atomic_load(&s->halted))
 			break;
 		if (s->send_mono_us != NULL) {
 			sleep_until_mono_us(s->send_mono_us[b]);
+			if (atomic_load(&s->halted))
+				break;
 			t1 = clock_mono_us();
 			double lag = (double)(t1 - s->send_mono_us[b]) / 1e3;
 
@@ -257,6 +260,12 @@ submitter_start(const struct bench_opts *o, struct ledger *l, const char *topic,
 	for (int i = 0; i < s->nthreads; i++)
 		pthread_create(&s->threads[i], NULL, submit_main, s);
 	return s;
+}
+
+void
+submitter_halt(struct submitter *s)
+{
+	atomic_store(&s->halted, 1);
 }
 
 long

@@ -344,8 +344,7 @@ http_resp_feed(struct http_resp *r, size_t n)
 			if (ll == 0)
 				r->state = RESP_DONE;
 			break;
-		default:
-			return 1;
+		default: return 1;
 		}
 	}
 }

@@ -166,8 +166,8 @@ conn_watch(struct sconn *c, unsigned events)
 
 	if (c->events == events)
 		return;
-	epoll_ctl(c->lp->epfd, c->events ? EPOLL_CTL_MOD : EPOLL_CTL_ADD,
-		  c->fd, &ev);
+	epoll_ctl(c->lp->epfd, c->events ? EPOLL_CTL_MOD : EPOLL_CTL_ADD, c->fd,
+		  &ev);
 	c->events = events;
 }
 
@@ -412,7 +412,7 @@ conn_next(struct sconn *c)
 	}
 	c->first = b * (size_t)s->batch;
 	c->n = s->l->n - c->first < (size_t)s->batch ? s->l->n - c->first
-						       : (size_t)s->batch;
+						     : (size_t)s->batch;
 	c->state = CONN_IDLE;
 	if (s->send_mono_us != NULL) {
 		c->send_at = s->send_mono_us[b];
@@ -488,9 +488,7 @@ conn_event(struct sconn *c, unsigned events)
 		else if (events & EPOLLIN)
 			conn_readable(c); /* an early answer (error) */
 		return;
-	case CONN_READING:
-		conn_readable(c);
-		return;
+	case CONN_READING: conn_readable(c); return;
 	default:
 		/* Between requests: the server closed the kept-alive
 		 * connection (or spoke out of turn). */

@@ -105,6 +105,33 @@ void note(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 /* --------------------------------------------------------------- http --- */
 
+/*
+ * One HTTP/1.1 answer, parsed as its bytes arrive (no reads of its own):
+ * status line, headers, then a Content-Length, chunked or until-EOF body.
+ * Reused from answer to answer; the buffers are the struct's.
+ */
+struct http_resp {
+	int status;
+	int close_after; /* Connection: close, HTTP/1.0 or body until EOF */
+	int state;
+	size_t left;	 /* body or chunk bytes still to come */
+	char *buf;	 /* received bytes */
+	size_t len, cap; /* of buf */
+	size_t pos;	 /* parsed up to */
+	char *body;	 /* decoded body, NUL-terminated */
+	size_t body_len, body_cap;
+};
+
+void http_resp_reset(struct http_resp *r); /* before each answer */
+void http_resp_free(struct http_resp *r);
+/* Where to read the next bytes to, and how many fit (at least 64 KB). */
+char *http_resp_space(struct http_resp *r, size_t *room);
+/* n bytes were read into the space: 1 answer complete, 0 more needed, -1
+ * not HTTP. */
+int http_resp_feed(struct http_resp *r, size_t n);
+/* The peer closed: 1 if that ends the answer (body until EOF), else -1. */
+int http_resp_eof(struct http_resp *r);
+
 /* One kept-alive HTTP/1.1 connection over a blocking socket. */
 struct httpc;
 
@@ -189,9 +216,11 @@ void fire_analyse(struct report *r, struct ledger *l, struct fire_stats *fs);
 /* ---------------------------------------------------------- submitter --- */
 
 /*
- * Sends the tasks of a ledger through the API on conns threads, batch by
- * batch: batch b holds tasks [b*batch, (b+1)*batch) and is not sent before
- * send_mono_us[b] (NULL: as fast as possible).
+ * Sends the tasks of a ledger through the API on conns kept-alive
+ * connections (one request outstanding on each), driven by min(conns, 2)
+ * event-loop threads, batch by batch: batch b holds tasks
+ * [b*batch, (b+1)*batch) and is not sent before send_mono_us[b] (NULL: as
+ * fast as possible).
  */
 struct submit_stats {
 	long requests;

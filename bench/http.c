@@ -1,10 +1,12 @@
 /*
- * A minimal HTTP/1.1 client: one kept-alive connection per struct, blocking
- * socket, Content-Length or chunked answers. Enough to load the manager
- * without a client library getting in the way of the measurement.
+ * A minimal HTTP/1.1 client: an incremental answer parser (Content-Length,
+ * chunked, or until EOF) that needs no blocking reads, and over it one
+ * kept-alive connection per struct on a blocking socket. Enough to load the
+ * manager without a client library getting in the way of the measurement.
  */
 #include "config.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <netdb.h>
 #include <netinet/in.h>
@@ -24,10 +26,7 @@ struct httpc {
 	char host[256];
 	int port;
 	int fd;
-	char *buf; /* received bytes */
-	size_t len, cap;
-	char *body; /* decoded answer body */
-	size_t body_len, body_cap;
+	struct http_resp resp;
 };
 
 int
@@ -82,7 +81,6 @@ conn_open(struct httpc *c, char *err, size_t errlen)
 	setsockopt(c->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 	setsockopt(c->fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
 	setsockopt(c->fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
-	c->len = 0;
 	return 0;
 }
 
@@ -92,7 +90,6 @@ conn_close(struct httpc *c)
 	if (c->fd >= 0)
 		close(c->fd);
 	c->fd = -1;
-	c->len = 0;
 }
 
 struct httpc *
@@ -120,39 +117,8 @@ httpc_destroy(struct httpc *c)
 	if (c == NULL)
 		return;
 	conn_close(c);
-	xfree(c->buf);
-	xfree(c->body);
+	http_resp_free(&c->resp);
 	xfree(c);
-}
-
-/* Reads more bytes into buf; 0 on EOF, -1 on error. */
-static ssize_t
-fill(struct httpc *c)
-{
-	ssize_t n;
-
-	if (c->cap - c->len < 65536) {
-		c->cap = c->cap ? 2 * c->cap : 131072;
-		c->buf = xrealloc(c->buf, c->cap + 1);
-	}
-	do
-		n = read(c->fd, c->buf + c->len, c->cap - c->len);
-	while (n < 0 && errno == EINTR);
-	if (n > 0)
-		c->len += (size_t)n;
-	return n;
-}
-
-static void
-body_put(struct httpc *c, const char *p, size_t n)
-{
-	if (c->body_len + n + 1 > c->body_cap) {
-		c->body_cap = (c->body_len + n + 1) * 2;
-		c->body = xrealloc(c->body, c->body_cap);
-	}
-	memcpy(c->body + c->body_len, p, n);
-	c->body_len += n;
-	c->body[c->body_len] = '\0';
 }
 
 static int
@@ -206,80 +172,215 @@ header(const char *h, const char *end, const char *name, size_t *vlen)
 	return NULL;
 }
 
-/* Reads one answer: 0 ok, -1 broken connection/protocol. */
-static int
-read_answer(struct httpc *c, int *status, int *close_after, int *got_any)
-{
-	char *hend = NULL;
-	size_t hlen, vlen;
-	const char *v;
-	long long clen = -1;
-	int chunked = 0;
+/* ------------------------------------------------------ answer parser --- */
 
-	c->len = 0;
-	c->body_len = 0;
-	if (c->body == NULL)
-		body_put(c, "", 0);
-	c->body[0] = '\0';
-	for (;;) {
-		if (c->len >= 4) {
-			c->buf[c->len] = '\0';
-			hend = strstr(c->buf, "\r\n\r\n");
-			if (hend != NULL)
-				break;
-		}
-		if (fill(c) <= 0)
-			return -1;
-		*got_any = 1;
+enum {
+	RESP_HEAD,
+	RESP_BODY,	 /* Content-Length: left bytes to come */
+	RESP_UNTIL_EOF,	 /* neither length nor chunked */
+	RESP_CHUNK_SIZE, /* a chunk-size line */
+	RESP_CHUNK_DATA, /* left bytes of the chunk */
+	RESP_CHUNK_END,	 /* the CRLF after a chunk */
+	RESP_TRAILER,	 /* lines up to the empty one after the last chunk */
+	RESP_DONE,
+};
+
+void
+http_resp_reset(struct http_resp *r)
+{
+	r->status = 0;
+	r->close_after = 0;
+	r->state = RESP_HEAD;
+	r->left = 0;
+	r->len = r->pos = 0;
+	if (r->body == NULL) {
+		r->body_cap = 4096;
+		r->body = xmalloc(r->body_cap);
 	}
-	hlen = (size_t)(hend - c->buf) + 4;
-	if (c->len < 12 || strncmp(c->buf, "HTTP/1.", 7))
-		return -1;
-	*status = atoi(c->buf + 9);
-	*close_after = !strncmp(c->buf, "HTTP/1.0", 8);
-	v = header(c->buf, hend + 2, "Connection", &vlen);
-	if (v != NULL && vlen == 5 && !strncasecmp(v, "close", 5))
-		*close_after = 1;
-	v = header(c->buf, hend + 2, "Content-Length", &vlen);
-	if (v != NULL)
-		clen = strtoll(v, NULL, 10);
-	v = header(c->buf, hend + 2, "Transfer-Encoding", &vlen);
-	if (v != NULL && vlen == 7 && !strncasecmp(v, "chunked", 7))
-		chunked = 1;
-	if (!chunked) {
-		if (clen < 0) {
-			/* Body until EOF. */
-			while (fill(c) > 0)
-				;
-			body_put(c, c->buf + hlen, c->len - hlen);
-			*close_after = 1;
-			return 0;
-		}
-		while (c->len - hlen < (size_t)clen)
-			if (fill(c) <= 0)
-				return -1;
-		body_put(c, c->buf + hlen, (size_t)clen);
+	r->body_len = 0;
+	r->body[0] = '\0';
+}
+
+void
+http_resp_free(struct http_resp *r)
+{
+	xfree(r->buf);
+	xfree(r->body);
+	memset(r, 0, sizeof(*r));
+}
+
+char *
+http_resp_space(struct http_resp *r, size_t *room)
+{
+	if (r->cap - r->len < 65536) {
+		r->cap = r->cap ? 2 * r->cap : 131072;
+		r->buf = xrealloc(r->buf, r->cap);
+	}
+	*room = r->cap - r->len;
+	return r->buf + r->len;
+}
+
+static void
+body_put(struct http_resp *r, const char *p, size_t n)
+{
+	if (r->body_len + n + 1 > r->body_cap) {
+		r->body_cap = (r->body_len + n + 1) * 2;
+		r->body = xrealloc(r->body, r->body_cap);
+	}
+	memcpy(r->body + r->body_len, p, n);
+	r->body_len += n;
+	r->body[r->body_len] = '\0';
+}
+
+/* Status line and headers, once the blank line is in; 0 for more, -1. */
+static int
+resp_head(struct http_resp *r)
+{
+	const char *hend, *v;
+	size_t vlen;
+	long long clen = -1;
+
+	hend = memmem(r->buf + r->pos, r->len - r->pos, "\r\n\r\n", 4);
+	if (hend == NULL) {
+		/* Search only the new bytes next time. */
+		r->pos = r->len > 3 ? r->len - 3 : 0;
 		return 0;
 	}
-	for (size_t pos = hlen;;) {
-		char *eol;
-		size_t sz;
+	r->pos = (size_t)(hend - r->buf) + 4;
+	if (r->pos < 12 || strncmp(r->buf, "HTTP/1.", 7))
+		return -1;
+	r->status = atoi(r->buf + 9);
+	r->close_after = !strncmp(r->buf, "HTTP/1.0", 8);
+	v = header(r->buf, hend + 2, "Connection", &vlen);
+	if (v != NULL && vlen == 5 && !strncasecmp(v, "close", 5))
+		r->close_after = 1;
+	v = header(r->buf, hend + 2, "Content-Length", &vlen);
+	if (v != NULL)
+		clen = strtoll(v, NULL, 10);
+	v = header(r->buf, hend + 2, "Transfer-Encoding", &vlen);
+	if (v != NULL && vlen == 7 && !strncasecmp(v, "chunked", 7))
+		r->state = RESP_CHUNK_SIZE;
+	else if (clen >= 0)
+		r->state = RESP_BODY, r->left = (size_t)clen;
+	else
+		r->state = RESP_UNTIL_EOF;
+	return 1;
+}
 
-		c->buf[c->len] = '\0';
-		while ((eol = strstr(c->buf + pos, "\r\n")) == NULL) {
-			if (fill(c) <= 0)
+/* The next CRLF-ended line at pos (its length without CRLF), or NULL. */
+static const char *
+resp_line(struct http_resp *r, size_t *n)
+{
+	const char *p = r->buf + r->pos;
+	const char *eol = memmem(p, r->len - r->pos, "\r\n", 2);
+
+	if (eol == NULL)
+		return NULL;
+	*n = (size_t)(eol - p);
+	r->pos += *n + 2;
+	return p;
+}
+
+/* Takes up to left bytes of body at pos. */
+static void
+resp_take(struct http_resp *r)
+{
+	size_t n = r->len - r->pos < r->left ? r->len - r->pos : r->left;
+
+	body_put(r, r->buf + r->pos, n);
+	r->pos += n;
+	r->left -= n;
+}
+
+int
+http_resp_feed(struct http_resp *r, size_t n)
+{
+	const char *line;
+	size_t ll;
+	int rc;
+
+	r->len += n;
+	for (;;) {
+		switch (r->state) {
+		case RESP_HEAD:
+			if ((rc = resp_head(r)) <= 0)
+				return rc;
+			break;
+		case RESP_BODY:
+			resp_take(r);
+			if (r->left > 0)
+				return 0;
+			r->state = RESP_DONE;
+			break;
+		case RESP_UNTIL_EOF:
+			r->left = r->len - r->pos;
+			resp_take(r);
+			return 0;
+		case RESP_CHUNK_SIZE:
+			if ((line = resp_line(r, &ll)) == NULL)
+				return 0;
+			if (ll == 0 || !isxdigit((unsigned char)line[0]))
 				return -1;
-			c->buf[c->len] = '\0';
+			r->left = strtoul(line, NULL, 16);
+			r->state = r->left ? RESP_CHUNK_DATA : RESP_TRAILER;
+			break;
+		case RESP_CHUNK_DATA:
+			resp_take(r);
+			if (r->left > 0)
+				return 0;
+			r->state = RESP_CHUNK_END;
+			break;
+		case RESP_CHUNK_END:
+			if (r->len - r->pos < 2)
+				return 0;
+			if (memcmp(r->buf + r->pos, "\r\n", 2))
+				return -1;
+			r->pos += 2;
+			r->state = RESP_CHUNK_SIZE;
+			break;
+		case RESP_TRAILER:
+			if ((line = resp_line(r, &ll)) == NULL)
+				return 0;
+			if (ll == 0)
+				r->state = RESP_DONE;
+			break;
+		default: return 1;
 		}
-		sz = strtoul(c->buf + pos, NULL, 16);
-		pos = (size_t)(eol - c->buf) + 2;
-		while (c->len < pos + sz + 2)
-			if (fill(c) <= 0)
-				return -1;
-		if (sz == 0)
-			return 0; /* trailers are not used by our servers */
-		body_put(c, c->buf + pos, sz);
-		pos += sz + 2;
+	}
+}
+
+int
+http_resp_eof(struct http_resp *r)
+{
+	if (r->state != RESP_UNTIL_EOF)
+		return -1;
+	r->close_after = 1;
+	r->state = RESP_DONE;
+	return 1;
+}
+
+/* Reads one answer: 0 ok, -1 broken connection/protocol. */
+static int
+read_answer(struct httpc *c, int *got_any)
+{
+	http_resp_reset(&c->resp);
+	for (;;) {
+		size_t room;
+		char *p = http_resp_space(&c->resp, &room);
+		ssize_t n;
+		int rc;
+
+		do
+			n = read(c->fd, p, room);
+		while (n < 0 && errno == EINTR);
+		if (n < 0)
+			return -1;
+		rc = n == 0 ? http_resp_eof(&c->resp)
+			    : http_resp_feed(&c->resp, (size_t)n);
+		if (n > 0)
+			*got_any = 1;
+		if (rc != 0)
+			return rc > 0 ? 0 : -1;
 	}
 }
 
@@ -292,7 +393,7 @@ httpc_request(struct httpc *c, const char *method, const char *path,
 	struct iovec iov[2];
 
 	for (int attempt = 0; attempt < 2; attempt++) {
-		int status = 0, close_after = 0, got_any = 0, fresh = 0;
+		int got_any = 0, fresh = 0;
 		int hn;
 
 		if (c->fd < 0) {
@@ -312,7 +413,7 @@ httpc_request(struct httpc *c, const char *method, const char *path,
 		iov[1].iov_len = body ? len : 0;
 		errno = 0;
 		if (send_all(c->fd, iov, body && len ? 2 : 1) < 0 ||
-		    read_answer(c, &status, &close_after, &got_any) < 0) {
+		    read_answer(c, &got_any) < 0) {
 			snprintf(err, errlen, "%s %s: %s", method, path,
 				 errno ? strerror(errno) : "connection closed");
 			conn_close(c);
@@ -322,11 +423,11 @@ httpc_request(struct httpc *c, const char *method, const char *path,
 				return -1;
 			continue;
 		}
-		if (close_after)
+		if (c->resp.close_after)
 			conn_close(c);
-		*resp = c->body;
-		*resp_len = c->body_len;
-		return status;
+		*resp = c->resp.body;
+		*resp_len = c->resp.body_len;
+		return c->resp.status;
 	}
 	return -1;
 }

@@ -2,6 +2,7 @@
 #include "config.h"
 #endif
 
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,45 +11,668 @@
 #include "payload.h"
 #include "xmalloc.h"
 
+/*
+ * Both directions are written out by hand: building a jansson tree was
+ * most of the cost of submitting and of firing a task. The bytes are
+ * exactly what json_dumps(JSON_COMPACT) wrote for the same members, and
+ * the decoder accepts and rejects exactly what json_loadb did.
+ */
+
+/* Encoder ------------------------------------------------------------ */
+
+struct obuf {
+	char *p;
+	size_t len;
+	size_t cap;
+};
+
+static void
+ob_reserve(struct obuf *b, size_t n)
+{
+	if (b->len + n <= b->cap)
+		return;
+	while (b->cap < b->len + n)
+		b->cap *= 2;
+	b->p = xrealloc(b->p, b->cap);
+}
+
+/* The length of the strict UTF-8 sequence (no overlong forms, no
+ * surrogates, nothing above U+10FFFF) starting at p, or 0. */
+static size_t
+utf8_seq(const unsigned char *p, size_t n)
+{
+	unsigned c = p[0];
+	size_t len;
+	uint32_t v;
+
+	if (c < 0x80)
+		return 1;
+	if (c >= 0xc2 && c <= 0xdf) {
+		len = 2;
+		v = c & 0x1f;
+	} else if (c >= 0xe0 && c <= 0xef) {
+		len = 3;
+		v = c & 0x0f;
+	} else if (c >= 0xf0 && c <= 0xf4) {
+		len = 4;
+		v = c & 0x07;
+	} else {
+		return 0;
+	}
+	if (len > n)
+		return 0;
+	for (size_t i = 1; i < len; i++) {
+		if ((p[i] & 0xc0) != 0x80)
+			return 0;
+		v = (v << 6) | (p[i] & 0x3f);
+	}
+	if (v > 0x10ffff || (v >= 0xd800 && v <= 0xdfff) ||
+	    (len == 3 && v < 0x800) || (len == 4 && v < 0x10000))
+		return 0;
+	return len;
+}
+
+/* 1 for the bytes a JSON string holds as they are: not '"', '\\', a
+ * control character or part of a UTF-8 sequence. */
+static const unsigned char str_plain[256] = {
+	[0x20 ... 0x21] = 1,
+	[0x23 ... 0x5b] = 1,
+	[0x5d ... 0x7f] = 1,
+};
+
+/* The letter after the backslash escaping c ('u': \u00XX). */
+static char
+esc_letter(unsigned c)
+{
+	switch (c) {
+	case '"': return '"';
+	case '\\': return '\\';
+	case '\b': return 'b';
+	case '\f': return 'f';
+	case '\n': return 'n';
+	case '\r': return 'r';
+	case '\t': return 't';
+	default: return 'u';
+	}
+}
+
+/* Appends s as a JSON string the way jansson dumps it (control
+ * characters as \u00XX in upper case, nothing else escaped); -1 when s
+ * is not UTF-8, which jansson refused to hold in a string. */
+static int
+ob_str(struct obuf *b, const char *s, size_t n)
+{
+	static const char hex[] = "0123456789ABCDEF";
+	const unsigned char *p = (const unsigned char *)s;
+	const unsigned char *end = p + n;
+	char *o;
+
+	ob_reserve(b, n + 2);
+	o = b->p + b->len;
+	*o++ = '"';
+	for (;;) {
+		unsigned c;
+		size_t k;
+
+		while (p < end && str_plain[*p])
+			*o++ = (char)*p++;
+		if (p == end)
+			break;
+		c = *p;
+		if (c >= 0x80) {
+			k = utf8_seq(p, (size_t)(end - p));
+			if (k == 0)
+				return -1;
+			memcpy(o, p, k);
+			o += k;
+			p += k;
+			continue;
+		}
+		/* Room for the longest escape beside what is left. */
+		b->len = (size_t)(o - b->p);
+		ob_reserve(b, 6 + (size_t)(end - p) + 1);
+		o = b->p + b->len;
+		*o++ = '\\';
+		*o++ = esc_letter(c);
+		if (o[-1] == 'u') {
+			*o++ = '0';
+			*o++ = '0';
+			*o++ = hex[c >> 4];
+			*o++ = hex[c & 15];
+		}
+		p++;
+	}
+	*o++ = '"';
+	b->len = (size_t)(o - b->p);
+	return 0;
+}
+
+static void
+ob_int(struct obuf *b, int64_t v)
+{
+	char tmp[24];
+	char *q = tmp + sizeof(tmp);
+	uint64_t u = v < 0 ? (uint64_t)0 - (uint64_t)v : (uint64_t)v;
+
+	do {
+		*--q = (char)('0' + u % 10);
+		u /= 10;
+	} while (u != 0);
+	if (v < 0)
+		*--q = '-';
+	ob_reserve(b, sizeof(tmp));
+	memcpy(b->p + b->len, q, (size_t)(tmp + sizeof(tmp) - q));
+	b->len += (size_t)(tmp + sizeof(tmp) - q);
+}
+
+/* Opens member k ("k": after a comma unless it is the first). */
+static void
+ob_key(struct obuf *b, char k)
+{
+	ob_reserve(b, 5);
+	if (b->len > 1)
+		b->p[b->len++] = ',';
+	b->p[b->len++] = '"';
+	b->p[b->len++] = k;
+	b->p[b->len++] = '"';
+	b->p[b->len++] = ':';
+}
+
+/* A string member; like a json_string() that failed, a NULL or non-UTF-8
+ * value leaves the member out. */
+static void
+ob_str_member(struct obuf *b, char k, const char *s, size_t n)
+{
+	size_t mark = b->len;
+
+	if (s == NULL)
+		return;
+	ob_key(b, k);
+	if (ob_str(b, s, n) < 0)
+		b->len = mark;
+}
+
+static void
+ob_int_member(struct obuf *b, char k, int64_t v)
+{
+	ob_key(b, k);
+	ob_int(b, v);
+}
+
+/* The rare object members go through jansson, as they did nested. */
+static void
+ob_json_member(struct obuf *b, char k, const json_t *v)
+{
+	char *s = json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY);
+	size_t n;
+
+	if (s == NULL)
+		abort();
+	n = strlen(s);
+	ob_key(b, k);
+	ob_reserve(b, n);
+	memcpy(b->p + b->len, s, n);
+	b->len += n;
+	free(s);
+}
+
 char *
 payload_encode(const struct task *t, size_t *lenp)
 {
-	json_t *o = json_object();
-	char *s;
+	struct obuf b;
 
-	json_object_set_new(o, "t", json_string(t->topic));
-	json_object_set_new(o, "b", json_stringn(t->body, t->body_len));
-	json_object_set_new(o, "d", json_integer(t->due_at));
+	b.cap = 64 + t->body_len + t->body_len / 8 +
+		(t->topic ? strlen(t->topic) : 0) +
+		(t->key ? strlen(t->key) : 0);
+	b.p = xmalloc(b.cap);
+	b.p[0] = '{';
+	b.len = 1;
+	if (t->topic != NULL)
+		ob_str_member(&b, 't', t->topic, strlen(t->topic));
+	ob_str_member(&b, 'b', t->body, t->body_len);
+	ob_int_member(&b, 'd', t->due_at);
 	if (t->key != NULL)
-		json_object_set_new(o, "k", json_string(t->key));
+		ob_str_member(&b, 'k', t->key, strlen(t->key));
 	if (t->headers != NULL)
-		json_object_set(o, "h", t->headers);
+		ob_json_member(&b, 'h', t->headers);
 	if (t->ttl_ms > 0)
-		json_object_set_new(o, "x", json_integer(t->ttl_ms));
+		ob_int_member(&b, 'x', t->ttl_ms);
 	if (t->attempt > 0)
-		json_object_set_new(o, "a", json_integer(t->attempt));
-	if (t->misfire != TASK_MISFIRE_NONE)
-		json_object_set_new(o, "m",
-				    json_string(task_misfire_name(t->misfire)));
+		ob_int_member(&b, 'a', t->attempt);
+	if (t->misfire != TASK_MISFIRE_NONE) {
+		const char *m = task_misfire_name(t->misfire);
+
+		ob_str_member(&b, 'm', m, strlen(m));
+	}
 	if (t->callback != NULL)
-		json_object_set(o, "c", t->callback);
+		ob_json_member(&b, 'c', t->callback);
 	if (t->max_attempts > 0)
-		json_object_set_new(o, "n", json_integer(t->max_attempts));
-	s = json_dumps(o, JSON_COMPACT);
-	json_decref(o);
-	if (s == NULL)
-		abort();
-	*lenp = strlen(s);
+		ob_int_member(&b, 'n', t->max_attempts);
+	ob_reserve(&b, 2);
+	b.p[b.len++] = '}';
+	b.p[b.len] = '\0';
+	*lenp = b.len;
+	return b.p;
+}
+
+/* Decoder ------------------------------------------------------------ */
+
+/* The raw text of a string between its quotes. */
+struct span {
+	const char *p;
+	size_t len;
+	int esc; /* has escapes to undo */
+	int nul; /* one of them is \u0000 */
+};
+
+enum vtype { V_ABSENT, V_STR, V_INT, V_OBJ, V_OTHER };
+
+/* The last value of one key (jansson kept the last of duplicates). */
+struct member {
+	enum vtype type;
+	struct span s;
+	int64_t i;
+	json_t *j; /* V_OBJ */
+};
+
+/* The members known, in the order of enum payload_key. */
+static const char member_keys[] = "tbdkhxamcn";
+
+enum payload_key { K_T, K_B, K_D, K_K, K_H, K_X, K_A, K_M, K_C, K_N, K__N };
+
+struct parser {
+	const char *p;
+	const char *end;
+	int slow; /* left to jansson (decode_tree) */
+};
+
+static void
+skip_ws(struct parser *ps)
+{
+	while (ps->p < ps->end && (*ps->p == ' ' || *ps->p == '\n' ||
+				   *ps->p == '\r' || *ps->p == '\t'))
+		ps->p++;
+}
+
+static int
+hex4(const char *p, uint32_t *v)
+{
+	*v = 0;
+	for (int i = 0; i < 4; i++) {
+		char c = p[i];
+
+		*v <<= 4;
+		if (c >= '0' && c <= '9')
+			*v |= (uint32_t)(c - '0');
+		else if (c >= 'a' && c <= 'f')
+			*v |= (uint32_t)(c - 'a' + 10);
+		else if (c >= 'A' && c <= 'F')
+			*v |= (uint32_t)(c - 'A' + 10);
+		else
+			return -1;
+	}
+	return 0;
+}
+
+/* A \u escape at p (at the 'u'): the code point, a surrogate pair
+ * joined; the length of its text after the backslash, or 0 if invalid. */
+static size_t
+unicode_escape(const char *p, const char *end, uint32_t *cp)
+{
+	uint32_t lo;
+
+	if (end - p < 5 || hex4(p + 1, cp) < 0)
+		return 0;
+	if (*cp >= 0xdc00 && *cp <= 0xdfff)
+		return 0;
+	if (*cp < 0xd800 || *cp > 0xdbff)
+		return 5;
+	if (end - p < 11 || p[5] != '\\' || p[6] != 'u' ||
+	    hex4(p + 7, &lo) < 0 || lo < 0xdc00 || lo > 0xdfff)
+		return 0;
+	*cp = 0x10000 + ((*cp - 0xd800) << 10) + (lo - 0xdc00);
+	return 11;
+}
+
+/* Reads a string whose opening quote is just behind ps->p. */
+static int
+scan_string(struct parser *ps, struct span *sp)
+{
+	const char *p = ps->p;
+	const char *end = ps->end;
+	uint32_t cp;
+	size_t k;
+
+	sp->p = p;
+	sp->esc = 0;
+	sp->nul = 0;
+	for (;;) {
+		while (p < end && str_plain[(unsigned char)*p])
+			p++;
+		if (p == end)
+			return -1;
+		if (*p == '"')
+			break;
+		if ((unsigned char)*p >= 0x80) {
+			k = utf8_seq((const unsigned char *)p,
+				     (size_t)(end - p));
+			if (k == 0)
+				return -1;
+			p += k;
+			continue;
+		}
+		if (*p != '\\' || end - p < 2)
+			return -1; /* a control character */
+		sp->esc = 1;
+		p++;
+		switch (*p) {
+		case '"':
+		case '\\':
+		case '/':
+		case 'b':
+		case 'f':
+		case 'n':
+		case 'r':
+		case 't': p++; break;
+		case 'u':
+			k = unicode_escape(p, end, &cp);
+			if (k == 0)
+				return -1;
+			if (cp == 0)
+				sp->nul = 1;
+			p += k;
+			break;
+		default: return -1;
+		}
+	}
+	sp->len = (size_t)(p - sp->p);
+	ps->p = p + 1;
+	return 0;
+}
+
+static size_t
+utf8_put(char *o, uint32_t cp)
+{
+	if (cp < 0x80) {
+		o[0] = (char)cp;
+		return 1;
+	}
+	if (cp < 0x800) {
+		o[0] = (char)(0xc0 | (cp >> 6));
+		o[1] = (char)(0x80 | (cp & 0x3f));
+		return 2;
+	}
+	if (cp < 0x10000) {
+		o[0] = (char)(0xe0 | (cp >> 12));
+		o[1] = (char)(0x80 | ((cp >> 6) & 0x3f));
+		o[2] = (char)(0x80 | (cp & 0x3f));
+		return 3;
+	}
+	o[0] = (char)(0xf0 | (cp >> 18));
+	o[1] = (char)(0x80 | ((cp >> 12) & 0x3f));
+	o[2] = (char)(0x80 | ((cp >> 6) & 0x3f));
+	o[3] = (char)(0x80 | (cp & 0x3f));
+	return 4;
+}
+
+/* Writes the value of a checked string (at most sp->len bytes) and a NUL
+ * to o; returns the value's length. */
+static size_t
+span_unescape(const struct span *sp, char *o)
+{
+	const char *p = sp->p;
+	const char *end = p + sp->len;
+	char *start = o;
+	uint32_t cp;
+
+	if (!sp->esc) {
+		memcpy(o, p, sp->len);
+		o[sp->len] = '\0';
+		return sp->len;
+	}
+	while (p < end) {
+		const char *q = memchr(p, '\\', (size_t)(end - p));
+		size_t n = q ? (size_t)(q - p) : (size_t)(end - p);
+
+		memcpy(o, p, n);
+		o += n;
+		p += n;
+		if (p == end)
+			break;
+		p++;
+		switch (*p) {
+		case 'b': *o++ = '\b'; break;
+		case 'f': *o++ = '\f'; break;
+		case 'n': *o++ = '\n'; break;
+		case 'r': *o++ = '\r'; break;
+		case 't': *o++ = '\t'; break;
+		case 'u':
+			p += unicode_escape(p, end, &cp) - 1;
+			o += utf8_put(o, cp);
+			break;
+		default: *o++ = *p; break;
+		}
+		p++;
+	}
+	*o = '\0';
+	return (size_t)(o - start);
+}
+
+static char *
+span_dup(const struct span *sp, size_t *lenp)
+{
+	char *s = xmalloc(sp->len + 1);
+	size_t n = span_unescape(sp, s);
+
+	if (lenp != NULL)
+		*lenp = n;
 	return s;
 }
 
-int
-payload_decode(const char *s, size_t len, struct task *t)
+/* Which member a key names, or -1. */
+static int
+member_index(const struct span *key)
+{
+	char buf[16];
+	const char *k;
+
+	if (!key->esc) {
+		if (key->len != 1)
+			return -1;
+		k = key->p;
+	} else {
+		/* One character is at most a 12-byte surrogate pair. */
+		if (key->len > 12 || span_unescape(key, buf) != 1)
+			return -1;
+		k = buf;
+	}
+	k = memchr(member_keys, *k, K__N);
+	return k ? (int)(k - member_keys) : -1;
+}
+
+/* An integer as strtoll read it; a real number is left to jansson. */
+static int
+scan_number(struct parser *ps, int64_t *v)
+{
+	const char *p = ps->p;
+	const char *end = ps->end;
+	uint64_t u = 0;
+	int neg = 0, digits = 0;
+
+	if (*p == '-') {
+		neg = 1;
+		p++;
+	}
+	if (p == end || *p < '0' || *p > '9')
+		return -1;
+	if (*p == '0' && p + 1 < end && p[1] >= '0' && p[1] <= '9')
+		return -1;
+	while (p < end && *p >= '0' && *p <= '9') {
+		if (digits++ < 19)
+			u = u * 10 + (uint64_t)(*p - '0');
+		p++;
+	}
+	if (p < end && (*p == '.' || *p == 'e' || *p == 'E')) {
+		ps->slow = 1;
+		return -1;
+	}
+	if (digits > 19 || u > (uint64_t)INT64_MAX + (uint64_t)neg)
+		return -1;
+	/* -(u - 1) - 1 reaches INT64_MIN without overflowing. */
+	*v = neg && u > 0 ? -(int64_t)(u - 1) - 1 : (int64_t)u;
+	ps->p = p;
+	return 0;
+}
+
+/* The depth jansson's parser counts for v: one per level of values,
+ * scalars included. */
+static size_t
+json_depth(json_t *v)
+{
+	size_t d = 0, i;
+	const char *k;
+	json_t *e;
+
+	if (json_is_object(v)) {
+		json_object_foreach (v, k, e) {
+			size_t n = json_depth(e);
+
+			d = n > d ? n : d;
+		}
+	} else if (json_is_array(v)) {
+		json_array_foreach (v, i, e) {
+			size_t n = json_depth(e);
+
+			d = n > d ? n : d;
+		}
+	}
+	return d + 1;
+}
+
+/* An object or array, read by jansson where it starts; one level deeper
+ * than jansson counts it alone, which matters only at its depth limit. */
+static int
+scan_compound(struct parser *ps, json_t **out)
+{
+	size_t n = (size_t)(ps->end - ps->p);
+	json_error_t jerr;
+	json_t *v;
+
+	v = json_loadb(ps->p, n, JSON_DISABLE_EOF_CHECK | JSON_ALLOW_NUL,
+		       &jerr);
+	if (v == NULL)
+		return -1;
+	/* Every level takes a byte: only long text can be that deep. */
+	if (jerr.position <= 0 || (size_t)jerr.position > n ||
+	    ((size_t)jerr.position >= JSON_PARSER_MAX_DEPTH &&
+	     json_depth(v) >= JSON_PARSER_MAX_DEPTH)) {
+		json_decref(v);
+		return -1;
+	}
+	ps->p += jerr.position;
+	*out = v;
+	return 0;
+}
+
+static int
+literal(struct parser *ps, const char *word, size_t n)
+{
+	if ((size_t)(ps->end - ps->p) < n || memcmp(ps->p, word, n) != 0)
+		return -1;
+	ps->p += n;
+	return 0;
+}
+
+/* Reads a value into m, replacing what m held. */
+static int
+scan_value(struct parser *ps, struct member *m)
+{
+	json_t *j = NULL;
+
+	json_decref(m->j);
+	m->j = NULL;
+	m->type = V_OTHER;
+	if (ps->p == ps->end)
+		return -1;
+	switch (*ps->p) {
+	case '"':
+		ps->p++;
+		m->type = V_STR;
+		return scan_string(ps, &m->s);
+	case '{':
+	case '[':
+		if (scan_compound(ps, &j) < 0)
+			return -1;
+		if (json_is_object(j)) {
+			m->type = V_OBJ;
+			m->j = j;
+		} else {
+			json_decref(j);
+		}
+		return 0;
+	case 't': return literal(ps, "true", 4);
+	case 'f': return literal(ps, "false", 5);
+	case 'n': return literal(ps, "null", 4);
+	default: m->type = V_INT; return scan_number(ps, &m->i);
+	}
+}
+
+static int
+scan_object(struct parser *ps, struct member *m)
+{
+	struct member other = {0};
+	struct span key;
+	int k, rc = -1;
+
+	skip_ws(ps);
+	if (ps->p == ps->end || *ps->p != '{')
+		return -1;
+	ps->p++;
+	skip_ws(ps);
+	if (ps->p < ps->end && *ps->p == '}')
+		goto close;
+	for (;;) {
+		if (ps->p == ps->end || *ps->p != '"')
+			goto out;
+		ps->p++;
+		if (scan_string(ps, &key) < 0 || key.nul)
+			goto out;
+		k = member_index(&key);
+		skip_ws(ps);
+		if (ps->p == ps->end || *ps->p != ':')
+			goto out;
+		ps->p++;
+		skip_ws(ps);
+		if (scan_value(ps, k >= 0 ? &m[k] : &other) < 0)
+			goto out;
+		skip_ws(ps);
+		if (ps->p == ps->end)
+			goto out;
+		if (*ps->p == '}')
+			break;
+		if (*ps->p != ',')
+			goto out;
+		ps->p++;
+		skip_ws(ps);
+	}
+close:
+	ps->p++;
+	skip_ws(ps);
+	if (ps->p == ps->end)
+		rc = 0;
+out:
+	json_decref(other.j);
+	return rc;
+}
+
+/* jansson's own reading, for what scan_object leaves to it: real numbers,
+ * and raw NUL bytes (jansson skips one after a number or a literal). */
+static int
+decode_tree(const char *s, size_t len, struct task *t)
 {
 	json_t *o, *v;
 	json_error_t jerr;
 
-	memset(t, 0, sizeof(*t));
 	o = json_loadb(s, len, JSON_ALLOW_NUL, &jerr);
 	if (o == NULL)
 		return -1;
@@ -90,6 +714,64 @@ payload_decode(const char *s, size_t len, struct task *t)
 		t->max_attempts = (int)json_integer_value(v);
 	json_decref(o);
 	return 0;
+}
+
+/* Fills t from the members read; -1 as decode_tree would. */
+static int
+members_task(struct member *m, struct task *t)
+{
+	if (m[K_T].type != V_STR || m[K_B].type != V_STR ||
+	    m[K_D].type != V_INT)
+		return -1;
+	if (m[K_M].type == V_STR) {
+		char *s = span_dup(&m[K_M].s, NULL);
+		int rc = task_misfire_parse(s, &t->misfire);
+
+		xfree(s);
+		if (rc < 0)
+			return -1;
+	}
+	t->topic = span_dup(&m[K_T].s, NULL);
+	t->body = span_dup(&m[K_B].s, &t->body_len);
+	t->due_at = m[K_D].i;
+	if (m[K_K].type == V_STR)
+		t->key = span_dup(&m[K_K].s, NULL);
+	if (m[K_H].type == V_OBJ) {
+		t->headers = m[K_H].j;
+		m[K_H].j = NULL;
+	}
+	if (m[K_X].type == V_INT)
+		t->ttl_ms = m[K_X].i;
+	if (m[K_A].type == V_INT)
+		t->attempt = (int)m[K_A].i;
+	if (m[K_C].type == V_OBJ) {
+		t->callback = m[K_C].j;
+		m[K_C].j = NULL;
+	}
+	if (m[K_N].type == V_INT)
+		t->max_attempts = (int)m[K_N].i;
+	return 0;
+}
+
+int
+payload_decode(const char *s, size_t len, struct task *t)
+{
+	struct member m[K__N];
+	struct parser ps = {s, s + len, 0};
+	int rc;
+
+	memset(t, 0, sizeof(*t));
+	if (memchr(s, '\0', len) != NULL)
+		return decode_tree(s, len, t);
+	memset(m, 0, sizeof(m));
+	rc = scan_object(&ps, m);
+	if (rc == 0)
+		rc = members_task(m, t);
+	for (int i = 0; i < K__N; i++)
+		json_decref(m[i].j);
+	if (ps.slow)
+		return decode_tree(s, len, t);
+	return rc;
 }
 
 void

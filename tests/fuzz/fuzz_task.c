@@ -5,9 +5,10 @@
 /*
  * libFuzzer target for everything that parses untrusted input without a
  * server: the task JSON codec and validation (what every submission goes
- * through), the Redis payload codec, slot node JSON, URLs and cron
- * expressions (with their occurrences in a DST zone). A crash, a
- * sanitizer report, or a round trip that changes a valid task is a bug.
+ * through), the Redis payload codec (against the jansson-tree codec it
+ * replaced), slot node JSON, URLs and cron expressions (with their
+ * occurrences in a DST zone). A crash, a sanitizer report, a round trip
+ * that changes a valid task or a payload verdict unlike jansson's is a bug.
  */
 
 #include <stdint.h>
@@ -18,6 +19,7 @@
 
 #include "cron.h"
 #include "payload.h"
+#include "payload_ref.h"
 #include "slot.h"
 #include "task.h"
 #include "tz.h"
@@ -30,9 +32,13 @@ static void
 check_round_trip(const struct task *t)
 {
 	struct task back;
-	size_t len;
+	size_t len, rlen;
 	char *p = payload_encode(t, &len);
+	char *r = ref_payload_encode(t, &rlen);
 
+	if (len != rlen || memcmp(p, r, len) != 0)
+		abort();
+	free(r);
 	if (payload_decode(p, len, &back) != 0)
 		abort();
 	if (back.body_len != t->body_len ||
@@ -41,6 +47,22 @@ check_round_trip(const struct task *t)
 		abort();
 	task_clear(&back);
 	free(p);
+}
+
+/* The Redis payload decoder takes and refuses what jansson's did. */
+static void
+check_payload_decode(const uint8_t *data, size_t size)
+{
+	struct task a, b;
+	int ra = payload_decode((const char *)data, size, &a);
+	int rb = ref_payload_decode((const char *)data, size, &b);
+
+	if (ra != rb || (ra == 0 && !ref_payload_same(&a, &b)))
+		abort();
+	if (ra == 0) {
+		task_clear(&a);
+		task_clear(&b);
+	}
 }
 
 /* Occurrences are whole seconds, strictly increasing. */
@@ -95,6 +117,7 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		}
 		json_decref(in);
 	}
+	check_payload_decode(data, size);
 	slot_node_decode((const char *)data, (int)size, &n);
 	s = malloc(size + 1);
 	memcpy(s, data, size);

@@ -10,9 +10,10 @@ mkdir -p "$out/corpus"
 cp "$src"/tests/fuzz/corpus/* "$out/corpus/" 2>/dev/null || true
 # shellcheck disable=SC2046
 clang -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
-	-D_GNU_SOURCE -I"$src/common" -I"$src/proto" \
+	-D_GNU_SOURCE -I"$src/common" -I"$src/proto" -I"$src/tests/unit" \
 	$(pkg-config --cflags jansson libmariadb libevent) \
 	"$src/tests/fuzz/fuzz_task.c" "$src/proto/task.c" "$src/proto/payload.c" \
+	"$src/tests/unit/payload_ref.c" \
 	"$src/proto/callback.c" "$src/proto/cron.c" "$src/common/tz.c" \
 	"$src/proto/slot.c" "$src/proto/zknode.c" "$src/common/url.c" \
 	"$src/common/xmalloc.c" "$src/common/log.c" "$src/common/db.c" \

@@ -71,8 +71,8 @@ static void
 request_cb(struct evhttp_request *req, void *arg)
 {
 	struct cbserver *s = arg;
-	const char *id = evhttp_find_header(evhttp_request_get_input_headers(req),
-					    "X-Prophet-Id");
+	const char *id = evhttp_find_header(
+		evhttp_request_get_input_headers(req), "X-Prophet-Id");
 
 	atomic_fetch_add(&s->calls, 1);
 	if (id != NULL)
@@ -110,9 +110,8 @@ server_start(struct cbserver *s)
 	s->http = evhttp_new(s->base);
 	evhttp_set_gencb(s->http, request_cb, s);
 	bs = evhttp_bind_socket_with_handle(s->http, "127.0.0.1", 0);
-	if (bs == NULL ||
-	    getsockname(evhttp_bound_socket_get_fd(bs), (struct sockaddr *)&sin,
-			&slen) < 0) {
+	if (bs == NULL || getsockname(evhttp_bound_socket_get_fd(bs),
+				      (struct sockaddr *)&sin, &slen) < 0) {
 		note("notifier: cannot listen on 127.0.0.1");
 		return -1;
 	}
@@ -154,7 +153,8 @@ wait_called(const struct bench_opts *o, struct ledger *l, int64_t last_due_ms)
 			last = got;
 			last_change = clock_mono_us();
 		}
-		if (now_us() / 1000 > last_due_ms + (int64_t)(o->grace * 1000) &&
+		if (now_us() / 1000 >
+			    last_due_ms + (int64_t)(o->grace * 1000) &&
 		    clock_mono_us() - last_change > 3000000)
 			break;
 		usleep(20000);
@@ -213,9 +213,8 @@ scen_notifier(struct bench_opts *o)
 	s = submitter_start(o, warm, topic, 1, NULL, 0);
 	submitter_join(s, &st);
 	xfree(st.req_ms);
-	for (int i = 0; i < 600 && atomic_load(&warm->received) == 0 &&
-			!bench_stop;
-	     i++)
+	for (int i = 0;
+	     i < 600 && atomic_load(&warm->received) == 0 && !bench_stop; i++)
 		usleep(100000);
 	if (atomic_load(&warm->received) == 0) {
 		note("notifier: no callback within 60 s: is a prophet-notifier "
@@ -231,8 +230,9 @@ scen_notifier(struct bench_opts *o)
 	srv.ledgers[1] = l;
 	t0_ms = now_us() / 1000 + o->lead_ms;
 	for (long i = 0; i < count; i++)
-		l->due_ms[i] = t0_ms + (int64_t)((double)i * (double)o->spread_ms /
-						 (double)count);
+		l->due_ms[i] =
+			t0_ms + (int64_t)((double)i * (double)o->spread_ms /
+					  (double)count);
 	note("%s: %ld tasks with a callback to %s, due within %ld ms, %.1f s "
 	     "from now, topic %s",
 	     o->label, count, url, o->spread_ms, (double)o->lead_ms / 1e3,
@@ -266,11 +266,10 @@ scen_notifier(struct bench_opts *o)
 		   atomic_load(&l->received));
 	report_int(r, "lost", "never called back", lost);
 	report_int(r, "dups", "duplicate callbacks", atomic_load(&l->dups));
-	report_num(r, "callback_rate",
-		   "callbacks/s (first to last callback)",
-		   max_us > min_us ? (double)(n - 1) * 1e6 /
-					     (double)(max_us - min_us)
-				   : NAN,
+	report_num(r, "callback_rate", "callbacks/s (first to last callback)",
+		   max_us > min_us
+			   ? (double)(n - 1) * 1e6 / (double)(max_us - min_us)
+			   : NAN,
 		   "%.0f");
 	report_num(r, "drain_s", "first due -> last callback (s)",
 		   max_us ? (double)max_us / 1e6 - (double)t0_ms / 1e3 : NAN,

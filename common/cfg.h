@@ -107,6 +107,10 @@
 	  100000, NULL, 0, "most ids read from one slot per scan")             \
 	X(WORKER_CLAIM_BATCH, "worker", "claim_batch", CFG_INT, "500", 1,      \
 	  10000, NULL, 0, "most tasks claimed by one Redis round trip")        \
+	X(WORKER_CLAIM_AHEAD_MS, "worker", "claim_ahead_ms", CFG_INT, "10", 0, \
+	  1000, NULL, 0,                                                       \
+	  "tasks are claimed this long before they are due and published at "  \
+	  "their due millisecond (a cancel then answers 409)")                 \
 	X(WORKER_LEASE_MS, "worker", "lease_ms", CFG_INT, "30000", 1000,       \
 	  3600000, NULL, 0,                                                    \
 	  "a claimed task not confirmed delivered within this is re-fired")    \

@@ -65,6 +65,7 @@ wtask_release(struct worker *w, struct wtask *t)
 		timerwheel_cancel(w->wheel, &t->timer);
 	hmap_del(w->tasks, t->id);
 	xfree(t->payload);
+	xfree(t->early);
 	xfree(t);
 	if (busy && --w->slots[slot].busy == 0)
 		coord_slot_idle(w, slot);
@@ -139,13 +140,59 @@ claim_retry_cb(evutil_socket_t fd, short what, void *arg)
 
 static void limbo_add(struct worker *w, const struct wtask *t);
 
+/* An early-claimed task's due millisecond: publish it, unless ZooKeeper
+ * has been silent too long meanwhile (then it stays in flight in Redis for
+ * the slot's next owner, as after a claim reply that comes too late). */
+static void
+early_cb(struct timerwheel_timer *tm, void *arg)
+{
+	struct wtask *t = arg;
+	struct worker *w = t->w;
+	char *payload = t->early;
+	size_t len = t->early_len;
+
+	t->early = NULL;
+	t->state = WT_CLAIMING;
+	if (!coord_fresh(w))
+		wtask_release(w, t);
+	else
+		firing_publish(w, t, payload, len);
+	xfree(payload);
+}
+
+/*
+ * A task claimed before its due time (worker.claim_ahead_ms) waits in the
+ * wheel for its millisecond. The due time is the payload's: the task may
+ * have been rescheduled since it was scanned. 1 if it waits.
+ */
+static int
+claimed_early(struct worker *w, struct wtask *t, const char *payload,
+	      size_t len)
+{
+	struct task pt;
+	int64_t due;
+
+	if (w->claim_ahead_ms == 0 || payload_decode(payload, len, &pt) < 0)
+		return 0; /* firing_publish reports an undecodable payload */
+	due = pt.due_at;
+	task_clear(&pt);
+	if (due <= clock_now_ms())
+		return 0;
+	t->state = WT_EARLY;
+	t->early = xmemdup(payload, len);
+	t->early_len = len;
+	t->timer.fire_cb = early_cb;
+	timerwheel_add(w->wheel, &t->timer, due);
+	return 1;
+}
+
 static void
 claim_reply_cb(struct redis *r, redisReply *reply, void *arg)
 {
 	struct slot_call *c = arg;
 	struct worker *w = c->w;
 	struct wslot *s = &w->slots[c->slot];
-	int slot;
+	int slot, early = 0;
 
 	s->claiming = 0;
 	metric_inc(w->m.claims);
@@ -199,9 +246,18 @@ claim_reply_cb(struct redis *r, redisReply *reply, void *arg)
 			j++;
 		t->attempt = (int)attempt->integer;
 		t->epoch = c->epoch;
+		if (claimed_early(w, t, payload->str, payload->len)) {
+			early++;
+			continue;
+		}
 		if (firing_publish(w, t, payload->str, payload->len) < 0 &&
 		    j < c->n)
 			c->tasks[j] = NULL; /* freed */
+	}
+	/* The wheel has earlier timers now: tick on the first. */
+	if (early) {
+		evtimer_del(w->tick_ev);
+		arm_tick(w);
 	}
 	/* Sent but not returned: cancelled, rescheduled or taken. */
 	for (size_t i = 0; i < c->n; i++) {
@@ -247,7 +303,7 @@ claim_slot(struct worker *w, int slot)
 	c->tasks = xcalloc(n, sizeof(*c->tasks));
 	slot_eval_init(&ev, SCRIPT_CLAIM, slot, "dtiae");
 	redis_args_addint(&ev.a, s->epoch);
-	redis_args_addint(&ev.a, now);
+	redis_args_addint(&ev.a, now + w->claim_ahead_ms);
 	redis_args_addint(&ev.a, now + w->lease_ms);
 	for (size_t i = 0; i < n; i++) {
 		struct wtask *t = s->claimq_head;
@@ -302,7 +358,8 @@ scan_reply_cb(struct redis *r, redisReply *reply, void *arg)
 			/* Rescheduled while waiting in the wheel. */
 			if (t->state == WT_WHEEL && t->due_at != due) {
 				t->due_at = due;
-				timerwheel_add(w->wheel, &t->timer, due);
+				timerwheel_add(w->wheel, &t->timer,
+					       due - w->claim_ahead_ms);
 			}
 			continue;
 		}
@@ -317,7 +374,10 @@ scan_reply_cb(struct redis *r, redisReply *reply, void *arg)
 		t->timer.fire_cb = due_cb;
 		t->timer.arg = t;
 		hmap_put(w->tasks, t->id, t);
-		timerwheel_add(w->wheel, &t->timer, due);
+		/* Claimed a little ahead, published on its millisecond
+		 * (early_cb): the claim round trip is not part of the
+		 * lateness. */
+		timerwheel_add(w->wheel, &t->timer, due - w->claim_ahead_ms);
 		added++;
 	}
 	slot_call_free(c);

@@ -104,6 +104,7 @@ enum wtask_state {
 	WT_WHEEL,      /* waiting for its due millisecond */
 	WT_CLAIMQ,     /* due, waiting for a claim round trip */
 	WT_CLAIMING,   /* in a claim round trip */
+	WT_EARLY,      /* claimed ahead, published at its due millisecond */
 	WT_PUBLISHING, /* handed to Kafka, no delivery report yet */
 	WT_MARKING,    /* delivered; database update pending */
 };
@@ -126,7 +127,9 @@ struct wtask {
 	int skip;     /* misfired under policy skip: recorded, not published */
 	int64_t next_due; /* set by the DB update; -1: the series ended */
 	char *payload;	  /* to index the next occurrence with */
-	char note[112];	  /* its task_log note (bound by pointer) */
+	char *early;	  /* WT_EARLY: the claimed payload */
+	size_t early_len;
+	char note[112]; /* its task_log note (bound by pointer) */
 	struct timerwheel_timer timer;
 	struct wtask *next; /* claim queue or mark batch */
 	struct worker *w;
@@ -196,6 +199,7 @@ struct worker {
 	struct event *stop_ev;
 	int64_t lookahead_ms;
 	int64_t lease_ms;
+	int64_t claim_ahead_ms;
 	int64_t horizon_ms;
 	int64_t misfire_threshold_ms;
 	int claim_batch;

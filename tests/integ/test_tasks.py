@@ -128,9 +128,11 @@ def test_cancel_and_reschedule():
 
 
 def test_cancel_races_the_worker():
-    """500 tasks due in 0.3-1.3 s, each cancelled at a moment between 30 ms
-    before and 30 ms after its due time: every task is either published or
-    cancelled, never both, and the API's answer always says which."""
+    """500 tasks due in 0.3-1.3 s, each cancelled at a moment between 60 ms
+    before and 30 ms after its due time (a task is claimed
+    worker.claim_ahead_ms, 10 ms, before it is due): every task is either
+    published or cancelled, never both, and the API's answer always says
+    which."""
     n = 500
     now = h.now_ms()
     ids = ["race-%d" % i for i in range(n)]
@@ -149,7 +151,7 @@ def test_cancel_races_the_worker():
         api = C.api()
         try:
             for tid in part:
-                offset = (hash(tid) % 61) - 30
+                offset = (hash(tid) % 91) - 60
                 delay = (dues[tid] + offset - h.now_ms()) / 1000.0
                 if delay > 0:
                     time.sleep(delay)
@@ -185,6 +187,57 @@ def test_cancel_races_the_worker():
           % (len(cancelled), len(refused)))
     h.check(cancelled and refused, "the race was not exercised: %d "
             "cancelled, %d refused" % (len(cancelled), len(refused)))
+
+
+def test_claimed_ahead_published_on_time():
+    """worker.claim_ahead_ms: a task is claimed that long before it is due
+    (in flight in Redis, a cancel or reschedule then answers 409) and
+    published at its due millisecond, never before."""
+    ahead = ["--set", "worker.claim_ahead_ms=1000"]
+    saved = [list(w.argv) for w in C.workers]
+    for w in C.workers:
+        w.stop()
+        w.argv = w.argv + ahead
+    try:
+        C.start_workers()
+        def settled():
+            return sum(h.metrics(w.addr).get("prophet_slots_owned", 0)
+                       for w in C.workers) == 16
+        h.wait_until(settled, 40, 0.1, "every slot owned by a new worker")
+        due = h.now_ms() + 2500
+        for tid in ("ahead-1", "ahead-2"):
+            submit(id=tid, due_at=due)
+        # 0.6 s before due: claimed (the claim window is 1 s), not sent.
+        time.sleep(max(0.0, (due - 600 - h.now_ms()) / 1000.0))
+        slot = int(C.mysql("SELECT slot FROM tasks WHERE id = 'ahead-1'")
+                   [0][0])
+        r = C.redis()
+        try:
+            held = r.cmd("ZSCORE", "{prophet:%d}:inflight" % slot, "ahead-1")
+        finally:
+            r.close()
+        h.check(h.now_ms() < due, "the check came too late to mean anything")
+        h.check(held is not None, "ahead-1 not claimed 0.6 s before due")
+        h.check(not published("ahead-1"), "ahead-1 published before due")
+        r = API.request("DELETE", "/v1/tasks/ahead-1")
+        h.check_eq(r.status, 409, "cancel of a task claimed ahead (%r)" % r)
+        r = API.request("PATCH", "/v1/tasks/ahead-2", {"delay_ms": 60000})
+        h.check_eq(r.status, 409, "reschedule of a task claimed ahead (%r)"
+                   % r)
+        missing = READER.wait_for(["ahead-1", "ahead-2"], 20)
+        h.check(not missing, "claimed ahead, never published: %s" % missing)
+        for tid in ("ahead-1", "ahead-2"):
+            ms = published(tid)
+            h.check_eq(len(ms), 1, "%s copies" % tid)
+            fired = int(ms[0].hdr["prophet-fired-at"])
+            h.check(fired >= due and ms[0].recv_ms >= due,
+                    "%s published before due (fired %d, due %d)"
+                    % (tid, fired, due))
+    finally:
+        for w, argv in zip(C.workers, saved):
+            w.stop()
+            w.argv = argv
+        C.start_workers()
 
 
 def test_list_filters_and_pages():

@@ -7,6 +7,7 @@ struct event_base;
 
 /* Wall clock (task due times) and monotonic clock (leases, timeouts). */
 int64_t clock_now_ms(void);
+int64_t clock_now_us(void); /* CLOCK_REALTIME in microseconds */
 int64_t clock_mono_ms(void);
 int64_t clock_mono_us(void);
 

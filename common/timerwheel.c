@@ -479,6 +479,12 @@ timerwheel_next_timeout(const struct timerwheel *tw)
 	return (int64_t)(when - tw->now);
 }
 
+int64_t
+timerwheel_now(const struct timerwheel *tw)
+{
+	return (int64_t)(tw->now ^ (UINT64_C(1) << 63));
+}
+
 size_t
 timerwheel_count(const struct timerwheel *tw)
 {

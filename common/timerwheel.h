@@ -59,6 +59,8 @@ size_t timerwheel_advance(struct timerwheel *tw, int64_t now_ms);
  * higher level's slot) but never an over-estimate.
  */
 int64_t timerwheel_next_timeout(const struct timerwheel *tw);
+/* The time of the last advance (or of creation). */
+int64_t timerwheel_now(const struct timerwheel *tw);
 size_t timerwheel_count(const struct timerwheel *tw);
 
 #endif

@@ -71,18 +71,25 @@ wtask_release(struct worker *w, struct wtask *t)
 		coord_slot_idle(w, slot);
 }
 
+/* Ticks when the millisecond of the wheel's next timer begins, to the
+ * microsecond (the base uses a precise timer): the wheel's time is the
+ * millisecond of its last advance, so waiting whole milliseconds from now
+ * would publish up to a millisecond late. */
 static void
 arm_tick(struct worker *w)
 {
-	int64_t next = timerwheel_next_timeout(w->wheel);
+	int64_t next = timerwheel_next_timeout(w->wheel), wait_us;
 	struct timeval tv;
 
-	if (next < 0)
+	if (next < 0 || next > 1000)
 		next = 1000;
-	if (next > 1000)
-		next = 1000;
-	tv.tv_sec = 0;
-	tv.tv_usec = (suseconds_t)next * 1000;
+	wait_us = (timerwheel_now(w->wheel) + next) * 1000 - clock_now_us();
+	if (wait_us < 0)
+		wait_us = 0;
+	if (wait_us > next * 1000) /* the wall clock went back */
+		wait_us = next * 1000;
+	tv.tv_sec = (time_t)(wait_us / 1000000);
+	tv.tv_usec = (suseconds_t)(wait_us % 1000000);
 	evtimer_add(w->tick_ev, &tv);
 }
 

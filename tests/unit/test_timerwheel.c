@@ -617,6 +617,24 @@ min_pending(const struct rec *recs, size_t n, int *any)
 	return min;
 }
 
+/* timerwheel_now: the time of the last advance, before and after 0. */
+static void
+test_now(void **state)
+{
+	const int64_t times[] = {
+		INT64_C(-5000),	       -1, 0, 1, INT64_C(123456),
+		INT64_C(1700000000000)};
+	struct timerwheel *tw = timerwheel_create(times[0]);
+
+	(void)state;
+	assert_int_equal(timerwheel_now(tw), times[0]);
+	for (size_t i = 1; i < sizeof(times) / sizeof(times[0]); i++) {
+		timerwheel_advance(tw, times[i]);
+		assert_int_equal(timerwheel_now(tw), times[i]);
+	}
+	timerwheel_destroy(tw);
+}
+
 static void
 test_next_timeout(void **state)
 {
@@ -633,6 +651,7 @@ test_next_timeout(void **state)
 	(void)state;
 	ctx_init(&c, tw, base);
 	assert_int_equal(timerwheel_next_timeout(tw), -1);
+	assert_int_equal(timerwheel_now(tw), base);
 
 	/* level 0 is exact */
 	memset(&near, 0, sizeof(near));
@@ -915,6 +934,7 @@ main(void)
 		cmocka_unit_test(test_callbacks),
 		cmocka_unit_test(test_callback_frees_timer),
 		cmocka_unit_test(test_next_timeout),
+		cmocka_unit_test(test_now),
 		cmocka_unit_test(test_large_delays),
 		cmocka_unit_test(test_sparse_jumps),
 		cmocka_unit_test(test_worker_load),

@@ -167,14 +167,7 @@ main(int argc, char **argv)
 	w.tasks = hmap_create();
 
 	evthread_use_pthreads();
-	{
-		/* Timers to the microsecond (timerfd), for the wheel's tick. */
-		struct event_config *ec = event_config_new();
-
-		event_config_set_flag(ec, EVENT_BASE_FLAG_PRECISE_TIMER);
-		w.base = event_base_new_with_config(ec);
-		event_config_free(ec);
-	}
+	w.base = event_base_new();
 	w.daemon = daemon_create(w.base, stop_cb, reload_cb, &w);
 	register_metrics(&w);
 

@@ -283,7 +283,7 @@ enum payload_key { K_T, K_B, K_D, K_K, K_H, K_X, K_A, K_M, K_C, K_N, K__N };
 struct parser {
 	const char *p;
 	const char *end;
-	int slow; /* left to jansson (decode_tree) */
+	int slow; /* left to jansson (payload_decode_tree) */
 };
 
 static void
@@ -667,8 +667,8 @@ out:
 
 /* jansson's own reading, for what scan_object leaves to it: real numbers,
  * and raw NUL bytes (jansson skips one after a number or a literal). */
-static int
-decode_tree(const char *s, size_t len, struct task *t)
+int
+payload_decode_tree(const char *s, size_t len, struct task *t)
 {
 	json_t *o, *v;
 	json_error_t jerr;
@@ -716,7 +716,7 @@ decode_tree(const char *s, size_t len, struct task *t)
 	return 0;
 }
 
-/* Fills t from the members read; -1 as decode_tree would. */
+/* Fills t from the members read; -1 as payload_decode_tree would. */
 static int
 members_task(struct member *m, struct task *t)
 {
@@ -762,7 +762,7 @@ payload_decode(const char *s, size_t len, struct task *t)
 
 	memset(t, 0, sizeof(*t));
 	if (memchr(s, '\0', len) != NULL)
-		return decode_tree(s, len, t);
+		return payload_decode_tree(s, len, t);
 	memset(m, 0, sizeof(m));
 	rc = scan_object(&ps, m);
 	if (rc == 0)
@@ -770,7 +770,7 @@ payload_decode(const char *s, size_t len, struct task *t)
 	for (int i = 0; i < K__N; i++)
 		json_decref(m[i].j);
 	if (ps.slow)
-		return decode_tree(s, len, t);
+		return payload_decode_tree(s, len, t);
 	return rc;
 }
 

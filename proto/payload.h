@@ -15,6 +15,10 @@ char *payload_encode(const struct task *t, size_t *lenp);
 /* Fills topic, body, key, headers, due_at, ttl_ms, attempt, misfire,
  * callback, max_attempts of t (zeroed first; id left to the caller). */
 int payload_decode(const char *s, size_t len, struct task *t);
+/* The same through a jansson tree: payload_decode's fallback for real
+ * numbers and raw NUL bytes, and the unit tests' reference. t must be
+ * zeroed. */
+int payload_decode_tree(const char *s, size_t len, struct task *t);
 
 struct db_rows;
 

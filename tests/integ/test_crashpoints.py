@@ -167,13 +167,15 @@ def settle_and_check(point, feed, died_ms):
     return dups
 
 
-def crash_worker(point, worker, restart_first=True, before=None):
+def crash_worker(point, worker, restart_first=True, before=None, label=None,
+                 check=None):
     """Restarts worker with the crash point, feeds tasks until it dies,
-    restarts it clean, accounts for everything."""
+    restarts it clean, runs check(feed, died) if given, accounts for
+    everything (under label, default the point)."""
     w = C.workers[worker]
     if restart_first and w.running():
         w.stop()
-    feed = Feed(point)
+    feed = Feed(label or point)
     feed.t0 = h.now_ms()
     feed.start()
     try:
@@ -185,7 +187,9 @@ def crash_worker(point, worker, restart_first=True, before=None):
         time.sleep(1.0)
         feed.stop()
     C.start_worker(w)
-    return settle_and_check(point, feed, died)
+    if check is not None:
+        check(feed, died)
+    return settle_and_check(label or point, feed, died)
 
 
 # ----------------------------------------------------------------- tests ---
@@ -203,19 +207,8 @@ def test_takeover_refires_claimed_at_once():
     for w in C.workers:
         w.stop()
         w.argv = w.argv + long_lease
-    try:
-        C.start_worker(C.workers[0])
-        w = C.workers[1]
-        feed = Feed("takeover")
-        feed.t0 = h.now_ms()
-        feed.start()
-        try:
-            start_env(C.start_worker, w, "after_claim_before_publish")
-            died = wait_died(w, "after_claim_before_publish")
-        finally:
-            time.sleep(1.0)
-            feed.stop()
-        C.start_worker(w)
+
+    def refired_soon(feed, died):
         # Everything, including what the dead worker had claimed, well
         # before half a lease: a takeover is a session timeout and a
         # reassignment.
@@ -227,7 +220,11 @@ def test_takeover_refires_claimed_at_once():
                 "for their %d s lease), e.g. %s"
                 % (len(missing), LONG_LEASE_MS // 2000, LONG_LEASE_MS // 1000,
                    sorted(missing)[:3]))
-        settle_and_check("takeover", feed, died)
+
+    try:
+        C.start_worker(C.workers[0])
+        crash_worker("after_claim_before_publish", 1, label="takeover",
+                     check=refired_soon)
     finally:
         for w, argv in zip(C.workers, saved):
             w.stop()

@@ -7,6 +7,7 @@
 
 #include <jansson.h>
 
+#include "payload.h"
 #include "payload_ref.h"
 #include "xmalloc.h"
 
@@ -45,51 +46,8 @@ ref_payload_encode(const struct task *t, size_t *lenp)
 int
 ref_payload_decode(const char *s, size_t len, struct task *t)
 {
-	json_t *o, *v;
-	json_error_t jerr;
-
 	memset(t, 0, sizeof(*t));
-	o = json_loadb(s, len, JSON_ALLOW_NUL, &jerr);
-	if (o == NULL)
-		return -1;
-	v = json_object_get(o, "t");
-	if (!json_is_string(v) || !json_is_string(json_object_get(o, "b")) ||
-	    !json_is_integer(json_object_get(o, "d"))) {
-		json_decref(o);
-		return -1;
-	}
-	t->topic = xstrdup(json_string_value(v));
-	v = json_object_get(o, "b");
-	t->body_len = json_string_length(v);
-	t->body = xmemdup(json_string_value(v), t->body_len + 1);
-	t->due_at = json_integer_value(json_object_get(o, "d"));
-	v = json_object_get(o, "k");
-	if (json_is_string(v))
-		t->key = xstrdup(json_string_value(v));
-	v = json_object_get(o, "h");
-	if (json_is_object(v))
-		t->headers = json_incref(v);
-	v = json_object_get(o, "x");
-	if (json_is_integer(v))
-		t->ttl_ms = json_integer_value(v);
-	v = json_object_get(o, "a");
-	if (json_is_integer(v))
-		t->attempt = (int)json_integer_value(v);
-	v = json_object_get(o, "m");
-	if (json_is_string(v) &&
-	    task_misfire_parse(json_string_value(v), &t->misfire) < 0) {
-		task_clear(t);
-		json_decref(o);
-		return -1;
-	}
-	v = json_object_get(o, "c");
-	if (json_is_object(v))
-		t->callback = json_incref(v);
-	v = json_object_get(o, "n");
-	if (json_is_integer(v))
-		t->max_attempts = (int)json_integer_value(v);
-	json_decref(o);
-	return 0;
+	return payload_decode_tree(s, len, t);
 }
 
 static int

@@ -697,6 +697,9 @@ mark_done_cb(struct db_job *job, int status, const char *err)
 			metric_add(w->m.fenced, (double)fenced);
 			log_info("state updates refused", "count=%zu", fenced);
 		}
+		for (size_t i = 0; i < mj->n; i++)
+			if (mj->updated[i])
+				scanner_task_finished(w, mj->tasks[i]);
 		CRASHPOINT("after_mark_before_forget");
 		recurring_next(w, mj);
 		for (size_t i = 0; i < mj->n; i++)

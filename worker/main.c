@@ -227,6 +227,7 @@ main(int argc, char **argv)
 	daemon_destroy(w.daemon);
 	event_base_free(w.base);
 	metrics_free_all();
+	scanner_free(&w);
 	hmap_destroy(w.tasks);
 	xfree(w.slots);
 	cfg_destroy(w.cfg);

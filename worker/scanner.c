@@ -889,6 +889,41 @@ swept_cb(struct redis *r, redisReply *reply, void *arg)
 }
 
 static void
+free_key(const char *key, void *value, void *arg)
+{
+	xfree(value);
+}
+
+static void
+finished_free(struct wslot *s)
+{
+	if (s->finished == NULL)
+		return;
+	hmap_foreach(s->finished, free_key, NULL);
+	hmap_destroy(s->finished);
+	s->finished = NULL;
+}
+
+void
+scanner_task_finished(struct worker *w, const struct wtask *t)
+{
+	struct wslot *s = &w->slots[t->slot];
+	char *k;
+
+	if (s->finished == NULL || hmap_get(s->finished, t->id) != NULL)
+		return;
+	k = xstrdup(t->id);
+	hmap_put(s->finished, k, k);
+}
+
+void
+scanner_free(struct worker *w)
+{
+	for (int i = 0; i < w->nslots; i++)
+		finished_free(&w->slots[i]);
+}
+
+static void
 sweep_done_cb(struct db_job *job, int status, const char *err)
 {
 	struct sweep_job *sj = (struct sweep_job *)job;
@@ -900,16 +935,23 @@ sweep_done_cb(struct db_job *job, int status, const char *err)
 	s->sweeping = 0;
 	if (status == 0 && s->owned && s->mode == SM_REDIS) {
 		rindex_init(&ix, sj->slot);
-		for (size_t i = 0; i < sj->rows.nrows; i++)
-			if (hmap_get(w->tasks, db_rows_get(&sj->rows, i, PC_ID,
-							   NULL)) == NULL)
+		for (size_t i = 0; i < sj->rows.nrows; i++) {
+			const char *id = db_rows_get(&sj->rows, i, PC_ID, NULL);
+
+			/* Held (publishing, its DB update pending) or
+			 * finished since the read: not missing. */
+			if (hmap_get(w->tasks, id) == NULL &&
+			    (s->finished == NULL ||
+			     hmap_get(s->finished, id) == NULL))
 				rindex_add_row(&ix, &sj->rows, i);
+		}
 		c = slot_call_new(w, sj->slot);
 		if (rindex_count(&ix) == 0 ||
 		    rindex_send(&ix, w->redis, swept_cb, c) < 0)
 			slot_call_free(c);
 		rindex_free(&ix);
 	}
+	finished_free(s);
 	db_rows_free(&sj->rows);
 	xfree(sj);
 }
@@ -925,6 +967,8 @@ sweep_slot(struct worker *w, int slot, int64_t now)
 	sj->job.run = sweep_run;
 	sj->job.done_cb = sweep_done_cb;
 	w->slots[slot].sweeping = 1;
+	if (w->slots[slot].finished == NULL)
+		w->slots[slot].finished = hmap_create();
 	db_pool_submit(w->db, &sj->job);
 }
 

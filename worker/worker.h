@@ -173,6 +173,10 @@ struct wslot {
 	int64_t next_reap_ms;
 	int64_t next_sweep_ms;
 	int sweeping;
+	/* While a sweep is out: ids of this slot whose final state this worker
+	 * recorded since it started (keys owned), so that the sweep, which
+	 * may have read them as still scheduled, does not index them again. */
+	struct hmap *finished;
 };
 
 struct slot_node;
@@ -273,6 +277,10 @@ void scanner_wake(struct worker *w, int slot);
 /* Drops the tasks of a slot that wait in the wheel or the claim queue
  * (they stay due in Redis for the next owner). */
 void scanner_drop_slot(struct worker *w, int slot);
+/* A task's final state (delivered, expired) was recorded in the DB. */
+void scanner_task_finished(struct worker *w, const struct wtask *t);
+/* Frees what sweeps still out left (at shutdown). */
+void scanner_free(struct worker *w);
 
 /* firing.c: publish one task (payload already decoded). */
 int firing_publish_task(struct worker *w, struct wtask *t,

@@ -161,24 +161,17 @@ firing_publish_task(struct worker *w, struct wtask *t, const struct task *pt)
 	return 0;
 }
 
-/* The Redis payload form of firing_publish_task. */
 int
-firing_publish(struct worker *w, struct wtask *t, const char *payload,
-	       size_t len)
+firing_decode(struct worker *w, struct wtask *t, const char *payload,
+	      size_t len, struct task *pt)
 {
-	struct task pt;
-	int rc;
-
-	if (payload_decode(payload, len, &pt) < 0) {
-		log_error("undecodable task payload in redis", "id=%s slot=%d",
-			  t->id, t->slot);
-		metric_inc(w->m.publish_errors);
-		wtask_release(w, t);
-		return -1;
-	}
-	rc = firing_publish_task(w, t, &pt);
-	task_clear(&pt);
-	return rc;
+	if (payload_decode(payload, len, pt) == 0)
+		return 0;
+	log_error("undecodable task payload in redis", "id=%s slot=%d", t->id,
+		  t->slot);
+	metric_inc(w->m.publish_errors);
+	wtask_release(w, t);
+	return -1;
 }
 
 void

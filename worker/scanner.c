@@ -65,7 +65,10 @@ wtask_release(struct worker *w, struct wtask *t)
 		timerwheel_cancel(w->wheel, &t->timer);
 	hmap_del(w->tasks, t->id);
 	xfree(t->payload);
-	xfree(t->early);
+	if (t->early != NULL) {
+		task_clear(t->early);
+		xfree(t->early);
+	}
 	xfree(t);
 	if (busy && --w->slots[slot].busy == 0)
 		coord_slot_idle(w, slot);
@@ -156,41 +159,33 @@ early_cb(struct timerwheel_timer *tm, void *arg)
 {
 	struct wtask *t = arg;
 	struct worker *w = t->w;
-	char *payload = t->early;
-	size_t len = t->early_len;
+	struct task *pt = t->early;
 
 	t->early = NULL;
 	t->state = WT_CLAIMING;
 	if (!coord_fresh(w))
 		wtask_release(w, t);
 	else
-		firing_publish(w, t, payload, len);
-	xfree(payload);
+		firing_publish_task(w, t, pt);
+	task_clear(pt);
+	xfree(pt);
 }
 
 /*
  * A task claimed before its due time (worker.claim_ahead_ms) waits in the
  * wheel for its millisecond. The due time is the payload's: the task may
- * have been rescheduled since it was scanned. 1 if it waits.
+ * have been rescheduled since it was scanned. 1 if it waits (then t keeps
+ * pt's contents).
  */
 static int
-claimed_early(struct worker *w, struct wtask *t, const char *payload,
-	      size_t len)
+claimed_early(struct worker *w, struct wtask *t, const struct task *pt)
 {
-	struct task pt;
-	int64_t due;
-
-	if (w->claim_ahead_ms == 0 || payload_decode(payload, len, &pt) < 0)
-		return 0; /* firing_publish reports an undecodable payload */
-	due = pt.due_at;
-	task_clear(&pt);
-	if (due <= clock_now_ms())
+	if (pt->due_at <= clock_now_ms())
 		return 0;
 	t->state = WT_EARLY;
-	t->early = xmemdup(payload, len);
-	t->early_len = len;
+	t->early = xmemdup(pt, sizeof(*pt));
 	t->timer.fire_cb = early_cb;
-	timerwheel_add(w->wheel, &t->timer, due);
+	timerwheel_add(w->wheel, &t->timer, pt->due_at);
 	return 1;
 }
 
@@ -200,6 +195,7 @@ claim_reply_cb(struct redis *r, redisReply *reply, void *arg)
 	struct slot_call *c = arg;
 	struct worker *w = c->w;
 	struct wslot *s = &w->slots[c->slot];
+	struct task pt;
 	int slot, early = 0;
 
 	s->claiming = 0;
@@ -254,13 +250,18 @@ claim_reply_cb(struct redis *r, redisReply *reply, void *arg)
 			j++;
 		t->attempt = (int)attempt->integer;
 		t->epoch = c->epoch;
-		if (claimed_early(w, t, payload->str, payload->len)) {
+		if (firing_decode(w, t, payload->str, payload->len, &pt) < 0) {
+			if (j < c->n)
+				c->tasks[j] = NULL; /* freed */
+			continue;
+		}
+		if (claimed_early(w, t, &pt)) {
 			early++;
 			continue;
 		}
-		if (firing_publish(w, t, payload->str, payload->len) < 0 &&
-		    j < c->n)
+		if (firing_publish_task(w, t, &pt) < 0 && j < c->n)
 			c->tasks[j] = NULL; /* freed */
+		task_clear(&pt);
 	}
 	/* The wheel has earlier timers now: tick on the first. */
 	if (early) {

@@ -125,11 +125,10 @@ struct wtask {
 	int recurring;
 	int misfired; /* fired later than the misfire threshold */
 	int skip;     /* misfired under policy skip: recorded, not published */
-	int64_t next_due; /* set by the DB update; -1: the series ended */
-	char *payload;	  /* to index the next occurrence with */
-	char *early;	  /* WT_EARLY: the claimed payload */
-	size_t early_len;
-	char note[112]; /* its task_log note (bound by pointer) */
+	int64_t next_due;   /* set by the DB update; -1: the series ended */
+	char *payload;	    /* to index the next occurrence with */
+	struct task *early; /* WT_EARLY: the claimed payload, decoded */
+	char note[112];	    /* its task_log note (bound by pointer) */
 	struct timerwheel_timer timer;
 	struct wtask *next; /* claim queue or mark batch */
 	struct worker *w;
@@ -254,8 +253,10 @@ void scanner_tick(struct worker *w);
 void wtask_release(struct worker *w, struct wtask *t);
 
 /* firing.c: publishing and the delivered/expired state updates */
-int firing_publish(struct worker *w, struct wtask *t, const char *payload,
-		   size_t len);
+/* Decodes a task's Redis payload into pt; if it cannot be decoded, says
+ * so, releases t and returns -1. */
+int firing_decode(struct worker *w, struct wtask *t, const char *payload,
+		  size_t len, struct task *pt);
 void firing_dr_cb(void *opaque, rd_kafka_resp_err_t err, void *arg);
 void firing_expire(struct worker *w, struct wtask *t);
 void firing_start(struct worker *w);

@@ -410,9 +410,10 @@ class Api:
         return self.request("POST", path, body)
 
 
-def metrics(addr):
-    """A daemon's unlabelled metrics (histogram _sum/_count included) as a
-    dict, read on a connection of its own."""
+def metrics(addr, labelled=False):
+    """A daemon's metrics as a dict, read on a connection of its own: the
+    unlabelled ones (histogram _sum/_count included) by name, and with
+    labelled=True also the others as name{labels}."""
     api = Api(addr, timeout=5)
     try:
         text = api.get("/metrics").text
@@ -420,12 +421,16 @@ def metrics(addr):
         api.close()
     out = {}
     for line in text.splitlines():
-        parts = line.split()
-        if len(parts) == 2 and not line.startswith("#") and "{" not in line:
-            try:
-                out[parts[0]] = float(parts[1])
-            except ValueError:
-                pass
+        if line.startswith("#") or not line.strip():
+            continue
+        k, _, v = line.rpartition(" ")
+        k = k.strip()
+        if not k or ("{" in k and not labelled):
+            continue
+        try:
+            out[k] = float(v)
+        except ValueError:
+            pass
     return out
 
 

@@ -214,25 +214,6 @@ def owned_by(st, wid):
 
 # --------------------------------------------------------------- workers ---
 
-def scrape(addr):
-    """A worker's /metrics as {name or name{labels}: value}."""
-    api = h.Api(addr, timeout=5)
-    try:
-        text = api.get("/metrics").text
-    finally:
-        api.close()
-    out = {}
-    for line in text.splitlines():
-        if line.startswith("#") or not line.strip():
-            continue
-        k, _, v = line.rpartition(" ")
-        try:
-            out[k.strip()] = float(v)
-        except ValueError:
-            pass
-    return out
-
-
 def live(c=None):
     c = c or C
     return [w for w in c.workers if w.running()]
@@ -260,7 +241,7 @@ def settle_problem(c, st, workers):
     master = st["master"]["id"]
     for w in workers:
         try:
-            m = scrape(w.addr)
+            m = h.metrics(w.addr, labelled=True)
         except OSError as e:
             return "%s /metrics: %s" % (w.wid, e)
         mine = owned_by(st, w.wid)
@@ -614,7 +595,7 @@ def test_assignment_join_and_graceful_leave():
                     "epoch %d -> %d" % (i, a["epoch"], b["epoch"]))
     p.check(st4["master"]["id"] == master, "master changed on a join: %s"
             % st4["master"])
-    m = scrape(find_worker(master).addr)
+    m = h.metrics(find_worker(master).addr, labelled=True)
     join_ms = max(st4["slots"][i]["mtime"] for i in moved) - t_join \
         if moved else 0
     print("# join: moved=%d slots, last handover %d ms after the start of "
@@ -859,7 +840,8 @@ def sigstop_case(master):
     victim = find_worker(st["master"]["id"]) if master else non_master(st)[0]
     vslots = owned_by(st, victim.wid)
     session = st["workers"][victim.wid]["session"]
-    fenced0 = scrape(victim.addr).get("prophet_fenced_writes_total", 0)
+    fenced0 = h.metrics(victim.addr, labelled=True).get(
+        "prophet_fenced_writes_total", 0)
     stream = Stream(C, "mstop" if master else "stop").start()
     time.sleep(1.5)
     stop_ms = h.now_ms()
@@ -907,7 +889,7 @@ def sigstop_case(master):
     p.check(not late_old, "%d message(s) published under the stopped "
             "worker's old epoch after the takeover, e.g. %s"
             % (len(late_old), late_old[:5]))
-    m = scrape(victim.addr)
+    m = h.metrics(victim.addr, labelled=True)
     lines = [l for l in victim.grep("msg=") if any(
         x in l for x in ("claiming stopped", "session", "registered",
                          "slot lost", "fenced", "master", "assignment"))]
@@ -1031,7 +1013,8 @@ def test_zookeeper_restart():
         p.check(during > 0, "nothing fired while ZooKeeper was down for "
                 "%d ms (session 10 s: workers keep their slots)"
                 % (t_up - t_stop))
-        fenced = {w.wid: scrape(w.addr).get("prophet_self_fenced")
+        fenced = {w.wid: h.metrics(w.addr, labelled=True).get(
+                      "prophet_self_fenced")
                   for w in c.workers}
         print("# zk-restart: down_ms=%d settled_ms_after_up=%d "
               "sessions_kept=%s slots_changed=%d tasks=%d "

@@ -41,6 +41,7 @@ struct redis {
 	int64_t *sent;
 	size_t sent_head, sent_cap;
 	struct event *watch_ev;
+	int policy_checked; /* maxmemory-policy read once */
 };
 
 static int64_t
@@ -172,6 +173,34 @@ sub_cb(redisAsyncContext *ac, void *reply, void *privdata)
 	r->sub_cb(r, rep->element[2], r->sub_arg);
 }
 
+/* An allkeys-* eviction policy lets Redis drop the slot index when it is
+ * full: nothing is lost (the DB has every task), but evicted tasks fire
+ * late, when a sweeper or rebuild finds them. Said once per connection
+ * object; a server that refuses CONFIG (managed Redis) is not asked
+ * again. */
+static void
+policy_cb(redisAsyncContext *ac, void *reply, void *privdata)
+{
+	struct redis *r = privdata;
+	redisReply *rep = reply;
+
+	if (rep == NULL)
+		return;
+	r->policy_checked = 1;
+	if (rep->type != REDIS_REPLY_ARRAY || rep->elements != 2 ||
+	    rep->element[1]->type != REDIS_REPLY_STRING) {
+		log_debug("redis maxmemory-policy unknown (CONFIG refused)",
+			  "host=%s port=%d", r->host, r->port);
+		return;
+	}
+	if (strncmp(rep->element[1]->str, "allkeys-", 8) == 0)
+		log_warn(
+			"redis may evict the task index when full: set "
+			"maxmemory-policy to noeviction or a volatile-* policy",
+			"host=%s port=%d policy=%s", r->host, r->port,
+			rep->element[1]->str);
+}
+
 static void
 setup_done_cb(redisAsyncContext *ac, void *reply, void *privdata)
 {
@@ -192,6 +221,9 @@ setup_done_cb(redisAsyncContext *ac, void *reply, void *privdata)
 	if (r->sub_channel != NULL)
 		redisAsyncCommand(ac, sub_cb, r, "SUBSCRIBE %s",
 				  r->sub_channel);
+	else if (!r->policy_checked)
+		redisAsyncCommand(ac, policy_cb, r,
+				  "CONFIG GET maxmemory-policy");
 	redis_set_state(r, 1);
 }
 

@@ -257,17 +257,36 @@ index_lost(struct manager *mg, int slot)
 	mg->index_dirty[slot] = 1;
 }
 
+/*
+ * Redis answering index writes with an error (a full Redis under
+ * noeviction: OOM) is a state, logged when it begins and ends rather
+ * than per write. When writes succeed again, the slots that lost some
+ * are handed to their owners for a rebuild at once, as after a
+ * reconnect; until then the committed tasks wait in the DB (the owners'
+ * sweepers index them once overdue, if Redis takes the write).
+ */
 static void
 index_reply_cb(struct redis *r, redisReply *reply, void *arg)
 {
 	struct index_slot *is = arg;
+	struct manager *mg = is->mg;
 
-	if (reply == NULL || reply->type == REDIS_REPLY_ERROR) {
-		if (reply != NULL)
-			log_warn("redis index failed", "slot=%d error=\"%s\"",
-				 is->slot, reply->str);
-		index_lost(is->mg, is->slot);
+	if (reply != NULL && reply->type == REDIS_REPLY_ERROR) {
+		if (!mg->index_refused)
+			log_warn("redis refuses index writes: new tasks wait "
+				 "in the DB",
+				 "slot=%d error=\"%s\"", is->slot, reply->str);
+		mg->index_refused = 1;
+		mg->index_refusals++;
+	} else if (reply != NULL && mg->index_refused) {
+		log_info("redis takes index writes again", "refused=%ld",
+			 mg->index_refusals);
+		mg->index_refused = 0;
+		mg->index_refusals = 0;
+		ingest_redis_up(mg);
 	}
+	if (reply == NULL || reply->type == REDIS_REPLY_ERROR)
+		index_lost(mg, is->slot);
 }
 
 void
@@ -287,8 +306,8 @@ ingest_redis_up(struct manager *mg)
 		}
 	}
 	if (n > 0)
-		log_warn("index writes were lost while redis was away: "
-			 "slots handed to their owners for a rebuild",
+		log_warn("index writes were lost: slots handed to their "
+			 "owners for a rebuild",
 			 "slots=%d", n);
 }
 

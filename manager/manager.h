@@ -73,7 +73,9 @@ struct manager {
 	struct redis *redis;
 	struct zk *zk;
 	struct ingest *ingest;
-	char *index_dirty; /* per slot: an index write was lost */
+	char *index_dirty;   /* per slot: an index write was lost */
+	int index_refused;   /* Redis answers index writes with errors */
+	long index_refusals; /* since it began */
 	struct index_slot *index_slots;
 	struct kingest *kingest;
 	struct task_limits limits;

@@ -20,6 +20,8 @@ never stopped; ZooKeeper and whatever is not faulted stay shared.
   redis_stopped     private Redis stopped (SIGTERM) for 30 s: DB mode
   redis_hung        private Redis SIGSTOPped (a hung server, redis.timeout_ms
                     = 1000) for 30 s: DB mode
+  redis_full        private Redis at maxmemory (noeviction) for 6 s: index
+                    writes refused, API accepts, all fire once it has room
   kafka_stopped     private Kafka broker stopped for 30 s: tasks wait
   kafka_outage_ttl  tasks with ttl_ms 5 s due during that outage: expired,
                     not published late
@@ -1013,6 +1015,69 @@ def test_redis_blip():
                    "lost while its connection was down)")
             failed = False
     finally:
+        rd.close(failed=failed)
+
+
+FULL_S = 6.0  # how long the private Redis stays full
+
+
+def redis_used_memory(r):
+    info = r.cmd("INFO", "memory").decode()
+    return int(info.split("used_memory:", 1)[1].split("\r\n", 1)[0])
+
+
+def test_redis_full():
+    """Private Redis at its maxmemory (policy noeviction) for FULL_S while
+    tasks come in: it refuses the manager's index writes with an OOM
+    error, but the API still accepts every task (the DB has it). The
+    manager logs the refusal once, not per write, and when Redis takes
+    writes again hands the slots that lost some to their owners for a
+    rebuild: every task fires, none early."""
+    rd = s.PrivateRedis().start()
+    failed = True
+    r = rd.client()
+    try:
+        with cluster_for("dur-full", workers=2, redis=rd) as c:
+            led = Ledger("redis_full", c)
+            st = Stream(led, "rf", rate=100, delay_lo=2000,
+                        delay_hi=5000).start()
+            time.sleep(3.0)
+            t_full = h.now_ms()
+            r.cmd("CONFIG", "SET", "maxmemory-policy", "noeviction")
+            r.cmd("CONFIG", "SET", "maxmemory",
+                  max(1, redis_used_memory(r) // 2))
+            time.sleep(FULL_S)
+            r.cmd("CONFIG", "SET", "maxmemory", 0)
+            t_back = h.now_ms()
+            time.sleep(3.0)
+            st.stop()
+            p = h.Problems()
+            led.check_no_refusals(p, "submissions while Redis was full")
+            led.check_all_fired(p, grace_s=25)
+            led.check_output(p)
+            figs = led.figures(led.recovery_ms(t_back))
+            refused = log_lines(c, "redis refuses index writes", t_full,
+                                procs=[c.manager])
+            again = log_lines(c, "redis takes index writes again", t_full,
+                              procs=[c.manager])
+            fails = h.metrics(c.manager_addr).get(
+                "prophet_redis_index_failures_total", 0)
+            h.log("redis_full: %s index writes refused in %.0f s; manager "
+                  "lines: %s; rebuilds x%d" % (
+                      fails, FULL_S, [kv(l, "error") for _, l in refused],
+                      len(log_lines(c, "slot index rebuilt", t_full))))
+            p.check(fails >= 10, "index writes were refused while full "
+                    "(prophet_redis_index_failures_total %s)" % fails)
+            p.check(len(refused) == 1 and "OOM" in refused[0][1],
+                    "one 'redis refuses index writes' line with the OOM "
+                    "error, not one per write: %d" % len(refused))
+            p.check(len(again) >= 1 and again[0][0] >= t_back - 1000,
+                    "'redis takes index writes again' after the room came "
+                    "back: %s" % [t - t_back for t, _ in again])
+            finish(p, led, figs, "Redis full (noeviction)")
+            failed = False
+    finally:
+        r.close()
         rd.close(failed=failed)
 
 

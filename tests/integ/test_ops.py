@@ -377,6 +377,60 @@ def check_stops(name, proc):
             % name)
 
 
+EVICT_WARNING = "redis may evict the task index when full"
+
+
+def run_extra_manager(name):
+    """A second manager of the cluster (own port and log) until its Redis
+    connection is up; returns its log lines."""
+    conf = dict(C.conf_dict())
+    conf["http.listen"] = "127.0.0.1:%d" % h.free_port()
+    path = os.path.join(C.dir, "%s.conf" % name)
+    sections = {}
+    for k, v in conf.items():
+        s, key = k.split(".", 1)
+        sections.setdefault(s, []).append("%s = %s" % (key, v))
+    with open(path, "w") as f:
+        for s, lines in sections.items():
+            f.write("[%s]\n%s\n" % (s, "\n".join(lines)))
+    p = h.Proc(name, [h.MANAGER_BIN, "-c", path],
+               os.path.join(C.dir, "%s.log" % name)).start()
+    try:
+        # The policy answer follows the connect at once.
+        h.wait_until(lambda: p.grep('msg="redis connected"'), 30, 0.1,
+                     "%s connected to redis" % name)
+        time.sleep(0.5)
+    finally:
+        p.stop()
+    return p.tail(100000)
+
+
+def test_warns_when_redis_may_evict_the_index():
+    """An allkeys-* maxmemory-policy lets a full Redis drop the slot index
+    (tasks would fire late, when swept from the DB): a daemon says so
+    when it connects, naming the policy; with noeviction it says
+    nothing. (Sets the policy of the shared Redis for a moment and puts
+    the old one back.)"""
+    r = C.redis()
+    old = r.cmd("CONFIG", "GET", "maxmemory-policy")[1].decode()
+    try:
+        r.cmd("CONFIG", "SET", "maxmemory-policy", "allkeys-lru")
+        lines = run_extra_manager("manager-lru")
+        r.cmd("CONFIG", "SET", "maxmemory-policy", "noeviction")
+        quiet = run_extra_manager("manager-noeviction")
+    finally:
+        r.cmd("CONFIG", "SET", "maxmemory-policy", old)
+        r.close()
+    warned = [l for l in lines if EVICT_WARNING in l]
+    h.check_eq(len(warned), 1, "one eviction warning (%r)" % warned)
+    h.check("level=warn" in warned[0] and "policy=allkeys-lru" in warned[0],
+            "a warning naming the policy: %r" % warned[0])
+    h.check(not [l for l in quiet if EVICT_WARNING in l],
+            "no warning with noeviction")
+    h.check(not [l for l in C.manager.tail(100000) if EVICT_WARNING in l],
+            "the cluster's own manager (noeviction) did not warn")
+
+
 def test_stopping_on_sigterm():
     check_stops("notifier", NOTIFIER)
     check_stops("worker", C.workers[0])

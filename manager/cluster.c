@@ -195,7 +195,7 @@ backlog_cb(struct redis *r, redisReply *reply, void *arg)
 	json_t *s = json_array_get(g->slots, (size_t)a->index);
 
 	if (reply != NULL && reply->type == REDIS_REPLY_ARRAY &&
-	    reply->elements == 3) {
+	    reply->elements == 4) {
 		redisReply *due = reply->element[0];
 		redisReply *inf = reply->element[1];
 		redisReply *oldest = reply->element[2];
@@ -216,9 +216,31 @@ backlog_cb(struct redis *r, redisReply *reply, void *arg)
 	gather_put(g);
 }
 
+/* KEYS: due, inflight, task, attempt, cancelled. Returns ZCARD due,
+ * ZCARD inflight, the oldest due entry, and the bytes of the slot's index
+ * keys (MEMORY USAGE, sampled: cheap on big keys). */
 #define SCRIPT_BACKLOG                                                         \
+	"local b = 0\n"                                                        \
+	"for i = 1, #KEYS do\n"                                                \
+	"  b = b + (redis.call('MEMORY', 'USAGE', KEYS[i]) or 0)\n"            \
+	"end\n"                                                                \
 	"return {redis.call('ZCARD', KEYS[1]), redis.call('ZCARD', KEYS[2]), " \
-	"redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')}"
+	"redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES'), b}"
+
+/* Sends SCRIPT_BACKLOG for slot. */
+static int
+backlog_send(struct manager *mg, int slot, redis_reply_fn cb, void *arg)
+{
+	char k[5][RKEY_MAX];
+
+	rkey_due(k[0], RKEY_MAX, slot);
+	rkey_inflight(k[1], RKEY_MAX, slot);
+	rkey_task(k[2], RKEY_MAX, slot);
+	rkey_attempt(k[3], RKEY_MAX, slot);
+	rkey_cancelled(k[4], RKEY_MAX, slot);
+	return redis_command(mg->redis, cb, arg, "EVAL %s 5 %s %s %s %s %s",
+			     SCRIPT_BACKLOG, k[0], k[1], k[2], k[3], k[4]);
+}
 
 void
 cluster_get(struct manager *mg, struct evhttp_request *req)
@@ -253,7 +275,6 @@ cluster_get(struct manager *mg, struct evhttp_request *req)
 	}
 	for (int i = 0; i < mg->nslots; i++) {
 		struct gather_arg *a = xcalloc(1, sizeof(*a));
-		char kdue[RKEY_MAX], kinf[RKEY_MAX];
 
 		json_array_append_new(
 			g->slots, json_pack("{s:i, s:n, s:n, s:n}", "slot", i,
@@ -271,11 +292,8 @@ cluster_get(struct manager *mg, struct evhttp_request *req)
 		a = xcalloc(1, sizeof(*a));
 		a->g = g;
 		a->index = i;
-		rkey_due(kdue, sizeof(kdue), i);
-		rkey_inflight(kinf, sizeof(kinf), i);
 		g->outstanding++;
-		if (redis_command(mg->redis, backlog_cb, a, "EVAL %s 2 %s %s",
-				  SCRIPT_BACKLOG, kdue, kinf) < 0) {
+		if (backlog_send(mg, i, backlog_cb, a) < 0) {
 			g->outstanding--;
 			xfree(a);
 		}
@@ -302,14 +320,15 @@ sample_cb(struct redis *r, redisReply *reply, void *arg)
 {
 	struct sample_arg *a = arg;
 	struct manager *mg = a->mg;
-	double pending = NAN, lag = NAN;
+	double pending = NAN, lag = NAN, bytes = NAN;
 
 	if (reply != NULL && reply->type == REDIS_REPLY_ARRAY &&
-	    reply->elements == 3) {
+	    reply->elements == 4) {
 		redisReply *oldest = reply->element[2];
 		int64_t now = clock_now_ms();
 
 		pending = (double)reply->element[0]->integer;
+		bytes = (double)reply->element[3]->integer;
 		lag = 0;
 		if (oldest->type == REDIS_REPLY_ARRAY &&
 		    oldest->elements == 2) {
@@ -321,6 +340,7 @@ sample_cb(struct redis *r, redisReply *reply, void *arg)
 	}
 	metric_vec_set(mg->m.slot_pending, (size_t)a->slot, pending);
 	metric_vec_set(mg->m.slot_lag, (size_t)a->slot, lag);
+	metric_vec_set(mg->m.slot_redis_bytes, (size_t)a->slot, bytes);
 	mg->sampling--;
 	xfree(a);
 }
@@ -334,17 +354,14 @@ sample_tick_cb(evutil_socket_t fd, short what, void *arg)
 		return; /* Redis is slow: the last round is still out */
 	for (int i = 0; i < mg->nslots; i++) {
 		struct sample_arg *a = xcalloc(1, sizeof(*a));
-		char kdue[RKEY_MAX], kinf[RKEY_MAX];
 
 		a->mg = mg;
 		a->slot = i;
-		rkey_due(kdue, sizeof(kdue), i);
-		rkey_inflight(kinf, sizeof(kinf), i);
 		mg->sampling++;
-		if (redis_command(mg->redis, sample_cb, a, "EVAL %s 2 %s %s",
-				  SCRIPT_BACKLOG, kdue, kinf) < 0) {
+		if (backlog_send(mg, i, sample_cb, a) < 0) {
 			metric_vec_set(mg->m.slot_pending, (size_t)i, NAN);
 			metric_vec_set(mg->m.slot_lag, (size_t)i, NAN);
+			metric_vec_set(mg->m.slot_redis_bytes, (size_t)i, NAN);
 			mg->sampling--;
 			xfree(a);
 		}
@@ -366,9 +383,15 @@ cluster_sampler_start(struct manager *mg)
 				 "How long the oldest due, unclaimed task of "
 				 "the slot has waited",
 				 "slot", (size_t)mg->nslots);
+	mg->m.slot_redis_bytes = metrics_register(
+		METRIC_GAUGE, "prophet_slot_redis_bytes",
+		"Redis memory of the slot's index keys (pending, in flight, "
+		"tombstones; MEMORY USAGE, sampled); sampled by the manager",
+		"slot", (size_t)mg->nslots);
 	for (int i = 0; i < mg->nslots; i++) {
 		metric_vec_set(mg->m.slot_pending, (size_t)i, NAN);
 		metric_vec_set(mg->m.slot_lag, (size_t)i, NAN);
+		metric_vec_set(mg->m.slot_redis_bytes, (size_t)i, NAN);
 	}
 	metric_set(mg->m.cluster_slots, mg->nslots);
 	mg->sample_ev = event_new(mg->base, -1, EV_PERSIST, sample_tick_cb, mg);

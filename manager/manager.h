@@ -55,8 +55,9 @@ struct manager_metrics {
 #define MM_FIELD(f, t, n, h) struct metric *f;
 	MANAGER_METRICS(MM_FIELD)
 #undef MM_FIELD
-	struct metric *slot_pending; /* per slot, cluster.c */
-	struct metric *slot_lag;     /* per slot, cluster.c */
+	struct metric *slot_pending;	 /* per slot, cluster.c */
+	struct metric *slot_lag;	 /* per slot, cluster.c */
+	struct metric *slot_redis_bytes; /* per slot, cluster.c */
 };
 
 struct index_slot {

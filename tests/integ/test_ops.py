@@ -197,19 +197,30 @@ def test_backlog_gauges_see_unfired_tasks():
         f = parse_metrics(metrics(C.manager_addr))
         pend = slot_values(f, "prophet_slot_pending_tasks")
         lag = slot_values(f, "prophet_slot_lag_seconds")
-        return pend, lag
-    pend, lag = h.wait_until(
-        lambda: (lambda p, l: (p, l) if sum(p.values()) == len(ids) and
-                 max(l.values()) >= 1 else None)(*backlog()),
+        mem = slot_values(f, "prophet_slot_redis_bytes")
+        return pend, lag, mem
+    pend, lag, mem = h.wait_until(
+        lambda: (lambda p, l, m: (p, l, m) if sum(p.values()) == len(ids)
+                 and max(l.values()) >= 1 else None)(*backlog()),
         20, 0.5, "7 pending tasks with lag in the gauges")
     h.check_eq(sorted(pend), list(range(C.slots)), "a gauge per slot")
     h.check(all(not math.isnan(v) for v in pend.values()), "no NaN")
+    # Redis memory: the slots holding tasks, and only those, use some
+    # (each task is at least a ZSET entry and a payload HASH entry).
+    h.check_eq(sorted(mem), list(range(C.slots)), "a memory gauge per slot")
+    for slot, n in pend.items():
+        if n:
+            h.check(mem[slot] >= 150 * n, "slot %d: %d task(s) in %s bytes"
+                    % (slot, n, mem[slot]))
+        else:
+            h.check_eq(mem[slot], 0, "slot %d without tasks: bytes" % slot)
     # A worker takes the slots and fires them: the backlog drains.
     C.start_worker(0)
     rd = C.reader(["ops"])
     h.check_eq(rd.wait_for(ids, 30), [], "fired once a worker is up")
-    h.wait_until(lambda: sum(backlog()[0].values()) == 0, 20, 0.5,
-                 "the gauges back to 0")
+    h.wait_until(lambda: sum(backlog()[0].values()) == 0 and
+                 sum(backlog()[2].values()) == 0, 20, 0.5,
+                 "the gauges back to 0 (tasks and bytes)")
 
 
 def test_worker_ready_and_watchdog():
@@ -226,7 +237,8 @@ def test_notifier_ready_and_watchdog():
 # rebalances, fenced writes), and the gauges the alert rules need.
 REQUIRED = {
     "manager": ["prophet_tasks_accepted_total", "prophet_slot_pending_tasks",
-                "prophet_slot_lag_seconds", "prophet_cluster_slots"],
+                "prophet_slot_lag_seconds", "prophet_slot_redis_bytes",
+                "prophet_cluster_slots"],
     "worker": ["prophet_tasks_fired_total", "prophet_tasks_delivered_total",
                "prophet_fire_lateness_seconds", "prophet_slots_owned",
                "prophet_slot_epoch", "prophet_db_mode_slots",

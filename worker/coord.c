@@ -236,11 +236,22 @@ redis_fence_cb(struct redis *r, redisReply *reply, void *arg)
 		return;
 	}
 	if (reply == NULL || reply->type != REDIS_REPLY_INTEGER) {
-		/* Retried by the coordination tick. */
+		/* Retried by the coordination tick. A refusal (a full Redis
+		 * refuses the fence's write) is said once per slot, not per
+		 * retry. */
+		if (reply != NULL && reply->type == REDIS_REPLY_ERROR &&
+		    !s->fence_refused) {
+			s->fence_refused = 1;
+			log_warn("redis refused the slot's fence: slot not "
+				 "started, retrying",
+				 "slot=%d epoch=%lld error=\"%s\"", fc->slot,
+				 (long long)fc->epoch, reply->str);
+		}
 		s->starting = 0;
 		xfree(fc);
 		return;
 	}
+	s->fence_refused = 0;
 	if (reply->integer < 0) {
 		metric_inc(w->m.fenced);
 		log_warn("slot fenced by a newer epoch in redis",

@@ -151,8 +151,9 @@ struct wslot {
 	int dbreaping;
 	int64_t next_dbreap_ms;
 	int64_t next_marker_ms;
-	int starting;  /* ours in ZooKeeper; raising the fences */
-	int releasing; /* handing over: draining, then writing */
+	int starting;	   /* ours in ZooKeeper; raising the fences */
+	int fence_refused; /* Redis answered the fence with an error */
+	int releasing;	   /* handing over: draining, then writing */
 	int release_writing;
 	int64_t release_started_ms;
 	int busy; /* tasks claiming, publishing or marking */

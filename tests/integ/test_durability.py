@@ -20,8 +20,9 @@ never stopped; ZooKeeper and whatever is not faulted stay shared.
   redis_stopped     private Redis stopped (SIGTERM) for 30 s: DB mode
   redis_hung        private Redis SIGSTOPped (a hung server, redis.timeout_ms
                     = 1000) for 30 s: DB mode
-  redis_full        private Redis at maxmemory (noeviction) for 6 s: index
-                    writes refused, API accepts, all fire once it has room
+  redis_full        private Redis at maxmemory (noeviction) for 10 s, a worker
+                    killed meanwhile: index writes and the survivor's fences
+                    refused, API accepts, all fire once Redis has room
   kafka_stopped     private Kafka broker stopped for 30 s: tasks wait
   kafka_outage_ttl  tasks with ttl_ms 5 s due during that outage: expired,
                     not published late
@@ -1018,7 +1019,8 @@ def test_redis_blip():
         rd.close(failed=failed)
 
 
-FULL_S = 6.0  # how long the private Redis stays full
+FULL_S = 10.0  # how long the private Redis stays full
+FULL_SESSION_MS = 4000  # so that a failover happens while it is full
 
 
 def redis_used_memory(r):
@@ -1028,16 +1030,20 @@ def redis_used_memory(r):
 
 def test_redis_full():
     """Private Redis at its maxmemory (policy noeviction) for FULL_S while
-    tasks come in: it refuses the manager's index writes with an OOM
-    error, but the API still accepts every task (the DB has it). The
-    manager logs the refusal once, not per write, and when Redis takes
-    writes again hands the slots that lost some to their owners for a
-    rebuild: every task fires, none early."""
+    tasks come in, and one of the two workers SIGKILLed as it fills: Redis
+    refuses the manager's index writes with an OOM error, but the API
+    still accepts every task (the DB has it); the manager logs the
+    refusal once, not per write, and when Redis takes writes again hands
+    the slots that lost some to their owners for a rebuild. The survivor
+    gains the dead worker's slots while Redis is full: their fence write is
+    refused (said once per slot, retried) and they start once Redis has
+    room. Every task fires, none early."""
     rd = s.PrivateRedis().start()
     failed = True
     r = rd.client()
     try:
-        with cluster_for("dur-full", workers=2, redis=rd) as c:
+        with cluster_for("dur-full", workers=2, redis=rd, conf={
+                "zookeeper.session_timeout_ms": FULL_SESSION_MS}) as c:
             led = Ledger("redis_full", c)
             st = Stream(led, "rf", rate=100, delay_lo=2000,
                         delay_hi=5000).start()
@@ -1046,6 +1052,7 @@ def test_redis_full():
             r.cmd("CONFIG", "SET", "maxmemory-policy", "noeviction")
             r.cmd("CONFIG", "SET", "maxmemory",
                   max(1, redis_used_memory(r) // 2))
+            c.workers[1].kill()
             time.sleep(FULL_S)
             r.cmd("CONFIG", "SET", "maxmemory", 0)
             t_back = h.now_ms()
@@ -1060,11 +1067,18 @@ def test_redis_full():
                                 procs=[c.manager])
             again = log_lines(c, "redis takes index writes again", t_full,
                               procs=[c.manager])
+            fences = [kv(l, "slot") for _, l in log_lines(
+                c, "redis refused the slot's fence", t_full,
+                procs=[c.workers[0]])]
+            late_gains = [kv(l, "slot") for t, l in log_lines(
+                c, "slot gained", t_back - 1000, procs=[c.workers[0]])]
             fails = h.metrics(c.manager_addr).get(
                 "prophet_redis_index_failures_total", 0)
             h.log("redis_full: %s index writes refused in %.0f s; manager "
-                  "lines: %s; rebuilds x%d" % (
+                  "lines: %s; fences refused for slots %s, gained after "
+                  "the room came back: %s; rebuilds x%d" % (
                       fails, FULL_S, [kv(l, "error") for _, l in refused],
+                      fences, late_gains,
                       len(log_lines(c, "slot index rebuilt", t_full))))
             p.check(fails >= 10, "index writes were refused while full "
                     "(prophet_redis_index_failures_total %s)" % fails)
@@ -1074,7 +1088,13 @@ def test_redis_full():
             p.check(len(again) >= 1 and again[0][0] >= t_back - 1000,
                     "'redis takes index writes again' after the room came "
                     "back: %s" % [t - t_back for t, _ in again])
-            finish(p, led, figs, "Redis full (noeviction)")
+            p.check(fences and len(fences) == len(set(fences)),
+                    "the dead worker's slots: one fence refusal each while "
+                    "full (retried quietly): %s" % fences)
+            p.check(set(fences) <= set(late_gains),
+                    "every slot whose fence was refused started once Redis "
+                    "had room: refused %s, gained %s" % (fences, late_gains))
+            finish(p, led, figs, "Redis full (noeviction), a worker killed")
             failed = False
     finally:
         r.close()

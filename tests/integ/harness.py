@@ -955,12 +955,14 @@ class Cluster:
         c.update(self.extra_conf)
         return c
 
-    def write_conf(self):
+    def write_conf(self, path=None, conf=None):
+        """Writes conf (default: conf_dict()) as INI to path (default:
+        conf_path)."""
         sections = {}
-        for k, v in self.conf_dict().items():
+        for k, v in (conf if conf is not None else self.conf_dict()).items():
             s, key = k.split(".", 1)
             sections.setdefault(s, []).append((key, v))
-        with open(self.conf_path, "w") as f:
+        with open(path or self.conf_path, "w") as f:
             f.write("; written by tests/integ/harness.py\n")
             for s, kvs in sections.items():
                 f.write("[%s]\n" % s)

@@ -398,13 +398,7 @@ def run_extra_manager(name):
     conf = dict(C.conf_dict())
     conf["http.listen"] = "127.0.0.1:%d" % h.free_port()
     path = os.path.join(C.dir, "%s.conf" % name)
-    sections = {}
-    for k, v in conf.items():
-        s, key = k.split(".", 1)
-        sections.setdefault(s, []).append("%s = %s" % (key, v))
-    with open(path, "w") as f:
-        for s, lines in sections.items():
-            f.write("[%s]\n%s\n" % (s, "\n".join(lines)))
+    C.write_conf(path, conf)
     p = h.Proc(name, [h.MANAGER_BIN, "-c", path],
                os.path.join(C.dir, "%s.log" % name)).start()
     try:

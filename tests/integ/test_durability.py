@@ -1023,11 +1023,6 @@ FULL_S = 10.0  # how long the private Redis stays full
 FULL_SESSION_MS = 4000  # so that a failover happens while it is full
 
 
-def redis_used_memory(r):
-    info = r.cmd("INFO", "memory").decode()
-    return int(info.split("used_memory:", 1)[1].split("\r\n", 1)[0])
-
-
 def test_redis_full():
     """Private Redis at its maxmemory (policy noeviction) for FULL_S while
     tasks come in, and one of the two workers SIGKILLed as it fills: Redis
@@ -1050,10 +1045,17 @@ def test_redis_full():
             time.sleep(3.0)
             t_full = h.now_ms()
             r.cmd("CONFIG", "SET", "maxmemory-policy", "noeviction")
-            r.cmd("CONFIG", "SET", "maxmemory",
-                  max(1, redis_used_memory(r) // 2))
+            # 1 byte, not a fraction of what is used: Redis stays full
+            # whatever the tasks fired meanwhile free.
+            r.cmd("CONFIG", "SET", "maxmemory", 1)
             c.workers[1].kill()
-            time.sleep(FULL_S)
+            # Full for FULL_S, and at least until the survivor has gained
+            # the dead worker's slots (after its ZooKeeper session ends).
+            h.wait_until(lambda: log_lines(
+                c, "redis refused the slot's fence", t_full,
+                procs=[c.workers[0]]), timeout=30,
+                what="the survivor's first refused fence")
+            time.sleep(max(1.0, FULL_S - (h.now_ms() - t_full) / 1000.0))
             r.cmd("CONFIG", "SET", "maxmemory", 0)
             t_back = h.now_ms()
             time.sleep(3.0)
@@ -1077,7 +1079,7 @@ def test_redis_full():
             h.log("redis_full: %s index writes refused in %.0f s; manager "
                   "lines: %s; fences refused for slots %s, gained after "
                   "the room came back: %s; rebuilds x%d" % (
-                      fails, FULL_S, [kv(l, "error") for _, l in refused],
+                      fails, (t_back - t_full) / 1000.0, [kv(l, "error") for _, l in refused],
                       fences, late_gains,
                       len(log_lines(c, "slot index rebuilt", t_full))))
             p.check(fails >= 10, "index writes were refused while full "

@@ -287,6 +287,7 @@ struct redis_mem {
 	long long due_ids;     /* sum of ZCARD {prophet:N}:due */
 	long long inflight;    /* sum of ZCARD {prophet:N}:inflight */
 	long long payloads;    /* sum of HLEN {prophet:N}:task */
+	long long bucketed;    /* sum of LLEN {prophet:N}:b:* (buckets) */
 };
 /* with_usage: also MEMORY USAGE of every key (walks every element, so
  * it is slow on big keys). */

@@ -707,7 +707,8 @@ redis_settle(const char *redis, struct redis_mem *m)
 			return;
 		}
 		if (m->due_ids == prev.due_ids &&
-		    m->payloads == prev.payloads && m->inflight == 0 &&
+		    m->payloads == prev.payloads &&
+		    m->bucketed == prev.bucketed && m->inflight == 0 &&
 		    m->keys == prev.keys)
 			break;
 		prev = *m;
@@ -789,6 +790,9 @@ scen_far(struct bench_opts *o)
 		   near_due);
 	report_int(r, "near_redis_payloads",
 		   "inside horizon: ours in Redis payload hash", near_task);
+	report_int(r, "near_redis_bucketed",
+		   "inside horizon: Redis bucket elements (all tasks)",
+		   m1.bucketed - m0.bucketed);
 	report_num(r, "near_bytes_per_task",
 		   "inside horizon: Redis bytes/task (MEMORY USAGE)",
 		   near_bytes, "%.0f");
@@ -809,6 +813,9 @@ scen_far(struct bench_opts *o)
 		   far_due);
 	report_int(r, "far_redis_payloads",
 		   "beyond horizon: ours in Redis payload hash", far_task);
+	report_int(r, "far_redis_bucketed",
+		   "beyond horizon: Redis bucket elements (all tasks)",
+		   m2.bucketed - m1.bucketed);
 	report_num(r, "far_bytes_per_task",
 		   "beyond horizon: Redis bytes/task (MEMORY USAGE)", far_bytes,
 		   "%.1f");

@@ -148,6 +148,13 @@ redis_mem_sample(const char *spec, struct redis_mem *m, int with_usage,
 				if (u)
 					freeReplyObject(u);
 			} else if (!strncmp(k->str, "{prophet:", 9) &&
+				   memmem(k->str, k->len, "}:b:", 4) != NULL) {
+				u = redisCommand(rc, "LLEN %b", k->str, k->len);
+				if (u && u->type == REDIS_REPLY_INTEGER)
+					m->bucketed += u->integer;
+				if (u)
+					freeReplyObject(u);
+			} else if (!strncmp(k->str, "{prophet:", 9) &&
 				   ends_with(k->str, k->len, "}:task")) {
 				u = redisCommand(rc, "HLEN %b", k->str, k->len);
 				if (u && u->type == REDIS_REPLY_INTEGER)

@@ -93,6 +93,15 @@
 	  86400000, NULL, 0,                                                   \
 	  "tasks due within this time are indexed in Redis, later ones only "  \
 	  "in the DB")                                                         \
+	X(TASK_BUCKET_MS, "task", "bucket_ms", CFG_INT, "60000", 0, 3600000,   \
+	  NULL, 0,                                                             \
+	  "tasks due after bucket_near_ms wait in Redis in one append-only "   \
+	  "list per slot and bucket_ms of due time, at about half the memory " \
+	  "of the due set; 0: no buckets. The same on every daemon")           \
+	X(TASK_BUCKET_NEAR_MS, "task", "bucket_near_ms", CFG_INT, "120000",    \
+	  3000, 3600000, NULL, 0,                                              \
+	  "tasks due sooner go straight to the due set; a bucket moves into "  \
+	  "it this long before it starts")                                     \
 	X(WORKER_ID, "worker", "id", CFG_STR, "", 0, 0, cfg_check_worker_id,   \
 	  0, "unique worker id; default hostname-pid")                         \
 	X(WORKER_HTTP_LISTEN, "worker", "http_listen", CFG_STR,                \

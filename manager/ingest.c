@@ -378,11 +378,85 @@ index_slot_send(struct manager *mg, int slot, const struct ingest_batch *b,
 	xfree(len);
 }
 
+struct far_entry {
+	long long start; /* of its bucket, ms */
+	char *el; /* "<due> <id> <payload>" */
+	size_t len;
+};
+
+static int
+far_entry_cmp(const void *a, const void *b)
+{
+	const struct far_entry *x = a, *y = b;
+
+	return x->start < y->start ? -1 : x->start > y->start;
+}
+
+/* Appends one slot's tasks whose bucket starts after the near window to
+ * their buckets: one RPUSH per bucket, then one ZADD of the buckets to bk
+ * (the owner's mover finds a bucket through bk; an element pushed before
+ * its bucket is listed waits for the next move). */
+static void
+index_far_send(struct manager *mg, int slot, struct far_entry *f, size_t m)
+{
+	char kb[RKEY_MAX], kbk[RKEY_MAX];
+	const char **argv = xmalloc((2 + 2 * m) * sizeof(*argv));
+	size_t *len = xmalloc((2 + 2 * m) * sizeof(*len));
+	char(*mins)[24] = xmalloc(m * sizeof(*mins));
+	struct index_slot *is = &mg->index_slots[slot];
+	size_t nmin = 0;
+	int rc = 0;
+
+	qsort(f, m, sizeof(*f), far_entry_cmp);
+	for (size_t g = 0; g < m && rc == 0;) {
+		size_t k = 0;
+
+		rkey_bucket(kb, sizeof(kb), slot, f[g].start);
+		argv[0] = "RPUSH";
+		len[0] = 5;
+		argv[1] = kb;
+		len[1] = strlen(kb);
+		while (g + k < m && f[g + k].start == f[g].start) {
+			argv[2 + k] = f[g + k].el;
+			len[2 + k] = f[g + k].len;
+			k++;
+		}
+		rc = redis_command_argv(mg->redis, index_reply_cb, is,
+					(int)(2 + k), argv, len);
+		snprintf(mins[nmin], sizeof(mins[nmin]), "%lld", f[g].start);
+		nmin++;
+		g += k;
+	}
+	rkey_bk(kbk, sizeof(kbk), slot);
+	argv[0] = "ZADD";
+	len[0] = 4;
+	argv[1] = kbk;
+	len[1] = strlen(kbk);
+	for (size_t j = 0; j < nmin; j++) {
+		argv[2 + 2 * j] = mins[j];
+		len[2 + 2 * j] = strlen(mins[j]);
+		argv[3 + 2 * j] = mins[j];
+		len[3 + 2 * j] = strlen(mins[j]);
+	}
+	if (rc == 0)
+		rc = redis_command_argv(mg->redis, index_reply_cb, is,
+					(int)(2 + 2 * nmin), argv, len);
+	if (rc < 0)
+		index_lost(mg, slot);
+	else
+		metric_add(mg->m.indexed, (double)m);
+	xfree(mins);
+	xfree(argv);
+	xfree(len);
+}
+
 /*
  * Indexes the tasks a batch committed (201) that are due within the
  * horizon (plus a margin, so the loader and this path overlap, never
- * gap): two commands per slot, not per task. Marks in wake the slots that
- * got a task due before their owner's next look-ahead scan.
+ * gap): a few commands per slot, not per task. Tasks whose minute starts
+ * after the near window go to their minute's bucket, the others to
+ * due/task. Marks in wake the slots that got a task due before their
+ * owner's next look-ahead scan.
  */
 static void
 index_batch(struct manager *mg, const struct ingest_batch *b, int64_t now,
@@ -409,27 +483,63 @@ index_batch(struct manager *mg, const struct ingest_batch *b, int64_t now,
 	}
 	qsort(e, k, sizeof(*e), index_entry_cmp);
 	for (size_t g = 0; g < k;) {
-		size_t m = 1;
+		size_t m = 1, nn = 0, nf = 0;
+		struct index_entry *near;
+		struct far_entry *far;
 		char **payload;
 		size_t *plen;
 		char(*score)[24];
 
 		while (g + m < k && e[g + m].slot == e[g].slot)
 			m++;
+		near = xmalloc(m * sizeof(*near));
+		far = xmalloc(m * sizeof(*far));
 		payload = xmalloc(m * sizeof(*payload));
 		plen = xmalloc(m * sizeof(*plen));
 		score = xmalloc(m * sizeof(*score));
 		for (size_t j = 0; j < m; j++) {
 			const struct task *t = &b->reqs[e[g + j].i]->task;
+			long long start =
+				mg->bucket_ms > 0
+					? (long long)(t->due_at -
+						      t->due_at % mg->bucket_ms)
+					: 0;
+			size_t len;
+			char *p = payload_encode(t, &len);
 
-			payload[j] = payload_encode(t, &plen[j]);
-			snprintf(score[j], sizeof(score[j]), "%lld",
+			if (mg->bucket_ms > 0 &&
+			    start > now + mg->bucket_near_ms) {
+				size_t idl = strlen(t->id);
+
+				far[nf].start = start;
+				far[nf].el = xmalloc(24 + idl + len + 2);
+				far[nf].len = (size_t)snprintf(
+					far[nf].el, 24 + idl + 2, "%lld %s ",
+					(long long)t->due_at, t->id);
+				memcpy(far[nf].el + far[nf].len, p, len);
+				far[nf].len += len;
+				free(p);
+				nf++;
+				continue;
+			}
+			near[nn] = e[g + j];
+			payload[nn] = p;
+			plen[nn] = len;
+			snprintf(score[nn], sizeof(score[nn]), "%lld",
 				 (long long)t->due_at);
+			nn++;
 		}
-		index_slot_send(mg, e[g].slot, b, e + g, m, payload, plen,
-				score);
-		for (size_t j = 0; j < m; j++)
+		if (nn > 0)
+			index_slot_send(mg, e[g].slot, b, near, nn, payload,
+					plen, score);
+		if (nf > 0)
+			index_far_send(mg, e[g].slot, far, nf);
+		for (size_t j = 0; j < nn; j++)
 			free(payload[j]);
+		for (size_t j = 0; j < nf; j++)
+			xfree(far[j].el);
+		xfree(near);
+		xfree(far);
 		xfree(payload);
 		xfree(plen);
 		xfree(score);

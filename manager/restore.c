@@ -193,7 +193,7 @@ page_done_cb(struct db_job *job, int status, const char *err)
 			restore_step(r, r->expired);
 		goto out;
 	}
-	rindex_init(&ix, r->slot);
+	rindex_init(&ix, r->slot, r->mg->bucket_ms, r->mg->bucket_near_ms);
 	for (size_t i = 0; i < n; i++)
 		rindex_add_row(&ix, &pj->rows, i);
 	r->indexed += n;
@@ -401,7 +401,7 @@ one_done_cb(struct db_job *job, int status, const char *err)
 				 "task '%s' is %s: nothing to restore", o->id,
 				 db_rows_get(&o->status, 0, 0, NULL));
 	} else {
-		rindex_init(&ix, slot);
+		rindex_init(&ix, slot, mg->bucket_ms, mg->bucket_near_ms);
 		rindex_add_row(&ix, &o->rows, 0);
 		status = rindex_send(&ix, mg->redis, one_index_cb, o);
 		rindex_free(&ix);

@@ -21,6 +21,7 @@
 #include "manager.h"
 #include "payload.h"
 #include "redis.h"
+#include "rindex.h"
 #include "schema.h"
 #include "scripts.h"
 #include "slot.h"
@@ -52,6 +53,7 @@ struct change {
 	char id[TASK_ID_MAX + 1];
 	int slot;
 	int64_t new_due;
+	int64_t old_due; /* the DB's due time before the change */
 	int64_t removed_score; /* cancel: score it had in Redis */
 	char *payload;	       /* reschedule: new payload, "" = unindex */
 	char *new_cron;	       /* reschedule of a recurring task */
@@ -260,18 +262,19 @@ written(struct change *c, int status, const char *err)
 static int
 reschedule_in_redis(struct change *c, redis_reply_fn cb)
 {
-	char kdue[RKEY_MAX], ktask[RKEY_MAX], kinf[RKEY_MAX], kc[RKEY_MAX],
-		due[32];
+	struct slot_eval ev;
+	int rc;
 
-	rkey_due(kdue, sizeof(kdue), c->slot);
-	rkey_task(ktask, sizeof(ktask), c->slot);
-	rkey_inflight(kinf, sizeof(kinf), c->slot);
-	rkey_cancelled(kc, sizeof(kc), c->slot);
-	snprintf(due, sizeof(due), "%lld", (long long)c->new_due);
-	return redis_command(c->mg->redis, cb, cb ? c : NULL,
-			     "EVAL %s 4 %s %s %s %s %s %s %s",
-			     SCRIPT_RESCHEDULE, kdue, ktask, kinf, kc, c->id,
-			     due, c->payload);
+	slot_eval_init(&ev, SCRIPT_RESCHEDULE, c->slot, "dtickbv");
+	redis_args_addstr(&ev.a, c->id);
+	redis_args_addint(&ev.a, c->new_due);
+	redis_args_addstr(&ev.a, c->payload);
+	redis_args_addint(&ev.a, clock_now_ms() + c->mg->bucket_near_ms);
+	redis_args_addint(&ev.a, c->mg->bucket_ms);
+	redis_args_addint(&ev.a, c->old_due);
+	rc = slot_eval_send(&ev, c->mg->redis, cb, cb ? c : NULL);
+	slot_eval_free(&ev);
+	return rc;
 }
 
 static void
@@ -357,7 +360,7 @@ change_done_cb(struct db_job *job, int status, const char *err)
 {
 	struct change *c = (struct change *)job;
 	struct manager *mg = c->mg;
-	char kdue[RKEY_MAX], kinf[RKEY_MAX], kc[RKEY_MAX], now[32];
+	char kdue[RKEY_MAX], kinf[RKEY_MAX], kc[RKEY_MAX], now[32], due[32];
 	const char *st;
 	int rc;
 
@@ -390,16 +393,18 @@ change_done_cb(struct db_job *job, int status, const char *err)
 		return;
 	}
 	c->slot = slot_of(c->id, strlen(c->id), mg->nslots);
+	c->old_due = db_rows_int(&c->rows, 0, PC_DUE_AT);
 	rkey_due(kdue, sizeof(kdue), c->slot);
 	rkey_inflight(kinf, sizeof(kinf), c->slot);
 	rkey_cancelled(kc, sizeof(kc), c->slot);
 	if (c->op == OP_CANCEL) {
 		snprintf(now, sizeof(now), "%lld", (long long)c->now);
+		snprintf(due, sizeof(due), "%lld", (long long)c->old_due);
 		rc = redis_command(mg->redis, redis_decided_cb, c,
-				   "EVAL %s 3 %s %s %s %s %s",
+				   "EVAL %s 3 %s %s %s %s %s %s",
 				   c->recurring ? SCRIPT_CANCEL_SERIES
 						: SCRIPT_CANCEL,
-				   kdue, kinf, kc, c->id, now);
+				   kdue, kinf, kc, c->id, now, due);
 	} else {
 		struct task t;
 		size_t plen;

@@ -17,7 +17,23 @@
  *                         indexing it again (trimmed after an hour)
  *   {prophet:N}:built     STRING set when the slot's index was (re)built from
  *                         the DB; its absence means Redis lost the slot
+ * Tasks due later than the near window (task.bucket_near_ms) wait in
+ * buckets of task.bucket_ms of due time, which cost about half as much as
+ * the due/task pair (docs/architecture.md, "Buckets"):
+ *   {prophet:N}:b:S       LIST  "<due ms> <id> <payload>" of the tasks due
+ *                         in [S, S + bucket_ms), S in ms; appended only
+ *   {prophet:N}:bk        ZSET  S -> S: the buckets that exist
+ *   {prophet:N}:moved     HASH  id -> "<current due> <last due>" for a task
+ *                         rescheduled while a copy may wait in a bucket:
+ *                         copies of another due are stale (trimmed an hour
+ *                         after the last due)
+ * The slot's owner moves a bucket into due/task (SCRIPT_MOVE) once it
+ * starts within the near window; tasks due sooner are indexed there
+ * directly.
  */
+/* Elements moved per SCRIPT_MOVE call, so a large bucket does not hold
+ * Redis for long. */
+#define BUCKET_MOVE_BATCH 2000
 #define RKEY_MAX 64
 
 static inline void
@@ -54,6 +70,31 @@ static inline void
 rkey_marker(char *buf, size_t len, int slot)
 {
 	snprintf(buf, len, "{prophet:%d}:built", slot);
+}
+
+static inline void
+rkey_bk(char *buf, size_t len, int slot)
+{
+	snprintf(buf, len, "{prophet:%d}:bk", slot);
+}
+
+/* The buckets' common prefix; a bucket is the prefix and its start. */
+static inline void
+rkey_bprefix(char *buf, size_t len, int slot)
+{
+	snprintf(buf, len, "{prophet:%d}:b:", slot);
+}
+
+static inline void
+rkey_bucket(char *buf, size_t len, int slot, long long start_ms)
+{
+	snprintf(buf, len, "{prophet:%d}:b:%lld", slot, start_ms);
+}
+
+static inline void
+rkey_moved(char *buf, size_t len, int slot)
+{
+	snprintf(buf, len, "{prophet:%d}:moved", slot);
 }
 
 static inline void

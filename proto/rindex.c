@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "daemon.h"
 #include "db.h"
 #include "payload.h"
 #include "rindex.h"
@@ -34,6 +35,9 @@ slot_eval_init(struct slot_eval *e, const char *script, int slot,
 		case 'e': rkey_epoch(k, RKEY_MAX, slot); break;
 		case 'm': rkey_marker(k, RKEY_MAX, slot); break;
 		case 'c': rkey_cancelled(k, RKEY_MAX, slot); break;
+		case 'k': rkey_bk(k, RKEY_MAX, slot); break;
+		case 'b': rkey_bprefix(k, RKEY_MAX, slot); break;
+		case 'v': rkey_moved(k, RKEY_MAX, slot); break;
 		default: abort();
 		}
 		redis_args_addstr(&e->a, k);
@@ -54,10 +58,12 @@ slot_eval_free(struct slot_eval *e)
 }
 
 void
-rindex_init(struct rindex *ix, int slot)
+rindex_init(struct rindex *ix, int slot, int64_t bucket_ms, int64_t near_ms)
 {
 	memset(ix, 0, sizeof(*ix));
-	slot_eval_init(&ix->ev, SCRIPT_INDEX, slot, "dtic");
+	slot_eval_init(&ix->ev, SCRIPT_INDEX, slot, "dtickbv");
+	redis_args_addint(&ix->ev.a, clock_now_ms() + near_ms);
+	redis_args_addint(&ix->ev.a, bucket_ms);
 }
 
 void

@@ -2,6 +2,7 @@
 #define PROPHET_RINDEX_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "keys.h"
 #include "redis.h"
@@ -11,10 +12,11 @@ struct db_rows;
 /*
  * An EVAL of one of a slot's scripts (proto/scripts.h), its keys named by
  * letters in the order the script wants them: d due, t task, i inflight,
- * a attempt, e epoch, m marker, c cancelled. Further arguments go to .a
+ * a attempt, e epoch, m marker, c cancelled, k bk, b the buckets' prefix,
+ * v moved. Further arguments go to .a
  * with redis_args_add*; send with redis_command_argv(.a).
  */
-#define SLOT_EVAL_KEYS 8
+#define SLOT_EVAL_KEYS 10
 struct slot_eval {
 	char keys[SLOT_EVAL_KEYS][RKEY_MAX];
 	struct redis_args a;
@@ -37,7 +39,10 @@ struct rindex {
 	size_t cap;
 };
 
-void rindex_init(struct rindex *ix, int slot);
+/* Tasks whose bucket (bucket_ms of due time, 0: none) starts later than
+ * near_ms from now go to it, the others to due/task. */
+void rindex_init(struct rindex *ix, int slot, int64_t bucket_ms,
+		 int64_t near_ms);
 void rindex_add_row(struct rindex *ix, const struct db_rows *rows, size_t i);
 /* Rows added so far. */
 size_t rindex_count(const struct rindex *ix);

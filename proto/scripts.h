@@ -95,21 +95,108 @@
 	"return n\n"
 
 /*
- * Index tasks loaded from the DB unless they are in flight or were
- * cancelled meanwhile. KEYS: due, task, inflight, cancelled
- * ARGV: (id, due_ms, payload)...
+ * Index tasks loaded from the DB unless they are in flight, were cancelled
+ * meanwhile or were rescheduled to another time (moved). A task whose
+ * bucket (width ms of due time, 0: none) starts after edge (now + the
+ * near window) is appended to it, the others go to due/task.
+ * KEYS: due, task, inflight, cancelled, bk, bucket prefix, moved
+ * ARGV: edge, width, (id, due_ms, payload)...
  */
-#define SCRIPT_INDEX                                                  \
-	"local n = 0\n"                                               \
-	"for i = 1, #ARGV, 3 do\n"                                    \
-	"  if not redis.call('ZSCORE', KEYS[3], ARGV[i]) and\n"       \
-	"     not redis.call('ZSCORE', KEYS[4], ARGV[i]) then\n"      \
-	"    redis.call('HSET', KEYS[2], ARGV[i], ARGV[i + 2])\n"     \
-	"    n = n + redis.call('ZADD', KEYS[1], 'NX', ARGV[i + 1], " \
-	"ARGV[i])\n"                                                  \
-	"  end\n"                                                     \
-	"end\n"                                                       \
+#define SCRIPT_INDEX \
+	"local edge, width = tonumber(ARGV[1]), tonumber(ARGV[2])\n" \
+	"local n = 0\n" \
+	"for i = 3, #ARGV, 3 do\n" \
+	"  local id, due = ARGV[i], ARGV[i + 1]\n" \
+	"  local mv = redis.call('HGET', KEYS[7], id)\n" \
+	"  if not redis.call('ZSCORE', KEYS[3], id) and\n" \
+	"     not redis.call('ZSCORE', KEYS[4], id) and\n" \
+	"     (not mv or string.match(mv, '^%d+') == due) then\n" \
+	"    local d = tonumber(due)\n" \
+	"    local b = width > 0 and d - d % width or 0\n" \
+	"    if width > 0 and b > edge then\n" \
+	"      local m = string.format('%d', b)\n" \
+	"      redis.call('RPUSH', KEYS[6] .. m, due .. ' ' .. id .. ' ' .. ARGV[i + 2])\n" \
+	"      redis.call('ZADD', KEYS[5], m, m)\n" \
+	"      n = n + 1\n" \
+	"    else\n" \
+	"      redis.call('HSET', KEYS[2], id, ARGV[i + 2])\n" \
+	"      n = n + redis.call('ZADD', KEYS[1], 'NX', due, id)\n" \
+	"    end\n" \
+	"  end\n" \
+	"end\n" \
 	"return n\n"
+
+/*
+ * Move the buckets that start at or before ARGV[2] (ms: now + the near
+ * window) into due/task, fenced by the owner epoch, at most ARGV[3]
+ * elements. A copy is dropped if its task is in flight, cancelled, or
+ * moved to another due time (a bucket may hold several copies of a task:
+ * indexers may repeat themselves; moving a current one twice is
+ * harmless). Moved entries stay until trimmed (SCRIPT_MOVED_TRIM), an
+ * hour after the last due time of any copy.
+ * KEYS: due, task, inflight, cancelled, bk, bucket prefix, moved, epoch
+ * ARGV: epoch, upto_ms, budget
+ * Returns -1 if a higher epoch was recorded, else {moved, dropped, more,
+ * earliest due moved or 0}: more is 1 if the budget ran out first.
+ */
+#define SCRIPT_MOVE \
+	"local fence = tonumber(redis.call('GET', KEYS[8]) or '0')\n" \
+	"local epoch = tonumber(ARGV[1])\n" \
+	"if fence > epoch then return -1 end\n" \
+	"if fence < epoch then redis.call('SET', KEYS[8], ARGV[1]) end\n" \
+	"local budget = tonumber(ARGV[3])\n" \
+	"local moved, dropped, more, first = 0, 0, 0, 0\n" \
+	"local ms = redis.call('ZRANGEBYSCORE', KEYS[5], '-inf', ARGV[2])\n" \
+	"for _, m in ipairs(ms) do\n" \
+	"  local key = KEYS[6] .. m\n" \
+	"  while budget > 0 do\n" \
+	"    local els = redis.call('LPOP', key, math.min(budget, 500))\n" \
+	"    if not els then break end\n" \
+	"    budget = budget - #els\n" \
+	"    for _, el in ipairs(els) do\n" \
+	"      local a = string.find(el, ' ', 1, true)\n" \
+	"      local b = string.find(el, ' ', a + 1, true)\n" \
+	"      local due = string.sub(el, 1, a - 1)\n" \
+	"      local id = string.sub(el, a + 1, b - 1)\n" \
+	"      local keep = not redis.call('ZSCORE', KEYS[3], id) and\n" \
+	"                   not redis.call('ZSCORE', KEYS[4], id)\n" \
+	"      local mv = redis.call('HGET', KEYS[7], id)\n" \
+	"      if mv and string.match(mv, '^%d+') ~= due then\n" \
+	"        keep = false\n" \
+	"      end\n" \
+	"      if keep then\n" \
+	"        redis.call('HSET', KEYS[2], id, string.sub(el, b + 1))\n" \
+	"        redis.call('ZADD', KEYS[1], 'NX', due, id)\n" \
+	"        moved = moved + 1\n" \
+	"        local d = tonumber(due)\n" \
+	"        if first == 0 or d < first then first = d end\n" \
+	"      else\n" \
+	"        dropped = dropped + 1\n" \
+	"      end\n" \
+	"    end\n" \
+	"  end\n" \
+	"  if redis.call('EXISTS', key) == 0 then\n" \
+	"    redis.call('ZREM', KEYS[5], m)\n" \
+	"  else\n" \
+	"    more = 1\n" \
+	"    break\n" \
+	"  end\n" \
+	"end\n" \
+	"return {moved, dropped, more, first}\n"
+
+/*
+ * One HSCAN step of a slot's moved entries: deletes those whose last copy
+ * was due before ARGV[2]. KEYS: moved   ARGV: cursor, before_ms
+ * Returns the next cursor.
+ */
+#define SCRIPT_MOVED_TRIM \
+	"local r = redis.call('HSCAN', KEYS[1], ARGV[1], 'COUNT', 500)\n" \
+	"local before = tonumber(ARGV[2])\n" \
+	"for i = 1, #r[2], 2 do\n" \
+	"  local last = tonumber(string.match(r[2][i + 1], ' (%d+)$') or '0')\n" \
+	"  if last < before then redis.call('HDEL', KEYS[1], r[2][i]) end\n" \
+	"end\n" \
+	"return r[1]\n"
 
 /*
  * A new owner raises the slot's fence; tells whether the index exists.
@@ -125,69 +212,97 @@
 	"return redis.call('EXISTS', KEYS[2])\n"
 
 /*
- * Drop a slot's index before rebuilding it from the DB, fenced.
- * KEYS: due, task, inflight, attempt, epoch, marker     ARGV: epoch
+ * Drop a slot's index before rebuilding it from the DB, fenced: due, task,
+ * inflight, attempt, marker, the buckets and the moved entries (the DB
+ * is the truth the rebuild reads).
+ * KEYS: due, task, inflight, attempt, epoch, marker, bk, bucket prefix,
+ * moved     ARGV: epoch
  */
-#define SCRIPT_RESET                                                       \
-	"local f = tonumber(redis.call('GET', KEYS[5]) or '0')\n"          \
-	"local e = tonumber(ARGV[1])\n"                                    \
-	"if f > e then return -1 end\n"                                    \
-	"redis.call('DEL', KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[6])\n" \
-	"redis.call('SET', KEYS[5], ARGV[1])\n"                            \
+#define SCRIPT_RESET \
+	"local f = tonumber(redis.call('GET', KEYS[5]) or '0')\n" \
+	"local e = tonumber(ARGV[1])\n" \
+	"if f > e then return -1 end\n" \
+	"for _, m in ipairs(redis.call('ZRANGE', KEYS[7], 0, -1)) do\n" \
+	"  redis.call('DEL', KEYS[8] .. m)\n" \
+	"end\n" \
+	"redis.call('DEL', KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[6], KEYS[7],\n" \
+	"           KEYS[9])\n" \
+	"redis.call('SET', KEYS[5], ARGV[1])\n" \
 	"return 1\n"
 
 /*
  * Cancel, race-free against claims: a task still due is removed (and
- * tombstoned); one in flight cannot be cancelled.
- * KEYS: due, inflight, cancelled     ARGV: id, now_ms
+ * tombstoned); one in flight cannot be cancelled. The tombstone's time is
+ * the later of now and the task's due time (it is trimmed an hour after):
+ * it also drops a copy waiting in a bucket when that is moved.
+ * KEYS: due, inflight, cancelled     ARGV: id, now_ms, due_ms
  * Returns -1 if in flight, else the removed due score (0: not indexed).
  */
-#define SCRIPT_CANCEL                                                    \
+#define SCRIPT_CANCEL \
 	"if redis.call('ZSCORE', KEYS[2], ARGV[1]) then return -1 end\n" \
-	"local s = redis.call('ZSCORE', KEYS[1], ARGV[1])\n"             \
-	"redis.call('ZREM', KEYS[1], ARGV[1])\n"                         \
-	"redis.call('ZADD', KEYS[3], ARGV[2], ARGV[1])\n"                \
-	"if s then return tonumber(s) end\n"                             \
+	"local s = redis.call('ZSCORE', KEYS[1], ARGV[1])\n" \
+	"redis.call('ZREM', KEYS[1], ARGV[1])\n" \
+	"redis.call('ZADD', KEYS[3], math.max(tonumber(ARGV[2]), tonumber(ARGV[3])),\n" \
+	"           ARGV[1])\n" \
+	"if s then return tonumber(s) end\n" \
 	"return 0\n"
 
 /*
  * Cancel a recurring task: as SCRIPT_CANCEL, but the tombstone is set even
  * while an occurrence is in flight, so that the worker recording that
  * occurrence does not index the next one (SCRIPT_CRON_NEXT).
- * KEYS: due, inflight, cancelled     ARGV: id, now_ms
+ * KEYS: due, inflight, cancelled     ARGV: id, now_ms, due_ms
  * Returns -1 if an occurrence is in flight, else the removed due score.
  */
-#define SCRIPT_CANCEL_SERIES                                             \
-	"redis.call('ZADD', KEYS[3], ARGV[2], ARGV[1])\n"                \
+#define SCRIPT_CANCEL_SERIES \
+	"redis.call('ZADD', KEYS[3], math.max(tonumber(ARGV[2]), tonumber(ARGV[3])),\n" \
+	"           ARGV[1])\n" \
 	"if redis.call('ZSCORE', KEYS[2], ARGV[1]) then return -1 end\n" \
-	"local s = redis.call('ZSCORE', KEYS[1], ARGV[1])\n"             \
-	"redis.call('ZREM', KEYS[1], ARGV[1])\n"                         \
-	"if s then return tonumber(s) end\n"                             \
+	"local s = redis.call('ZSCORE', KEYS[1], ARGV[1])\n" \
+	"redis.call('ZREM', KEYS[1], ARGV[1])\n" \
+	"if s then return tonumber(s) end\n" \
 	"return 0\n"
 
 /*
  * After the DB recorded an occurrence of a recurring task and scheduled
- * the next: its claim is dropped and the next occurrence indexed, unless
- * the series was cancelled meanwhile (tombstone) or the next occurrence
- * is beyond the horizon (payload "": the loader indexes it in time).
- * KEYS: inflight, task, attempt, due, cancelled
- * ARGV: (id, next_due_ms, payload)...     Returns how many were indexed.
+ * the next: its claim is dropped and the next occurrence indexed (in its
+ * bucket if that starts after edge), unless the series was cancelled
+ * meanwhile (tombstone) or the next occurrence is beyond the horizon
+ * (payload "": the loader indexes it in time). A moved entry (the series
+ * was rescheduled) takes the next occurrence as current.
+ * KEYS: inflight, task, attempt, due, cancelled, bk, bucket prefix, moved
+ * ARGV: edge, width, (id, next_due_ms, payload)...     Returns how many
+ * were indexed.
  */
-#define SCRIPT_CRON_NEXT                                                     \
-	"local n = 0\n"                                                      \
-	"for i = 1, #ARGV, 3 do\n"                                           \
-	"  local id = ARGV[i]\n"                                             \
-	"  redis.call('ZREM', KEYS[1], id)\n"                                \
-	"  redis.call('HDEL', KEYS[3], id)\n"                                \
+#define SCRIPT_CRON_NEXT \
+	"local edge, width = tonumber(ARGV[1]), tonumber(ARGV[2])\n" \
+	"local n = 0\n" \
+	"for i = 3, #ARGV, 3 do\n" \
+	"  local id, due = ARGV[i], ARGV[i + 1]\n" \
+	"  local d = tonumber(due)\n" \
+	"  local b = width > 0 and d - d % width or 0\n" \
+	"  redis.call('ZREM', KEYS[1], id)\n" \
+	"  redis.call('HDEL', KEYS[3], id)\n" \
+	"  redis.call('ZREM', KEYS[4], id)\n" \
+	"  local mv = redis.call('HGET', KEYS[8], id)\n" \
+	"  if mv then\n" \
+	"    local last = math.max(d, tonumber(string.match(mv, ' (%d+)$')))\n" \
+	"    redis.call('HSET', KEYS[8], id, due .. ' ' .. string.format('%d', last))\n" \
+	"  end\n" \
 	"  if ARGV[i + 2] == '' or redis.call('ZSCORE', KEYS[5], id) then\n" \
-	"    redis.call('HDEL', KEYS[2], id)\n"                              \
-	"    redis.call('ZREM', KEYS[4], id)\n"                              \
-	"  else\n"                                                           \
-	"    redis.call('HSET', KEYS[2], id, ARGV[i + 2])\n"                 \
-	"    redis.call('ZADD', KEYS[4], ARGV[i + 1], id)\n"                 \
-	"    n = n + 1\n"                                                    \
-	"  end\n"                                                            \
-	"end\n"                                                              \
+	"    redis.call('HDEL', KEYS[2], id)\n" \
+	"  elseif width > 0 and b > edge then\n" \
+	"    local m = string.format('%d', b)\n" \
+	"    redis.call('HDEL', KEYS[2], id)\n" \
+	"    redis.call('RPUSH', KEYS[7] .. m, due .. ' ' .. id .. ' ' .. ARGV[i + 2])\n" \
+	"    redis.call('ZADD', KEYS[6], m, m)\n" \
+	"    n = n + 1\n" \
+	"  else\n" \
+	"    redis.call('HSET', KEYS[2], id, ARGV[i + 2])\n" \
+	"    redis.call('ZADD', KEYS[4], due, id)\n" \
+	"    n = n + 1\n" \
+	"  end\n" \
+	"end\n" \
 	"return n\n"
 
 /*
@@ -202,21 +317,42 @@
 	"return 1\n"
 
 /*
- * Reschedule, race-free against claims. KEYS: due, task, inflight,
- * cancelled. ARGV: id, new_due_ms, payload ("" to drop it from the index:
- * the new time is beyond the horizon). Returns -1 if in flight, -2 if
- * cancelled, 1 if indexed at the new time, 0 if dropped from the index.
+ * Reschedule, race-free against claims. The task leaves due/task; if a
+ * copy may wait in a bucket (the bucket of its old due time exists, or it
+ * was moved before), the moved entry records the new due time as current
+ * and the latest due of any copy. It is indexed at the new time (in a
+ * bucket if that starts after edge) unless payload is "" (beyond the
+ * horizon: the loader indexes it).
+ * KEYS: due, task, inflight, cancelled, bk, bucket prefix, moved
+ * ARGV: id, new_due_ms, payload, edge, width, old_due_ms
+ * Returns -1 if in flight, -2 if cancelled, 1 if indexed at the new time,
+ * 0 if dropped from the index.
  */
-#define SCRIPT_RESCHEDULE                                                \
-	"if redis.call('ZSCORE', KEYS[3], ARGV[1]) then return -1 end\n" \
-	"if redis.call('ZSCORE', KEYS[4], ARGV[1]) then return -2 end\n" \
-	"if ARGV[3] == '' then\n"                                        \
-	"  redis.call('ZREM', KEYS[1], ARGV[1])\n"                       \
-	"  redis.call('HDEL', KEYS[2], ARGV[1])\n"                       \
-	"  return 0\n"                                                   \
-	"end\n"                                                          \
-	"redis.call('HSET', KEYS[2], ARGV[1], ARGV[3])\n"                \
-	"redis.call('ZADD', KEYS[1], ARGV[2], ARGV[1])\n"                \
+#define SCRIPT_RESCHEDULE \
+	"local id = ARGV[1]\n" \
+	"if redis.call('ZSCORE', KEYS[3], id) then return -1 end\n" \
+	"if redis.call('ZSCORE', KEYS[4], id) then return -2 end\n" \
+	"redis.call('ZREM', KEYS[1], id)\n" \
+	"redis.call('HDEL', KEYS[2], id)\n" \
+	"local new, edge = tonumber(ARGV[2]), tonumber(ARGV[4])\n" \
+	"local width, old = tonumber(ARGV[5]), tonumber(ARGV[6])\n" \
+	"local mv = redis.call('HGET', KEYS[7], id)\n" \
+	"local ob = width > 0 and old - old % width or 0\n" \
+	"if mv or (width > 0 and redis.call('ZSCORE', KEYS[5], string.format('%d', ob))) then\n" \
+	"  local last = math.max(old, new)\n" \
+	"  if mv then last = math.max(last, tonumber(string.match(mv, ' (%d+)$'))) end\n" \
+	"  redis.call('HSET', KEYS[7], id, ARGV[2] .. ' ' .. string.format('%d', last))\n" \
+	"end\n" \
+	"if ARGV[3] == '' then return 0 end\n" \
+	"local b = width > 0 and new - new % width or 0\n" \
+	"if width > 0 and b > edge then\n" \
+	"  local m = string.format('%d', b)\n" \
+	"  redis.call('RPUSH', KEYS[6] .. m, ARGV[2] .. ' ' .. id .. ' ' .. ARGV[3])\n" \
+	"  redis.call('ZADD', KEYS[5], m, m)\n" \
+	"else\n" \
+	"  redis.call('HSET', KEYS[2], id, ARGV[3])\n" \
+	"  redis.call('ZADD', KEYS[1], ARGV[2], id)\n" \
+	"end\n" \
 	"return 1\n"
 
 #endif

@@ -216,6 +216,7 @@ gained(struct worker *w, int slot, const char *mode)
 
 	s->owned = 1;
 	s->next_load_ms = 0;
+	s->next_move_ms = 0;
 	s->next_reap_ms = 0;
 	s->takeover_before = clock_now_ms() + w->lease_ms;
 	metric_inc(w->m.slots_gained);

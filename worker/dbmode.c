@@ -285,7 +285,7 @@ index_requeued(struct worker *w, struct dbreap *r)
 {
 	struct rindex ix;
 
-	rindex_init(&ix, r->slot);
+	rindex_init(&ix, r->slot, w->bucket_ms, w->bucket_near_ms);
 	for (size_t i = 0; i < r->npayloads; i++)
 		if (r->payloads[i].nrows == 1)
 			rindex_add_row(&ix, &r->payloads[i], 0);

@@ -156,6 +156,7 @@ marker_set_cb(struct redis *r, redisReply *reply, void *arg)
 	secs = (double)(clock_mono_ms() - s->rebuild_started_ms) / 1000.0;
 	s->mode = SM_REDIS;
 	s->next_load_ms = 0;
+	s->next_move_ms = 0;
 	s->next_reap_ms = 0;
 	metric_inc(w->m.rebuilds);
 	metric_observe(w->m.rebuild_seconds, secs);
@@ -252,7 +253,7 @@ page_done_cb(struct db_job *job, int status, const char *err)
 				     rb);
 		return;
 	}
-	rindex_init(&ix, rb->slot);
+	rindex_init(&ix, rb->slot, w->bucket_ms, w->bucket_near_ms);
 	for (size_t i = 0; i < n; i++)
 		if (!recovery_held(w, db_rows_get(&j->rows, i, PC_ID, NULL)))
 			rindex_add_row(&ix, &j->rows, i);
@@ -323,7 +324,7 @@ rebuild_reset(struct rebuild *rb)
 	rb->after_due = -1;
 	rb->after_id[0] = '\0';
 	w->slots[rb->slot].rebuild_tasks = 0;
-	slot_eval_init(&ev, SCRIPT_RESET, rb->slot, "dtiaem");
+	slot_eval_init(&ev, SCRIPT_RESET, rb->slot, "dtiaemkbv");
 	redis_args_addint(&ev.a, rb->epoch);
 	if (slot_eval_send(&ev, w->redis, reset_cb, rb) < 0)
 		rebuild_fail(rb, "reset", "redis unavailable");

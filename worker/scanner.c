@@ -26,6 +26,9 @@
 #define REAP_INTERVAL_MS 1000
 #define REAP_LIMIT 1000 /* in-flight entries read by one reap */
 #define LOAD_INTERVAL_MS 5000
+/* Buckets are moved BUCKET_NEAR_MS before their minute: a second apart
+ * leaves their tasks more than a minute in due/task before they are due. */
+#define MOVE_INTERVAL_MS 1000
 #define SWEEP_INTERVAL_MS 10000
 #define SWEEP_OVERDUE_MS 3000
 #define LOAD_BATCH 2000
@@ -806,7 +809,7 @@ load_done_cb(struct db_job *job, int status, const char *err)
 		w->slots[l->slot].loading = 0;
 		goto out;
 	}
-	rindex_init(&ix, l->slot);
+	rindex_init(&ix, l->slot, w->bucket_ms, w->bucket_near_ms);
 	for (size_t i = 0; i < l->rows.nrows; i++)
 		rindex_add_row(&ix, &l->rows, i);
 	ic = xcalloc(1, sizeof(*ic));
@@ -830,16 +833,47 @@ out:
 }
 
 static void
+trim_moved_cb(struct redis *r, redisReply *reply, void *arg)
+{
+	struct slot_call *c = arg;
+
+	if (reply != NULL && reply->type == REDIS_REPLY_STRING)
+		c->w->slots[c->slot].moved_cursor =
+			strtoll(reply->str, NULL, 10);
+	slot_call_free(c);
+}
+
+/* One HSCAN step of the slot's moved entries, deleting those whose last
+ * copy was due before `before` (left by a cancel, or by a reschedule whose
+ * old copy had already left its bucket). */
+static void
+trim_moved(struct worker *w, int slot, int64_t before)
+{
+	struct slot_call *c = slot_call_new(w, slot);
+	struct slot_eval ev;
+
+	slot_eval_init(&ev, SCRIPT_MOVED_TRIM, slot, "v");
+	redis_args_addint(&ev.a, w->slots[slot].moved_cursor);
+	redis_args_addint(&ev.a, before);
+	if (slot_eval_send(&ev, w->redis, trim_moved_cb, c) < 0)
+		slot_call_free(c);
+	slot_eval_free(&ev);
+}
+
+static void
 load_slot(struct worker *w, int slot, int64_t now)
 {
 	struct load_job *l = xcalloc(1, sizeof(*l));
 	char kc[RKEY_MAX], before[32];
 
-	/* Cancel tombstones only need to outlive a loader's round trip. */
+	/* Cancel tombstones (scored by the later of the cancel and the
+	 * task's due time) outlive a loader's round trip and the bucket a
+	 * copy may wait in; moved entries outlive their copies likewise. */
 	rkey_cancelled(kc, sizeof(kc), slot);
 	snprintf(before, sizeof(before), "%lld", (long long)(now - 3600000));
 	redis_command(w->redis, NULL, NULL, "ZREMRANGEBYSCORE %s -inf %s", kc,
 		      before);
+	trim_moved(w, slot, now - 3600000);
 
 	l->w = w;
 	l->slot = slot;
@@ -935,7 +969,7 @@ sweep_done_cb(struct db_job *job, int status, const char *err)
 
 	s->sweeping = 0;
 	if (status == 0 && s->owned && s->mode == SM_REDIS) {
-		rindex_init(&ix, sj->slot);
+		rindex_init(&ix, sj->slot, w->bucket_ms, w->bucket_near_ms);
 		for (size_t i = 0; i < sj->rows.nrows; i++) {
 			const char *id = db_rows_get(&sj->rows, i, PC_ID, NULL);
 
@@ -973,6 +1007,70 @@ sweep_slot(struct worker *w, int slot, int64_t now)
 	db_pool_submit(w->db, &sj->job);
 }
 
+static void move_slot(struct worker *w, int slot, int64_t now);
+
+static void
+move_reply_cb(struct redis *r, redisReply *reply, void *arg)
+{
+	struct slot_call *c = arg;
+	struct worker *w = c->w;
+	struct wslot *s = &w->slots[c->slot];
+	long long moved, dropped, more, first;
+
+	s->moving = 0;
+	if (reply == NULL || w->stopping || !s->owned ||
+	    s->epoch != c->epoch) {
+		slot_call_free(c);
+		return;
+	}
+	if (reply->type == REDIS_REPLY_INTEGER && reply->integer == -1) {
+		metric_inc(w->m.fenced);
+		log_warn("bucket move fenced: a newer owner holds the slot",
+			 "slot=%d epoch=%lld", c->slot, (long long)c->epoch);
+		slot_call_free(c);
+		return;
+	}
+	if (reply->type != REDIS_REPLY_ARRAY || reply->elements != 4) {
+		log_warn("bucket move failed", "slot=%d error=\"%s\"", c->slot,
+			 reply->type == REDIS_REPLY_ERROR ? reply->str
+							  : "bad reply");
+		slot_call_free(c);
+		return;
+	}
+	moved = reply->element[0]->integer;
+	dropped = reply->element[1]->integer;
+	more = reply->element[2]->integer;
+	first = reply->element[3]->integer;
+	metric_add(w->m.bucket_moved, (double)moved);
+	metric_add(w->m.bucket_dropped, (double)dropped);
+	if (moved > 0 && first < clock_now_ms() + w->lookahead_ms)
+		scanner_wake(w, c->slot);
+	slot_call_free(c);
+	if (more)
+		move_slot(w, c->slot, clock_now_ms());
+}
+
+/* Moves the slot's buckets whose minute starts within BUCKET_NEAR_MS into
+ * due/task (SCRIPT_MOVE), BUCKET_MOVE_BATCH tasks per call. */
+static void
+move_slot(struct worker *w, int slot, int64_t now)
+{
+	struct wslot *s = &w->slots[slot];
+	struct slot_call *c = slot_call_new(w, slot);
+	struct slot_eval ev;
+
+	c->epoch = s->epoch;
+	slot_eval_init(&ev, SCRIPT_MOVE, slot, "dtickbve");
+	redis_args_addint(&ev.a, s->epoch);
+	redis_args_addint(&ev.a, now + w->bucket_near_ms);
+	redis_args_addint(&ev.a, BUCKET_MOVE_BATCH);
+	if (slot_eval_send(&ev, w->redis, move_reply_cb, c) < 0)
+		slot_call_free(c);
+	else
+		s->moving = 1;
+	slot_eval_free(&ev);
+}
+
 static void
 scan_cb(evutil_socket_t fd, short what, void *arg)
 {
@@ -988,6 +1086,10 @@ scan_cb(evutil_socket_t fd, short what, void *arg)
 			continue;
 		/* Kafka slow or down: what waits to be claimed is enough;
 		 * reading more would only grow memory. */
+		if (!s->moving && mono >= s->next_move_ms) {
+			s->next_move_ms = mono + MOVE_INTERVAL_MS;
+			move_slot(w, i, now);
+		}
 		if (!s->scanning && s->claimq_n < 2 * (size_t)w->claim_batch)
 			scan_slot(w, i, now);
 		if (!s->reaping && mono >= s->next_reap_ms) {

@@ -49,6 +49,11 @@ struct hmap;
 	  "Claimed tasks whose lease ran out and went back to due")            \
 	X(loaded, COUNTER, "prophet_horizon_loaded_total",                     \
 	  "Tasks moved from the database into Redis by the horizon loader")    \
+	X(bucket_moved, COUNTER, "prophet_bucket_moved_total",                 \
+	  "Tasks moved from their minute's bucket into the due set")           \
+	X(bucket_dropped, COUNTER, "prophet_bucket_dropped_total",             \
+	  "Bucket copies dropped when moved (cancelled, rescheduled or in "    \
+	  "flight)")                                                           \
 	X(mark_failures, COUNTER, "prophet_db_mark_failures_total",            \
 	  "Failed database batches of state updates (retried)")                \
 	X(backpressure, COUNTER, "prophet_kafka_backpressure_total",           \
@@ -167,6 +172,9 @@ struct wslot {
 	 * at once instead of when they run out; 0 once none is left. */
 	int64_t takeover_before;
 	int loading;
+	int moving; /* a SCRIPT_MOVE is out */
+	int64_t next_move_ms;
+	long long moved_cursor; /* HSCAN of the moved entries (trim) */
 	struct wtask *claimq_head, *claimq_tail;
 	size_t claimq_n;
 	int64_t next_load_ms;
@@ -205,6 +213,8 @@ struct worker {
 	int64_t lease_ms;
 	int64_t claim_ahead_ms;
 	int64_t horizon_ms;
+	int64_t bucket_ms;      /* task.bucket_ms, 0: no buckets */
+	int64_t bucket_near_ms; /* task.bucket_near_ms */
 	int64_t misfire_threshold_ms;
 	int claim_batch;
 	int scan_batch;

@@ -220,18 +220,18 @@ backlog_cb(struct redis *r, redisReply *reply, void *arg)
  * prefix. Returns the pending count (ZCARD due plus the elements of the
  * buckets), ZCARD inflight, the oldest due entry, and the bytes of the
  * slot's index keys (MEMORY USAGE, sampled: cheap on big keys). */
-#define SCRIPT_BACKLOG                                                    \
-	"local b = 0\n"                                                   \
-	"for i = 1, 7 do\n"                                               \
-	"  b = b + (redis.call('MEMORY', 'USAGE', KEYS[i]) or 0)\n"       \
-	"end\n"                                                           \
-	"local n = redis.call('ZCARD', KEYS[1])\n"                        \
-	"for _, m in ipairs(redis.call('ZRANGE', KEYS[7], 0, -1)) do\n"   \
-	"  local k = KEYS[8] .. m\n"                                      \
-	"  n = n + redis.call('LLEN', k)\n"                               \
-	"  b = b + (redis.call('MEMORY', 'USAGE', k) or 0)\n"             \
-	"end\n"                                                           \
-	"return {n, redis.call('ZCARD', KEYS[2]), "                       \
+#define SCRIPT_BACKLOG                                                  \
+	"local b = 0\n"                                                 \
+	"for i = 1, 7 do\n"                                             \
+	"  b = b + (redis.call('MEMORY', 'USAGE', KEYS[i]) or 0)\n"     \
+	"end\n"                                                         \
+	"local n = redis.call('ZCARD', KEYS[1])\n"                      \
+	"for _, m in ipairs(redis.call('ZRANGE', KEYS[7], 0, -1)) do\n" \
+	"  local k = KEYS[8] .. m\n"                                    \
+	"  n = n + redis.call('LLEN', k)\n"                             \
+	"  b = b + (redis.call('MEMORY', 'USAGE', k) or 0)\n"           \
+	"end\n"                                                         \
+	"return {n, redis.call('ZCARD', KEYS[2]), "                     \
 	"redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES'), b}"
 
 /* Sends SCRIPT_BACKLOG for slot. */
@@ -248,10 +248,9 @@ backlog_send(struct manager *mg, int slot, redis_reply_fn cb, void *arg)
 	rkey_moved(k[5], RKEY_MAX, slot);
 	rkey_bk(k[6], RKEY_MAX, slot);
 	rkey_bprefix(k[7], RKEY_MAX, slot);
-	return redis_command(mg->redis, cb, arg,
-			     "EVAL %s 8 %s %s %s %s %s %s %s %s",
-			     SCRIPT_BACKLOG, k[0], k[1], k[2], k[3], k[4],
-			     k[5], k[6], k[7]);
+	return redis_command(
+		mg->redis, cb, arg, "EVAL %s 8 %s %s %s %s %s %s %s %s",
+		SCRIPT_BACKLOG, k[0], k[1], k[2], k[3], k[4], k[5], k[6], k[7]);
 }
 
 void

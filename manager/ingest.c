@@ -380,7 +380,7 @@ index_slot_send(struct manager *mg, int slot, const struct ingest_batch *b,
 
 struct far_entry {
 	long long start; /* of its bucket, ms */
-	char *el; /* "<due> <id> <payload>" */
+	char *el;	 /* "<due> <id> <payload>" */
 	size_t len;
 };
 

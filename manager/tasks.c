@@ -53,7 +53,7 @@ struct change {
 	char id[TASK_ID_MAX + 1];
 	int slot;
 	int64_t new_due;
-	int64_t old_due; /* the DB's due time before the change */
+	int64_t old_due;       /* the DB's due time before the change */
 	int64_t removed_score; /* cancel: score it had in Redis */
 	char *payload;	       /* reschedule: new payload, "" = unindex */
 	char *new_cron;	       /* reschedule of a recurring task */

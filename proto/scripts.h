@@ -102,28 +102,29 @@
  * KEYS: due, task, inflight, cancelled, bk, bucket prefix, moved
  * ARGV: edge, width, (id, due_ms, payload)...
  */
-#define SCRIPT_INDEX \
-	"local edge, width = tonumber(ARGV[1]), tonumber(ARGV[2])\n" \
-	"local n = 0\n" \
-	"for i = 3, #ARGV, 3 do\n" \
-	"  local id, due = ARGV[i], ARGV[i + 1]\n" \
-	"  local mv = redis.call('HGET', KEYS[7], id)\n" \
-	"  if not redis.call('ZSCORE', KEYS[3], id) and\n" \
-	"     not redis.call('ZSCORE', KEYS[4], id) and\n" \
-	"     (not mv or string.match(mv, '^%d+') == due) then\n" \
-	"    local d = tonumber(due)\n" \
-	"    local b = width > 0 and d - d % width or 0\n" \
-	"    if width > 0 and b > edge then\n" \
-	"      local m = string.format('%d', b)\n" \
-	"      redis.call('RPUSH', KEYS[6] .. m, due .. ' ' .. id .. ' ' .. ARGV[i + 2])\n" \
-	"      redis.call('ZADD', KEYS[5], m, m)\n" \
-	"      n = n + 1\n" \
-	"    else\n" \
-	"      redis.call('HSET', KEYS[2], id, ARGV[i + 2])\n" \
-	"      n = n + redis.call('ZADD', KEYS[1], 'NX', due, id)\n" \
-	"    end\n" \
-	"  end\n" \
-	"end\n" \
+#define SCRIPT_INDEX                                                          \
+	"local edge, width = tonumber(ARGV[1]), tonumber(ARGV[2])\n"          \
+	"local n = 0\n"                                                       \
+	"for i = 3, #ARGV, 3 do\n"                                            \
+	"  local id, due = ARGV[i], ARGV[i + 1]\n"                            \
+	"  local mv = redis.call('HGET', KEYS[7], id)\n"                      \
+	"  if not redis.call('ZSCORE', KEYS[3], id) and\n"                    \
+	"     not redis.call('ZSCORE', KEYS[4], id) and\n"                    \
+	"     (not mv or string.match(mv, '^%d+') == due) then\n"             \
+	"    local d = tonumber(due)\n"                                       \
+	"    local b = width > 0 and d - d % width or 0\n"                    \
+	"    if width > 0 and b > edge then\n"                                \
+	"      local m = string.format('%d', b)\n"                            \
+	"      redis.call('RPUSH', KEYS[6] .. m, due .. ' ' .. id .. ' ' .. " \
+	"ARGV[i + 2])\n"                                                      \
+	"      redis.call('ZADD', KEYS[5], m, m)\n"                           \
+	"      n = n + 1\n"                                                   \
+	"    else\n"                                                          \
+	"      redis.call('HSET', KEYS[2], id, ARGV[i + 2])\n"                \
+	"      n = n + redis.call('ZADD', KEYS[1], 'NX', due, id)\n"          \
+	"    end\n"                                                           \
+	"  end\n"                                                             \
+	"end\n"                                                               \
 	"return n\n"
 
 /*
@@ -139,49 +140,49 @@
  * Returns -1 if a higher epoch was recorded, else {moved, dropped, more,
  * earliest due moved or 0}: more is 1 if the budget ran out first.
  */
-#define SCRIPT_MOVE \
-	"local fence = tonumber(redis.call('GET', KEYS[8]) or '0')\n" \
-	"local epoch = tonumber(ARGV[1])\n" \
-	"if fence > epoch then return -1 end\n" \
-	"if fence < epoch then redis.call('SET', KEYS[8], ARGV[1]) end\n" \
-	"local budget = tonumber(ARGV[3])\n" \
-	"local moved, dropped, more, first = 0, 0, 0, 0\n" \
+#define SCRIPT_MOVE                                                          \
+	"local fence = tonumber(redis.call('GET', KEYS[8]) or '0')\n"        \
+	"local epoch = tonumber(ARGV[1])\n"                                  \
+	"if fence > epoch then return -1 end\n"                              \
+	"if fence < epoch then redis.call('SET', KEYS[8], ARGV[1]) end\n"    \
+	"local budget = tonumber(ARGV[3])\n"                                 \
+	"local moved, dropped, more, first = 0, 0, 0, 0\n"                   \
 	"local ms = redis.call('ZRANGEBYSCORE', KEYS[5], '-inf', ARGV[2])\n" \
-	"for _, m in ipairs(ms) do\n" \
-	"  local key = KEYS[6] .. m\n" \
-	"  while budget > 0 do\n" \
-	"    local els = redis.call('LPOP', key, math.min(budget, 500))\n" \
-	"    if not els then break end\n" \
-	"    budget = budget - #els\n" \
-	"    for _, el in ipairs(els) do\n" \
-	"      local a = string.find(el, ' ', 1, true)\n" \
-	"      local b = string.find(el, ' ', a + 1, true)\n" \
-	"      local due = string.sub(el, 1, a - 1)\n" \
-	"      local id = string.sub(el, a + 1, b - 1)\n" \
-	"      local keep = not redis.call('ZSCORE', KEYS[3], id) and\n" \
-	"                   not redis.call('ZSCORE', KEYS[4], id)\n" \
-	"      local mv = redis.call('HGET', KEYS[7], id)\n" \
-	"      if mv and string.match(mv, '^%d+') ~= due then\n" \
-	"        keep = false\n" \
-	"      end\n" \
-	"      if keep then\n" \
-	"        redis.call('HSET', KEYS[2], id, string.sub(el, b + 1))\n" \
-	"        redis.call('ZADD', KEYS[1], 'NX', due, id)\n" \
-	"        moved = moved + 1\n" \
-	"        local d = tonumber(due)\n" \
-	"        if first == 0 or d < first then first = d end\n" \
-	"      else\n" \
-	"        dropped = dropped + 1\n" \
-	"      end\n" \
-	"    end\n" \
-	"  end\n" \
-	"  if redis.call('EXISTS', key) == 0 then\n" \
-	"    redis.call('ZREM', KEYS[5], m)\n" \
-	"  else\n" \
-	"    more = 1\n" \
-	"    break\n" \
-	"  end\n" \
-	"end\n" \
+	"for _, m in ipairs(ms) do\n"                                        \
+	"  local key = KEYS[6] .. m\n"                                       \
+	"  while budget > 0 do\n"                                            \
+	"    local els = redis.call('LPOP', key, math.min(budget, 500))\n"   \
+	"    if not els then break end\n"                                    \
+	"    budget = budget - #els\n"                                       \
+	"    for _, el in ipairs(els) do\n"                                  \
+	"      local a = string.find(el, ' ', 1, true)\n"                    \
+	"      local b = string.find(el, ' ', a + 1, true)\n"                \
+	"      local due = string.sub(el, 1, a - 1)\n"                       \
+	"      local id = string.sub(el, a + 1, b - 1)\n"                    \
+	"      local keep = not redis.call('ZSCORE', KEYS[3], id) and\n"     \
+	"                   not redis.call('ZSCORE', KEYS[4], id)\n"         \
+	"      local mv = redis.call('HGET', KEYS[7], id)\n"                 \
+	"      if mv and string.match(mv, '^%d+') ~= due then\n"             \
+	"        keep = false\n"                                             \
+	"      end\n"                                                        \
+	"      if keep then\n"                                               \
+	"        redis.call('HSET', KEYS[2], id, string.sub(el, b + 1))\n"   \
+	"        redis.call('ZADD', KEYS[1], 'NX', due, id)\n"               \
+	"        moved = moved + 1\n"                                        \
+	"        local d = tonumber(due)\n"                                  \
+	"        if first == 0 or d < first then first = d end\n"            \
+	"      else\n"                                                       \
+	"        dropped = dropped + 1\n"                                    \
+	"      end\n"                                                        \
+	"    end\n"                                                          \
+	"  end\n"                                                            \
+	"  if redis.call('EXISTS', key) == 0 then\n"                         \
+	"    redis.call('ZREM', KEYS[5], m)\n"                               \
+	"  else\n"                                                           \
+	"    more = 1\n"                                                     \
+	"    break\n"                                                        \
+	"  end\n"                                                            \
+	"end\n"                                                              \
 	"return {moved, dropped, more, first}\n"
 
 /*
@@ -189,13 +190,14 @@
  * was due before ARGV[2]. KEYS: moved   ARGV: cursor, before_ms
  * Returns the next cursor.
  */
-#define SCRIPT_MOVED_TRIM \
-	"local r = redis.call('HSCAN', KEYS[1], ARGV[1], 'COUNT', 500)\n" \
-	"local before = tonumber(ARGV[2])\n" \
-	"for i = 1, #r[2], 2 do\n" \
-	"  local last = tonumber(string.match(r[2][i + 1], ' (%d+)$') or '0')\n" \
+#define SCRIPT_MOVED_TRIM                                                    \
+	"local r = redis.call('HSCAN', KEYS[1], ARGV[1], 'COUNT', 500)\n"    \
+	"local before = tonumber(ARGV[2])\n"                                 \
+	"for i = 1, #r[2], 2 do\n"                                           \
+	"  local last = tonumber(string.match(r[2][i + 1], ' (%d+)$') or "   \
+	"'0')\n"                                                             \
 	"  if last < before then redis.call('HDEL', KEYS[1], r[2][i]) end\n" \
-	"end\n" \
+	"end\n"                                                              \
 	"return r[1]\n"
 
 /*
@@ -218,16 +220,17 @@
  * KEYS: due, task, inflight, attempt, epoch, marker, bk, bucket prefix,
  * moved     ARGV: epoch
  */
-#define SCRIPT_RESET \
-	"local f = tonumber(redis.call('GET', KEYS[5]) or '0')\n" \
-	"local e = tonumber(ARGV[1])\n" \
-	"if f > e then return -1 end\n" \
-	"for _, m in ipairs(redis.call('ZRANGE', KEYS[7], 0, -1)) do\n" \
-	"  redis.call('DEL', KEYS[8] .. m)\n" \
-	"end\n" \
-	"redis.call('DEL', KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[6], KEYS[7],\n" \
-	"           KEYS[9])\n" \
-	"redis.call('SET', KEYS[5], ARGV[1])\n" \
+#define SCRIPT_RESET                                                      \
+	"local f = tonumber(redis.call('GET', KEYS[5]) or '0')\n"         \
+	"local e = tonumber(ARGV[1])\n"                                   \
+	"if f > e then return -1 end\n"                                   \
+	"for _, m in ipairs(redis.call('ZRANGE', KEYS[7], 0, -1)) do\n"   \
+	"  redis.call('DEL', KEYS[8] .. m)\n"                             \
+	"end\n"                                                           \
+	"redis.call('DEL', KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[6], " \
+	"KEYS[7],\n"                                                      \
+	"           KEYS[9])\n"                                           \
+	"redis.call('SET', KEYS[5], ARGV[1])\n"                           \
 	"return 1\n"
 
 /*
@@ -238,13 +241,14 @@
  * KEYS: due, inflight, cancelled     ARGV: id, now_ms, due_ms
  * Returns -1 if in flight, else the removed due score (0: not indexed).
  */
-#define SCRIPT_CANCEL \
+#define SCRIPT_CANCEL                                                    \
 	"if redis.call('ZSCORE', KEYS[2], ARGV[1]) then return -1 end\n" \
-	"local s = redis.call('ZSCORE', KEYS[1], ARGV[1])\n" \
-	"redis.call('ZREM', KEYS[1], ARGV[1])\n" \
-	"redis.call('ZADD', KEYS[3], math.max(tonumber(ARGV[2]), tonumber(ARGV[3])),\n" \
-	"           ARGV[1])\n" \
-	"if s then return tonumber(s) end\n" \
+	"local s = redis.call('ZSCORE', KEYS[1], ARGV[1])\n"             \
+	"redis.call('ZREM', KEYS[1], ARGV[1])\n"                         \
+	"redis.call('ZADD', KEYS[3], math.max(tonumber(ARGV[2]), "       \
+	"tonumber(ARGV[3])),\n"                                          \
+	"           ARGV[1])\n"                                          \
+	"if s then return tonumber(s) end\n"                             \
 	"return 0\n"
 
 /*
@@ -254,13 +258,14 @@
  * KEYS: due, inflight, cancelled     ARGV: id, now_ms, due_ms
  * Returns -1 if an occurrence is in flight, else the removed due score.
  */
-#define SCRIPT_CANCEL_SERIES \
-	"redis.call('ZADD', KEYS[3], math.max(tonumber(ARGV[2]), tonumber(ARGV[3])),\n" \
-	"           ARGV[1])\n" \
+#define SCRIPT_CANCEL_SERIES                                             \
+	"redis.call('ZADD', KEYS[3], math.max(tonumber(ARGV[2]), "       \
+	"tonumber(ARGV[3])),\n"                                          \
+	"           ARGV[1])\n"                                          \
 	"if redis.call('ZSCORE', KEYS[2], ARGV[1]) then return -1 end\n" \
-	"local s = redis.call('ZSCORE', KEYS[1], ARGV[1])\n" \
-	"redis.call('ZREM', KEYS[1], ARGV[1])\n" \
-	"if s then return tonumber(s) end\n" \
+	"local s = redis.call('ZSCORE', KEYS[1], ARGV[1])\n"             \
+	"redis.call('ZREM', KEYS[1], ARGV[1])\n"                         \
+	"if s then return tonumber(s) end\n"                             \
 	"return 0\n"
 
 /*
@@ -274,35 +279,38 @@
  * ARGV: edge, width, (id, next_due_ms, payload)...     Returns how many
  * were indexed.
  */
-#define SCRIPT_CRON_NEXT \
-	"local edge, width = tonumber(ARGV[1]), tonumber(ARGV[2])\n" \
-	"local n = 0\n" \
-	"for i = 3, #ARGV, 3 do\n" \
-	"  local id, due = ARGV[i], ARGV[i + 1]\n" \
-	"  local d = tonumber(due)\n" \
-	"  local b = width > 0 and d - d % width or 0\n" \
-	"  redis.call('ZREM', KEYS[1], id)\n" \
-	"  redis.call('HDEL', KEYS[3], id)\n" \
-	"  redis.call('ZREM', KEYS[4], id)\n" \
-	"  local mv = redis.call('HGET', KEYS[8], id)\n" \
-	"  if mv then\n" \
-	"    local last = math.max(d, tonumber(string.match(mv, ' (%d+)$')))\n" \
-	"    redis.call('HSET', KEYS[8], id, due .. ' ' .. string.format('%d', last))\n" \
-	"  end\n" \
+#define SCRIPT_CRON_NEXT                                                     \
+	"local edge, width = tonumber(ARGV[1]), tonumber(ARGV[2])\n"         \
+	"local n = 0\n"                                                      \
+	"for i = 3, #ARGV, 3 do\n"                                           \
+	"  local id, due = ARGV[i], ARGV[i + 1]\n"                           \
+	"  local d = tonumber(due)\n"                                        \
+	"  local b = width > 0 and d - d % width or 0\n"                     \
+	"  redis.call('ZREM', KEYS[1], id)\n"                                \
+	"  redis.call('HDEL', KEYS[3], id)\n"                                \
+	"  redis.call('ZREM', KEYS[4], id)\n"                                \
+	"  local mv = redis.call('HGET', KEYS[8], id)\n"                     \
+	"  if mv then\n"                                                     \
+	"    local last = math.max(d, tonumber(string.match(mv, ' "          \
+	"(%d+)$')))\n"                                                       \
+	"    redis.call('HSET', KEYS[8], id, due .. ' ' .. "                 \
+	"string.format('%d', last))\n"                                       \
+	"  end\n"                                                            \
 	"  if ARGV[i + 2] == '' or redis.call('ZSCORE', KEYS[5], id) then\n" \
-	"    redis.call('HDEL', KEYS[2], id)\n" \
-	"  elseif width > 0 and b > edge then\n" \
-	"    local m = string.format('%d', b)\n" \
-	"    redis.call('HDEL', KEYS[2], id)\n" \
-	"    redis.call('RPUSH', KEYS[7] .. m, due .. ' ' .. id .. ' ' .. ARGV[i + 2])\n" \
-	"    redis.call('ZADD', KEYS[6], m, m)\n" \
-	"    n = n + 1\n" \
-	"  else\n" \
-	"    redis.call('HSET', KEYS[2], id, ARGV[i + 2])\n" \
-	"    redis.call('ZADD', KEYS[4], due, id)\n" \
-	"    n = n + 1\n" \
-	"  end\n" \
-	"end\n" \
+	"    redis.call('HDEL', KEYS[2], id)\n"                              \
+	"  elseif width > 0 and b > edge then\n"                             \
+	"    local m = string.format('%d', b)\n"                             \
+	"    redis.call('HDEL', KEYS[2], id)\n"                              \
+	"    redis.call('RPUSH', KEYS[7] .. m, due .. ' ' .. id .. ' ' .. "  \
+	"ARGV[i + 2])\n"                                                     \
+	"    redis.call('ZADD', KEYS[6], m, m)\n"                            \
+	"    n = n + 1\n"                                                    \
+	"  else\n"                                                           \
+	"    redis.call('HSET', KEYS[2], id, ARGV[i + 2])\n"                 \
+	"    redis.call('ZADD', KEYS[4], due, id)\n"                         \
+	"    n = n + 1\n"                                                    \
+	"  end\n"                                                            \
+	"end\n"                                                              \
 	"return n\n"
 
 /*
@@ -328,31 +336,35 @@
  * Returns -1 if in flight, -2 if cancelled, 1 if indexed at the new time,
  * 0 if dropped from the index.
  */
-#define SCRIPT_RESCHEDULE \
-	"local id = ARGV[1]\n" \
-	"if redis.call('ZSCORE', KEYS[3], id) then return -1 end\n" \
-	"if redis.call('ZSCORE', KEYS[4], id) then return -2 end\n" \
-	"redis.call('ZREM', KEYS[1], id)\n" \
-	"redis.call('HDEL', KEYS[2], id)\n" \
-	"local new, edge = tonumber(ARGV[2]), tonumber(ARGV[4])\n" \
-	"local width, old = tonumber(ARGV[5]), tonumber(ARGV[6])\n" \
-	"local mv = redis.call('HGET', KEYS[7], id)\n" \
-	"local ob = width > 0 and old - old % width or 0\n" \
-	"if mv or (width > 0 and redis.call('ZSCORE', KEYS[5], string.format('%d', ob))) then\n" \
-	"  local last = math.max(old, new)\n" \
-	"  if mv then last = math.max(last, tonumber(string.match(mv, ' (%d+)$'))) end\n" \
-	"  redis.call('HSET', KEYS[7], id, ARGV[2] .. ' ' .. string.format('%d', last))\n" \
-	"end\n" \
-	"if ARGV[3] == '' then return 0 end\n" \
-	"local b = width > 0 and new - new % width or 0\n" \
-	"if width > 0 and b > edge then\n" \
-	"  local m = string.format('%d', b)\n" \
-	"  redis.call('RPUSH', KEYS[6] .. m, ARGV[2] .. ' ' .. id .. ' ' .. ARGV[3])\n" \
-	"  redis.call('ZADD', KEYS[5], m, m)\n" \
-	"else\n" \
-	"  redis.call('HSET', KEYS[2], id, ARGV[3])\n" \
-	"  redis.call('ZADD', KEYS[1], ARGV[2], id)\n" \
-	"end\n" \
+#define SCRIPT_RESCHEDULE                                                     \
+	"local id = ARGV[1]\n"                                                \
+	"if redis.call('ZSCORE', KEYS[3], id) then return -1 end\n"           \
+	"if redis.call('ZSCORE', KEYS[4], id) then return -2 end\n"           \
+	"redis.call('ZREM', KEYS[1], id)\n"                                   \
+	"redis.call('HDEL', KEYS[2], id)\n"                                   \
+	"local new, edge = tonumber(ARGV[2]), tonumber(ARGV[4])\n"            \
+	"local width, old = tonumber(ARGV[5]), tonumber(ARGV[6])\n"           \
+	"local mv = redis.call('HGET', KEYS[7], id)\n"                        \
+	"local ob = width > 0 and old - old % width or 0\n"                   \
+	"if mv or (width > 0 and redis.call('ZSCORE', KEYS[5], "              \
+	"string.format('%d', ob))) then\n"                                    \
+	"  local last = math.max(old, new)\n"                                 \
+	"  if mv then last = math.max(last, tonumber(string.match(mv, ' "     \
+	"(%d+)$'))) end\n"                                                    \
+	"  redis.call('HSET', KEYS[7], id, ARGV[2] .. ' ' .. "                \
+	"string.format('%d', last))\n"                                        \
+	"end\n"                                                               \
+	"if ARGV[3] == '' then return 0 end\n"                                \
+	"local b = width > 0 and new - new % width or 0\n"                    \
+	"if width > 0 and b > edge then\n"                                    \
+	"  local m = string.format('%d', b)\n"                                \
+	"  redis.call('RPUSH', KEYS[6] .. m, ARGV[2] .. ' ' .. id .. ' ' .. " \
+	"ARGV[3])\n"                                                          \
+	"  redis.call('ZADD', KEYS[5], m, m)\n"                               \
+	"else\n"                                                              \
+	"  redis.call('HSET', KEYS[2], id, ARGV[3])\n"                        \
+	"  redis.call('ZADD', KEYS[1], ARGV[2], id)\n"                        \
+	"end\n"                                                               \
 	"return 1\n"
 
 #endif

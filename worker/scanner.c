@@ -1018,8 +1018,7 @@ move_reply_cb(struct redis *r, redisReply *reply, void *arg)
 	long long moved, dropped, more, first;
 
 	s->moving = 0;
-	if (reply == NULL || w->stopping || !s->owned ||
-	    s->epoch != c->epoch) {
+	if (reply == NULL || w->stopping || !s->owned || s->epoch != c->epoch) {
 		slot_call_free(c);
 		return;
 	}

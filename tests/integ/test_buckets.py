@@ -11,7 +11,6 @@ still waiting hands them to the next owner."""
 
 import os
 import sys
-import time
 
 sys.dont_write_bytecode = True
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))

@@ -95,9 +95,9 @@
 	  "in the DB")                                                         \
 	X(TASK_BUCKET_MS, "task", "bucket_ms", CFG_INT, "60000", 0, 3600000,   \
 	  NULL, 0,                                                             \
-	  "tasks due after bucket_near_ms wait in Redis in one append-only "   \
-	  "list per slot and bucket_ms of due time, at about half the memory " \
-	  "of the due set; 0: no buckets. The same on every daemon")           \
+	  "tasks due after bucket_near_ms wait in Redis in append-only lists " \
+	  "of bucket_ms of due time (about half the memory); 0: off; the "     \
+	  "same on every daemon")                                              \
 	X(TASK_BUCKET_NEAR_MS, "task", "bucket_near_ms", CFG_INT, "120000",    \
 	  3000, 3600000, NULL, 0,                                              \
 	  "tasks due sooner go straight to the due set; a bucket moves into "  \

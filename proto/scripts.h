@@ -140,49 +140,51 @@
  * Returns -1 if a higher epoch was recorded, else {moved, dropped, more,
  * earliest due moved or 0}: more is 1 if the budget ran out first.
  */
-#define SCRIPT_MOVE                                                          \
-	"local fence = tonumber(redis.call('GET', KEYS[8]) or '0')\n"        \
-	"local epoch = tonumber(ARGV[1])\n"                                  \
-	"if fence > epoch then return -1 end\n"                              \
-	"if fence < epoch then redis.call('SET', KEYS[8], ARGV[1]) end\n"    \
-	"local budget = tonumber(ARGV[3])\n"                                 \
-	"local moved, dropped, more, first = 0, 0, 0, 0\n"                   \
-	"local ms = redis.call('ZRANGEBYSCORE', KEYS[5], '-inf', ARGV[2])\n" \
-	"for _, m in ipairs(ms) do\n"                                        \
-	"  local key = KEYS[6] .. m\n"                                       \
-	"  while budget > 0 do\n"                                            \
-	"    local els = redis.call('LPOP', key, math.min(budget, 500))\n"   \
-	"    if not els then break end\n"                                    \
-	"    budget = budget - #els\n"                                       \
-	"    for _, el in ipairs(els) do\n"                                  \
-	"      local a = string.find(el, ' ', 1, true)\n"                    \
-	"      local b = string.find(el, ' ', a + 1, true)\n"                \
-	"      local due = string.sub(el, 1, a - 1)\n"                       \
-	"      local id = string.sub(el, a + 1, b - 1)\n"                    \
-	"      local keep = not redis.call('ZSCORE', KEYS[3], id) and\n"     \
-	"                   not redis.call('ZSCORE', KEYS[4], id)\n"         \
-	"      local mv = redis.call('HGET', KEYS[7], id)\n"                 \
-	"      if mv and string.match(mv, '^%d+') ~= due then\n"             \
-	"        keep = false\n"                                             \
-	"      end\n"                                                        \
-	"      if keep then\n"                                               \
-	"        redis.call('HSET', KEYS[2], id, string.sub(el, b + 1))\n"   \
-	"        redis.call('ZADD', KEYS[1], 'NX', due, id)\n"               \
-	"        moved = moved + 1\n"                                        \
-	"        local d = tonumber(due)\n"                                  \
-	"        if first == 0 or d < first then first = d end\n"            \
-	"      else\n"                                                       \
-	"        dropped = dropped + 1\n"                                    \
-	"      end\n"                                                        \
-	"    end\n"                                                          \
-	"  end\n"                                                            \
-	"  if redis.call('EXISTS', key) == 0 then\n"                         \
-	"    redis.call('ZREM', KEYS[5], m)\n"                               \
-	"  else\n"                                                           \
-	"    more = 1\n"                                                     \
-	"    break\n"                                                        \
-	"  end\n"                                                            \
-	"end\n"                                                              \
+#define SCRIPT_MOVE                                                           \
+	"local fence = tonumber(redis.call('GET', KEYS[8]) or '0')\n"         \
+	"local epoch = tonumber(ARGV[1])\n"                                   \
+	"if fence > epoch then return -1 end\n"                               \
+	"if fence < epoch then redis.call('SET', KEYS[8], ARGV[1]) end\n"     \
+	"local budget = tonumber(ARGV[3])\n"                                  \
+	"local moved, dropped, more, first = 0, 0, 0, 0\n"                    \
+	"local ms = redis.call('ZRANGEBYSCORE', KEYS[5], '-inf', ARGV[2])\n"  \
+	"for _, m in ipairs(ms) do\n"                                         \
+	"  local key = KEYS[6] .. m\n"                                        \
+	"  while budget > 0 do\n"                                             \
+	"    local els = redis.call('LRANGE', key, 0, math.min(budget, 500) " \
+	"- 1)\n"                                                              \
+	"    if #els == 0 then break end\n"                                   \
+	"    redis.call('LTRIM', key, #els, -1)\n"                            \
+	"    budget = budget - #els\n"                                        \
+	"    for _, el in ipairs(els) do\n"                                   \
+	"      local a = string.find(el, ' ', 1, true)\n"                     \
+	"      local b = string.find(el, ' ', a + 1, true)\n"                 \
+	"      local due = string.sub(el, 1, a - 1)\n"                        \
+	"      local id = string.sub(el, a + 1, b - 1)\n"                     \
+	"      local keep = not redis.call('ZSCORE', KEYS[3], id) and\n"      \
+	"                   not redis.call('ZSCORE', KEYS[4], id)\n"          \
+	"      local mv = redis.call('HGET', KEYS[7], id)\n"                  \
+	"      if mv and string.match(mv, '^%d+') ~= due then\n"              \
+	"        keep = false\n"                                              \
+	"      end\n"                                                         \
+	"      if keep then\n"                                                \
+	"        redis.call('HSET', KEYS[2], id, string.sub(el, b + 1))\n"    \
+	"        redis.call('ZADD', KEYS[1], 'NX', due, id)\n"                \
+	"        moved = moved + 1\n"                                         \
+	"        local d = tonumber(due)\n"                                   \
+	"        if first == 0 or d < first then first = d end\n"             \
+	"      else\n"                                                        \
+	"        dropped = dropped + 1\n"                                     \
+	"      end\n"                                                         \
+	"    end\n"                                                           \
+	"  end\n"                                                             \
+	"  if redis.call('EXISTS', key) == 0 then\n"                          \
+	"    redis.call('ZREM', KEYS[5], m)\n"                                \
+	"  else\n"                                                            \
+	"    more = 1\n"                                                      \
+	"    break\n"                                                         \
+	"  end\n"                                                             \
+	"end\n"                                                               \
 	"return {moved, dropped, more, first}\n"
 
 /*

@@ -95,6 +95,34 @@
 	"return n\n"
 
 /*
+ * Lua functions shared by the scripts that index a task (SCRIPT_INDEX,
+ * SCRIPT_CRON_NEXT, SCRIPT_RESCHEDULE), so that they route by one rule.
+ * to_bucket appends the task to its bucket (width ms of due time, 0: no
+ * buckets) if that starts after edge (now + the near window), and lists
+ * the bucket in bk; it returns false if the task belongs in due/task.
+ * set_moved records cur as the task's current due time and the latest due
+ * of any copy (last, or the entry's own if later).
+ */
+#define LUA_INDEXING                                                         \
+	"local function to_bucket(kbk, prefix, width, edge, id, due, p)\n"   \
+	"  if width <= 0 then return false end\n"                            \
+	"  local d = tonumber(due)\n"                                        \
+	"  local b = d - d % width\n"                                        \
+	"  if b <= edge then return false end\n"                             \
+	"  local m = string.format('%d', b)\n"                               \
+	"  redis.call('RPUSH', prefix .. m, due .. ' ' .. id .. ' ' .. p)\n" \
+	"  redis.call('ZADD', kbk, m, m)\n"                                  \
+	"  return true\n"                                                    \
+	"end\n"                                                              \
+	"local function set_moved(kmv, id, cur, mv, last)\n"                 \
+	"  if mv then\n"                                                     \
+	"    last = math.max(last, tonumber(string.match(mv, ' (%d+)$')))\n" \
+	"  end\n"                                                            \
+	"  redis.call('HSET', kmv, id, cur .. ' ' .. string.format('%d', "   \
+	"last))\n"                                                           \
+	"end\n"
+
+/*
  * Index tasks loaded from the DB unless they are in flight, were cancelled
  * meanwhile or were rescheduled to another time (moved). A task whose
  * bucket (width ms of due time, 0: none) starts after edge (now + the
@@ -102,29 +130,25 @@
  * KEYS: due, task, inflight, cancelled, bk, bucket prefix, moved
  * ARGV: edge, width, (id, due_ms, payload)...
  */
-#define SCRIPT_INDEX                                                          \
-	"local edge, width = tonumber(ARGV[1]), tonumber(ARGV[2])\n"          \
-	"local n = 0\n"                                                       \
-	"for i = 3, #ARGV, 3 do\n"                                            \
-	"  local id, due = ARGV[i], ARGV[i + 1]\n"                            \
-	"  local mv = redis.call('HGET', KEYS[7], id)\n"                      \
-	"  if not redis.call('ZSCORE', KEYS[3], id) and\n"                    \
-	"     not redis.call('ZSCORE', KEYS[4], id) and\n"                    \
-	"     (not mv or string.match(mv, '^%d+') == due) then\n"             \
-	"    local d = tonumber(due)\n"                                       \
-	"    local b = width > 0 and d - d % width or 0\n"                    \
-	"    if width > 0 and b > edge then\n"                                \
-	"      local m = string.format('%d', b)\n"                            \
-	"      redis.call('RPUSH', KEYS[6] .. m, due .. ' ' .. id .. ' ' .. " \
-	"ARGV[i + 2])\n"                                                      \
-	"      redis.call('ZADD', KEYS[5], m, m)\n"                           \
-	"      n = n + 1\n"                                                   \
-	"    else\n"                                                          \
-	"      redis.call('HSET', KEYS[2], id, ARGV[i + 2])\n"                \
-	"      n = n + redis.call('ZADD', KEYS[1], 'NX', due, id)\n"          \
-	"    end\n"                                                           \
-	"  end\n"                                                             \
-	"end\n"                                                               \
+#define SCRIPT_INDEX                                                         \
+	LUA_INDEXING                                                         \
+	"local edge, width = tonumber(ARGV[1]), tonumber(ARGV[2])\n"         \
+	"local n = 0\n"                                                      \
+	"for i = 3, #ARGV, 3 do\n"                                           \
+	"  local id, due = ARGV[i], ARGV[i + 1]\n"                           \
+	"  local mv = redis.call('HGET', KEYS[7], id)\n"                     \
+	"  if not redis.call('ZSCORE', KEYS[3], id) and\n"                   \
+	"     not redis.call('ZSCORE', KEYS[4], id) and\n"                   \
+	"     (not mv or string.match(mv, '^%d+') == due) then\n"            \
+	"    if to_bucket(KEYS[5], KEYS[6], width, edge, id, due, ARGV[i + " \
+	"2]) then\n"                                                         \
+	"      n = n + 1\n"                                                  \
+	"    else\n"                                                         \
+	"      redis.call('HSET', KEYS[2], id, ARGV[i + 2])\n"               \
+	"      n = n + redis.call('ZADD', KEYS[1], 'NX', due, id)\n"         \
+	"    end\n"                                                          \
+	"  end\n"                                                            \
+	"end\n"                                                              \
 	"return n\n"
 
 /*
@@ -281,38 +305,29 @@
  * ARGV: edge, width, (id, next_due_ms, payload)...     Returns how many
  * were indexed.
  */
-#define SCRIPT_CRON_NEXT                                                     \
-	"local edge, width = tonumber(ARGV[1]), tonumber(ARGV[2])\n"         \
-	"local n = 0\n"                                                      \
-	"for i = 3, #ARGV, 3 do\n"                                           \
-	"  local id, due = ARGV[i], ARGV[i + 1]\n"                           \
-	"  local d = tonumber(due)\n"                                        \
-	"  local b = width > 0 and d - d % width or 0\n"                     \
-	"  redis.call('ZREM', KEYS[1], id)\n"                                \
-	"  redis.call('HDEL', KEYS[3], id)\n"                                \
-	"  redis.call('ZREM', KEYS[4], id)\n"                                \
-	"  local mv = redis.call('HGET', KEYS[8], id)\n"                     \
-	"  if mv then\n"                                                     \
-	"    local last = math.max(d, tonumber(string.match(mv, ' "          \
-	"(%d+)$')))\n"                                                       \
-	"    redis.call('HSET', KEYS[8], id, due .. ' ' .. "                 \
-	"string.format('%d', last))\n"                                       \
-	"  end\n"                                                            \
-	"  if ARGV[i + 2] == '' or redis.call('ZSCORE', KEYS[5], id) then\n" \
-	"    redis.call('HDEL', KEYS[2], id)\n"                              \
-	"  elseif width > 0 and b > edge then\n"                             \
-	"    local m = string.format('%d', b)\n"                             \
-	"    redis.call('HDEL', KEYS[2], id)\n"                              \
-	"    redis.call('RPUSH', KEYS[7] .. m, due .. ' ' .. id .. ' ' .. "  \
-	"ARGV[i + 2])\n"                                                     \
-	"    redis.call('ZADD', KEYS[6], m, m)\n"                            \
-	"    n = n + 1\n"                                                    \
-	"  else\n"                                                           \
-	"    redis.call('HSET', KEYS[2], id, ARGV[i + 2])\n"                 \
-	"    redis.call('ZADD', KEYS[4], due, id)\n"                         \
-	"    n = n + 1\n"                                                    \
-	"  end\n"                                                            \
-	"end\n"                                                              \
+#define SCRIPT_CRON_NEXT                                                       \
+	LUA_INDEXING                                                           \
+	"local edge, width = tonumber(ARGV[1]), tonumber(ARGV[2])\n"           \
+	"local n = 0\n"                                                        \
+	"for i = 3, #ARGV, 3 do\n"                                             \
+	"  local id, due = ARGV[i], ARGV[i + 1]\n"                             \
+	"  redis.call('ZREM', KEYS[1], id)\n"                                  \
+	"  redis.call('HDEL', KEYS[3], id)\n"                                  \
+	"  redis.call('ZREM', KEYS[4], id)\n"                                  \
+	"  local mv = redis.call('HGET', KEYS[8], id)\n"                       \
+	"  if mv then set_moved(KEYS[8], id, due, mv, tonumber(due)) end\n"    \
+	"  if ARGV[i + 2] == '' or redis.call('ZSCORE', KEYS[5], id) then\n"   \
+	"    redis.call('HDEL', KEYS[2], id)\n"                                \
+	"  elseif to_bucket(KEYS[6], KEYS[7], width, edge, id, due, ARGV[i + " \
+	"2]) then\n"                                                           \
+	"    redis.call('HDEL', KEYS[2], id)\n"                                \
+	"    n = n + 1\n"                                                      \
+	"  else\n"                                                             \
+	"    redis.call('HSET', KEYS[2], id, ARGV[i + 2])\n"                   \
+	"    redis.call('ZADD', KEYS[4], due, id)\n"                           \
+	"    n = n + 1\n"                                                      \
+	"  end\n"                                                              \
+	"end\n"                                                                \
 	"return n\n"
 
 /*
@@ -338,35 +353,27 @@
  * Returns -1 if in flight, -2 if cancelled, 1 if indexed at the new time,
  * 0 if dropped from the index.
  */
-#define SCRIPT_RESCHEDULE                                                     \
-	"local id = ARGV[1]\n"                                                \
-	"if redis.call('ZSCORE', KEYS[3], id) then return -1 end\n"           \
-	"if redis.call('ZSCORE', KEYS[4], id) then return -2 end\n"           \
-	"redis.call('ZREM', KEYS[1], id)\n"                                   \
-	"redis.call('HDEL', KEYS[2], id)\n"                                   \
-	"local new, edge = tonumber(ARGV[2]), tonumber(ARGV[4])\n"            \
-	"local width, old = tonumber(ARGV[5]), tonumber(ARGV[6])\n"           \
-	"local mv = redis.call('HGET', KEYS[7], id)\n"                        \
-	"local ob = width > 0 and old - old % width or 0\n"                   \
-	"if mv or (width > 0 and redis.call('ZSCORE', KEYS[5], "              \
-	"string.format('%d', ob))) then\n"                                    \
-	"  local last = math.max(old, new)\n"                                 \
-	"  if mv then last = math.max(last, tonumber(string.match(mv, ' "     \
-	"(%d+)$'))) end\n"                                                    \
-	"  redis.call('HSET', KEYS[7], id, ARGV[2] .. ' ' .. "                \
-	"string.format('%d', last))\n"                                        \
-	"end\n"                                                               \
-	"if ARGV[3] == '' then return 0 end\n"                                \
-	"local b = width > 0 and new - new % width or 0\n"                    \
-	"if width > 0 and b > edge then\n"                                    \
-	"  local m = string.format('%d', b)\n"                                \
-	"  redis.call('RPUSH', KEYS[6] .. m, ARGV[2] .. ' ' .. id .. ' ' .. " \
-	"ARGV[3])\n"                                                          \
-	"  redis.call('ZADD', KEYS[5], m, m)\n"                               \
-	"else\n"                                                              \
-	"  redis.call('HSET', KEYS[2], id, ARGV[3])\n"                        \
-	"  redis.call('ZADD', KEYS[1], ARGV[2], id)\n"                        \
-	"end\n"                                                               \
+#define SCRIPT_RESCHEDULE                                               \
+	LUA_INDEXING                                                    \
+	"local id = ARGV[1]\n"                                          \
+	"if redis.call('ZSCORE', KEYS[3], id) then return -1 end\n"     \
+	"if redis.call('ZSCORE', KEYS[4], id) then return -2 end\n"     \
+	"redis.call('ZREM', KEYS[1], id)\n"                             \
+	"redis.call('HDEL', KEYS[2], id)\n"                             \
+	"local new, edge = tonumber(ARGV[2]), tonumber(ARGV[4])\n"      \
+	"local width, old = tonumber(ARGV[5]), tonumber(ARGV[6])\n"     \
+	"local mv = redis.call('HGET', KEYS[7], id)\n"                  \
+	"local ob = width > 0 and old - old % width or 0\n"             \
+	"if mv or (width > 0 and redis.call('ZSCORE', KEYS[5], "        \
+	"string.format('%d', ob))) then\n"                              \
+	"  set_moved(KEYS[7], id, ARGV[2], mv, math.max(old, new))\n"   \
+	"end\n"                                                         \
+	"if ARGV[3] == '' then return 0 end\n"                          \
+	"if not to_bucket(KEYS[5], KEYS[6], width, edge, id, ARGV[2], " \
+	"ARGV[3]) then\n"                                               \
+	"  redis.call('HSET', KEYS[2], id, ARGV[3])\n"                  \
+	"  redis.call('ZADD', KEYS[1], ARGV[2], id)\n"                  \
+	"end\n"                                                         \
 	"return 1\n"
 
 #endif

@@ -79,6 +79,13 @@ def leftovers(c):
     return keys, bk, moved
 
 
+def post_batches(api, tasks, size):
+    """Submits tasks through /v1/tasks/batch, size at a time."""
+    for i in range(0, len(tasks), size):
+        r = api.post("/v1/tasks/batch", {"tasks": tasks[i:i + size]})
+        h.check_eq(r.status, 200, "batch status")
+
+
 def worker_sum(c, name):
     return sum(h.metrics(w.addr).get(name, 0.0) for w in c.workers
                if w.running())
@@ -131,9 +138,7 @@ def test_far_tasks_wait_in_buckets():
             due[tid] = d
             batch.append({"id": tid, "topic": TOPIC,
                           "body": "body of %s" % tid, "due_at": d})
-        for i in range(0, len(batch), 100):
-            r = api.post("/v1/tasks/batch", {"tasks": batch[i:i + 100]})
-            h.check_eq(r.status, 200, "batch status")
+        post_batches(api, batch, 100)
         singles = {}
         for i in range(20):
             tid = "bs-%02d" % i
@@ -297,9 +302,7 @@ def test_rebuild_and_failover_with_buckets():
             due[tid] = d
             batch.append({"id": tid, "topic": TOPIC, "body": "b",
                           "due_at": d})
-        for i in range(0, len(batch), 200):
-            r = api.post("/v1/tasks/batch", {"tasks": batch[i:i + 200]})
-            h.check_eq(r.status, 200, "batch status")
+        post_batches(api, batch, 200)
         before, _ = bucketed(c)
         rebuilds = worker_sum(c, "prophet_redis_rebuilds_total")
         r = c.redis()

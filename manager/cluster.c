@@ -18,6 +18,7 @@
 #include "manager.h"
 #include "metrics.h"
 #include "redis.h"
+#include "rindex.h"
 #include "xmalloc.h"
 #include "zk.h"
 #include "zknode.h"
@@ -238,19 +239,13 @@ backlog_cb(struct redis *r, redisReply *reply, void *arg)
 static int
 backlog_send(struct manager *mg, int slot, redis_reply_fn cb, void *arg)
 {
-	char k[8][RKEY_MAX];
+	struct slot_eval ev;
+	int rc;
 
-	rkey_due(k[0], RKEY_MAX, slot);
-	rkey_inflight(k[1], RKEY_MAX, slot);
-	rkey_task(k[2], RKEY_MAX, slot);
-	rkey_attempt(k[3], RKEY_MAX, slot);
-	rkey_cancelled(k[4], RKEY_MAX, slot);
-	rkey_moved(k[5], RKEY_MAX, slot);
-	rkey_bk(k[6], RKEY_MAX, slot);
-	rkey_bprefix(k[7], RKEY_MAX, slot);
-	return redis_command(
-		mg->redis, cb, arg, "EVAL %s 8 %s %s %s %s %s %s %s %s",
-		SCRIPT_BACKLOG, k[0], k[1], k[2], k[3], k[4], k[5], k[6], k[7]);
+	slot_eval_init(&ev, SCRIPT_BACKLOG, slot, "ditacvkb");
+	rc = slot_eval_send(&ev, mg->redis, cb, arg);
+	slot_eval_free(&ev);
+	return rc;
 }
 
 void

@@ -360,7 +360,6 @@ change_done_cb(struct db_job *job, int status, const char *err)
 {
 	struct change *c = (struct change *)job;
 	struct manager *mg = c->mg;
-	char kdue[RKEY_MAX], kinf[RKEY_MAX], kc[RKEY_MAX], now[32], due[32];
 	const char *st;
 	int rc;
 
@@ -394,17 +393,18 @@ change_done_cb(struct db_job *job, int status, const char *err)
 	}
 	c->slot = slot_of(c->id, strlen(c->id), mg->nslots);
 	c->old_due = db_rows_int(&c->rows, 0, PC_DUE_AT);
-	rkey_due(kdue, sizeof(kdue), c->slot);
-	rkey_inflight(kinf, sizeof(kinf), c->slot);
-	rkey_cancelled(kc, sizeof(kc), c->slot);
 	if (c->op == OP_CANCEL) {
-		snprintf(now, sizeof(now), "%lld", (long long)c->now);
-		snprintf(due, sizeof(due), "%lld", (long long)c->old_due);
-		rc = redis_command(mg->redis, redis_decided_cb, c,
-				   "EVAL %s 3 %s %s %s %s %s %s",
-				   c->recurring ? SCRIPT_CANCEL_SERIES
-						: SCRIPT_CANCEL,
-				   kdue, kinf, kc, c->id, now, due);
+		struct slot_eval ev;
+
+		slot_eval_init(&ev,
+			       c->recurring ? SCRIPT_CANCEL_SERIES
+					    : SCRIPT_CANCEL,
+			       c->slot, "dic");
+		redis_args_addstr(&ev.a, c->id);
+		redis_args_addint(&ev.a, c->now);
+		redis_args_addint(&ev.a, c->old_due);
+		rc = slot_eval_send(&ev, mg->redis, redis_decided_cb, c);
+		slot_eval_free(&ev);
 	} else {
 		struct task t;
 		size_t plen;

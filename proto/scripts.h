@@ -96,12 +96,15 @@
 
 /*
  * Lua functions shared by the scripts that index a task (SCRIPT_INDEX,
- * SCRIPT_CRON_NEXT, SCRIPT_RESCHEDULE), so that they route by one rule.
+ * SCRIPT_CRON_NEXT, SCRIPT_RESCHEDULE, SCRIPT_MOVE), so that they route
+ * and judge copies by one rule.
  * to_bucket appends the task to its bucket (width ms of due time, 0: no
  * buckets) if that starts after edge (now + the near window), and lists
  * the bucket in bk; it returns false if the task belongs in due/task.
  * set_moved records cur as the task's current due time and the latest due
- * of any copy (last, or the entry's own if later).
+ * of any copy (last, or the entry's own if later). current tells whether a
+ * copy due at due (a string) is still the task's: not in flight, not
+ * cancelled, not moved to another due time.
  */
 #define LUA_INDEXING                                                         \
 	"local function to_bucket(kbk, prefix, width, edge, id, due, p)\n"   \
@@ -120,6 +123,14 @@
 	"  end\n"                                                            \
 	"  redis.call('HSET', kmv, id, cur .. ' ' .. string.format('%d', "   \
 	"last))\n"                                                           \
+	"end\n"                                                              \
+	"local function current(kinf, kc, kmv, id, due)\n"                   \
+	"  if redis.call('ZSCORE', kinf, id) or redis.call('ZSCORE', kc, "   \
+	"id) then\n"                                                         \
+	"    return false\n"                                                 \
+	"  end\n"                                                            \
+	"  local mv = redis.call('HGET', kmv, id)\n"                         \
+	"  return not mv or string.match(mv, '^%d+') == due\n"               \
 	"end\n"
 
 /*
@@ -136,10 +147,7 @@
 	"local n = 0\n"                                                      \
 	"for i = 3, #ARGV, 3 do\n"                                           \
 	"  local id, due = ARGV[i], ARGV[i + 1]\n"                           \
-	"  local mv = redis.call('HGET', KEYS[7], id)\n"                     \
-	"  if not redis.call('ZSCORE', KEYS[3], id) and\n"                   \
-	"     not redis.call('ZSCORE', KEYS[4], id) and\n"                   \
-	"     (not mv or string.match(mv, '^%d+') == due) then\n"            \
+	"  if current(KEYS[3], KEYS[4], KEYS[7], id, due) then\n"            \
 	"    if to_bucket(KEYS[5], KEYS[6], width, edge, id, due, ARGV[i + " \
 	"2]) then\n"                                                         \
 	"      n = n + 1\n"                                                  \
@@ -165,6 +173,7 @@
  * earliest due moved or 0}: more is 1 if the budget ran out first.
  */
 #define SCRIPT_MOVE                                                           \
+	LUA_INDEXING                                                          \
 	"local fence = tonumber(redis.call('GET', KEYS[8]) or '0')\n"         \
 	"local epoch = tonumber(ARGV[1])\n"                                   \
 	"if fence > epoch then return -1 end\n"                               \
@@ -185,13 +194,7 @@
 	"      local b = string.find(el, ' ', a + 1, true)\n"                 \
 	"      local due = string.sub(el, 1, a - 1)\n"                        \
 	"      local id = string.sub(el, a + 1, b - 1)\n"                     \
-	"      local keep = not redis.call('ZSCORE', KEYS[3], id) and\n"      \
-	"                   not redis.call('ZSCORE', KEYS[4], id)\n"          \
-	"      local mv = redis.call('HGET', KEYS[7], id)\n"                  \
-	"      if mv and string.match(mv, '^%d+') ~= due then\n"              \
-	"        keep = false\n"                                              \
-	"      end\n"                                                         \
-	"      if keep then\n"                                                \
+	"      if current(KEYS[3], KEYS[4], KEYS[7], id, due) then\n"         \
 	"        redis.call('HSET', KEYS[2], id, string.sub(el, b + 1))\n"    \
 	"        redis.call('ZADD', KEYS[1], 'NX', due, id)\n"                \
 	"        moved = moved + 1\n"                                         \

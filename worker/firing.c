@@ -606,11 +606,12 @@ recurring_next(struct worker *w, struct mark_job *mj)
 	xfree(gone);
 	for (int slot = 0; slot < w->nslots; slot++) {
 		struct slot_eval ev;
-		int soon = 0;
+		int soon = 0, head;
 
 		slot_eval_init(&ev, SCRIPT_CRON_NEXT, slot, "itadckbv");
 		redis_args_addint(&ev.a, now + w->bucket_near_ms);
 		redis_args_addint(&ev.a, w->bucket_ms);
+		head = ev.a.argc;
 		for (size_t i = 0; i < mj->n; i++) {
 			struct wtask *t = mj->tasks[i];
 			struct task pt;
@@ -639,7 +640,7 @@ recurring_next(struct worker *w, struct mark_job *mj)
 			if (t->next_due < now + w->lookahead_ms)
 				soon = 1;
 		}
-		if (ev.a.argc > 13) { /* EVAL, script, 8, keys, edge, width */
+		if (ev.a.argc > head) {
 			struct cron_index *ci = xcalloc(1, sizeof(*ci));
 
 			ci->w = w;

@@ -26,8 +26,8 @@
 #define REAP_INTERVAL_MS 1000
 #define REAP_LIMIT 1000 /* in-flight entries read by one reap */
 #define LOAD_INTERVAL_MS 5000
-/* Buckets are moved BUCKET_NEAR_MS before their minute: a second apart
- * leaves their tasks more than a minute in due/task before they are due. */
+/* Buckets are moved task.bucket_near_ms before they start: a second apart
+ * leaves their tasks most of that window in due/task before they are due. */
 #define MOVE_INTERVAL_MS 1000
 #define SWEEP_INTERVAL_MS 10000
 #define SWEEP_OVERDUE_MS 3000
@@ -1049,7 +1049,7 @@ move_reply_cb(struct redis *r, redisReply *reply, void *arg)
 		move_slot(w, c->slot, clock_now_ms());
 }
 
-/* Moves the slot's buckets whose minute starts within BUCKET_NEAR_MS into
+/* Moves the slot's buckets that start within task.bucket_near_ms into
  * due/task (SCRIPT_MOVE), BUCKET_MOVE_BATCH tasks per call. */
 static void
 move_slot(struct worker *w, int slot, int64_t now)
@@ -1083,12 +1083,12 @@ scan_cb(evutil_socket_t fd, short what, void *arg)
 
 		if (!s->owned || s->mode != SM_REDIS)
 			continue;
-		/* Kafka slow or down: what waits to be claimed is enough;
-		 * reading more would only grow memory. */
 		if (!s->moving && mono >= s->next_move_ms) {
 			s->next_move_ms = mono + MOVE_INTERVAL_MS;
 			move_slot(w, i, now);
 		}
+		/* Kafka slow or down: what waits to be claimed is enough;
+		 * reading more would only grow memory. */
 		if (!s->scanning && s->claimq_n < 2 * (size_t)w->claim_batch)
 			scan_slot(w, i, now);
 		if (!s->reaping && mono >= s->next_reap_ms) {

@@ -81,6 +81,19 @@ def leftovers(c):
     return keys, bk, moved
 
 
+def spread(prefix, n, start, span, step, body=None):
+    """n tasks <prefix>-NNN due at start + (i * step) % span: ({id: due},
+    the task objects); the body is body, or names the task."""
+    due, batch = {}, []
+    for i in range(n):
+        tid = "%s-%03d" % (prefix, i)
+        d = start + (i * step) % span
+        due[tid] = d
+        batch.append({"id": tid, "topic": TOPIC, "due_at": d,
+                      "body": body or "body of %s" % tid})
+    return due, batch
+
+
 def post_batches(api, tasks, size):
     """Submits tasks through /v1/tasks/batch, size at a time."""
     for i in range(0, len(tasks), size):
@@ -132,14 +145,7 @@ def test_far_tasks_wait_in_buckets():
     failed = True
     try:
         now = h.now_ms()
-        due = {}
-        batch = []
-        for i in range(300):
-            tid = "bf-%03d" % i
-            d = now + 5000 + (i * 7919) % 7000
-            due[tid] = d
-            batch.append({"id": tid, "topic": TOPIC,
-                          "body": "body of %s" % tid, "due_at": d})
+        due, batch = spread("bf", 300, now + 5000, 7000, 7919)
         post_batches(api, batch, 100)
         singles = {}
         for i in range(20):
@@ -374,15 +380,8 @@ def test_rebuild_and_failover_with_buckets():
                               conf={"zookeeper.session_timeout_ms": 4000})
     failed = True
     try:
-        now = h.now_ms()
-        due = {}
-        batch = []
-        for i in range(400):
-            tid = "bx-%03d" % i
-            d = now + 7000 + (i * 104729) % 12000
-            due[tid] = d
-            batch.append({"id": tid, "topic": TOPIC, "body": "b",
-                          "due_at": d})
+        due, batch = spread("bx", 400, h.now_ms() + 7000, 12000, 104729,
+                            body="b")
         post_batches(api, batch, 200)
         before, _ = bucketed(c)
         rebuilds = worker_sum(c, "prophet_redis_rebuilds_total")

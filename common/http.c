@@ -15,8 +15,10 @@
 #include <event2/listener.h>
 
 #include "http.h"
+#include "log.h"
 #include "metrics.h"
 #include "url.h"
+#include "utf8.h"
 #include "xmalloc.h"
 
 const char *
@@ -274,24 +276,37 @@ to_mykit(int code, json_t *body)
 	return out;
 }
 
+/* The answer when a reply could not be built: never a NULL dereference. */
+#define HTTP_INTERNAL_ERROR                                                 \
+	"{\"error\":{\"code\":\"internal\",\"message\":\"the answer could " \
+	"not be built\"}}\n"
+
 void
 http_reply_json(struct evhttp_request *req, int code, json_t *body)
 {
 	struct evbuffer *b;
-	char *s;
+	char *s = NULL;
 
-	if (evhttp_find_header(evhttp_request_get_input_headers(req),
+	if (body != NULL &&
+	    evhttp_find_header(evhttp_request_get_input_headers(req),
 			       HTTP_MYKIT_HEADER) != NULL) {
 		body = to_mykit(code, body);
 		code = 200;
 	}
-	b = evbuffer_new();
-	s = json_dumps(body, JSON_COMPACT | JSON_ENCODE_ANY);
-
+	if (body != NULL)
+		s = json_dumps(body, JSON_COMPACT | JSON_ENCODE_ANY);
 	json_decref(body);
-	evbuffer_add(b, s, strlen(s));
-	evbuffer_add(b, "\n", 1);
-	free(s);
+	b = evbuffer_new();
+	if (s != NULL) {
+		evbuffer_add(b, s, strlen(s));
+		evbuffer_add(b, "\n", 1);
+		free(s);
+	} else {
+		log_error("an HTTP answer could not be built", "code=%d", code);
+		code = 500;
+		evbuffer_add(b, HTTP_INTERNAL_ERROR,
+			     strlen(HTTP_INTERNAL_ERROR));
+	}
 	evhttp_add_header(evhttp_request_get_output_headers(req),
 			  "Content-Type", "application/json");
 	evhttp_send_reply(req, code, http_reason(code), b);
@@ -304,15 +319,18 @@ http_reply_error(struct evhttp_request *req, int code, const char *ecode,
 {
 	char msg[512];
 	va_list ap;
-	json_t *e;
+	json_t *e = json_object(), *out = json_object();
 
+	/* Messages quote paths, names and values from the request. */
 	va_start(ap, fmt);
-	vsnprintf(msg, sizeof(msg), fmt, ap);
+	utf8_vformat(msg, sizeof(msg), fmt, ap);
 	va_end(ap);
-	e = json_pack("{s:s, s:s}", "code", ecode, "message", msg);
+	json_object_set_new(e, "code", utf8_json_str(ecode));
+	json_object_set_new(e, "message", utf8_json_str(msg));
 	if (field != NULL && field[0] != '\0')
-		json_object_set_new(e, "field", json_string(field));
-	http_reply_json(req, code, json_pack("{s:o}", "error", e));
+		json_object_set_new(e, "field", utf8_json_str(field));
+	json_object_set_new(out, "error", e);
+	http_reply_json(req, code, out);
 }
 
 char *

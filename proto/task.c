@@ -15,6 +15,7 @@
 #include "hash.h"
 #include "task.h"
 #include "tz.h"
+#include "utf8.h"
 #include "xmalloc.h"
 
 static const char *const status_names[TASK__STATUS_COUNT] = {
@@ -114,11 +115,14 @@ task_error_set(struct task_error *err, int http, const char *code,
 {
 	va_list ap;
 
+	/* Field names and messages quote client input: cut at a character
+	 * boundary and made valid UTF-8, or jansson would refuse them. */
 	err->http = http;
 	snprintf(err->code, sizeof(err->code), "%s", code);
-	snprintf(err->field, sizeof(err->field), "%s", field ? field : "");
+	utf8_copy(err->field, sizeof(err->field), field ? field : "",
+		  field ? strlen(field) : 0);
 	va_start(ap, fmt);
-	vsnprintf(err->message, sizeof(err->message), fmt, ap);
+	utf8_vformat(err->message, sizeof(err->message), fmt, ap);
 	va_end(ap);
 	return -1;
 }
@@ -126,12 +130,14 @@ task_error_set(struct task_error *err, int http, const char *code,
 json_t *
 task_error_json(const struct task_error *err)
 {
-	json_t *e = json_pack("{s:s, s:s}", "code", err->code, "message",
-			      err->message);
+	json_t *e = json_object(), *out = json_object();
 
+	json_object_set_new(e, "code", utf8_json_str(err->code));
+	json_object_set_new(e, "message", utf8_json_str(err->message));
 	if (err->field[0] != '\0')
-		json_object_set_new(e, "field", json_string(err->field));
-	return json_pack("{s:o}", "error", e);
+		json_object_set_new(e, "field", utf8_json_str(err->field));
+	json_object_set_new(out, "error", e);
+	return out;
 }
 
 int

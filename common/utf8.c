@@ -1,0 +1,157 @@
+#ifdef HAVE_CONFIG_H
+#include "config.h"
+#endif
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "utf8.h"
+#include "xmalloc.h"
+
+#define REPL_LEN 3
+
+/* RFC 3629: no overlong forms, no surrogates, nothing above U+10FFFF. */
+size_t
+utf8_char_len(const char *str, size_t n)
+{
+	const unsigned char *s = (const unsigned char *)str;
+	unsigned char lo = 0x80, hi = 0xbf;
+	size_t len;
+
+	if (s[0] < 0x80)
+		return 1;
+	if (s[0] >= 0xc2 && s[0] <= 0xdf) {
+		len = 2;
+	} else if (s[0] >= 0xe0 && s[0] <= 0xef) {
+		len = 3;
+		if (s[0] == 0xe0)
+			lo = 0xa0;
+		else if (s[0] == 0xed)
+			hi = 0x9f;
+	} else if (s[0] >= 0xf0 && s[0] <= 0xf4) {
+		len = 4;
+		if (s[0] == 0xf0)
+			lo = 0x90;
+		else if (s[0] == 0xf4)
+			hi = 0x8f;
+	} else {
+		return 0;
+	}
+	if (n < len || s[1] < lo || s[1] > hi)
+		return 0;
+	for (size_t i = 2; i < len; i++)
+		if (s[i] < 0x80 || s[i] > 0xbf)
+			return 0;
+	return len;
+}
+
+int
+utf8_valid(const char *s, size_t n)
+{
+	size_t i = 0, k;
+
+	while (i < n) {
+		if ((k = utf8_char_len(s + i, n - i)) == 0)
+			return 0;
+		i += k;
+	}
+	return 1;
+}
+
+size_t
+utf8_copy(char *dst, size_t cap, const char *s, size_t n)
+{
+	size_t i = 0, o = 0, k;
+
+	if (cap == 0)
+		return 0;
+	while (i < n) {
+		const char *from = s + i;
+
+		k = utf8_char_len(s + i, n - i);
+		if (k == 0 || (k == 1 && s[i] == '\0')) {
+			from = UTF8_REPLACEMENT;
+			i++;
+			k = REPL_LEN;
+		} else {
+			i += k;
+		}
+		if (o + k >= cap)
+			break;
+		memcpy(dst + o, from, k);
+		o += k;
+	}
+	dst[o] = '\0';
+	return o;
+}
+
+void
+utf8_vformat(char *dst, size_t cap, const char *fmt, va_list ap)
+{
+	char tmp[1024], *buf = tmp;
+	va_list aq;
+	int len;
+
+	va_copy(aq, ap);
+	len = vsnprintf(tmp, sizeof(tmp), fmt, aq);
+	va_end(aq);
+	if (len < 0)
+		len = 0;
+	if ((size_t)len >= sizeof(tmp)) {
+		/* Only what can reach dst is worth formatting. */
+		size_t room = cap < (size_t)len + 1 ? cap : (size_t)len + 1;
+
+		buf = xmalloc(room);
+		vsnprintf(buf, room, fmt, ap);
+		len = (int)strlen(buf);
+	}
+	utf8_copy(dst, cap, buf, (size_t)len);
+	if (buf != tmp)
+		xfree(buf);
+}
+
+void
+utf8_format(char *dst, size_t cap, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	utf8_vformat(dst, cap, fmt, ap);
+	va_end(ap);
+}
+
+json_t *
+utf8_json(const char *s, size_t n)
+{
+	json_t *j;
+	char *buf;
+	size_t i = 0, o = 0, k;
+
+	if (s == NULL)
+		return json_string("");
+	if (utf8_valid(s, n) && (j = json_stringn(s, n)) != NULL)
+		return j;
+	buf = xmalloc(n * REPL_LEN + 1);
+	while (i < n) {
+		k = utf8_char_len(s + i, n - i);
+		if (k == 0) {
+			memcpy(buf + o, UTF8_REPLACEMENT, REPL_LEN);
+			o += REPL_LEN;
+			i++;
+		} else {
+			memcpy(buf + o, s + i, k);
+			o += k;
+			i += k;
+		}
+	}
+	j = json_stringn(buf, o);
+	xfree(buf);
+	return j != NULL ? j : json_string("");
+}
+
+json_t *
+utf8_json_str(const char *s)
+{
+	return utf8_json(s, s != NULL ? strlen(s) : 0);
+}

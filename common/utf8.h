@@ -1,0 +1,41 @@
+#ifndef PROPHET_UTF8_H
+#define PROPHET_UTF8_H
+
+#include <stdarg.h>
+#include <stddef.h>
+
+#include <jansson.h>
+
+/*
+ * Text from outside (request lines, names, header values, node data) made
+ * fit for JSON: jansson refuses strings that are not valid UTF-8, so every
+ * such string goes through here. Invalid bytes become U+FFFD, a copy into a
+ * fixed buffer never ends in the middle of a character, and nothing here
+ * returns NULL.
+ */
+
+#define UTF8_REPLACEMENT "\xef\xbf\xbd"
+
+/* Bytes of the next valid character at s (1-4), or 0 if s[0] starts none
+ * (n > 0). NUL is a valid character here. */
+size_t utf8_char_len(const char *s, size_t n);
+/* Whether s[0..n) is valid UTF-8 (NUL bytes allowed). */
+int utf8_valid(const char *s, size_t n);
+/*
+ * Copies s[0..n) into dst (cap >= 1 bytes with its NUL): invalid bytes and
+ * NUL bytes become U+FFFD; stops before a character that does not fit.
+ * Returns the length written.
+ */
+size_t utf8_copy(char *dst, size_t cap, const char *s, size_t n);
+/* vsnprintf into dst, then made valid as by utf8_copy. */
+void utf8_vformat(char *dst, size_t cap, const char *fmt, va_list ap)
+	__attribute__((format(printf, 3, 0)));
+void utf8_format(char *dst, size_t cap, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+/* A JSON string of s[0..n) (NUL bytes kept, invalid bytes U+FFFD); never
+ * NULL. s NULL gives "". */
+json_t *utf8_json(const char *s, size_t n);
+/* utf8_json of a NUL-terminated string. */
+json_t *utf8_json_str(const char *s);
+
+#endif

@@ -76,10 +76,17 @@
 	  NULL, 1,                                                             \
 	  "comma-separated topics tasks may use; empty: any valid topic")      \
 	X(HTTP_TIMEOUT_S, "http", "timeout_s", CFG_INT, "30", 1, 3600, NULL,   \
-	  0, "request read/write timeout")                                     \
+	  0,                                                                   \
+	  "longest time to receive a request (headers and body, however "      \
+	  "slowly sent), to sit idle between requests and to take an answer")  \
 	X(HTTP_MAX_CONNECTIONS, "http", "max_connections", CFG_INT, "1024", 1, \
 	  1000000, NULL, 0,                                                    \
-	  "most open client connections; more wait in the listen backlog")     \
+	  "most open client connections; at the limit idle and slow ones "     \
+	  "make room, else more wait in the listen backlog")                   \
+	X(HTTP_MAX_BODY_MEMORY_BYTES, "http", "max_body_memory_bytes",         \
+	  CFG_INT, "268435456", 0, 68719476736LL, NULL, 0,                     \
+	  "request bodies being received at once (their Content-Length); "     \
+	  "beyond it 503; 0 no limit")                                         \
 	X(HTTP_CALLBACK_HOSTS_ALLOWED, "http", "callback_hosts_allowed",       \
 	  CFG_STR, "", 0, 0, NULL, 0,                                          \
 	  "comma-separated hosts callback URLs may name ('.example.com' "      \

@@ -19,6 +19,7 @@ struct daemon;
 struct metric;
 struct auth;
 struct evdns_base;
+struct http_route;
 
 #define MANAGER_METRICS(X)                                                  \
 	X(accepted, COUNTER, "prophet_tasks_accepted_total",                \
@@ -41,8 +42,6 @@ struct evdns_base;
 	  "Rows per group commit")                                          \
 	X(submit_seconds, HISTOGRAM, "prophet_submit_duration_seconds",     \
 	  "Time from request to durable answer")                            \
-	X(http_requests, COUNTER, "prophet_http_requests_total",            \
-	  "HTTP requests served")                                           \
 	X(redis_up, GAUGE, "prophet_redis_up", "1 when Redis is connected") \
 	X(db_up, GAUGE, "prophet_db_connections",                           \
 	  "Database connections open (of db.pool_size)")                    \
@@ -183,15 +182,24 @@ void kingest_destroy(struct kingest *k);
 
 /* api.c */
 void api_register(struct manager *mg);
+/* The route table (for tests of the table against docs/openapi.yaml). */
+const struct http_route *api_routes(size_t *n);
 int api_topic_allowed(const struct manager *mg, const char *topic);
 /* 1 if id is valid; else answers 400 and returns 0. */
 int api_check_id(struct evhttp_request *req, const char *id, size_t idlen);
 void api_submit(struct manager *mg, struct evhttp_request *req, json_t *task);
 json_t *api_body_json(struct manager *mg, struct evhttp_request *req);
 
-/* mykit.c: the mykit-delay compatible endpoints; 1 if path was one. */
-int mykit_route(struct manager *mg, struct evhttp_request *req,
-		const char *path, enum evhttp_cmd_type m);
+/* mykit.c: the mykit-delay compatible routes (http_handler_fn). */
+void mykit_push(void *ctx, struct evhttp_request *req, const char *a, size_t n);
+void mykit_delete(void *ctx, struct evhttp_request *req, const char *a,
+		  size_t n);
+void mykit_restore(void *ctx, struct evhttp_request *req, const char *a,
+		   size_t n);
+void mykit_restore_job(void *ctx, struct evhttp_request *req, const char *a,
+		       size_t n);
+void mykit_clear_all(void *ctx, struct evhttp_request *req, const char *a,
+		     size_t n);
 /* DELETE the Redis index of every slot (workers rebuild it from the DB). */
 void restore_clear_all(struct manager *mg, struct evhttp_request *req);
 

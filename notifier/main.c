@@ -97,30 +97,45 @@ reload_cb(void *arg)
 }
 
 static void
-route_cb(struct evhttp_request *req, void *arg)
+r_metrics(void *ctx, struct evhttp_request *req, const char *a, size_t n)
 {
-	struct notifier *n = arg;
-	const char *path =
-		evhttp_uri_get_path(evhttp_request_get_evhttp_uri(req));
-
-	if (path != NULL && !strcmp(path, "/metrics")) {
-		http_metrics_cb(req, n);
-	} else if (path != NULL && !strcmp(path, "/healthz")) {
-		http_reply_json(req, 200, json_pack("{s:b}", "ok", 1));
-	} else if (path != NULL && !strcmp(path, "/readyz")) {
-		int db = db_pool_connected(n->db) > 0;
-		int kafka = !kafka_brokers_down(n->dlq);
-		int ok = db && kafka && !n->stopping;
-
-		http_reply_json(req, ok ? 200 : 503,
-				json_pack("{s:b, s:b, s:b, s:i, s:i, s:s}",
-					  "ready", ok, "db", db, "kafka", kafka,
-					  "running", n->inflight, "waiting",
-					  (int)n->queued, "id", n->id));
-	} else {
-		http_reply_error(req, 404, "not_found", NULL, "no route");
-	}
+	(void)a;
+	(void)n;
+	http_metrics_cb(req, ctx);
 }
+
+static void
+r_healthz(void *ctx, struct evhttp_request *req, const char *a, size_t n)
+{
+	(void)ctx;
+	(void)a;
+	(void)n;
+	http_reply_json(req, 200, json_pack("{s:b}", "ok", 1));
+}
+
+static void
+r_readyz(void *ctx, struct evhttp_request *req, const char *a, size_t len)
+{
+	struct notifier *n = ctx;
+	int db = db_pool_connected(n->db) > 0;
+	int kafka = !kafka_brokers_down(n->dlq);
+	int ok = db && kafka && !n->stopping;
+
+	(void)a;
+	(void)len;
+	http_reply_json(req, ok ? 200 : 503,
+			json_pack("{s:b, s:b, s:b, s:i, s:i, s:s}", "ready", ok,
+				  "db", db, "kafka", kafka, "running",
+				  n->inflight, "waiting", (int)n->queued, "id",
+				  n->id));
+}
+
+/* A few scrapers: /metrics, /healthz and /readyz, all public. */
+static const struct http_route routes[] = {
+	{EVHTTP_REQ_GET, "/metrics", 0, HTTP_SHAPE_NATIVE, 0, r_metrics},
+	{EVHTTP_REQ_GET, "/healthz", 0, HTTP_SHAPE_NATIVE, 0, r_healthz},
+	{EVHTTP_REQ_GET, "/readyz", 0, HTTP_SHAPE_NATIVE, 0, r_readyz},
+};
 
 /* Routes must be usable URLs: fail at start, naming the key. */
 static void
@@ -229,12 +244,19 @@ main(int argc, char **argv)
 			      (int)cfg_int(n.cfg, CFG_DB_POOL_SIZE),
 			      "notifier");
 	n.httpc = httpcli_create(n.base);
-	n.http = http_server_create(n.base,
-				    cfg_str(n.cfg, CFG_NOTIFIER_HTTP_LISTEN),
-				    65536, 30, err, sizeof(err));
+	{
+		struct http_limits lim = {.max_body = 65536,
+					  .timeout_s = 30,
+					  .max_connections = 64};
+
+		n.http = http_server_create(
+			n.base, cfg_str(n.cfg, CFG_NOTIFIER_HTTP_LISTEN), &lim,
+			err, sizeof(err));
+	}
 	if (n.http == NULL)
 		log_fatal("http", "error=\"%s\"", err);
-	evhttp_set_gencb(n.http, route_cb, &n);
+	http_server_set_routes(n.http, routes,
+			       sizeof(routes) / sizeof(routes[0]), NULL, &n);
 	flow_start(&n);
 	outcome_start(&n);
 	if (consume_start(&n, err, sizeof(err)) < 0)
@@ -249,7 +271,7 @@ main(int argc, char **argv)
 
 	log_info("stopping", "running=%d recording=%zu pending=%zu", n.inflight,
 		 n.rec_n + (size_t)n.rec_jobs, n.pending);
-	evhttp_free(n.http);
+	http_server_free(n.http);
 	httpcli_destroy(n.httpc);
 	kafka_producer_destroy(n.dlq, 2000);
 	n.stopping = 2; /* the pool drains: record nothing more */

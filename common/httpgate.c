@@ -121,8 +121,9 @@ parse_request_line(const char *s, size_t len, struct httpgate_head *h,
 	if (vlen == 8 && !memcmp(ver, "HTTP/1.", 7) &&
 	    (ver[7] == '0' || ver[7] == '1')) {
 		h->minor = ver[7] - '0';
-	} else if (vlen >= 6 && !memcmp(ver, "HTTP/", 5) && ver[5] >= '0' &&
-		   ver[5] <= '9') {
+	} else if (vlen == 8 && !memcmp(ver, "HTTP/", 5) && ver[5] >= '0' &&
+		   ver[5] <= '9' && ver[6] == '.' && ver[7] >= '0' &&
+		   ver[7] <= '9') {
 		return fail(err, 505, "http_version_not_supported",
 			    "only HTTP/1.0 and HTTP/1.1 are served");
 	} else {

@@ -24,6 +24,7 @@
 #include "redis.h"
 #include "schema.h"
 #include "slot.h"
+#include "utf8.h"
 #include "xmalloc.h"
 #include "zk.h"
 
@@ -369,10 +370,31 @@ row_to_json(const struct db_rows *r)
 	json_object_set_new(out, "epoch",
 			    json_integer(db_rows_int(r, 0, SQL_TC_EPOCH)));
 	s = db_rows_get(r, 0, SQL_TC_OWNER, NULL);
-	json_object_set_new(out, "owner", s ? json_string(s) : json_null());
+	json_object_set_new(out, "owner", s ? utf8_json_str(s) : json_null());
 	json_decref(t.headers);
 	json_decref(t.callback);
 	return out;
+}
+
+/* One state-log row; its texts (actor, note) were written by workers and
+ * notifiers, but are made valid UTF-8 all the same. */
+static json_t *
+log_row_json(const struct db_rows *r, size_t i)
+{
+	static const char *const text[] = {"from", "to", "actor"};
+	static const char *const num[] = {"epoch", "attempt", "at"};
+	const char *note = db_rows_get(r, i, 6, NULL);
+	json_t *o = json_object();
+
+	for (int k = 0; k < 3; k++)
+		json_object_set_new(o, text[k],
+				    utf8_json_str(db_rows_get(r, i, k, NULL)));
+	for (int k = 0; k < 3; k++)
+		json_object_set_new(o, num[k],
+				    json_integer(db_rows_int(r, i, 3 + k)));
+	if (note != NULL)
+		json_object_set_new(o, "note", utf8_json_str(note));
+	return o;
 }
 
 static void
@@ -392,34 +414,9 @@ get_done_cb(struct db_job *job, int status, const char *err)
 		if (g->with_log) {
 			json_t *log = json_array();
 
-			for (size_t i = 0; i < g->log.nrows; i++) {
-				const char *note =
-					db_rows_get(&g->log, i, 6, NULL);
-
-				json_array_append_new(
-					log,
-					json_pack("{s:s, s:s, s:s, s:I, s:I, "
-						  "s:I, s:s?}",
-						  "from",
-						  db_rows_get(&g->log, i, 0,
-							      NULL),
-						  "to",
-						  db_rows_get(&g->log, i, 1,
-							      NULL),
-						  "actor",
-						  db_rows_get(&g->log, i, 2,
-							      NULL),
-						  "epoch",
-						  (json_int_t)db_rows_int(
-							  &g->log, i, 3),
-						  "attempt",
-						  (json_int_t)db_rows_int(
-							  &g->log, i, 4),
-						  "at",
-						  (json_int_t)db_rows_int(
-							  &g->log, i, 5),
-						  "note", note));
-			}
+			for (size_t i = 0; i < g->log.nrows; i++)
+				json_array_append_new(log,
+						      log_row_json(&g->log, i));
 			json_object_set_new(out, "log", log);
 		}
 		http_reply_json(g->http, 200, out);

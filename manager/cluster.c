@@ -19,6 +19,7 @@
 #include "metrics.h"
 #include "redis.h"
 #include "rindex.h"
+#include "utf8.h"
 #include "xmalloc.h"
 #include "zk.h"
 #include "zknode.h"
@@ -128,7 +129,7 @@ worker_cb(struct zk *z, int rc, const char *data, int len,
 	json_t *j = rc == ZOK ? parse_json(data, len) : NULL;
 
 	if (j == NULL)
-		j = json_pack("{s:s}", "id", a->id);
+		j = json_pack("{s:o}", "id", utf8_json_str(a->id));
 	json_array_append_new(g->workers, j);
 	xfree(a);
 	gather_put(g);
@@ -172,10 +173,10 @@ slot_cb(struct zk *z, int rc, const char *data, int len, const struct Stat *st,
 
 	if (rc == ZOK && slot_node_decode(data, len, &n) == 0) {
 		json_object_set_new(s, "owner",
-				    n.owner[0] ? json_string(n.owner)
+				    n.owner[0] ? utf8_json_str(n.owner)
 					       : json_null());
 		json_object_set_new(s, "requested",
-				    n.requested[0] ? json_string(n.requested)
+				    n.requested[0] ? utf8_json_str(n.requested)
 						   : json_null());
 		json_object_set_new(s, "epoch", json_integer(n.epoch));
 		json_object_set_new(s, "updated_at",

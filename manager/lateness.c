@@ -23,6 +23,7 @@
 #include "manager.h"
 #include "promtext.h"
 #include "url.h"
+#include "utf8.h"
 #include "xmalloc.h"
 #include "zk.h"
 #include "zknode.h"
@@ -128,7 +129,7 @@ worker_failed(struct late_worker *w, const char *fmt, ...)
 	vsnprintf(msg, sizeof(msg), fmt, ap);
 	va_end(ap);
 	json_object_set_new(w->entry, "ok", json_false());
-	json_object_set_new(w->entry, "error", json_string(msg));
+	json_object_set_new(w->entry, "error", utf8_json_str(msg));
 }
 
 static void
@@ -255,12 +256,12 @@ node_cb(struct zk *z, int rc, const char *data, int len, const struct Stat *st,
 					: "its node is gone");
 	} else if (elsewhere_loopback(addr, json_string_value(json_object_get(
 						    j, "host")))) {
-		json_object_set_new(w->entry, "metrics", json_string(addr));
+		json_object_set_new(w->entry, "metrics", utf8_json_str(addr));
 		worker_failed(w, "%s",
 			      "its metrics listen on the loopback of another "
 			      "host (worker.http_listen)");
 	} else {
-		json_object_set_new(w->entry, "metrics", json_string(addr));
+		json_object_set_new(w->entry, "metrics", utf8_json_str(addr));
 		if (!l->replied && scrape(w, addr) == 0) {
 			/* scrape_cb frees w and drops the reference */
 			json_decref(j);
@@ -288,8 +289,10 @@ children_cb(struct zk *z, int rc, const struct String_vector *names, void *arg)
 
 		w->l = l;
 		snprintf(w->id, sizeof(w->id), "%s", names->data[i]);
-		w->entry = json_pack("{s:s, s:n, s:b}", "id", w->id, "metrics",
-				     "ok", 0);
+		/* Node names and data are anybody's who can write to
+		 * ZooKeeper: valid UTF-8 or replaced. */
+		w->entry = json_pack("{s:o, s:n, s:b}", "id",
+				     utf8_json_str(w->id), "metrics", "ok", 0);
 		json_array_append_new(l->workers, w->entry);
 		snprintf(path, sizeof(path), "%s%s/%s",
 			 cfg_str(l->mg->cfg, CFG_CLUSTER_ROOT), ZPATH_WORKERS,

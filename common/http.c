@@ -1042,6 +1042,22 @@ to_mykit(int *code, json_t *body)
 	return out;
 }
 
+void
+http_send(struct evhttp_request *req, int code, struct evbuffer *body)
+{
+	/* evhttp 2.1 would send a HEAD answer's body, without its length. */
+	if (evhttp_request_get_command(req) == EVHTTP_REQ_HEAD) {
+		char len[32];
+
+		snprintf(len, sizeof(len), "%zu",
+			 body ? evbuffer_get_length(body) : 0);
+		evhttp_add_header(evhttp_request_get_output_headers(req),
+				  "Content-Length", len);
+		body = NULL;
+	}
+	evhttp_send_reply(req, code, http_reason(code), body);
+}
+
 /* The answer when a reply could not be built: never a NULL dereference. */
 #define HTTP_INTERNAL_ERROR                                                 \
 	"{\"error\":{\"code\":\"internal\",\"message\":\"the answer could " \
@@ -1072,7 +1088,7 @@ http_reply_json(struct evhttp_request *req, int code, json_t *body)
 	}
 	evhttp_add_header(evhttp_request_get_output_headers(req),
 			  "Content-Type", "application/json");
-	evhttp_send_reply(req, code, http_reason(code), b);
+	http_send(req, code, b);
 	evbuffer_free(b);
 }
 
@@ -1145,6 +1161,6 @@ http_metrics_cb(struct evhttp_request *req, void *arg)
 	metrics_render(b);
 	evhttp_add_header(evhttp_request_get_output_headers(req),
 			  "Content-Type", "text/plain; version=0.0.4");
-	evhttp_send_reply(req, 200, "OK", b);
+	http_send(req, 200, b);
 	evbuffer_free(b);
 }

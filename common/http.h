@@ -71,6 +71,8 @@ const struct http_route *http_route_find(const struct http_route *routes,
 					 unsigned method,
 					 const struct http_route **path_row);
 
+/* evhttp_send_reply, right for HEAD too (the length, no body). */
+void http_send(struct evhttp_request *req, int code, struct evbuffer *body);
 /* Takes over body; a NULL body answers a 500 error, never crashes. */
 void http_reply_json(struct evhttp_request *req, int code, json_t *body);
 void http_reply_error(struct evhttp_request *req, int code, const char *ecode,

@@ -105,18 +105,21 @@ in_list(const struct cidr *list, size_t n, const unsigned char a[16])
 	return 0;
 }
 
-/* The IPv4 address an IPv6 one stands for, as ::ffff:a.b.c.d; 0 if none. */
+/*
+ * The IPv4 address an IPv6 one leads to, as ::ffff:a.b.c.d (compatible
+ * (deprecated), NAT64 or 6to4); 0 if none. Mapped addresses are IPv4
+ * already.
+ */
 static int
 embedded_v4(const unsigned char a[16], unsigned char out[16])
 {
 	static const unsigned char zero[12], nat64[12] = {0, 0x64, 0xff, 0x9b};
 	const unsigned char *v4 = NULL;
 
-	if (!memcmp(a, v4_mapped, 12) || !memcmp(a, zero, 12) ||
-	    !memcmp(a, nat64, 12))
-		v4 = a + 12; /* mapped, compatible (deprecated), NAT64 */
+	if (!memcmp(a, zero, 12) || !memcmp(a, nat64, 12))
+		v4 = a + 12;
 	else if (a[0] == 0x20 && a[1] == 0x02)
-		v4 = a + 2; /* 6to4 */
+		v4 = a + 2;
 	if (v4 == NULL)
 		return 0;
 	memcpy(out, v4_mapped, 12);
@@ -124,19 +127,22 @@ embedded_v4(const unsigned char a[16], unsigned char out[16])
 	return 1;
 }
 
+/* Allowed by the list (as written: an IPv4 entry does not open its NAT64
+ * or 6to4 forms), else refused when in a blocked range, or leading to a
+ * blocked IPv4 address. */
 static int
 allowed(const struct netguard *g, const unsigned char a[16])
 {
 	unsigned char v4[16];
-	int has_v4 = embedded_v4(a, v4);
 
-	for (size_t i = 0; i < g->nallow; i++)
-		if (cidr_match(&g->allow[i], a) ||
-		    (has_v4 && cidr_match(&g->allow[i], v4)))
-			return 1;
+	if (in_list(g->allow, g->nallow, a))
+		return 1;
 	if (in_list(g->block, g->nblock6, a))
 		return 0;
-	if (has_v4 && in_list(g->block + g->nblock6, g->nblock4, v4))
+	if (!memcmp(a, v4_mapped, 12))
+		return !in_list(g->block + g->nblock6, g->nblock4, a);
+	if (embedded_v4(a, v4) &&
+	    in_list(g->block + g->nblock6, g->nblock4, v4))
 		return 0;
 	return 1;
 }

@@ -80,13 +80,13 @@ request_done_cb(const struct httpcli_result *r, void *arg)
 		  m->id, m->attempt, httpcli_class_name(r->cls), r->status,
 		  r->capped, r->seconds);
 	if (r->cls == HTTPCLI_BLOCKED)
-		log_warn("callback blocked: address not allowed "
-			 "(notifier.callback_networks_allowed)",
+		log_warn("callback blocked: an address not in "
+			 "notifier.callback_networks_allowed, or a redirect to "
+			 "another scheme",
 			 "id=%s attempt=%d detail=\"%s\"", m->id, m->attempt,
 			 m->detail);
-	outcome_handle(m, r->cls, r->status,
-		       r->cls == HTTPCLI_BLOCKED ? "address not allowed" : NULL,
-		       r->cls == HTTPCLI_BLOCKED);
+	/* blocked is final: a retry would be refused the same way */
+	outcome_handle(m, r->cls, r->status, NULL, r->cls == HTTPCLI_BLOCKED);
 	if (!n->stopping)
 		pump(n);
 }

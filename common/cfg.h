@@ -161,8 +161,8 @@
 	  300000, NULL, 0, "request timeout of a callback without timeout_ms") \
 	X(NOTIFIER_MAX_TIMEOUT_MS, "notifier", "max_timeout_ms", CFG_INT,      \
 	  "30000", 1, 300000, NULL, 0,                                         \
-	  "longest request timeout a task's callback.timeout_ms gets (at "     \
-	  "least notifier.timeout_ms)")                                        \
+	  "longest request timeout a callback gets, whatever its timeout_ms "  \
+	  "asks; not below notifier.timeout_ms")                               \
 	X(NOTIFIER_MAX_RESPONSE_BYTES, "notifier", "max_response_bytes",       \
 	  CFG_INT, "65536", 1024, 67108864, NULL, 0,                           \
 	  "most bytes of a callback's answer read (headers and body); "        \

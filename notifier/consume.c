@@ -13,7 +13,6 @@
 #include "log.h"
 #include "metrics.h"
 #include "notifier.h"
-#include "utf8.h"
 #include "xmalloc.h"
 
 /* Forged retry ids remembered to log each once; then forgotten at once. */
@@ -215,16 +214,10 @@ parse(struct notifier *n, struct nmsg *m, const rd_kafka_message_t *km)
 		m->due_at = header_int(h, RHDR_DUE_AT, 0);
 		m->occurrence = header_int(h, RHDR_OCCURRENCE, 0);
 		m->topic = header_dup(h, RHDR_TOPIC);
+		/* trusted (it goes into the next retry task's JSON) only
+		 * once the signature is checked below */
 		if (m->topic == NULL)
 			m->topic = xstrdup("");
-		if (!utf8_valid(m->topic, strlen(m->topic))) {
-			/* it goes into JSON (the next retry task) */
-			char t[TASK_TOPIC_MAX * 3 + 1];
-
-			utf8_copy(t, sizeof(t), m->topic, strlen(m->topic));
-			xfree(m->topic);
-			m->topic = xstrdup(t);
-		}
 	} else {
 		m->attempt = 1;
 		m->due_at = header_int(h, KHDR_DUE_AT, 0);

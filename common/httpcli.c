@@ -6,8 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
+#include <netdb.h>
 #include <sys/socket.h>
 
 #include <curl/curl.h>
@@ -41,8 +40,8 @@ struct hreq {
 	const struct netguard *guard;
 	size_t max, seen; /* max_response_bytes, bytes read */
 	int capped;
-	int blocked;			   /* the guard refused an address */
-	char blocked_ip[INET6_ADDRSTRLEN]; /* the last one */
+	int blocked;	     /* the guard refused an address */
+	char blocked_ip[64]; /* the last one */
 	int64_t start_us;
 	httpcli_done_fn done_cb;
 	void *arg;
@@ -188,18 +187,10 @@ opensocket_cb(void *clientp, curlsocktype purpose, struct curl_sockaddr *a)
 	struct hreq *r = clientp;
 
 	if (!netguard_allows(r->guard, &a->addr, a->addrlen)) {
-		const void *ip =
-			a->family == AF_INET6
-				? (const void *)&(
-					  (struct sockaddr_in6 *)&a->addr)
-					  ->sin6_addr
-				: (const void *)&(
-					  (struct sockaddr_in *)&a->addr)
-					  ->sin_addr;
-
 		r->blocked = 1;
-		if (inet_ntop(a->family, ip, r->blocked_ip,
-			      sizeof(r->blocked_ip)) == NULL)
+		if (getnameinfo(&a->addr, a->addrlen, r->blocked_ip,
+				sizeof(r->blocked_ip), NULL, 0,
+				NI_NUMERICHOST) != 0)
 			snprintf(r->blocked_ip, sizeof(r->blocked_ip), "?");
 		return CURL_SOCKET_BAD;
 	}

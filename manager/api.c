@@ -111,10 +111,7 @@ api_submit(struct manager *mg, struct evhttp_request *req, json_t *in)
 		return;
 	}
 	json_decref(in);
-	if (!api_topic_allowed(mg, ctx->req.task.topic)) {
-		task_error_set(&terr, 400, "invalid_value", "topic",
-			       "topic '%s' is not in http.topics_allowed",
-			       ctx->req.task.topic);
+	if (guard_submission(mg, &ctx->req.task, &terr) < 0) {
 		task_clear(&ctx->req.task);
 		xfree(ctx);
 		reply_task_error(mg, req, &terr);
@@ -265,11 +262,7 @@ post_batch(struct manager *mg, struct evhttp_request *req)
 				with_code(task_error_json(&terr), terr.http));
 			continue;
 		}
-		if (!api_topic_allowed(mg, it->req.task.topic)) {
-			task_error_set(&terr, 400, "invalid_value", "topic",
-				       "topic '%s' is not in "
-				       "http.topics_allowed",
-				       it->req.task.topic);
+		if (guard_submission(mg, &it->req.task, &terr) < 0) {
 			task_clear(&it->req.task);
 			metric_inc(mg->m.rejected);
 			json_array_set_new(

@@ -237,6 +237,9 @@ main(int argc, char **argv)
 	if (migrate_apply(cfg_str(mg.cfg, CFG_DB_URL), 30, err, sizeof(err)) <
 	    0)
 		log_fatal("database migration failed", "error=\"%s\"", err);
+	if (guard_start(&mg, 30, err, sizeof(err)) < 0)
+		log_fatal("cannot read the cluster secret", "error=\"%s\"",
+			  err);
 
 	mg.zk = zk_create(mg.base, cfg_str(mg.cfg, CFG_ZK_HOSTS),
 			  (int)cfg_int(mg.cfg, CFG_ZK_SESSION_TIMEOUT_MS),

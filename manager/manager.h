@@ -8,6 +8,7 @@
 
 #include <jansson.h>
 
+#include "callback.h"
 #include "task.h"
 
 struct cfg;
@@ -79,6 +80,8 @@ struct manager {
 	struct index_slot *index_slots;
 	struct kingest *kingest;
 	struct task_limits limits;
+	unsigned char retry_key[CALLBACK_KEY_LEN]; /* guard.c */
+	int have_retry_key;
 	struct auth *auth;     /* bearer tokens; NULL: none configured */
 	char **topics_allowed; /* NULL: any valid topic */
 	int nslots;
@@ -97,6 +100,15 @@ struct manager {
 
 /* migrate.c: applies pending schema migrations (blocking, startup). */
 int migrate_apply(const char *db_url, int wait_s, char *err, size_t errlen);
+
+/* guard.c: the checks of a valid task's topic against the cluster (the
+ * allow-list, Kafka's name length, the notifier's reserved topics; a retry
+ * task must carry the notifier's signature). 0, or -1 with err filled. */
+int guard_submission(const struct manager *mg, const struct task *t,
+		     struct task_error *err);
+/* Creates the cluster secret if there is none and reads it (blocking,
+ * startup, waiting up to wait_s for the database). */
+int guard_start(struct manager *mg, int wait_s, char *err, size_t errlen);
 
 /* zktree.c: creates and repairs the cluster tree. */
 int zktree_ensure(struct zk *z, const char *root, int nslots, char *err,

@@ -227,8 +227,10 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
 	sa.sin_port = htons((uint16_t)port);
 	fd = socket(AF_INET, SOCK_STREAM, 0);
-	if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0)
+	if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
+		fprintf(stderr, "connect: %s\n", strerror(errno));
 		abort();
+	}
 	fcntl(fd, F_SETFL, O_NONBLOCK);
 	/* Until the server has said all it will say about these bytes. */
 	while (quiet < 10) {

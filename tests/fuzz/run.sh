@@ -17,22 +17,23 @@ python3 "$src/tests/fuzz/seeds_http.py" "$out/corpus_http"
 flags="-g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -D_GNU_SOURCE"
 incs="-I$src/common -I$src/proto -I$src/tests/unit"
 # shellcheck disable=SC2046,SC2086
-clang $flags $incs $(pkg-config --cflags jansson libmariadb libevent) \
+clang $flags $incs $(pkg-config --cflags jansson libmariadb libevent libcrypto) \
 	"$src/tests/fuzz/fuzz_task.c" "$src/proto/task.c" "$src/proto/payload.c" \
 	"$src/tests/unit/payload_ref.c" \
 	"$src/proto/callback.c" "$src/proto/cron.c" "$src/common/tz.c" \
 	"$src/proto/slot.c" "$src/proto/zknode.c" "$src/common/url.c" \
 	"$src/common/xmalloc.c" "$src/common/log.c" "$src/common/db.c" \
-	"$src/common/utf8.c" \
-	$(pkg-config --libs jansson libmariadb libevent) -lpthread -o "$out/fuzz_task"
+	"$src/common/crypto.c" "$src/common/utf8.c" \
+	$(pkg-config --libs jansson libmariadb libevent libcrypto) -lpthread -o "$out/fuzz_task"
 # shellcheck disable=SC2046,SC2086
-clang $flags $incs $(pkg-config --cflags jansson libevent libsystemd) \
+clang $flags $incs $(pkg-config --cflags jansson libevent libsystemd libcrypto) \
 	"$src/tests/fuzz/fuzz_http.c" "$src/common/http.c" \
 	"$src/common/httpgate.c" "$src/common/utf8.c" "$src/common/hmap.c" \
 	"$src/common/metrics.c" "$src/common/daemon.c" "$src/common/url.c" \
 	"$src/common/xmalloc.c" "$src/common/log.c" "$src/proto/task.c" \
 	"$src/proto/callback.c" "$src/proto/cron.c" "$src/common/tz.c" \
-	$(pkg-config --libs jansson libevent libsystemd) -lpthread -o "$out/fuzz_http"
+	"$src/common/crypto.c" \
+	$(pkg-config --libs jansson libevent libsystemd libcrypto) -lpthread -o "$out/fuzz_http"
 n=0
 for t in task http; do
 	n=$((n + 1))

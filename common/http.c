@@ -87,6 +87,7 @@ enum conn_state {
 	CS_HEAD,    /* reading a head (head_len 0: idle, nothing yet) */
 	CS_BODY,    /* passing a body on */
 	CS_SERVICE, /* the request is evhttp's; the rest waits */
+	CS_LAST,    /* the request is evhttp's, the connection closes after */
 	CS_REFUSED, /* answered by the gate; dropping input until closed */
 };
 
@@ -107,6 +108,7 @@ struct http_conn {
 	enum http_shape shape; /* of the request in service */
 	int in_gate;
 	int closing;
+	int last;		/* the request in hand closes the connection */
 	struct event *timer;	/* the request's deadline, or the linger */
 	struct event *close_ev; /* deferred close */
 };
@@ -437,7 +439,8 @@ conn_head(struct http_conn *c, const char *buf, size_t len)
 		s->body_memory += c->reserved;
 	}
 	c->body_left = h.content_length > 0 ? h.content_length : 0;
-	c->state = c->body_left > 0 ? CS_BODY : CS_SERVICE;
+	c->last = h.close;
+	c->state = c->body_left > 0 ? CS_BODY : c->last ? CS_LAST : CS_SERVICE;
 	return 0;
 }
 
@@ -488,13 +491,19 @@ gate_run(struct http_conn *c)
 
 		if (c->state == CS_SERVICE || c->state == CS_REFUSED)
 			break;
+		if (c->state == CS_LAST) {
+			/* Nothing after a request that closes the connection
+			 * is read (evhttp ignores it too). */
+			evbuffer_drain(c->hold, evbuffer_get_length(c->hold));
+			break;
+		}
 		if (c->state == CS_BODY) {
 			n = (int64_t)have > c->body_left ? (size_t)c->body_left
 							 : have;
 			conn_approve(c, n);
 			c->body_left -= (int64_t)n;
 			if (c->body_left == 0) {
-				c->state = CS_SERVICE;
+				c->state = c->last ? CS_LAST : CS_SERVICE;
 				evtimer_del(c->timer);
 			}
 			continue;
@@ -529,7 +538,7 @@ gate_run(struct http_conn *c)
 		conn_approve(c, end);
 		c->head_seen = 0;
 		c->scan_from = 0;
-		if (c->state == CS_SERVICE)
+		if (c->state == CS_SERVICE || c->state == CS_LAST)
 			evtimer_del(c->timer);
 	}
 }
@@ -583,7 +592,7 @@ server_victim(struct http_server *s)
 
 	for (struct http_conn *c = s->conns; c != NULL; c = c->next) {
 		if (c->closing || c->state == CS_SERVICE ||
-		    now - c->since_ms < EVICT_MIN_AGE_MS)
+		    c->state == CS_LAST || now - c->since_ms < EVICT_MIN_AGE_MS)
 			continue;
 		if (best == NULL || c->since_ms < best->since_ms)
 			best = c;
@@ -705,6 +714,8 @@ request_done_cb(struct evhttp_request *req, void *arg)
 	if (c == NULL || c->id != (uint64_t)(uintptr_t)arg)
 		return;
 	body_release(c);
+	if (c->state == CS_LAST)
+		return; /* evhttp closes the connection now */
 	c->state = CS_HEAD;
 	c->since_ms = clock_mono_ms();
 	c->in_gate = 1;

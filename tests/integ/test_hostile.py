@@ -412,6 +412,26 @@ def test_pipelined_requests():
     h.check(b"content-length: " in hd.lower() and
             b"content-length: 0" not in hd.lower(),
             "the HEAD answer has the body's length: %r" % hd)
+    # Nothing after a request that closes the connection is answered (an
+    # HTTP/1.0 answer may end with the connection: another answer after it
+    # would be read as part of its body).
+    for last in (b"GET /healthz HTTP/1.0\r\nHost: x\r\n\r\n",
+                 b"GET /healthz HTTP/1.1\r\nHost: x\r\n"
+                 b"Connection: close\r\n\r\n"):
+        s = socket.create_connection((host, int(port)), timeout=5)
+        s.sendall(last + bad + two)
+        got = b""
+        try:
+            while True:
+                chunk = s.recv(65536)
+                if not chunk:
+                    break
+                got += chunk
+        except socket.timeout:
+            pass
+        s.close()
+        h.check_eq(got.count(b"HTTP/1."), 1, "one answer: %r" % got[:400])
+        h.check_eq(status_of(got), 200, "the closing request's answer")
 
 
 def test_content_type_required():

@@ -19,7 +19,6 @@
 #include <event2/listener.h>
 
 #include "daemon.h"
-#include "hmap.h"
 #include "http.h"
 #include "httpgate.h"
 #include "log.h"
@@ -96,8 +95,8 @@ struct http_conn {
 	struct bufferevent *bev;
 	struct evbuffer *hold; /* received, not yet given to evhttp */
 	uint64_t id;
-	char key[24];
 	struct http_conn *prev, *next;
+	struct http_conn *hnext; /* in its server's bufferevent map */
 	enum conn_state state;
 	size_t approved;  /* bytes at the front of the input evhttp may read */
 	size_t head_seen; /* bytes of the current head held so far */
@@ -120,7 +119,8 @@ struct http_server {
 	struct http_limits lim;
 	struct http_conn *conns;
 	size_t nconns;
-	struct hmap *by_bev;
+	struct http_conn **by_bev; /* bufferevent -> connection */
+	size_t nbuckets;
 	uint64_t next_id;
 	int paused;
 	struct event *sweep;
@@ -148,23 +148,74 @@ server_of(struct evhttp *h)
 	return NULL;
 }
 
+/* A bucket of the bufferevent map: a multiplicative hash of the pointer
+ * (every request looks its connection up, two or three times). */
+static size_t
+bev_bucket(const struct http_server *s, const struct bufferevent *bev)
+{
+	uint64_t h = (uint64_t)(uintptr_t)bev * 0x9e3779b97f4a7c15ULL;
+
+	return (size_t)(h >> 32) & (s->nbuckets - 1);
+}
+
+static void
+bev_map_put(struct http_server *s, struct http_conn *c)
+{
+	size_t b;
+
+	if (s->nconns >= s->nbuckets) {
+		size_t old = s->nbuckets;
+		struct http_conn **ob = s->by_bev;
+
+		s->nbuckets = old ? 2 * old : 64;
+		s->by_bev = xcalloc(s->nbuckets, sizeof(*s->by_bev));
+		for (size_t i = 0; i < old; i++) {
+			struct http_conn *e = ob[i], *n;
+
+			for (; e != NULL; e = n) {
+				n = e->hnext;
+				b = bev_bucket(s, e->bev);
+				e->hnext = s->by_bev[b];
+				s->by_bev[b] = e;
+			}
+		}
+		xfree(ob);
+	}
+	b = bev_bucket(s, c->bev);
+	c->hnext = s->by_bev[b];
+	s->by_bev[b] = c;
+}
+
+static void
+bev_map_del(struct http_server *s, struct http_conn *c)
+{
+	struct http_conn **p = &s->by_bev[bev_bucket(s, c->bev)];
+
+	while (*p != NULL && *p != c)
+		p = &(*p)->hnext;
+	if (*p != NULL)
+		*p = c->hnext;
+}
+
 /* The connection of a request still attached to one, or NULL. */
 static struct http_conn *
 conn_of_req(struct evhttp_request *req)
 {
 	struct evhttp_connection *evcon = evhttp_request_get_connection(req);
-	char key[24];
+	struct bufferevent *bev;
 
 	if (evcon == NULL)
 		return NULL;
-	snprintf(key, sizeof(key), "%p",
-		 (void *)evhttp_connection_get_bufferevent(evcon));
+	bev = evhttp_connection_get_bufferevent(evcon);
 	for (size_t i = 0; i < HTTP_MAX_SERVERS; i++) {
-		struct http_conn *c;
+		struct http_server *s = &servers[i];
 
-		if (servers[i].evh != NULL &&
-		    (c = hmap_get(servers[i].by_bev, key)) != NULL)
-			return c;
+		if (s->evh == NULL || s->nbuckets == 0)
+			continue;
+		for (struct http_conn *c = s->by_bev[bev_bucket(s, bev)];
+		     c != NULL; c = c->hnext)
+			if (c->bev == bev)
+				return c;
 	}
 	return NULL;
 }
@@ -456,6 +507,58 @@ conn_approve(struct http_conn *c, size_t n)
 	c->approved += n;
 }
 
+/* A body's bytes counted through; the request complete at the end. */
+static size_t
+body_take(struct http_conn *c, size_t have)
+{
+	size_t n = (int64_t)have > c->body_left ? (size_t)c->body_left : have;
+
+	c->body_left -= (int64_t)n;
+	if (c->body_left == 0) {
+		c->state = c->last ? CS_LAST : CS_SERVICE;
+		evtimer_del(c->timer);
+	}
+	return n;
+}
+
+/*
+ * The common case, checked where it arrived: nothing is held and requests
+ * come whole. Returns how many bytes at the front of the input evhttp may
+ * now read (what follows goes to the hold), or -1 if the gate refused.
+ */
+static ssize_t
+gate_in_place(struct http_conn *c, struct evbuffer *in, size_t len)
+{
+	size_t pos = c->approved;
+
+	while (pos < len) {
+		size_t n, from = 0, end;
+		const char *p;
+
+		if (c->state == CS_BODY) {
+			pos += body_take(c, len - pos);
+			continue;
+		}
+		if (c->state != CS_HEAD || c->head_seen > 0)
+			break;
+		n = len - pos < c->s->lim.max_headers ? len - pos
+						      : c->s->lim.max_headers;
+		p = (const char *)evbuffer_pullup(in, (ev_ssize_t)(pos + n)) +
+		    pos;
+		if (p[0] == '\r' || p[0] == '\n')
+			break; /* stray line ends: the hold skips them */
+		if ((end = httpgate_head_end(p, n, &from)) == 0)
+			break; /* an incomplete head waits in the hold */
+		c->since_ms = clock_mono_ms();
+		if (conn_head(c, p, end) < 0)
+			return -1;
+		pos += end;
+		if (c->state == CS_BODY)
+			timer_in(c->timer, (int64_t)c->s->lim.timeout_s * 1000);
+	}
+	return (ssize_t)pos;
+}
+
 /* What arrived beyond what evhttp may read goes to the hold, then as much
  * of the hold as may be read goes back. */
 static void
@@ -470,19 +573,30 @@ gate_run(struct http_conn *c)
 		return;
 	}
 	if (len > c->approved) {
+		size_t pos = c->approved;
 		struct evbuffer *keep = NULL;
 
-		/* in = [approved][new]: the new bytes join the hold. */
-		if (c->approved > 0) {
-			keep = evbuffer_new();
-			evbuffer_remove_buffer(in, keep, c->approved);
+		if (evbuffer_get_length(c->hold) == 0) {
+			ssize_t r = gate_in_place(c, in, len);
+
+			if (r < 0)
+				return;
+			pos = (size_t)r;
 		}
-		evbuffer_add_buffer(c->hold, in);
-		if (keep != NULL) {
-			evbuffer_unfreeze(in, 0);
-			evbuffer_add_buffer(in, keep);
-			evbuffer_freeze(in, 0);
-			evbuffer_free(keep);
+		c->approved = pos;
+		if (len > pos) {
+			/* in = [approved][new]: the new bytes join the hold. */
+			if (pos > 0) {
+				keep = evbuffer_new();
+				evbuffer_remove_buffer(in, keep, pos);
+			}
+			evbuffer_add_buffer(c->hold, in);
+			if (keep != NULL) {
+				evbuffer_unfreeze(in, 0);
+				evbuffer_add_buffer(in, keep);
+				evbuffer_freeze(in, 0);
+				evbuffer_free(keep);
+			}
 		}
 	}
 	while (evbuffer_get_length(c->hold) > 0) {
@@ -498,14 +612,7 @@ gate_run(struct http_conn *c)
 			break;
 		}
 		if (c->state == CS_BODY) {
-			n = (int64_t)have > c->body_left ? (size_t)c->body_left
-							 : have;
-			conn_approve(c, n);
-			c->body_left -= (int64_t)n;
-			if (c->body_left == 0) {
-				c->state = c->last ? CS_LAST : CS_SERVICE;
-				evtimer_del(c->timer);
-			}
+			conn_approve(c, body_take(c, have));
 			continue;
 		}
 		/* CS_HEAD */
@@ -567,7 +674,7 @@ conn_free(struct http_conn *c)
 	struct http_server *s = c->s;
 
 	body_release(c);
-	hmap_del(s->by_bev, c->key);
+	bev_map_del(s, c);
 	if (c->prev != NULL)
 		c->prev->next = c->next;
 	else
@@ -692,8 +799,7 @@ conn_bev(struct event_base *base, void *arg)
 	c->since_ms = clock_mono_ms();
 	c->timer = evtimer_new(base, conn_timer_cb, c);
 	c->close_ev = event_new(base, -1, 0, conn_close_cb, c);
-	snprintf(c->key, sizeof(c->key), "%p", (void *)bev);
-	hmap_put(s->by_bev, c->key, c);
+	bev_map_put(s, c);
 	c->next = s->conns;
 	if (s->conns != NULL)
 		s->conns->prev = c;
@@ -953,7 +1059,6 @@ http_server_create(struct event_base *base, const char *listen,
 	s->lim = *lim;
 	if (s->lim.max_headers == 0)
 		s->lim.max_headers = 16384;
-	s->by_bev = hmap_create();
 	s->listener = evhttp_bound_socket_get_listener(bound);
 	s->sweep = evtimer_new(base, sweep_cb, s);
 	s->m_open = metrics_register(METRIC_GAUGE, "prophet_http_connections",
@@ -1008,7 +1113,7 @@ http_server_free(struct evhttp *h)
 	while (s->conns != NULL)
 		conn_free(s->conns);
 	event_free(s->sweep);
-	hmap_destroy(s->by_bev);
+	xfree(s->by_bev);
 	memset(s, 0, sizeof(*s));
 }
 

@@ -68,7 +68,8 @@
 	  NULL, 0, "most tasks in one POST /v1/tasks/batch")                   \
 	X(HTTP_TOKENS_FILE, "http", "tokens_file", CFG_STR, "", 0, 0, NULL, 1, \
 	  "bearer tokens with roles, one '<token> <role>[,<role>]' a line "    \
-	  "(roles: submit, read, admin); empty: no authentication")            \
+	  "(roles: submit, read, admin; a token may be stored as "             \
+	  "sha256:<hex>), mode 600; empty: no authentication")                 \
 	X(HTTP_TOKEN, "http", "token", CFG_STR, "", 0, 0, NULL, 0,             \
 	  "the token prophetctl sends (or PROPHET_TOKEN in its environment) "  \
 	  "and the notifier submits retry tasks with (role submit)")           \

@@ -16,6 +16,7 @@
 #include "db.h"
 #include "log.h"
 #include "url.h"
+#include "utf8.h"
 #include "xmalloc.h"
 
 #define DB_STMT_CACHE_MAX 32
@@ -68,7 +69,9 @@ static void
 conn_seterr(struct db_conn *c, unsigned int num, const char *msg)
 {
 	c->errnum = num;
-	snprintf(c->err, sizeof(c->err), "%s", msg);
+	/* Server messages quote data and names (a CHECK constraint, a
+	 * trigger's SIGNAL text): cut at a character, they stay valid. */
+	utf8_copy(c->err, sizeof(c->err), msg, strlen(msg));
 }
 
 static void

@@ -334,7 +334,7 @@ json_or_null(const char *s)
 
 	if (s == NULL)
 		return NULL;
-	j = json_loads(s, 0, NULL);
+	j = json_loads(s, JSON_ALLOW_NUL, NULL);
 	return j;
 }
 

@@ -75,6 +75,7 @@ submit_result(struct manager *mg, const struct ingest_req *r, int *code)
 			       "task '%s' exists with different content",
 			       t->id);
 		return task_error_json(&e);
+	case 400: return ingest_refused_json(mg, r, code);
 	default:
 		metric_inc(mg->m.unavailable);
 		*code = 503;

@@ -211,7 +211,7 @@ submitted_cb(struct ingest_req *r, void *arg)
 			     (KINGEST_RETRY_MS % 1000) * 1000};
 
 	if (m->k->mg->stopping && r->result != 201 && r->result != 200 &&
-	    r->result != 409)
+	    r->result != 409 && r->result != 400)
 		return; /* redelivered after the restart */
 	switch (r->result) {
 	case 201:
@@ -226,6 +226,12 @@ submitted_cb(struct ingest_req *r, void *arg)
 		metric_inc(m->k->mg->m.conflicts);
 		refuse(m, "conflict", "id",
 		       "a task with this id exists with different content");
+		break;
+	case 400:
+		/* Refused by the database for its values: retrying would
+		 * stall the partition forever. */
+		refuse(m, r->refused.code, r->refused.field,
+		       r->refused.message);
 		break;
 	default:
 		/* The DB is down: try again; the offset waits. */

@@ -346,6 +346,22 @@ def test_body_horizon_loader():
     p.raise_if_any("body through the horizon loader")
 
 
+SANITIZER_MARKS = ("ERROR: AddressSanitizer", "ERROR: LeakSanitizer",
+                   "runtime error:")
+
+
+def test_daemons_exit_clean():
+    """Last: the daemons stop on SIGTERM with exit 0 and (sanitizer
+    builds) no sanitizer report in their logs, leaks included."""
+    found = []
+    for pr in [C.manager] + C.workers:
+        if pr.running():
+            h.check_eq(pr.stop(), 0, "%s exit code" % pr.name)
+        for mark in SANITIZER_MARKS:
+            found += ["%s: %s" % (pr.name, line) for line in pr.grep(mark)]
+    h.check(not found, "sanitizer reports:\n  " + "\n  ".join(found[:10]))
+
+
 def cleanup(failed):
     if C is not None:
         C.close(failed=failed)

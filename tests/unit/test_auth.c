@@ -185,11 +185,15 @@ test_bad_hash_refused(void **state)
 static void
 test_missing_file(void **state)
 {
+	struct auth *a;
 	char err[512];
 
 	assert_null(auth_load("/nonexistent/prophet-tokens", err, sizeof(err)));
 	assert_non_null(strstr(err, "/nonexistent/prophet-tokens"));
-	assert_non_null(auth_load("", err, sizeof(err)));
+	a = auth_load("", err, sizeof(err));
+	assert_non_null(a);
+	assert_false(auth_enabled(a));
+	auth_destroy(a);
 }
 
 int

@@ -19,6 +19,7 @@
 #include "metrics.h"
 #include "redis.h"
 #include "rindex.h"
+#include "utf8.h"
 #include "xmalloc.h"
 #include "zk.h"
 #include "zknode.h"
@@ -127,8 +128,10 @@ worker_cb(struct zk *z, int rc, const char *data, int len,
 	struct gather *g = a->g;
 	json_t *j = rc == ZOK ? parse_json(data, len) : NULL;
 
-	if (j == NULL)
-		j = json_pack("{s:s}", "id", a->id);
+	if (j == NULL) {
+		j = json_object();
+		json_object_set_new(j, "id", utf8_json_str(a->id));
+	}
 	json_array_append_new(g->workers, j);
 	xfree(a);
 	gather_put(g);
@@ -147,7 +150,9 @@ workers_cb(struct zk *z, int rc, const struct String_vector *names, void *arg)
 			struct gather_arg *a = xcalloc(1, sizeof(*a));
 
 			a->g = g;
-			snprintf(a->id, sizeof(a->id), "%s", names->data[i]);
+			/* Any name may sit there: cut at a character. */
+			utf8_copy(a->id, sizeof(a->id), names->data[i],
+				  strlen(names->data[i]));
 			snprintf(path, sizeof(path), "%s%s/%s",
 				 cfg_str(g->mg->cfg, CFG_CLUSTER_ROOT),
 				 ZPATH_WORKERS, names->data[i]);

@@ -23,6 +23,7 @@
 #include "manager.h"
 #include "promtext.h"
 #include "url.h"
+#include "utf8.h"
 #include "xmalloc.h"
 #include "zk.h"
 #include "zknode.h"
@@ -287,9 +288,12 @@ children_cb(struct zk *z, int rc, const struct String_vector *names, void *arg)
 		struct late_worker *w = xcalloc(1, sizeof(*w));
 
 		w->l = l;
-		snprintf(w->id, sizeof(w->id), "%s", names->data[i]);
-		w->entry = json_pack("{s:s, s:n, s:b}", "id", w->id, "metrics",
-				     "ok", 0);
+		/* Any name may sit there: cut at a character, so that the
+		 * entry is never NULL. */
+		utf8_copy(w->id, sizeof(w->id), names->data[i],
+			  strlen(names->data[i]));
+		w->entry = json_pack("{s:o, s:n, s:b}", "id",
+				     utf8_json_str(w->id), "metrics", "ok", 0);
 		json_array_append_new(l->workers, w->entry);
 		snprintf(path, sizeof(path), "%s%s/%s",
 			 cfg_str(l->mg->cfg, CFG_CLUSTER_ROOT), ZPATH_WORKERS,

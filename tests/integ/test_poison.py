@@ -497,6 +497,16 @@ def test_foreign_worker_node_gets_no_slots():
             owners[i] = (j.get("owner"), j.get("requested"))
         h.check(all(o == (wid, None) for o in owners.values()),
                 "every slot stays with the one real worker: %s" % owners)
+        # The manager lists them as they are (the long one cut at a
+        # character, not in the middle of one).
+        for path in ("/v1/cluster", "/v1/cluster/lateness"):
+            r = C.api().get(path)
+            h.check(r.status == 200 and r.json is not None, "%s: %r"
+                    % (path, r))
+            ids = [w.get("id") for w in r.json["workers"]]
+            h.check("not a worker" in ids and
+                    any(i and i.startswith("\u00e9" * 60) for i in ids),
+                    "%s lists the foreign nodes: %s" % (path, ids))
     finally:
         zk.close()
     # And it still fires.

@@ -10,14 +10,12 @@
 #include <strings.h>
 #include <sys/stat.h>
 
-#include <openssl/crypto.h>
-#include <openssl/evp.h>
-
 #include "auth.h"
+#include "crypto.h"
 #include "xmalloc.h"
 
 #define AUTH_TOKEN_MAX 256
-#define AUTH_HASH_LEN 32
+#define AUTH_HASH_LEN CRYPTO_SHA256_LEN
 
 struct auth_token {
 	char *token; /* NULL: stored as its hash */
@@ -32,15 +30,6 @@ struct auth {
 	int hashed; /* some tokens are stored as hashes */
 };
 
-static void
-sha256(const void *data, size_t len, unsigned char out[AUTH_HASH_LEN])
-{
-	unsigned int n = AUTH_HASH_LEN;
-
-	if (EVP_Digest(data, len, out, &n, EVP_sha256(), NULL) != 1)
-		abort();
-}
-
 void
 auth_token_hash(const char *token, size_t len, char out[AUTH_HASH_TEXT_LEN])
 {
@@ -48,7 +37,7 @@ auth_token_hash(const char *token, size_t len, char out[AUTH_HASH_TEXT_LEN])
 	unsigned char h[AUTH_HASH_LEN];
 	char *o = out + strlen(AUTH_HASH_PREFIX);
 
-	sha256(token, len, h);
+	crypto_sha256(token, len, h);
 	memcpy(out, AUTH_HASH_PREFIX, strlen(AUTH_HASH_PREFIX));
 	for (size_t i = 0; i < AUTH_HASH_LEN; i++) {
 		*o++ = hex[h[i] >> 4];
@@ -281,14 +270,14 @@ auth_check(const struct auth *a, const char *authorization, enum auth_role need)
 	if (len == 0 || len > AUTH_TOKEN_MAX)
 		return 401;
 	if (a->hashed)
-		sha256(tok, len, hash);
+		crypto_sha256(tok, len, hash);
 	/* Every token is compared, so timing tells nothing about which. */
 	for (size_t i = 0; i < a->n; i++) {
 		const struct auth_token *t = &a->tokens[i];
 
 		if (t->token != NULL
 			    ? ct_equal(tok, len, t->token, t->len)
-			    : CRYPTO_memcmp(hash, t->hash, AUTH_HASH_LEN) == 0)
+			    : crypto_equal(hash, t->hash, AUTH_HASH_LEN))
 			roles |= t->roles;
 	}
 	if (roles == 0)

@@ -15,7 +15,9 @@
 #include <ini.h>
 
 #include "cfg.h"
+#include "kafka.h"
 #include "log.h"
+#include "netguard.h"
 #include "url.h"
 #include "xmalloc.h"
 
@@ -610,6 +612,76 @@ cfg_check_level(const char *v, char *err, size_t errlen)
 	return 0;
 }
 
+int
+cfg_check_topic(const char *v, char *err, size_t errlen)
+{
+	size_t n = strlen(v);
+
+	if (n == 0 || n > 200 || !strcmp(v, ".") || !strcmp(v, "..")) {
+		snprintf(err, errlen,
+			 "a topic is 1-200 characters, not . or ..");
+		return -1;
+	}
+	for (const char *p = v; *p; p++) {
+		if (!isalnum((unsigned char)*p) && *p != '.' && *p != '_' &&
+		    *p != '-') {
+			snprintf(err, errlen,
+				 "'%s' may only hold [A-Za-z0-9._-]", v);
+			return -1;
+		}
+	}
+	return 0;
+}
+
+int
+cfg_check_cidr_list(const char *v, char *err, size_t errlen)
+{
+	struct netguard *g = netguard_create(v, err, errlen);
+
+	if (g == NULL)
+		return -1;
+	netguard_destroy(g);
+	return 0;
+}
+
+int
+cfg_validate(const struct cfg *cfg, char *err, size_t errlen)
+{
+	static const enum cfg_id topics[] = {CFG_NOTIFIER_RETRY_TOPIC,
+					     CFG_NOTIFIER_DEAD_LETTER_TOPIC};
+	size_t plen = strlen(cfg->str[CFG_KAFKA_TOPIC_PREFIX]);
+
+	if (cfg->num[CFG_NOTIFIER_MAX_TIMEOUT_MS] <
+	    cfg->num[CFG_NOTIFIER_TIMEOUT_MS]) {
+		snprintf(err, errlen,
+			 "notifier.max_timeout_ms: %" PRId64
+			 " is below notifier.timeout_ms (%" PRId64 ")",
+			 cfg->num[CFG_NOTIFIER_MAX_TIMEOUT_MS],
+			 cfg->num[CFG_NOTIFIER_TIMEOUT_MS]);
+		return -1;
+	}
+	for (size_t i = 0; i < sizeof(topics) / sizeof(topics[0]); i++) {
+		const struct cfg_def *d = &cfg_defs[topics[i]];
+		size_t n = plen + strlen(cfg->str[topics[i]]);
+
+		if (n > KAFKA_TOPIC_NAME_MAX) {
+			snprintf(err, errlen,
+				 "%s.%s: with kafka.topic_prefix it is a Kafka "
+				 "topic of %zu characters; Kafka allows %d",
+				 d->section, d->key, n, KAFKA_TOPIC_NAME_MAX);
+			return -1;
+		}
+	}
+	if (!strcmp(cfg->str[CFG_NOTIFIER_RETRY_TOPIC],
+		    cfg->str[CFG_NOTIFIER_DEAD_LETTER_TOPIC])) {
+		snprintf(err, errlen,
+			 "notifier.dead_letter_topic: the same topic as "
+			 "notifier.retry_topic");
+		return -1;
+	}
+	return 0;
+}
+
 static void
 usage(const char *prog, const char *summary)
 {
@@ -690,6 +762,10 @@ cfg_from_args(int *argcp, char **argv, const char *prog, const char *summary)
 		}
 	}
 	xfree(sets);
+	if (cfg_validate(cfg, err, sizeof(err)) < 0) {
+		fprintf(stderr, "%s: config: %s\n", prog, err);
+		exit(1);
+	}
 	if (check) {
 		printf("%s: configuration %s is valid\n", prog, cfg_path(cfg));
 		cfg_destroy(cfg);

@@ -77,10 +77,17 @@
 	  NULL, 1,                                                             \
 	  "comma-separated topics tasks may use; empty: any valid topic")      \
 	X(HTTP_TIMEOUT_S, "http", "timeout_s", CFG_INT, "30", 1, 3600, NULL,   \
-	  0, "request read/write timeout")                                     \
+	  0,                                                                   \
+	  "longest time to receive a request (headers and body, however "      \
+	  "slowly sent), to sit idle between requests and to take an answer")  \
 	X(HTTP_MAX_CONNECTIONS, "http", "max_connections", CFG_INT, "1024", 1, \
 	  1000000, NULL, 0,                                                    \
-	  "most open client connections; more wait in the listen backlog")     \
+	  "most open client connections; at the limit idle and slow ones "     \
+	  "make room, else more wait in the listen backlog")                   \
+	X(HTTP_MAX_BODY_MEMORY_BYTES, "http", "max_body_memory_bytes",         \
+	  CFG_INT, "268435456", 0, 68719476736LL, NULL, 0,                     \
+	  "request bodies being received at once (their Content-Length); "     \
+	  "beyond it 503; 0 no limit")                                         \
 	X(HTTP_CALLBACK_HOSTS_ALLOWED, "http", "callback_hosts_allowed",       \
 	  CFG_STR, "", 0, 0, NULL, 0,                                          \
 	  "comma-separated hosts callback URLs may name ('.example.com' "      \
@@ -142,10 +149,11 @@
 	  "added); an entry starting with ^ is a regular expression on the "   \
 	  "Kafka topic names")                                                 \
 	X(NOTIFIER_RETRY_TOPIC, "notifier", "retry_topic", CFG_STR,            \
-	  "prophet.callback-retry", 0, 0, cfg_check_nonempty, 0,               \
-	  "task topic of the retry tasks the notifier submits and consumes")   \
+	  "prophet.callback-retry", 0, 0, cfg_check_topic, 0,                  \
+	  "task topic of the retry tasks the notifier submits and consumes "   \
+	  "(the API takes only the notifier's signed ones)")                   \
 	X(NOTIFIER_DEAD_LETTER_TOPIC, "notifier", "dead_letter_topic",         \
-	  CFG_STR, "prophet.callback-dead", 0, 0, cfg_check_nonempty, 0,       \
+	  CFG_STR, "prophet.callback-dead", 0, 0, cfg_check_topic, 0,          \
 	  "where a callback goes after its last failed attempt (the topic "    \
 	  "prefix is added), with the error in headers")                       \
 	X(NOTIFIER_MANAGER_URL, "notifier", "manager_url", CFG_STR,            \
@@ -163,6 +171,20 @@
 	  "a delay is shortened by a pseudo-random 0..this percent of it")     \
 	X(NOTIFIER_TIMEOUT_MS, "notifier", "timeout_ms", CFG_INT, "10000", 1,  \
 	  300000, NULL, 0, "request timeout of a callback without timeout_ms") \
+	X(NOTIFIER_MAX_TIMEOUT_MS, "notifier", "max_timeout_ms", CFG_INT,      \
+	  "30000", 1, 300000, NULL, 0,                                         \
+	  "longest request timeout a callback gets, whatever its timeout_ms "  \
+	  "asks; not below notifier.timeout_ms")                               \
+	X(NOTIFIER_MAX_RESPONSE_BYTES, "notifier", "max_response_bytes",       \
+	  CFG_INT, "65536", 1024, 67108864, NULL, 0,                           \
+	  "most bytes of a callback's answer read (headers and body); "        \
+	  "reading stops there and the status received decides")               \
+	X(NOTIFIER_CALLBACK_NETWORKS_ALLOWED, "notifier",                      \
+	  "callback_networks_allowed", CFG_STR, "", 0, 0, cfg_check_cidr_list, \
+	  0,                                                                   \
+	  "comma-separated CIDRs callbacks may connect to although refused "   \
+	  "by default (loopback, private, link-local, CGNAT, multicast, "      \
+	  "reserved), e.g. 10.1.0.0/16, fd00::/8")                             \
 	X(NOTIFIER_MAX_REDIRECTS, "notifier", "max_redirects", CFG_INT, "0",   \
 	  0, 20, NULL, 0, "redirects followed by a callback (0: none)")        \
 	X(NOTIFIER_MAX_INFLIGHT, "notifier", "max_inflight", CFG_INT, "256",   \
@@ -217,6 +239,10 @@ size_t cfg_extra_count(const struct cfg *cfg, const char *section);
 void cfg_extra_get(const struct cfg *cfg, const char *section, size_t i,
 		   const char **key, const char **value);
 
+/* The rules between keys (a timeout bound, Kafka's topic name length):
+ * -1 with err naming the key. cfg_from_args applies them. */
+int cfg_validate(const struct cfg *cfg, char *err, size_t errlen);
+
 /* Re-reads the file and applies the keys marked reloadable. */
 int cfg_reload(struct cfg *cfg, char *err, size_t errlen);
 
@@ -240,5 +266,9 @@ int cfg_check_topic_prefix(const char *v, char *err, size_t errlen);
 int cfg_check_listen(const char *v, char *err, size_t errlen);
 int cfg_check_worker_id(const char *v, char *err, size_t errlen);
 int cfg_check_level(const char *v, char *err, size_t errlen);
+/* A task topic: 1-200 of [A-Za-z0-9._-], not "." or "..". */
+int cfg_check_topic(const char *v, char *err, size_t errlen);
+/* CIDRs separated by commas or spaces (common/netguard.h). */
+int cfg_check_cidr_list(const char *v, char *err, size_t errlen);
 
 #endif

@@ -3,9 +3,13 @@
 #endif
 
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
 
 #include <event2/buffer.h>
 #include <event2/bufferevent.h>
@@ -14,7 +18,10 @@
 #include <event2/keyvalq_struct.h>
 #include <event2/listener.h>
 
+#include "daemon.h"
+#include "hmap.h"
 #include "http.h"
+#include "httpgate.h"
 #include "log.h"
 #include "metrics.h"
 #include "url.h"
@@ -27,47 +34,105 @@ http_reason(int code)
 	switch (code) {
 	case 200: return "OK";
 	case 201: return "Created";
+	case 202: return "Accepted";
 	case 204: return "No Content";
 	case 400: return "Bad Request";
 	case 401: return "Unauthorized";
 	case 403: return "Forbidden";
 	case 404: return "Not Found";
 	case 405: return "Method Not Allowed";
+	case 408: return "Request Timeout";
 	case 409: return "Conflict";
+	case 411: return "Length Required";
 	case 413: return "Payload Too Large";
 	case 415: return "Unsupported Media Type";
+	case 417: return "Expectation Failed";
 	case 429: return "Too Many Requests";
+	case 431: return "Request Header Fields Too Large";
 	case 500: return "Internal Server Error";
+	case 501: return "Not Implemented";
 	case 503: return "Service Unavailable";
+	case 505: return "HTTP Version Not Supported";
 	default: return "Unknown";
 	}
 }
 
 /*
- * Connection limit. libevent 2.1's evhttp has none and hands no accepted
- * socket to the application, but it asks us for each connection's
- * bufferevent. We keep a reference to each: evhttp frees a connection's
- * bufferevent when the connection ends (and closes the socket itself), which
- * clears its callbacks; a sweep then drops our reference and the count. At
- * the limit the listener stops accepting: further clients wait in the
- * kernel's backlog (nothing is refused) until a connection ends; idle and
- * slow clients are cut by the request timeout, so a slowloris cannot hold
- * the slots for long.
+ * The gate. libevent 2.1's evhttp hands the application no accepted socket,
+ * but asks it for each connection's bufferevent; the gate watches that
+ * bufferevent's input buffer (an evbuffer callback runs when bytes arrive,
+ * before evhttp's read callback parses them). Whatever has not been
+ * checked is moved out of evhttp's sight into the connection's hold
+ * buffer: a request head goes back to evhttp only once it is complete and
+ * checked (httpgate.c), its body only up to its Content-Length, and
+ * nothing of the next request while one is in service (evhttp 2.1 serves a
+ * connection's requests in order anyway). What the gate refuses it answers
+ * itself, straight to the socket, then closes the connection after a short
+ * linger that drops what the client still sends, so that the client reads
+ * the answer rather than a reset. libevent 2.2 has evhttp_set_newreqcb and
+ * evhttp_set_errorcb, which would cover part of this; Debian 12 has 2.1.
+ *
+ * evhttp frees a connection's bufferevent when the connection ends (and
+ * closes the socket itself), which clears its callbacks. We keep a
+ * reference to each, so a sweep can see which have ended and drop them:
+ * every SWEEP_IDLE_MS, every SWEEP_FULL_MS at the connection limit.
  */
 #define HTTP_MAX_SERVERS 4
+#define LINGER_MS 2000
 #define SWEEP_IDLE_MS 1000
 #define SWEEP_FULL_MS 20
+#define EVICT_MIN_AGE_MS 100
+
+enum conn_state {
+	CS_HEAD,    /* reading a head (head_len 0: idle, nothing yet) */
+	CS_BODY,    /* passing a body on */
+	CS_SERVICE, /* the request is evhttp's; the rest waits */
+	CS_REFUSED, /* answered by the gate; dropping input until closed */
+};
+
+struct http_conn {
+	struct http_server *s;
+	struct bufferevent *bev;
+	struct evbuffer *hold; /* received, not yet given to evhttp */
+	uint64_t id;
+	char key[24];
+	struct http_conn *prev, *next;
+	enum conn_state state;
+	size_t approved;  /* bytes at the front of the input evhttp may read */
+	size_t head_seen; /* bytes of the current head held so far */
+	size_t scan_from;
+	int64_t body_left;
+	size_t reserved;  /* of the server's body memory */
+	int64_t since_ms; /* mono: idle since, or the request's first byte */
+	enum http_shape shape; /* of the request in service */
+	int in_gate;
+	int closing;
+	struct event *timer;	/* the request's deadline, or the linger */
+	struct event *close_ev; /* deferred close */
+};
 
 struct http_server {
 	struct evhttp *evh;
+	struct event_base *base;
 	struct evconnlistener *listener;
-	struct event *sweep;
-	struct bufferevent **conns;
-	size_t nconns, cap;
-	long max; /* 0: no limit */
+	struct http_limits lim;
+	struct http_conn *conns;
+	size_t nconns;
+	struct hmap *by_bev;
+	uint64_t next_id;
 	int paused;
+	struct event *sweep;
+	size_t body_memory;
+	const struct http_route *routes;
+	size_t nroutes;
+	http_authorize_fn *authorize;
+	void *ctx;
 	struct metric *m_open;
 	struct metric *m_paused;
+	struct metric *m_refused;
+	struct metric *m_evicted;
+	struct metric *m_timeouts;
+	struct metric *m_requests;
 };
 
 static struct http_server servers[HTTP_MAX_SERVERS];
@@ -81,39 +146,491 @@ server_of(struct evhttp *h)
 	return NULL;
 }
 
-/* Drops the connections evhttp has freed. */
+/* The connection of a request still attached to one, or NULL. */
+static struct http_conn *
+conn_of_req(struct evhttp_request *req)
+{
+	struct evhttp_connection *evcon = evhttp_request_get_connection(req);
+	char key[24];
+
+	if (evcon == NULL)
+		return NULL;
+	snprintf(key, sizeof(key), "%p",
+		 (void *)evhttp_connection_get_bufferevent(evcon));
+	for (size_t i = 0; i < HTTP_MAX_SERVERS; i++) {
+		struct http_conn *c;
+
+		if (servers[i].evh != NULL &&
+		    (c = hmap_get(servers[i].by_bev, key)) != NULL)
+			return c;
+	}
+	return NULL;
+}
+
+static void
+timer_in(struct event *ev, int64_t ms)
+{
+	struct timeval tv;
+
+	if (ms < 0)
+		ms = 0;
+	tv.tv_sec = ms / 1000;
+	tv.tv_usec = (ms % 1000) * 1000;
+	evtimer_add(ev, &tv);
+}
+
+/* evhttp has freed the connection (and cleared the callbacks). */
+static int
+conn_ended(struct http_conn *c)
+{
+	bufferevent_data_cb r, w;
+	bufferevent_event_cb e;
+
+	bufferevent_getcb(c->bev, &r, &w, &e, NULL);
+	return r == NULL && w == NULL && e == NULL;
+}
+
+static void
+body_release(struct http_conn *c)
+{
+	c->s->body_memory -= c->reserved;
+	c->reserved = 0;
+}
+
+/*
+ * Ends the connection as evhttp ends one whose client went away: through
+ * evhttp's own event callback, from a fresh loop turn (never from inside
+ * evhttp).
+ */
+static void
+conn_close_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct http_conn *c = arg;
+	bufferevent_event_cb ecb = NULL;
+	void *earg = NULL;
+
+	(void)fd;
+	(void)what;
+	if (conn_ended(c))
+		return;
+	bufferevent_getcb(c->bev, NULL, NULL, &ecb, &earg);
+	if (ecb != NULL)
+		ecb(c->bev, BEV_EVENT_EOF | BEV_EVENT_READING, earg);
+}
+
+static void
+conn_close(struct http_conn *c)
+{
+	if (c->closing)
+		return;
+	c->closing = 1;
+	event_active(c->close_ev, EV_TIMEOUT, 0);
+}
+
+/* A JSON body in the shape of the route (if known). */
+static char *
+error_text(enum http_shape shape, int status, const char *code,
+	   const char *message)
+{
+	json_t *o = json_object();
+	char *s;
+
+	if (shape == HTTP_SHAPE_MYKIT) {
+		json_object_set_new(o, "success", json_false());
+		json_object_set_new(o, "message", utf8_json_str(message));
+		json_object_set_new(o, "code", json_integer(status));
+	} else {
+		json_t *e = json_object();
+
+		json_object_set_new(e, "code", utf8_json_str(code));
+		json_object_set_new(e, "message", utf8_json_str(message));
+		json_object_set_new(o, "error", e);
+	}
+	s = json_dumps(o, JSON_COMPACT);
+	json_decref(o);
+	return s;
+}
+
+/* Drops what the client sent and has not been read. */
+static void
+conn_drop_input(struct http_conn *c)
+{
+	struct evbuffer *in = bufferevent_get_input(c->bev);
+
+	evbuffer_drain(c->hold, evbuffer_get_length(c->hold));
+	evbuffer_drain(in, evbuffer_get_length(in));
+	c->approved = 0;
+}
+
+/*
+ * The gate's own answer, written to the socket at once (evhttp is not
+ * writing: the gate refuses only outside a request in service); the
+ * connection closes after it.
+ */
+static void
+conn_refuse(struct http_conn *c, enum http_shape shape, int status,
+	    const char *code, const char *message)
+{
+	char *body = error_text(shape, status, code, message), head[256];
+	int fd = (int)bufferevent_getfd(c->bev), in_gate = c->in_gate;
+	int n;
+
+	metric_inc(status == 408 ? c->s->m_timeouts : c->s->m_refused);
+	body_release(c);
+	c->state = CS_REFUSED;
+	c->in_gate = 1;
+	conn_drop_input(c);
+	c->in_gate = in_gate;
+	n = snprintf(head, sizeof(head),
+		     "HTTP/1.1 %d %s\r\n"
+		     "Content-Type: application/json\r\n"
+		     "Content-Length: %zu\r\n"
+		     "%s"
+		     "Connection: close\r\n\r\n",
+		     status, http_reason(status), strlen(body) + 1,
+		     status == 401 ? "WWW-Authenticate: Bearer\r\n" : "");
+	if (fd >= 0) {
+		struct iovec iov[3] = {{head, (size_t)n},
+				       {body, strlen(body)},
+				       {(char *)"\n", 1}};
+		struct msghdr mh = {.msg_iov = iov, .msg_iovlen = 3};
+
+		/* A few hundred bytes on a socket that is not sending: they
+		 * fit; if not, the client was not reading anyway. */
+		if (sendmsg(fd, &mh, MSG_DONTWAIT | MSG_NOSIGNAL) > 0)
+			shutdown(fd, SHUT_WR);
+	}
+	free(body);
+	/* Dropping what the client still sends, for a while. */
+	timer_in(c->timer, LINGER_MS);
+}
+
+static void
+conn_timer_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct http_conn *c = arg;
+
+	(void)fd;
+	(void)what;
+	if (conn_ended(c))
+		return;
+	if (c->state == CS_REFUSED) {
+		conn_close(c);
+	} else if (c->state == CS_BODY ||
+		   (c->state == CS_HEAD && c->head_seen > 0)) {
+		char msg[96];
+
+		snprintf(msg, sizeof(msg),
+			 "the request took longer than %d s to arrive",
+			 c->s->lim.timeout_s);
+		conn_refuse(c, c->shape, 408, "timeout", msg);
+		conn_close(c); /* the socket is half-closed: done */
+	}
+}
+
+/* The method bit of a method name (0: not one evhttp has a bit for). */
+static unsigned
+method_bit(const char *m)
+{
+	static const struct {
+		const char *name;
+		unsigned bit;
+	} ms[] = {{"GET", EVHTTP_REQ_GET},
+		  {"HEAD", EVHTTP_REQ_HEAD},
+		  {"POST", EVHTTP_REQ_POST},
+		  {"PUT", EVHTTP_REQ_PUT},
+		  {"DELETE", EVHTTP_REQ_DELETE},
+		  {"PATCH", EVHTTP_REQ_PATCH},
+		  {"OPTIONS", EVHTTP_REQ_OPTIONS},
+		  {"TRACE", EVHTTP_REQ_TRACE},
+		  {NULL, 0}};
+
+	for (int i = 0; ms[i].name != NULL; i++)
+		if (!strcmp(m, ms[i].name))
+			return ms[i].bit;
+	return 0;
+}
+
+/* The route of a request head, for the checks that come before its body. */
+static const struct http_route *
+head_route(struct http_server *s, const struct httpgate_head *h)
+{
+	const struct http_route *r, *any = NULL;
+
+	if (s->routes == NULL)
+		return NULL;
+	r = http_route_find(s->routes, s->nroutes, h->path_len ? h->path : "/",
+			    h->path_len ? h->path_len : 1,
+			    method_bit(h->method), &any);
+	return r != NULL ? r : any;
+}
+
+/*
+ * A complete head: checked before evhttp may read it. Returns 0, or -1
+ * when the gate answered it.
+ */
+static int
+conn_head(struct http_conn *c, const char *buf, size_t len)
+{
+	struct http_server *s = c->s;
+	struct httpgate_head h;
+	struct httpgate_error e;
+	const struct http_route *r;
+	struct evhttp_uri *uri;
+	char *target;
+
+	if (httpgate_parse(buf, len, &h, &e) < 0) {
+		conn_refuse(c, HTTP_SHAPE_NATIVE, e.status, e.code, e.message);
+		return -1;
+	}
+	/* What evhttp would refuse with its own page is refused here. */
+	target = xstrndup(h.target, h.target_len);
+	uri = evhttp_uri_parse_with_flags(target, EVHTTP_URI_NONCONFORMANT);
+	xfree(target);
+	if (uri == NULL) {
+		conn_refuse(c, HTTP_SHAPE_NATIVE, 400, "bad_request",
+			    "the request target is not a valid URI");
+		return -1;
+	}
+	evhttp_uri_free(uri);
+	r = head_route(s, &h);
+	c->shape = r != NULL ? r->shape : HTTP_SHAPE_NATIVE;
+	if (h.content_length > 0 &&
+	    (uint64_t)h.content_length > (uint64_t)s->lim.max_body) {
+		char msg[96];
+
+		snprintf(msg, sizeof(msg), "the body is larger than %zu bytes",
+			 s->lim.max_body);
+		conn_refuse(c, c->shape, 413, "too_large", msg);
+		return -1;
+	}
+	/* A body is read only for a caller the route would take. */
+	if (h.content_length > 0 && r != NULL && r->role != 0 &&
+	    s->authorize != NULL) {
+		char authz[512];
+		int rc;
+
+		utf8_copy(authz, sizeof(authz), h.authorization.s,
+			  h.authorization.len);
+		rc = s->authorize(s->ctx, h.authorization.s ? authz : NULL,
+				  r->role);
+		if (rc != 0) {
+			conn_refuse(c, c->shape, rc,
+				    rc == 401 ? "unauthorized" : "forbidden",
+				    rc == 401
+					    ? "a valid bearer token is required"
+					    : "this token's roles do not allow "
+					      "this call");
+			return -1;
+		}
+	}
+	if (h.content_length > 0 && s->lim.max_body_memory > 0 &&
+	    s->body_memory + (size_t)h.content_length >
+		    s->lim.max_body_memory) {
+		conn_refuse(c, c->shape, 503, "busy",
+			    "too many request bodies are arriving at once; "
+			    "try again");
+		return -1;
+	}
+	if (h.content_length > 0) {
+		c->reserved = (size_t)h.content_length;
+		s->body_memory += c->reserved;
+	}
+	c->body_left = h.content_length > 0 ? h.content_length : 0;
+	c->state = c->body_left > 0 ? CS_BODY : CS_SERVICE;
+	return 0;
+}
+
+/* Moves n bytes from the hold to the input, for evhttp to read. */
+static void
+conn_approve(struct http_conn *c, size_t n)
+{
+	struct evbuffer *in = bufferevent_get_input(c->bev);
+
+	evbuffer_unfreeze(in, 0);
+	evbuffer_remove_buffer(c->hold, in, n);
+	evbuffer_freeze(in, 0);
+	c->approved += n;
+}
+
+/* What arrived beyond what evhttp may read goes to the hold, then as much
+ * of the hold as may be read goes back. */
+static void
+gate_run(struct http_conn *c)
+{
+	struct http_server *s = c->s;
+	struct evbuffer *in = bufferevent_get_input(c->bev);
+	size_t len = evbuffer_get_length(in);
+
+	if (c->state == CS_REFUSED) {
+		conn_drop_input(c);
+		return;
+	}
+	if (len > c->approved) {
+		struct evbuffer *keep = NULL;
+
+		/* in = [approved][new]: the new bytes join the hold. */
+		if (c->approved > 0) {
+			keep = evbuffer_new();
+			evbuffer_remove_buffer(in, keep, c->approved);
+		}
+		evbuffer_add_buffer(c->hold, in);
+		if (keep != NULL) {
+			evbuffer_unfreeze(in, 0);
+			evbuffer_add_buffer(in, keep);
+			evbuffer_freeze(in, 0);
+			evbuffer_free(keep);
+		}
+	}
+	while (evbuffer_get_length(c->hold) > 0) {
+		size_t have = evbuffer_get_length(c->hold), n, end;
+		const char *p;
+
+		if (c->state == CS_SERVICE || c->state == CS_REFUSED)
+			break;
+		if (c->state == CS_BODY) {
+			n = (int64_t)have > c->body_left ? (size_t)c->body_left
+							 : have;
+			conn_approve(c, n);
+			c->body_left -= (int64_t)n;
+			if (c->body_left == 0) {
+				c->state = CS_SERVICE;
+				evtimer_del(c->timer);
+			}
+			continue;
+		}
+		/* CS_HEAD */
+		if (c->head_seen == 0) {
+			unsigned char ch;
+
+			/* Stray line ends between requests are skipped. */
+			evbuffer_copyout(c->hold, &ch, 1);
+			if (ch == '\r' || ch == '\n') {
+				evbuffer_drain(c->hold, 1);
+				continue;
+			}
+			c->since_ms = clock_mono_ms();
+			timer_in(c->timer, (int64_t)s->lim.timeout_s * 1000);
+		}
+		n = have < s->lim.max_headers ? have : s->lim.max_headers;
+		p = (const char *)evbuffer_pullup(c->hold, (ev_ssize_t)n);
+		end = httpgate_head_end(p, n, &c->scan_from);
+		c->head_seen = n;
+		if (end == 0) {
+			if (n >= s->lim.max_headers)
+				conn_refuse(c, HTTP_SHAPE_NATIVE, 431,
+					    "headers_too_large",
+					    "the request line and headers are "
+					    "too large");
+			break;
+		}
+		if (conn_head(c, p, end) < 0)
+			break;
+		conn_approve(c, end);
+		c->head_seen = 0;
+		c->scan_from = 0;
+		if (c->state == CS_SERVICE)
+			evtimer_del(c->timer);
+	}
+}
+
+static void
+input_cb(struct evbuffer *buf, const struct evbuffer_cb_info *info, void *arg)
+{
+	struct http_conn *c = arg;
+
+	(void)buf;
+	if (c->in_gate)
+		return;
+	/* evhttp read approved bytes */
+	c->approved -=
+		info->n_deleted < c->approved ? info->n_deleted : c->approved;
+	if (info->n_added == 0)
+		return;
+	c->in_gate = 1;
+	gate_run(c);
+	c->in_gate = 0;
+}
+
+static void
+conn_free(struct http_conn *c)
+{
+	struct http_server *s = c->s;
+
+	body_release(c);
+	hmap_del(s->by_bev, c->key);
+	if (c->prev != NULL)
+		c->prev->next = c->next;
+	else
+		s->conns = c->next;
+	if (c->next != NULL)
+		c->next->prev = c->prev;
+	s->nconns--;
+	evbuffer_remove_cb(bufferevent_get_input(c->bev), input_cb, c);
+	bufferevent_decref(c->bev);
+	evbuffer_free(c->hold);
+	event_free(c->timer);
+	event_free(c->close_ev);
+	xfree(c);
+}
+
+/* The oldest connection that is idle or slow to send its request. */
+static struct http_conn *
+server_victim(struct http_server *s)
+{
+	struct http_conn *best = NULL;
+	int64_t now = clock_mono_ms();
+
+	for (struct http_conn *c = s->conns; c != NULL; c = c->next) {
+		if (c->closing || c->state == CS_SERVICE ||
+		    now - c->since_ms < EVICT_MIN_AGE_MS)
+			continue;
+		if (best == NULL || c->since_ms < best->since_ms)
+			best = c;
+	}
+	return best;
+}
+
+/* Drops the connections evhttp has freed; at the limit, makes room. */
 static void
 server_sweep(struct http_server *s)
 {
-	size_t i = 0;
+	struct http_conn *c = s->conns, *next;
+	struct http_conn *v;
 
-	while (i < s->nconns) {
-		bufferevent_data_cb w;
-		bufferevent_event_cb e;
-
-		bufferevent_getcb(s->conns[i], NULL, &w, &e, NULL);
-		if (w == NULL && e == NULL) {
-			bufferevent_decref(s->conns[i]);
-			s->conns[i] = s->conns[--s->nconns];
+	for (; c != NULL; c = next) {
+		next = c->next;
+		if (conn_ended(c))
+			conn_free(c);
+	}
+	if (s->lim.max_connections > 0 &&
+	    (long)s->nconns >= s->lim.max_connections &&
+	    (v = server_victim(s)) != NULL) {
+		metric_inc(s->m_evicted);
+		if (v->state == CS_HEAD && v->head_seen == 0) {
+			conn_close(v); /* idle keep-alive: nothing to say */
+		} else if (v->state != CS_REFUSED) {
+			conn_refuse(v, v->shape, 408, "timeout",
+				    "the server is at its connection limit "
+				    "and this request was the slowest");
+			conn_close(v);
 		} else {
-			i++;
+			conn_close(v);
 		}
 	}
 }
 
 /*
- * Pauses or resumes accepting at the limit, and keeps the sweep armed: every
- * SWEEP_IDLE_MS, every SWEEP_FULL_MS while paused. An armed sweep is not
- * pushed back (with connections opening more often than once a second it
- * would never run).
+ * Pauses accepting at the limit, resumes below it, and keeps the sweep
+ * armed (an armed sweep is not pushed back: with connections opening more
+ * often than once a second it would never run).
  */
 static void
 server_update(struct http_server *s)
 {
-	int full = s->max > 0 && (long)s->nconns >= s->max;
+	int full = s->lim.max_connections > 0 &&
+		   (long)s->nconns >= s->lim.max_connections;
 	int changed = 0;
-	int ms;
-	struct timeval tv;
 
 	metric_set(s->m_open, (double)s->nconns);
 	if (full && !s->paused) {
@@ -128,10 +645,7 @@ server_update(struct http_server *s)
 	}
 	if (!changed && evtimer_pending(s->sweep, NULL))
 		return;
-	ms = s->paused ? SWEEP_FULL_MS : SWEEP_IDLE_MS;
-	tv.tv_sec = ms / 1000;
-	tv.tv_usec = (ms % 1000) * 1000;
-	evtimer_add(s->sweep, &tv);
+	timer_in(s->sweep, s->paused ? SWEEP_FULL_MS : SWEEP_IDLE_MS);
 }
 
 static void
@@ -149,6 +663,7 @@ static struct bufferevent *
 conn_bev(struct event_base *base, void *arg)
 {
 	struct http_server *s = arg;
+	struct http_conn *c;
 	struct bufferevent *bev;
 
 	/* No BEV_OPT_CLOSE_ON_FREE: evhttp then closes the socket itself
@@ -157,20 +672,248 @@ conn_bev(struct event_base *base, void *arg)
 	if (bev == NULL)
 		return NULL;
 	bufferevent_incref(bev);
-	if (s->max > 0 && (long)s->nconns + 1 >= s->max)
+	if (s->lim.max_connections > 0 &&
+	    (long)s->nconns + 1 >= s->lim.max_connections)
 		server_sweep(s);
-	if (s->nconns == s->cap) {
-		s->cap = s->cap ? 2 * s->cap : 64;
-		s->conns = xrealloc(s->conns, s->cap * sizeof(*s->conns));
-	}
-	s->conns[s->nconns++] = bev;
+	c = xcalloc(1, sizeof(*c));
+	c->s = s;
+	c->bev = bev;
+	c->hold = evbuffer_new();
+	c->id = ++s->next_id;
+	c->since_ms = clock_mono_ms();
+	c->timer = evtimer_new(base, conn_timer_cb, c);
+	c->close_ev = event_new(base, -1, 0, conn_close_cb, c);
+	snprintf(c->key, sizeof(c->key), "%p", (void *)bev);
+	hmap_put(s->by_bev, c->key, c);
+	c->next = s->conns;
+	if (s->conns != NULL)
+		s->conns->prev = c;
+	s->conns = c;
+	s->nconns++;
+	evbuffer_add_cb(bufferevent_get_input(bev), input_cb, c);
 	server_update(s);
 	return bev;
 }
 
+/* The answer was written: the next request may come (evhttp reads what
+ * the gate puts back as soon as it starts reading again). */
+static void
+request_done_cb(struct evhttp_request *req, void *arg)
+{
+	struct http_conn *c = conn_of_req(req);
+
+	if (c == NULL || c->id != (uint64_t)(uintptr_t)arg)
+		return;
+	body_release(c);
+	c->state = CS_HEAD;
+	c->since_ms = clock_mono_ms();
+	c->in_gate = 1;
+	gate_run(c);
+	c->in_gate = 0;
+}
+
+/* Whether pattern (with {} segments) matches path[0..len). */
+static int
+route_match(const char *p, const char *path, size_t len)
+{
+	size_t j = 0;
+
+	while (*p) {
+		if (p[0] == '{' && p[1] == '}') {
+			size_t k = j;
+
+			while (k < len && path[k] != '/')
+				k++;
+			if (k == j)
+				return 0;
+			j = k;
+			p += 2;
+		} else {
+			if (j >= len || path[j] != *p)
+				return 0;
+			j++;
+			p++;
+		}
+	}
+	return j == len;
+}
+
+/* Literal paths come first: /v1/tasks/batch is not a task id. */
+const struct http_route *
+http_route_find(const struct http_route *routes, size_t n, const char *path,
+		size_t len, unsigned method, const struct http_route **path_row)
+{
+	const struct http_route *any = NULL;
+
+	if (method == EVHTTP_REQ_HEAD)
+		method = EVHTTP_REQ_GET;
+	for (int literal = 1; literal >= 0 && any == NULL; literal--) {
+		for (size_t i = 0; i < n; i++) {
+			if ((strstr(routes[i].path, "{}") == NULL) != literal ||
+			    !route_match(routes[i].path, path, len))
+				continue;
+			if (routes[i].methods & method) {
+				if (path_row != NULL)
+					*path_row = NULL;
+				return &routes[i];
+			}
+			if (any == NULL)
+				any = &routes[i];
+		}
+	}
+	if (path_row != NULL)
+		*path_row = any;
+	return NULL;
+}
+
+/* The {} segment of a matched path, decoded. */
+static char *
+route_arg(const char *pattern, const char *path, size_t *lenp)
+{
+	const char *hole = strstr(pattern, "{}"), *end;
+	size_t at;
+	char *seg, *out;
+
+	*lenp = 0;
+	if (hole == NULL)
+		return NULL;
+	at = (size_t)(hole - pattern);
+	end = strchr(path + at, '/');
+	seg = end ? xstrndup(path + at, (size_t)(end - path - at))
+		  : xstrdup(path + at);
+	out = evhttp_uridecode(seg, 0, lenp);
+	xfree(seg);
+	return out;
+}
+
+/* A state-changing call from a browser page of another origin. */
+static int
+cross_site(struct evhttp_request *req)
+{
+	struct evkeyvalq *in = evhttp_request_get_input_headers(req);
+	const char *site = evhttp_find_header(in, "Sec-Fetch-Site");
+	const char *origin = evhttp_find_header(in, "Origin");
+	const char *host = evhttp_find_header(in, "Host");
+	const char *rest;
+
+	if (site != NULL && strcasecmp(site, "same-origin") != 0 &&
+	    strcasecmp(site, "none") != 0)
+		return 1;
+	if (origin == NULL)
+		return 0;
+	if (host == NULL)
+		return 1;
+	if (!strncasecmp(origin, "http://", 7))
+		rest = origin + 7;
+	else if (!strncasecmp(origin, "https://", 8))
+		rest = origin + 8;
+	else
+		return 1; /* "null" and the like */
+	return strcasecmp(rest, host) != 0;
+}
+
+/* Content-Type application/json (parameters allowed). */
+static int
+json_content_type(const char *ct)
+{
+	while (*ct == ' ')
+		ct++;
+	return strncasecmp(ct, "application/json", 16) == 0 &&
+	       (ct[16] == '\0' || ct[16] == ';' || ct[16] == ' ');
+}
+
+static void
+dispatch_cb(struct evhttp_request *req, void *arg)
+{
+	struct http_server *s = arg;
+	struct http_conn *c = conn_of_req(req);
+	const char *path =
+		evhttp_uri_get_path(evhttp_request_get_evhttp_uri(req));
+	unsigned m = (unsigned)evhttp_request_get_command(req);
+	struct evkeyvalq *in = evhttp_request_get_input_headers(req);
+	const struct http_route *r, *any;
+	size_t body = evbuffer_get_length(evhttp_request_get_input_buffer(req));
+	char *a;
+	size_t alen;
+
+	metric_inc(s->m_requests);
+	if (c != NULL)
+		evhttp_request_set_on_complete_cb(req, request_done_cb,
+						  (void *)(uintptr_t)c->id);
+	if (path == NULL || path[0] == '\0')
+		path = "/";
+	r = http_route_find(s->routes, s->nroutes, path, strlen(path), m, &any);
+	if (c != NULL)
+		c->shape = r ? r->shape : any ? any->shape : HTTP_SHAPE_NATIVE;
+	if (r == NULL && any == NULL) {
+		http_reply_error(req, 404, "not_found", NULL, "no route %s",
+				 path);
+		return;
+	}
+	if (r == NULL) {
+		http_reply_error(req, 405, "method_not_allowed", NULL,
+				 "this method is not served at %s", path);
+		return;
+	}
+	if (r->role != 0 && s->authorize != NULL) {
+		int rc = s->authorize(s->ctx,
+				      evhttp_find_header(in, "Authorization"),
+				      r->role);
+
+		if (rc == 401) {
+			evhttp_add_header(
+				evhttp_request_get_output_headers(req),
+				"WWW-Authenticate", "Bearer");
+			http_reply_error(req, 401, "unauthorized", NULL,
+					 "a valid bearer token is required");
+			return;
+		}
+		if (rc != 0) {
+			http_reply_error(req, 403, "forbidden", NULL,
+					 "this token's roles do not allow "
+					 "this call");
+			return;
+		}
+	}
+	if ((r->flags & HTTP_ROUTE_STATE) && cross_site(req)) {
+		http_reply_error(req, 403, "cross_site", NULL,
+				 "state-changing calls from another site's "
+				 "page are refused");
+		return;
+	}
+	if ((r->flags & HTTP_ROUTE_JSON) && body > 0) {
+		const char *ct = evhttp_find_header(in, "Content-Type");
+
+		/* mykit-delay's clients may leave the type out. */
+		if (ct == NULL ? r->shape != HTTP_SHAPE_MYKIT
+			       : !json_content_type(ct)) {
+			http_reply_error(req, 415, "unsupported_media_type",
+					 NULL,
+					 "send the body as application/json");
+			return;
+		}
+	}
+	a = route_arg(r->path, path, &alen);
+	r->fn(s->ctx, req, a, alen);
+	free(a);
+}
+
+void
+http_server_set_routes(struct evhttp *h, const struct http_route *routes,
+		       size_t n, http_authorize_fn *authorize, void *ctx)
+{
+	struct http_server *s = server_of(h);
+
+	s->routes = routes;
+	s->nroutes = n;
+	s->authorize = authorize;
+	s->ctx = ctx;
+	evhttp_set_gencb(h, dispatch_cb, s);
+}
+
 struct evhttp *
-http_server_create(struct event_base *base, const char *listen, size_t max_body,
-		   int timeout_s, char *err, size_t errlen)
+http_server_create(struct event_base *base, const char *listen,
+		   const struct http_limits *lim, char *err, size_t errlen)
 {
 	struct evhttp *h;
 	struct evhttp_bound_socket *bound;
@@ -195,6 +938,11 @@ http_server_create(struct event_base *base, const char *listen, size_t max_body,
 	}
 	memset(s, 0, sizeof(*s));
 	s->evh = h;
+	s->base = base;
+	s->lim = *lim;
+	if (s->lim.max_headers == 0)
+		s->lim.max_headers = 16384;
+	s->by_bev = hmap_create();
 	s->listener = evhttp_bound_socket_get_listener(bound);
 	s->sweep = evtimer_new(base, sweep_cb, s);
 	s->m_open = metrics_register(METRIC_GAUGE, "prophet_http_connections",
@@ -202,26 +950,38 @@ http_server_create(struct event_base *base, const char *listen, size_t max_body,
 	s->m_paused = metrics_register(
 		METRIC_COUNTER, "prophet_http_accept_paused_total",
 		"times the connection limit stopped accepting", NULL, 0);
+	s->m_refused = metrics_register(
+		METRIC_COUNTER, "prophet_http_refused_total",
+		"requests refused before their body was read (bad request "
+		"line or headers, too large, no token, too many bodies)",
+		NULL, 0);
+	s->m_evicted = metrics_register(
+		METRIC_COUNTER, "prophet_http_evicted_total",
+		"connections closed at the connection limit to make room "
+		"(idle, or the slowest to send their request)",
+		NULL, 0);
+	s->m_requests =
+		metrics_register(METRIC_COUNTER, "prophet_http_requests_total",
+				 "HTTP requests served", NULL, 0);
+	s->m_timeouts = metrics_register(
+		METRIC_COUNTER, "prophet_http_request_timeouts_total",
+		"requests cut because they took longer than http.timeout_s "
+		"to arrive",
+		NULL, 0);
 	evhttp_set_bevcb(h, conn_bev, s);
-	evhttp_set_max_body_size(h, (ev_ssize_t)max_body);
-	evhttp_set_max_headers_size(h, 16384);
-	evhttp_set_timeout(h, timeout_s);
+	/* The gate enforces the limits first; these are evhttp's own
+	 * backstops, above ours. */
+	evhttp_set_max_body_size(h, (ev_ssize_t)s->lim.max_body + 1);
+	evhttp_set_max_headers_size(h, (ev_ssize_t)s->lim.max_headers * 2);
+	evhttp_set_timeout(h, lim->timeout_s);
 	evhttp_set_allowed_methods(
 		h, EVHTTP_REQ_GET | EVHTTP_REQ_POST | EVHTTP_REQ_DELETE |
-			   EVHTTP_REQ_PATCH | EVHTTP_REQ_PUT | EVHTTP_REQ_HEAD);
+			   EVHTTP_REQ_PATCH | EVHTTP_REQ_PUT | EVHTTP_REQ_HEAD |
+			   EVHTTP_REQ_OPTIONS | EVHTTP_REQ_TRACE |
+			   EVHTTP_REQ_CONNECT);
 	evhttp_set_default_content_type(h, "application/json");
-	return h;
-}
-
-void
-http_server_set_max_connections(struct evhttp *h, long max)
-{
-	struct http_server *s = server_of(h);
-
-	if (s == NULL || h == NULL)
-		return;
-	s->max = max;
 	server_update(s);
+	return h;
 }
 
 void
@@ -234,46 +994,68 @@ http_server_free(struct evhttp *h)
 	evhttp_free(h); /* frees every connection's bufferevent */
 	if (s == NULL)
 		return;
-	for (size_t i = 0; i < s->nconns; i++)
-		bufferevent_decref(s->conns[i]);
-	free(s->conns);
+	while (s->conns != NULL)
+		conn_free(s->conns);
 	event_free(s->sweep);
+	hmap_destroy(s->by_bev);
 	memset(s, 0, sizeof(*s));
 }
 
-void
-http_mark_mykit(struct evhttp_request *req)
-{
-	struct evkeyvalq *in = evhttp_request_get_input_headers(req);
-
-	evhttp_remove_header(in, HTTP_MYKIT_HEADER);
-	evhttp_add_header(in, HTTP_MYKIT_HEADER, "1");
-}
-
-/* mykit-delay answers: {"success":true,"data":"<id>","code":200} and
- * {"success":false,"message":"...","code":500}, always HTTP 200. */
+/*
+ * mykit-delay answers: {"success":true,"data":"<id>","code":200} and
+ * {"success":false,"message":"...","code":500}, always HTTP 200 for what
+ * the service decided; what the HTTP layer refuses (token, media type,
+ * sizes, time) keeps its status, with that status as the code.
+ */
 static json_t *
-to_mykit(int code, json_t *body)
+to_mykit(int *code, json_t *body)
 {
 	const json_t *e = json_object_get(body, "error");
-	json_t *out;
+	json_t *out = json_object();
 
-	if (code >= 200 && code < 300 && !json_is_object(e)) {
+	if (*code >= 200 && *code < 300 && !json_is_object(e)) {
 		const json_t *d = json_object_get(body, "id");
 
 		if (d == NULL)
 			d = json_object_get(body, "job");
-		out = json_pack("{s:b, s:O, s:i}", "success", 1, "data",
-				d ? d : json_null(), "code", 200);
+		json_object_set_new(out, "success", json_true());
+		json_object_set_new(out, "data",
+				    d ? json_deep_copy(d) : json_null());
+		json_object_set_new(out, "code", json_integer(200));
+		*code = 200;
 	} else {
 		const char *msg =
 			json_string_value(json_object_get(e, "message"));
+		int keep = *code == 401 || *code == 403 || *code == 405 ||
+			   *code == 408 || *code == 413 || *code == 415 ||
+			   *code == 429 || *code == 431;
 
-		out = json_pack("{s:b, s:s, s:i}", "success", 0, "message",
-				msg ? msg : "failed", "code", 500);
+		json_object_set_new(out, "success", json_false());
+		json_object_set_new(out, "message",
+				    utf8_json_str(msg ? msg : "failed"));
+		json_object_set_new(out, "code",
+				    json_integer(keep ? *code : 500));
+		if (!keep)
+			*code = 200;
 	}
 	json_decref(body);
 	return out;
+}
+
+void
+http_send(struct evhttp_request *req, int code, struct evbuffer *body)
+{
+	/* evhttp 2.1 would send a HEAD answer's body, without its length. */
+	if (evhttp_request_get_command(req) == EVHTTP_REQ_HEAD) {
+		char len[32];
+
+		snprintf(len, sizeof(len), "%zu",
+			 body ? evbuffer_get_length(body) : 0);
+		evhttp_add_header(evhttp_request_get_output_headers(req),
+				  "Content-Length", len);
+		body = NULL;
+	}
+	evhttp_send_reply(req, code, http_reason(code), body);
 }
 
 /* The answer when a reply could not be built: never a NULL dereference. */
@@ -284,15 +1066,12 @@ to_mykit(int code, json_t *body)
 void
 http_reply_json(struct evhttp_request *req, int code, json_t *body)
 {
+	struct http_conn *c = conn_of_req(req);
 	struct evbuffer *b;
 	char *s = NULL;
 
-	if (body != NULL &&
-	    evhttp_find_header(evhttp_request_get_input_headers(req),
-			       HTTP_MYKIT_HEADER) != NULL) {
-		body = to_mykit(code, body);
-		code = 200;
-	}
+	if (body != NULL && c != NULL && c->shape == HTTP_SHAPE_MYKIT)
+		body = to_mykit(&code, body);
 	if (body != NULL)
 		s = json_dumps(body, JSON_COMPACT | JSON_ENCODE_ANY);
 	json_decref(body);
@@ -309,7 +1088,7 @@ http_reply_json(struct evhttp_request *req, int code, json_t *body)
 	}
 	evhttp_add_header(evhttp_request_get_output_headers(req),
 			  "Content-Type", "application/json");
-	evhttp_send_reply(req, code, http_reason(code), b);
+	http_send(req, code, b);
 	evbuffer_free(b);
 }
 
@@ -346,14 +1125,42 @@ http_body(struct evhttp_request *req, size_t *lenp)
 	return s;
 }
 
+char *
+http_query_get(struct evhttp_request *req, const char *name, size_t *lenp)
+{
+	const char *q =
+		evhttp_uri_get_query(evhttp_request_get_evhttp_uri(req));
+	size_t nl = strlen(name);
+
+	*lenp = 0;
+	while (q != NULL && *q != '\0') {
+		const char *amp = strchr(q, '&');
+		size_t len = amp ? (size_t)(amp - q) : strlen(q);
+
+		if (len >= nl && !strncmp(q, name, nl) &&
+		    (len == nl || q[nl] == '=')) {
+			char *raw = len > nl
+					    ? xstrndup(q + nl + 1, len - nl - 1)
+					    : xstrdup("");
+			char *out = evhttp_uridecode(raw, 1, lenp);
+
+			xfree(raw);
+			return out;
+		}
+		q = amp ? amp + 1 : NULL;
+	}
+	return NULL;
+}
+
 void
 http_metrics_cb(struct evhttp_request *req, void *arg)
 {
 	struct evbuffer *b = evbuffer_new();
 
+	(void)arg;
 	metrics_render(b);
 	evhttp_add_header(evhttp_request_get_output_headers(req),
 			  "Content-Type", "text/plain; version=0.0.4");
-	evhttp_send_reply(req, 200, "OK", b);
+	http_send(req, 200, b);
 	evbuffer_free(b);
 }

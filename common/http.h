@@ -6,28 +6,86 @@
 #include <event2/http.h>
 #include <jansson.h>
 
-/* evhttp with the limits and JSON helpers every daemon shares. */
+/*
+ * HTTP servers (libevent's evhttp) behind a gate of our own: every byte a
+ * client sends passes a per-connection filter that checks the request head
+ * strictly and bounds its time, its size and the body before evhttp reads
+ * them, so that every refusal is the contract's JSON error (never
+ * libevent's HTML page), a client trickling bytes is cut when its request
+ * takes longer than timeout_s, and at the connection limit the connections
+ * that are idle or slowest to send their request make room for new ones.
+ * Requests are then dispatched by a route table.
+ */
+
+struct http_limits {
+	size_t max_body;	/* Content-Length above: 413 */
+	size_t max_headers;	/* request line + headers above: 431 */
+	int timeout_s;		/* to receive a request; idle keep-alive */
+	long max_connections;	/* 0: no limit */
+	size_t max_body_memory; /* bodies being received at once; 0: no limit */
+};
+
 struct evhttp *http_server_create(struct event_base *base, const char *listen,
-				  size_t max_body, int timeout_s, char *err,
+				  const struct http_limits *lim, char *err,
 				  size_t errlen);
-/* At most max open connections (0: no limit); more wait in the backlog. */
-void http_server_set_max_connections(struct evhttp *h, long max);
 /* Instead of evhttp_free for servers made by http_server_create. */
 void http_server_free(struct evhttp *h);
+
+/* The shape of a route's answers: the contract's JSON, or mykit-delay's
+ * {"success","data"|"message","code"}. */
+enum http_shape { HTTP_SHAPE_NATIVE, HTTP_SHAPE_MYKIT };
+
+/* Route flags. */
+#define HTTP_ROUTE_STATE 1u /* changes state: refused cross-site (403) */
+#define HTTP_ROUTE_JSON 2u  /* takes a JSON body (415 for another type) */
+
+typedef void http_handler_fn(void *ctx, struct evhttp_request *req,
+			     const char *arg, size_t arglen);
 /*
- * Requests of the mykit-delay compatible endpoints are marked (an internal
- * input header, replacing any a client sent) so that every answer, success
- * or error, is rendered in mykit-delay's shape by http_reply_json.
+ * One row per method and path. A path segment "{}" matches one segment;
+ * the handler gets it percent-decoded as arg (may hold NUL bytes: use
+ * arglen). HEAD is served by GET rows. role 0: public; otherwise passed to
+ * the authorize function.
  */
-#define HTTP_MYKIT_HEADER "X-Prophet-Internal-Mykit"
-void http_mark_mykit(struct evhttp_request *req);
-/* Takes over body. */
+struct http_route {
+	unsigned methods; /* EVHTTP_REQ_* */
+	const char *path;
+	int role;
+	enum http_shape shape;
+	unsigned flags;
+	http_handler_fn *fn;
+};
+
+/* 0 allowed, 401 no or unknown token, 403 token lacks the role. */
+typedef int http_authorize_fn(void *ctx, const char *authorization, int role);
+
+/* The routes (kept, not copied) and the role check (NULL: all public). */
+void http_server_set_routes(struct evhttp *h, const struct http_route *routes,
+			    size_t n, http_authorize_fn *authorize, void *ctx);
+/*
+ * The row serving method at path[0..len), or NULL; *path_row (may be NULL)
+ * gets a row with this path and another method, for a 405.
+ */
+const struct http_route *http_route_find(const struct http_route *routes,
+					 size_t n, const char *path, size_t len,
+					 unsigned method,
+					 const struct http_route **path_row);
+
+/* evhttp_send_reply, right for HEAD too (the length, no body). */
+void http_send(struct evhttp_request *req, int code, struct evbuffer *body);
+/* Takes over body; a NULL body answers a 500 error, never crashes. */
 void http_reply_json(struct evhttp_request *req, int code, json_t *body);
 void http_reply_error(struct evhttp_request *req, int code, const char *ecode,
 		      const char *field, const char *fmt, ...)
 	__attribute__((format(printf, 5, 6)));
 /* The request body as a new NUL-terminated buffer. */
 char *http_body(struct evhttp_request *req, size_t *lenp);
+/*
+ * A query parameter, percent-decoded, as a new string with its length
+ * (NUL bytes kept); NULL if absent.
+ */
+char *http_query_get(struct evhttp_request *req, const char *name,
+		     size_t *lenp);
 /* GET /metrics for any daemon. */
 void http_metrics_cb(struct evhttp_request *req, void *arg);
 const char *http_reason(int code);

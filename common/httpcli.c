@@ -6,12 +6,16 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <netdb.h>
+#include <sys/socket.h>
+
 #include <curl/curl.h>
 #include <event2/event.h>
 
 #include "daemon.h"
 #include "httpcli.h"
 #include "log.h"
+#include "netguard.h"
 #include "xmalloc.h"
 
 #define HTTPCLI_KEEP_BODY 4096
@@ -33,6 +37,11 @@ struct hreq {
 	char got[HTTPCLI_KEEP_BODY];
 	size_t got_len;
 	char errbuf[CURL_ERROR_SIZE];
+	const struct netguard *guard;
+	size_t max, seen; /* max_response_bytes, bytes read */
+	int capped;
+	int blocked;	     /* the guard refused an address */
+	char blocked_ip[64]; /* the last one */
 	int64_t start_us;
 	httpcli_done_fn done_cb;
 	void *arg;
@@ -128,15 +137,123 @@ multi_timer_cb(CURLM *multi, long timeout_ms, void *userp)
 	return 0;
 }
 
+static const char *const class_names[HTTPCLI__CLASS_COUNT] = {
+	"ok",	   "http_3xx", "http_4xx", "http_5xx", "timeout",
+	"refused", "dns",      "tls",	   "blocked",  "error"};
+
+const char *
+httpcli_class_name(enum httpcli_class c)
+{
+	return c < HTTPCLI__CLASS_COUNT ? class_names[c] : "error";
+}
+
+/* Counts n more bytes read; 1 once past the cap (curl then stops). */
+static int
+over_cap(struct hreq *r, size_t n)
+{
+	r->seen += n;
+	if (r->max > 0 && r->seen > r->max) {
+		r->capped = 1;
+		return 1;
+	}
+	return 0;
+}
+
 static size_t
 write_cb(char *ptr, size_t size, size_t nmemb, void *arg)
 {
 	struct hreq *r = arg;
 	size_t n = size * nmemb, room = sizeof(r->got) - 1 - r->got_len;
 
+	if (over_cap(r, n))
+		return 0;
 	memcpy(r->got + r->got_len, ptr, n < room ? n : room);
 	r->got_len += n < room ? n : room;
 	return n;
+}
+
+static size_t
+header_cb(char *ptr, size_t size, size_t nmemb, void *arg)
+{
+	return over_cap(arg, size * nmemb) ? 0 : size * nmemb;
+}
+
+/* Every socket of a guarded request: refused unless the guard allows
+ * the address, so no packet goes to a refused one (the names it came
+ * from were resolved already: DNS rebinding changes nothing). */
+static curl_socket_t
+opensocket_cb(void *clientp, curlsocktype purpose, struct curl_sockaddr *a)
+{
+	struct hreq *r = clientp;
+
+	if (!netguard_allows(r->guard, &a->addr, a->addrlen)) {
+		r->blocked = 1;
+		if (getnameinfo(&a->addr, a->addrlen, r->blocked_ip,
+				sizeof(r->blocked_ip), NULL, 0,
+				NI_NUMERICHOST) != 0)
+			snprintf(r->blocked_ip, sizeof(r->blocked_ip), "?");
+		return CURL_SOCKET_BAD;
+	}
+	return socket(a->family, a->socktype, a->protocol);
+}
+
+#if LIBCURL_VERSION_NUM >= 0x075000
+/* Before each request, also on a connection reused from the pool (which
+ * an unguarded request may have opened to anywhere). */
+static int
+prereq_cb(void *clientp, char *ip, char *local_ip, int port, int local_port)
+{
+	struct hreq *r = clientp;
+
+	if (netguard_allows_ip(r->guard, ip))
+		return CURL_PREREQFUNC_OK;
+	r->blocked = 1;
+	snprintf(r->blocked_ip, sizeof(r->blocked_ip), "%s", ip);
+	return CURL_PREREQFUNC_ABORT;
+}
+#endif
+
+static enum httpcli_class
+status_class(long status)
+{
+	if (status >= 200 && status <= 299)
+		return HTTPCLI_OK;
+	if (status >= 300 && status <= 399)
+		return HTTPCLI_HTTP_3XX;
+	if (status >= 400 && status <= 499)
+		return HTTPCLI_HTTP_4XX;
+	if (status >= 500 && status <= 599)
+		return HTTPCLI_HTTP_5XX;
+	return HTTPCLI_ERROR;
+}
+
+static enum httpcli_class
+error_class(CURLcode c, const struct hreq *r)
+{
+	switch (c) {
+	case CURLE_OPERATION_TIMEDOUT: return HTTPCLI_TIMEOUT;
+	case CURLE_COULDNT_CONNECT:
+		return r->blocked ? HTTPCLI_BLOCKED : HTTPCLI_REFUSED;
+	case CURLE_UNSUPPORTED_PROTOCOL: /* a redirect to another scheme */
+		return HTTPCLI_BLOCKED;
+	case CURLE_COULDNT_RESOLVE_HOST:
+	case CURLE_COULDNT_RESOLVE_PROXY: return HTTPCLI_DNS;
+	case CURLE_SSL_CONNECT_ERROR:
+	case CURLE_PEER_FAILED_VERIFICATION:
+	case CURLE_SSL_CERTPROBLEM:
+	case CURLE_SSL_CIPHER:
+	case CURLE_SSL_CACERT_BADFILE:
+	case CURLE_SSL_CRL_BADFILE:
+	case CURLE_SSL_ISSUER_ERROR:
+	case CURLE_SSL_PINNEDPUBKEYNOTMATCH:
+	case CURLE_SSL_INVALIDCERTSTATUS:
+	case CURLE_SSL_SHUTDOWN_FAILED:
+	case CURLE_SSL_ENGINE_NOTFOUND:
+	case CURLE_SSL_ENGINE_SETFAILED:
+	case CURLE_SSL_ENGINE_INITFAILED:
+	case CURLE_USE_SSL_FAILED: return HTTPCLI_TLS;
+	default: return r->blocked ? HTTPCLI_BLOCKED : HTTPCLI_ERROR;
+	}
 }
 
 static void
@@ -167,24 +284,40 @@ check_done(struct httpcli *h)
 	while ((msg = curl_multi_info_read(h->multi, &left)) != NULL) {
 		struct httpcli_result res;
 		struct hreq *r;
+		long status = 0;
 
 		if (msg->msg != CURLMSG_DONE)
 			continue;
 		curl_easy_getinfo(msg->easy_handle, CURLINFO_PRIVATE, &r);
 		memset(&res, 0, sizeof(res));
 		res.seconds = (double)(clock_mono_us() - r->start_us) / 1e6;
-		if (msg->data.result != CURLE_OK) {
-			res.transport = 1;
-			snprintf(res.error, sizeof(res.error), "%s",
-				 r->errbuf[0] ? r->errbuf
-					      : curl_easy_strerror(
-							msg->data.result));
-		} else {
-			curl_easy_getinfo(r->easy, CURLINFO_RESPONSE_CODE,
-					  &res.status);
-			if (res.status < 200 || res.status > 299)
+		curl_easy_getinfo(r->easy, CURLINFO_RESPONSE_CODE, &status);
+		/* An answer whose status line arrived: complete, or cut at the
+		 * cap, or the last of too many redirects. */
+		if (status > 0 &&
+		    (msg->data.result == CURLE_OK || r->capped ||
+		     msg->data.result == CURLE_TOO_MANY_REDIRECTS)) {
+			res.status = status;
+			res.cls = status_class(status);
+			res.capped = r->capped;
+			if (res.cls != HTTPCLI_OK)
 				snprintf(res.error, sizeof(res.error),
-					 "HTTP %ld", res.status);
+					 "HTTP %ld", status);
+		} else {
+			res.transport = 1;
+			res.cls = msg->data.result == CURLE_OK
+					  ? HTTPCLI_ERROR
+					  : error_class(msg->data.result, r);
+			if (r->blocked)
+				snprintf(res.error, sizeof(res.error),
+					 "address %s not allowed",
+					 r->blocked_ip);
+			else
+				snprintf(res.error, sizeof(res.error), "%s",
+					 r->errbuf[0]
+						 ? r->errbuf
+						 : curl_easy_strerror(
+							   msg->data.result));
 		}
 		r->got[r->got_len] = '\0';
 		res.body = r->got;
@@ -242,6 +375,8 @@ httpcli_request(struct httpcli *h, const struct httpcli_req *rq,
 	r->done_cb = done_cb;
 	r->arg = arg;
 	r->start_us = clock_mono_us();
+	r->guard = rq->guard;
+	r->max = rq->max_response_bytes;
 	for (size_t i = 0; rq->headers != NULL && rq->headers[i] != NULL; i++)
 		r->hdrs = curl_slist_append(r->hdrs, rq->headers[i]);
 	/* no "Expect: 100-continue" round trip before a body */
@@ -267,6 +402,22 @@ httpcli_request(struct httpcli *h, const struct httpcli_req *rq,
 	curl_easy_setopt(e, CURLOPT_USERAGENT, "prophet-notifier/" VERSION);
 	curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, write_cb);
 	curl_easy_setopt(e, CURLOPT_WRITEDATA, r);
+	curl_easy_setopt(e, CURLOPT_HEADERFUNCTION, header_cb);
+	curl_easy_setopt(e, CURLOPT_HEADERDATA, r);
+	if (rq->guard != NULL) {
+		curl_easy_setopt(e, CURLOPT_OPENSOCKETFUNCTION, opensocket_cb);
+		curl_easy_setopt(e, CURLOPT_OPENSOCKETDATA, r);
+#if LIBCURL_VERSION_NUM >= 0x075000
+		curl_easy_setopt(e, CURLOPT_PREREQFUNCTION, prereq_cb);
+		curl_easy_setopt(e, CURLOPT_PREREQDATA, r);
+#else
+		/* no pre-request check: a pooled connection, which may lead
+		 * anywhere, is never taken */
+		curl_easy_setopt(e, CURLOPT_FRESH_CONNECT, 1L);
+		curl_easy_setopt(e, CURLOPT_FORBID_REUSE, 1L);
+#endif
+		curl_easy_setopt(e, CURLOPT_PROXY, "");
+	}
 	curl_easy_setopt(e, CURLOPT_ERRORBUFFER, r->errbuf);
 	curl_easy_setopt(e, CURLOPT_PRIVATE, r);
 	if (!strcmp(rq->method, "POST") || !strcmp(rq->method, "PUT") ||

@@ -11,6 +11,7 @@ struct event_base;
  * each completion calls its done_cb on the loop thread.
  */
 struct httpcli;
+struct netguard;
 
 struct httpcli_req {
 	const char *method; /* GET, POST, PUT, PATCH, DELETE */
@@ -20,16 +21,47 @@ struct httpcli_req {
 	size_t body_len;
 	long timeout_ms;
 	long max_redirects; /* 0: redirects are not followed */
+	/*
+	 * NULL: any address. Else every connection, new or reused, first
+	 * or after a redirect, must be to an address it allows, and no
+	 * proxy from the environment is used (it would be the address
+	 * checked). Borrowed: it must outlive the request.
+	 */
+	const struct netguard *guard;
+	/* 0: no limit. Else reading stops after this many bytes of
+	 * headers and body: the status already received is the answer. */
+	size_t max_response_bytes;
+};
+
+/* What became of a request, coarsely: what a caller may show to whoever
+ * chose the URL without telling them more about the network. */
+enum httpcli_class {
+	HTTPCLI_OK, /* 2xx */
+	HTTPCLI_HTTP_3XX,
+	HTTPCLI_HTTP_4XX,
+	HTTPCLI_HTTP_5XX,
+	HTTPCLI_TIMEOUT,
+	HTTPCLI_REFUSED, /* the connection was refused or failed */
+	HTTPCLI_DNS,
+	HTTPCLI_TLS,
+	HTTPCLI_BLOCKED, /* refused here: address or protocol not allowed */
+	HTTPCLI_ERROR,	 /* anything else (connection cut, bad answer) */
+	HTTPCLI__CLASS_COUNT
 };
 
 struct httpcli_result {
-	long status;	  /* HTTP status, 0 if no answer */
-	int transport;	  /* 1: no complete answer (timeout, refused ...) */
-	char error[256];  /* what went wrong, "" on a 2xx */
+	long status;   /* HTTP status, 0 if no answer */
+	int transport; /* 1: no complete answer (timeout, refused ...) */
+	enum httpcli_class cls;
+	int capped;	  /* reading stopped at max_response_bytes */
+	char error[256];  /* details for the operator's log, "" on a 2xx */
 	double seconds;	  /* request start to completion */
 	const char *body; /* the answer's first bytes (up to 4 KiB), borrowed */
 	size_t body_len;
 };
+
+/* "ok", "http_3xx", ..., "error" */
+const char *httpcli_class_name(enum httpcli_class c);
 
 typedef void (*httpcli_done_fn)(const struct httpcli_result *r, void *arg);
 

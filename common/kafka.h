@@ -8,6 +8,9 @@
 struct event_base;
 struct cfg;
 
+/* Longest Kafka topic name (the broker refuses longer ones). */
+#define KAFKA_TOPIC_NAME_MAX 249
+
 /*
  * An idempotent librdkafka producer whose delivery reports are served on
  * the libevent loop (the main queue wakes the loop through a pipe).

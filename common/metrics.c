@@ -20,6 +20,7 @@ struct metric {
 	char *name;
 	char *help;
 	char *label;
+	const char *const *label_values; /* NULL: the index */
 	size_t nvalues;
 	double *values; /* nvalues, or 1 */
 	double *bounds; /* histogram */
@@ -84,6 +85,19 @@ metric_set(struct metric *m, double v)
 }
 
 void
+metric_set_label_values(struct metric *m, const char *const *values)
+{
+	m->label_values = values;
+}
+
+void
+metric_vec_inc(struct metric *m, size_t i)
+{
+	if (i < m->nvalues)
+		m->values[i] += 1;
+}
+
+void
 metric_vec_set(struct metric *m, size_t i, double v)
 {
 	if (i < m->nvalues)
@@ -143,8 +157,14 @@ metrics_render(struct evbuffer *out)
 			render_value(out, m->count);
 		} else if (m->label != NULL) {
 			for (size_t i = 0; i < m->nvalues; i++) {
-				evbuffer_add_printf(out, "%s{%s=\"%zu\"} ",
-						    m->name, m->label, i);
+				if (m->label_values != NULL)
+					evbuffer_add_printf(
+						out, "%s{%s=\"%s\"} ", m->name,
+						m->label, m->label_values[i]);
+				else
+					evbuffer_add_printf(
+						out, "%s{%s=\"%zu\"} ", m->name,
+						m->label, i);
 				render_value(out, m->values[i]);
 			}
 		} else {

@@ -19,6 +19,9 @@ struct metric;
 struct metric *metrics_register(enum metric_type type, const char *name,
 				const char *help, const char *label,
 				size_t nvalues);
+/* Label values by index (nvalues strings, borrowed for the metric's
+ * life) instead of the index itself, e.g. an outcome class. */
+void metric_set_label_values(struct metric *m, const char *const *values);
 /* Histogram bucket bounds (upper, ascending); default: latency seconds. */
 void metric_set_buckets(struct metric *m, const double *bounds, size_t n);
 void metric_inc(struct metric *m);
@@ -26,6 +29,7 @@ void metric_add(struct metric *m, double v);
 void metric_set(struct metric *m, double v);
 void metric_observe(struct metric *m, double v);
 void metric_vec_set(struct metric *m, size_t i, double v);
+void metric_vec_inc(struct metric *m, size_t i);
 void metrics_render(struct evbuffer *out);
 void metrics_free_all(void);
 

@@ -24,21 +24,9 @@
 #include "redis.h"
 #include "schema.h"
 #include "slot.h"
+#include "utf8.h"
 #include "xmalloc.h"
 #include "zk.h"
-
-#define TASKS_PREFIX "/v1/tasks/"
-#define RESTORE_SUFFIX "/restore"
-#define RESTORE_PREFIX "/v1/admin/restore/"
-
-static int
-is_restore_path(const char *path)
-{
-	size_t n = strlen(path), k = strlen(RESTORE_SUFFIX);
-
-	return n > strlen(TASKS_PREFIX) + k &&
-	       !strcmp(path + n - k, RESTORE_SUFFIX);
-}
 
 struct submit_ctx {
 	struct ingest_req req;
@@ -124,10 +112,7 @@ api_submit(struct manager *mg, struct evhttp_request *req, json_t *in)
 		return;
 	}
 	json_decref(in);
-	if (!api_topic_allowed(mg, ctx->req.task.topic)) {
-		task_error_set(&terr, 400, "invalid_value", "topic",
-			       "topic '%s' is not in http.topics_allowed",
-			       ctx->req.task.topic);
+	if (guard_submission(mg, &ctx->req.task, &terr) < 0) {
 		task_clear(&ctx->req.task);
 		xfree(ctx);
 		reply_task_error(mg, req, &terr);
@@ -278,11 +263,7 @@ post_batch(struct manager *mg, struct evhttp_request *req)
 				with_code(task_error_json(&terr), terr.http));
 			continue;
 		}
-		if (!api_topic_allowed(mg, it->req.task.topic)) {
-			task_error_set(&terr, 400, "invalid_value", "topic",
-				       "topic '%s' is not in "
-				       "http.topics_allowed",
-				       it->req.task.topic);
+		if (guard_submission(mg, &it->req.task, &terr) < 0) {
 			task_clear(&it->req.task);
 			metric_inc(mg->m.rejected);
 			json_array_set_new(
@@ -383,10 +364,31 @@ row_to_json(const struct db_rows *r)
 	json_object_set_new(out, "epoch",
 			    json_integer(db_rows_int(r, 0, SQL_TC_EPOCH)));
 	s = db_rows_get(r, 0, SQL_TC_OWNER, NULL);
-	json_object_set_new(out, "owner", s ? json_string(s) : json_null());
+	json_object_set_new(out, "owner", s ? utf8_json_str(s) : json_null());
 	json_decref(t.headers);
 	json_decref(t.callback);
 	return out;
+}
+
+/* One state-log row; its texts (actor, note) were written by workers and
+ * notifiers, but are made valid UTF-8 all the same. */
+static json_t *
+log_row_json(const struct db_rows *r, size_t i)
+{
+	static const char *const text[] = {"from", "to", "actor"};
+	static const char *const num[] = {"epoch", "attempt", "at"};
+	const char *note = db_rows_get(r, i, 6, NULL);
+	json_t *o = json_object();
+
+	for (int k = 0; k < 3; k++)
+		json_object_set_new(o, text[k],
+				    utf8_json_str(db_rows_get(r, i, k, NULL)));
+	for (int k = 0; k < 3; k++)
+		json_object_set_new(o, num[k],
+				    json_integer(db_rows_int(r, i, 3 + k)));
+	if (note != NULL)
+		json_object_set_new(o, "note", utf8_json_str(note));
+	return o;
 }
 
 static void
@@ -406,34 +408,9 @@ get_done_cb(struct db_job *job, int status, const char *err)
 		if (g->with_log) {
 			json_t *log = json_array();
 
-			for (size_t i = 0; i < g->log.nrows; i++) {
-				const char *note =
-					db_rows_get(&g->log, i, 6, NULL);
-
-				json_array_append_new(
-					log,
-					json_pack("{s:s, s:s, s:s, s:I, s:I, "
-						  "s:I, s:s?}",
-						  "from",
-						  db_rows_get(&g->log, i, 0,
-							      NULL),
-						  "to",
-						  db_rows_get(&g->log, i, 1,
-							      NULL),
-						  "actor",
-						  db_rows_get(&g->log, i, 2,
-							      NULL),
-						  "epoch",
-						  (json_int_t)db_rows_int(
-							  &g->log, i, 3),
-						  "attempt",
-						  (json_int_t)db_rows_int(
-							  &g->log, i, 4),
-						  "at",
-						  (json_int_t)db_rows_int(
-							  &g->log, i, 5),
-						  "note", note));
-			}
+			for (size_t i = 0; i < g->log.nrows; i++)
+				json_array_append_new(log,
+						      log_row_json(&g->log, i));
 			json_object_set_new(out, "log", log);
 		}
 		http_reply_json(g->http, 200, out);
@@ -488,53 +465,6 @@ readyz(struct manager *mg, struct evhttp_request *req)
 	http_reply_json(req, zk && db ? 200 : 503, out);
 }
 
-/* The role a call needs; 0 for the unauthenticated ones. */
-static int
-route_role(const char *path, enum evhttp_cmd_type m)
-{
-	if (!strcmp(path, "/healthz") || !strcmp(path, "/readyz") ||
-	    !strcmp(path, "/metrics") || console_path(path))
-		return 0;
-	if (!strncmp(path, "/v1/admin/", 10) || !strcmp(path, "/reStore") ||
-	    !strcmp(path, "/reStoreJob") || !strcmp(path, "/clearAll") ||
-	    (!strncmp(path, TASKS_PREFIX, strlen(TASKS_PREFIX)) &&
-	     is_restore_path(path)))
-		return AUTH_ADMIN;
-	if (m == EVHTTP_REQ_GET || m == EVHTTP_REQ_HEAD)
-		return !strcmp(path, "/delete") ? AUTH_SUBMIT : AUTH_READ;
-	return AUTH_SUBMIT;
-}
-
-static int
-authorized(struct manager *mg, struct evhttp_request *req, const char *path,
-	   enum evhttp_cmd_type m)
-{
-	int need = route_role(path, m), rc;
-
-	if (need == 0 || !auth_enabled(mg->auth))
-		return 1;
-	rc = auth_check(
-		mg->auth,
-		evhttp_find_header(evhttp_request_get_input_headers(req),
-				   "Authorization"),
-		(enum auth_role)need);
-	if (rc == 0)
-		return 1;
-	if (rc == 401) {
-		evhttp_add_header(evhttp_request_get_output_headers(req),
-				  "WWW-Authenticate", "Bearer");
-		http_reply_error(req, 401, "unauthorized", NULL,
-				 "a valid bearer token is required");
-	} else {
-		http_reply_error(req, 403, "forbidden", NULL,
-				 "this token's roles do not allow %s",
-				 need == AUTH_ADMIN  ? "admin calls"
-				 : need == AUTH_READ ? "reading"
-						     : "submitting");
-	}
-	return 0;
-}
-
 int
 api_check_id(struct evhttp_request *req, const char *id, size_t idlen)
 {
@@ -557,127 +487,199 @@ api_topic_allowed(const struct manager *mg, const char *topic)
 	return 0;
 }
 
-/* A body is JSON: no Content-Type (lenient clients) or application/json;
- * a form or anything else is refused rather than misread. */
-static int
-json_content(struct evhttp_request *req, enum evhttp_cmd_type m)
+/* The route table's handlers: the table's {} argument, decoded. */
+static void
+r_post_task(void *ctx, struct evhttp_request *req, const char *a, size_t n)
 {
-	const char *ct = evhttp_find_header(
-		evhttp_request_get_input_headers(req), "Content-Type");
-
-	if (m != EVHTTP_REQ_POST && m != EVHTTP_REQ_PATCH &&
-	    m != EVHTTP_REQ_PUT)
-		return 1;
-	if (ct == NULL ||
-	    evbuffer_get_length(evhttp_request_get_input_buffer(req)) == 0)
-		return 1;
-	while (*ct == ' ')
-		ct++;
-	return strncasecmp(ct, "application/json", 16) == 0 &&
-	       (ct[16] == '\0' || ct[16] == ';' || ct[16] == ' ');
+	(void)a;
+	(void)n;
+	post_task(ctx, req);
 }
 
 static void
-route_cb(struct evhttp_request *req, void *arg)
+r_list(void *ctx, struct evhttp_request *req, const char *a, size_t n)
 {
-	struct manager *mg = arg;
+	(void)a;
+	(void)n;
+	tasks_list(ctx, req);
+}
+
+static void
+r_batch(void *ctx, struct evhttp_request *req, const char *a, size_t n)
+{
+	(void)a;
+	(void)n;
+	post_batch(ctx, req);
+}
+
+static void
+r_get(void *ctx, struct evhttp_request *req, const char *a, size_t n)
+{
+	get_task(ctx, req, a, n);
+}
+
+static void
+r_cancel(void *ctx, struct evhttp_request *req, const char *a, size_t n)
+{
+	tasks_cancel(ctx, req, a, n);
+}
+
+static void
+r_reschedule(void *ctx, struct evhttp_request *req, const char *a, size_t n)
+{
+	tasks_reschedule(ctx, req, a, n);
+}
+
+static void
+r_restore_one(void *ctx, struct evhttp_request *req, const char *a, size_t n)
+{
+	restore_one(ctx, req, a, n);
+}
+
+static void
+r_restore_start(void *ctx, struct evhttp_request *req, const char *a, size_t n)
+{
+	(void)a;
+	(void)n;
+	restore_start(ctx, req);
+}
+
+static void
+r_restore_status(void *ctx, struct evhttp_request *req, const char *a, size_t n)
+{
+	/* Job ids are ours: printable, no NUL. */
+	if (strlen(a) != n) {
+		http_reply_error(req, 404, "not_found", "job", "no such job");
+		return;
+	}
+	restore_status(ctx, req, a);
+}
+
+static void
+r_cluster(void *ctx, struct evhttp_request *req, const char *a, size_t n)
+{
+	(void)a;
+	(void)n;
+	cluster_get(ctx, req);
+}
+
+static void
+r_lateness(void *ctx, struct evhttp_request *req, const char *a, size_t n)
+{
+	(void)a;
+	(void)n;
+	lateness_get(ctx, req);
+}
+
+static void
+r_metrics(void *ctx, struct evhttp_request *req, const char *a, size_t n)
+{
+	(void)a;
+	(void)n;
+	http_metrics_cb(req, ctx);
+}
+
+static void
+r_healthz(void *ctx, struct evhttp_request *req, const char *a, size_t n)
+{
+	(void)ctx;
+	(void)a;
+	(void)n;
+	http_reply_json(req, 200, json_pack("{s:b}", "ok", 1));
+}
+
+static void
+r_readyz(void *ctx, struct evhttp_request *req, const char *a, size_t n)
+{
+	(void)a;
+	(void)n;
+	readyz(ctx, req);
+}
+
+static void
+r_console(void *ctx, struct evhttp_request *req, const char *a, size_t n)
+{
 	const char *path =
 		evhttp_uri_get_path(evhttp_request_get_evhttp_uri(req));
-	enum evhttp_cmd_type m = evhttp_request_get_command(req);
-	char *decoded = NULL;
-	size_t idlen = 0;
 
-	metric_inc(mg->m.http_requests);
-	if (path == NULL)
-		path = "/";
-	if (!authorized(mg, req, path, m))
-		return;
-	if (!json_content(req, m)) {
-		http_reply_error(req, 415, "unsupported_media_type", NULL,
-				 "send the body as application/json");
-		return;
-	}
-	if (!strcmp(path, "/v1/tasks/batch")) {
-		if (m == EVHTTP_REQ_POST)
-			post_batch(mg, req);
-		else
-			http_reply_error(req, 405, "method_not_allowed", NULL,
-					 "use POST");
-	} else if (!strcmp(path, "/v1/tasks")) {
-		if (m == EVHTTP_REQ_POST)
-			post_task(mg, req);
-		else if (m == EVHTTP_REQ_GET)
-			tasks_list(mg, req);
-		else
-			http_reply_error(req, 405, "method_not_allowed", NULL,
-					 "use POST to submit, GET to list");
-	} else if (!strncmp(path, TASKS_PREFIX, strlen(TASKS_PREFIX)) &&
-		   is_restore_path(path)) {
-		/* /v1/tasks/{id}/restore */
-		decoded = evhttp_uridecode(path + strlen(TASKS_PREFIX), 0,
-					   &idlen);
-		idlen -= strlen(RESTORE_SUFFIX);
-		decoded[idlen] = '\0';
-		if (m == EVHTTP_REQ_POST)
-			restore_one(mg, req, decoded, idlen);
-		else
-			http_reply_error(req, 405, "method_not_allowed", NULL,
-					 "use POST");
-	} else if (!strncmp(path, TASKS_PREFIX, strlen(TASKS_PREFIX))) {
-		decoded = evhttp_uridecode(path + strlen(TASKS_PREFIX), 0,
-					   &idlen);
-		if (m == EVHTTP_REQ_GET)
-			get_task(mg, req, decoded, idlen);
-		else if (m == EVHTTP_REQ_DELETE)
-			tasks_cancel(mg, req, decoded, idlen);
-		else if (m == EVHTTP_REQ_PATCH)
-			tasks_reschedule(mg, req, decoded, idlen);
-		else
-			http_reply_error(req, 405, "method_not_allowed", NULL,
-					 "use GET, DELETE or PATCH");
-	} else if (!strcmp(path, "/v1/admin/restore")) {
-		if (m == EVHTTP_REQ_POST)
-			restore_start(mg, req);
-		else
-			http_reply_error(req, 405, "method_not_allowed", NULL,
-					 "use POST");
-	} else if (!strncmp(path, RESTORE_PREFIX, strlen(RESTORE_PREFIX))) {
-		if (m == EVHTTP_REQ_GET)
-			restore_status(mg, req, path + strlen(RESTORE_PREFIX));
-		else
-			http_reply_error(req, 405, "method_not_allowed", NULL,
-					 "use GET");
-	} else if (!strcmp(path, "/v1/cluster")) {
-		if (m == EVHTTP_REQ_GET)
-			cluster_get(mg, req);
-		else
-			http_reply_error(req, 405, "method_not_allowed", NULL,
-					 "use GET");
-	} else if (!strcmp(path, "/v1/cluster/lateness")) {
-		if (m == EVHTTP_REQ_GET)
-			lateness_get(mg, req);
-		else
-			http_reply_error(req, 405, "method_not_allowed", NULL,
-					 "use GET");
-	} else if (console_path(path)) {
-		console_serve(req, path, m);
-	} else if (mykit_route(mg, req, path, m)) {
-		/* answered by mykit.c */
-	} else if (!strcmp(path, "/metrics")) {
-		http_metrics_cb(req, mg);
-	} else if (!strcmp(path, "/healthz")) {
-		http_reply_json(req, 200, json_pack("{s:b}", "ok", 1));
-	} else if (!strcmp(path, "/readyz")) {
-		readyz(mg, req);
-	} else {
-		http_reply_error(req, 404, "not_found", NULL, "no route %s",
-				 path);
-	}
-	free(decoded);
+	(void)ctx;
+	(void)a;
+	(void)n;
+	if (path == NULL || !console_path(path))
+		http_reply_error(req, 404, "not_found", NULL,
+				 "no such console file");
+	else
+		console_serve(req, path, evhttp_request_get_command(req));
+}
+
+#define GET EVHTTP_REQ_GET
+#define POST EVHTTP_REQ_POST
+#define NATIVE HTTP_SHAPE_NATIVE
+#define MYKIT HTTP_SHAPE_MYKIT
+#define STATE HTTP_ROUTE_STATE
+#define JSON HTTP_ROUTE_JSON
+
+/*
+ * Every call the manager serves: one row per method and path, with the
+ * role it needs (0: public), the shape of its answers and whether it
+ * changes state (refused from another site's page) or takes JSON.
+ */
+static const struct http_route routes[] = {
+	{POST, "/v1/tasks", AUTH_SUBMIT, NATIVE, STATE | JSON, r_post_task},
+	{GET, "/v1/tasks", AUTH_READ, NATIVE, 0, r_list},
+	{POST, "/v1/tasks/batch", AUTH_SUBMIT, NATIVE, STATE | JSON, r_batch},
+	{GET, "/v1/tasks/{}", AUTH_READ, NATIVE, 0, r_get},
+	{EVHTTP_REQ_DELETE, "/v1/tasks/{}", AUTH_SUBMIT, NATIVE, STATE,
+	 r_cancel},
+	{EVHTTP_REQ_PATCH, "/v1/tasks/{}", AUTH_SUBMIT, NATIVE, STATE | JSON,
+	 r_reschedule},
+	{POST, "/v1/tasks/{}/restore", AUTH_ADMIN, NATIVE, STATE | JSON,
+	 r_restore_one},
+	{POST, "/v1/admin/restore", AUTH_ADMIN, NATIVE, STATE | JSON,
+	 r_restore_start},
+	{GET, "/v1/admin/restore/{}", AUTH_ADMIN, NATIVE, 0, r_restore_status},
+	{GET, "/v1/cluster", AUTH_READ, NATIVE, 0, r_cluster},
+	{GET, "/v1/cluster/lateness", AUTH_READ, NATIVE, 0, r_lateness},
+	{GET, "/metrics", 0, NATIVE, 0, r_metrics},
+	{GET, "/healthz", 0, NATIVE, 0, r_healthz},
+	{GET, "/readyz", 0, NATIVE, 0, r_readyz},
+	{GET, "/", 0, NATIVE, 0, r_console},
+	{GET, "/console/{}", 0, NATIVE, 0, r_console},
+	{POST, "/push", AUTH_SUBMIT, MYKIT, STATE | JSON, mykit_push},
+	{GET, "/delete", AUTH_SUBMIT, MYKIT, STATE, mykit_delete},
+	{GET, "/reStore", AUTH_ADMIN, MYKIT, STATE, mykit_restore},
+	{GET, "/reStoreJob", AUTH_ADMIN, MYKIT, STATE, mykit_restore_job},
+	{GET, "/clearAll", AUTH_ADMIN, MYKIT, STATE, mykit_clear_all},
+};
+
+#undef GET
+#undef POST
+#undef NATIVE
+#undef MYKIT
+#undef STATE
+#undef JSON
+
+static int
+authorize(void *ctx, const char *authorization, int role)
+{
+	struct manager *mg = ctx;
+
+	if (!auth_enabled(mg->auth))
+		return 0;
+	return auth_check(mg->auth, authorization, (enum auth_role)role);
 }
 
 void
 api_register(struct manager *mg)
 {
-	evhttp_set_gencb(mg->http, route_cb, mg);
+	http_server_set_routes(mg->http, routes,
+			       sizeof(routes) / sizeof(routes[0]), authorize,
+			       mg);
+}
+
+const struct http_route *
+api_routes(size_t *n)
+{
+	*n = sizeof(routes) / sizeof(routes[0]);
+	return routes;
 }

@@ -128,10 +128,8 @@ worker_cb(struct zk *z, int rc, const char *data, int len,
 	struct gather *g = a->g;
 	json_t *j = rc == ZOK ? parse_json(data, len) : NULL;
 
-	if (j == NULL) {
-		j = json_object();
-		json_object_set_new(j, "id", utf8_json_str(a->id));
-	}
+	if (j == NULL)
+		j = json_pack("{s:o}", "id", utf8_json_str(a->id));
 	json_array_append_new(g->workers, j);
 	xfree(a);
 	gather_put(g);
@@ -150,9 +148,7 @@ workers_cb(struct zk *z, int rc, const struct String_vector *names, void *arg)
 			struct gather_arg *a = xcalloc(1, sizeof(*a));
 
 			a->g = g;
-			/* Any name may sit there: cut at a character. */
-			utf8_copy(a->id, sizeof(a->id), names->data[i],
-				  strlen(names->data[i]));
+			snprintf(a->id, sizeof(a->id), "%s", names->data[i]);
 			snprintf(path, sizeof(path), "%s%s/%s",
 				 cfg_str(g->mg->cfg, CFG_CLUSTER_ROOT),
 				 ZPATH_WORKERS, names->data[i]);
@@ -177,10 +173,10 @@ slot_cb(struct zk *z, int rc, const char *data, int len, const struct Stat *st,
 
 	if (rc == ZOK && slot_node_decode(data, len, &n) == 0) {
 		json_object_set_new(s, "owner",
-				    n.owner[0] ? json_string(n.owner)
+				    n.owner[0] ? utf8_json_str(n.owner)
 					       : json_null());
 		json_object_set_new(s, "requested",
-				    n.requested[0] ? json_string(n.requested)
+				    n.requested[0] ? utf8_json_str(n.requested)
 						   : json_null());
 		json_object_set_new(s, "epoch", json_integer(n.epoch));
 		json_object_set_new(s, "updated_at",

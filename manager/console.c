@@ -69,6 +69,6 @@ console_serve(struct evhttp_request *req, const char *path,
 	evhttp_add_header(h, "Cache-Control", "no-cache");
 	b = evbuffer_new();
 	evbuffer_add_reference(b, f->data, f->len, NULL, NULL);
-	evhttp_send_reply(req, 200, "OK", b);
+	http_send(req, 200, b);
 	evbuffer_free(b);
 }

@@ -295,9 +295,8 @@ message_cb(const rd_kafka_message_t *km, void *arg)
 		return;
 	}
 	json_decref(in);
-	if (!api_topic_allowed(k->mg, m->req.task.topic)) {
-		refuse(m, "invalid_value", "topic",
-		       "topic is not in http.topics_allowed");
+	if (guard_submission(k->mg, &m->req.task, &terr) < 0) {
+		refuse(m, terr.code, terr.field, terr.message);
 		return;
 	}
 	m->req.started_us = clock_mono_us();

@@ -129,7 +129,7 @@ worker_failed(struct late_worker *w, const char *fmt, ...)
 	vsnprintf(msg, sizeof(msg), fmt, ap);
 	va_end(ap);
 	json_object_set_new(w->entry, "ok", json_false());
-	json_object_set_new(w->entry, "error", json_string(msg));
+	json_object_set_new(w->entry, "error", utf8_json_str(msg));
 }
 
 static void
@@ -260,12 +260,12 @@ node_cb(struct zk *z, int rc, const char *data, int len, const struct Stat *st,
 					: "its node is gone");
 	} else if (elsewhere_loopback(addr, json_string_value(json_object_get(
 						    j, "host")))) {
-		json_object_set_new(w->entry, "metrics", json_string(addr));
+		json_object_set_new(w->entry, "metrics", utf8_json_str(addr));
 		worker_failed(w, "%s",
 			      "its metrics listen on the loopback of another "
 			      "host (worker.http_listen)");
 	} else {
-		json_object_set_new(w->entry, "metrics", json_string(addr));
+		json_object_set_new(w->entry, "metrics", utf8_json_str(addr));
 		if (!l->replied && scrape(w, addr) == 0) {
 			/* scrape_cb frees w and drops the reference */
 			json_decref(j);
@@ -292,10 +292,9 @@ children_cb(struct zk *z, int rc, const struct String_vector *names, void *arg)
 		struct late_worker *w = xcalloc(1, sizeof(*w));
 
 		w->l = l;
-		/* Any name may sit there: cut at a character, so that the
-		 * entry is never NULL. */
-		utf8_copy(w->id, sizeof(w->id), names->data[i],
-			  strlen(names->data[i]));
+		snprintf(w->id, sizeof(w->id), "%s", names->data[i]);
+		/* Node names and data are anybody's who can write to
+		 * ZooKeeper: valid UTF-8 or replaced. */
 		w->entry = json_pack("{s:o, s:n, s:b}", "id",
 				     utf8_json_str(w->id), "metrics", "ok", 0);
 		json_array_append_new(l->workers, w->entry);

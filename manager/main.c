@@ -239,6 +239,9 @@ main(int argc, char **argv)
 	if (migrate_apply(cfg_str(mg.cfg, CFG_DB_URL), 30, err, sizeof(err)) <
 	    0)
 		log_fatal("database migration failed", "error=\"%s\"", err);
+	if (guard_start(&mg, 30, err, sizeof(err)) < 0)
+		log_fatal("cannot read the cluster secret", "error=\"%s\"",
+			  err);
 
 	mg.zk = zk_create(mg.base, cfg_str(mg.cfg, CFG_ZK_HOSTS),
 			  (int)cfg_int(mg.cfg, CFG_ZK_SESSION_TIMEOUT_MS),
@@ -259,14 +262,23 @@ main(int argc, char **argv)
 	if (cfg_str(mg.cfg, CFG_KAFKA_INGEST_TOPIC)[0] != '\0' &&
 	    (mg.kingest = kingest_create(&mg, err, sizeof(err))) == NULL)
 		log_fatal("kafka ingest", "error=\"%s\"", err);
-	mg.http = http_server_create(
-		mg.base, cfg_str(mg.cfg, CFG_HTTP_LISTEN),
-		(size_t)cfg_int(mg.cfg, CFG_HTTP_MAX_BODY_BYTES),
-		(int)cfg_int(mg.cfg, CFG_HTTP_TIMEOUT_S), err, sizeof(err));
+	{
+		struct http_limits lim = {
+			.max_body = (size_t)cfg_int(mg.cfg,
+						    CFG_HTTP_MAX_BODY_BYTES),
+			.timeout_s = (int)cfg_int(mg.cfg, CFG_HTTP_TIMEOUT_S),
+			.max_connections =
+				(long)cfg_int(mg.cfg, CFG_HTTP_MAX_CONNECTIONS),
+			.max_body_memory = (size_t)cfg_int(
+				mg.cfg, CFG_HTTP_MAX_BODY_MEMORY_BYTES),
+		};
+
+		mg.http = http_server_create(mg.base,
+					     cfg_str(mg.cfg, CFG_HTTP_LISTEN),
+					     &lim, err, sizeof(err));
+	}
 	if (mg.http == NULL)
 		log_fatal("http", "error=\"%s\"", err);
-	http_server_set_max_connections(
-		mg.http, (long)cfg_int(mg.cfg, CFG_HTTP_MAX_CONNECTIONS));
 	api_register(&mg);
 	cluster_sampler_start(&mg);
 	gauges = event_new(mg.base, -1, EV_PERSIST, gauges_cb, &mg);

@@ -8,6 +8,7 @@
 
 #include <jansson.h>
 
+#include "callback.h"
 #include "task.h"
 
 struct cfg;
@@ -19,6 +20,7 @@ struct daemon;
 struct metric;
 struct auth;
 struct evdns_base;
+struct http_route;
 
 #define MANAGER_METRICS(X)                                                  \
 	X(accepted, COUNTER, "prophet_tasks_accepted_total",                \
@@ -47,8 +49,6 @@ struct evdns_base;
 	  "the ingest errors topic)")                                       \
 	X(submit_seconds, HISTOGRAM, "prophet_submit_duration_seconds",     \
 	  "Time from request to durable answer")                            \
-	X(http_requests, COUNTER, "prophet_http_requests_total",            \
-	  "HTTP requests served")                                           \
 	X(redis_up, GAUGE, "prophet_redis_up", "1 when Redis is connected") \
 	X(db_up, GAUGE, "prophet_db_connections",                           \
 	  "Database connections open (of db.pool_size)")                    \
@@ -86,6 +86,8 @@ struct manager {
 	struct index_slot *index_slots;
 	struct kingest *kingest;
 	struct task_limits limits;
+	unsigned char retry_key[CALLBACK_KEY_LEN]; /* guard.c */
+	int have_retry_key;
 	struct auth *auth;     /* bearer tokens; NULL: none configured */
 	char **topics_allowed; /* NULL: any valid topic */
 	int nslots;
@@ -104,6 +106,15 @@ struct manager {
 
 /* migrate.c: applies pending schema migrations (blocking, startup). */
 int migrate_apply(const char *db_url, int wait_s, char *err, size_t errlen);
+
+/* guard.c: the checks of a valid task's topic against the cluster (the
+ * allow-list, Kafka's name length, the notifier's reserved topics; a retry
+ * task must carry the notifier's signature). 0, or -1 with err filled. */
+int guard_submission(const struct manager *mg, const struct task *t,
+		     struct task_error *err);
+/* Creates the cluster secret if there is none and reads it (blocking,
+ * startup, waiting up to wait_s for the database). */
+int guard_start(struct manager *mg, int wait_s, char *err, size_t errlen);
 
 /* zktree.c: creates and repairs the cluster tree. */
 int zktree_ensure(struct zk *z, const char *root, int nslots, char *err,
@@ -196,15 +207,24 @@ void kingest_destroy(struct kingest *k);
 
 /* api.c */
 void api_register(struct manager *mg);
+/* The route table (for tests of the table against docs/openapi.yaml). */
+const struct http_route *api_routes(size_t *n);
 int api_topic_allowed(const struct manager *mg, const char *topic);
 /* 1 if id is valid; else answers 400 and returns 0. */
 int api_check_id(struct evhttp_request *req, const char *id, size_t idlen);
 void api_submit(struct manager *mg, struct evhttp_request *req, json_t *task);
 json_t *api_body_json(struct manager *mg, struct evhttp_request *req);
 
-/* mykit.c: the mykit-delay compatible endpoints; 1 if path was one. */
-int mykit_route(struct manager *mg, struct evhttp_request *req,
-		const char *path, enum evhttp_cmd_type m);
+/* mykit.c: the mykit-delay compatible routes (http_handler_fn). */
+void mykit_push(void *ctx, struct evhttp_request *req, const char *a, size_t n);
+void mykit_delete(void *ctx, struct evhttp_request *req, const char *a,
+		  size_t n);
+void mykit_restore(void *ctx, struct evhttp_request *req, const char *a,
+		   size_t n);
+void mykit_restore_job(void *ctx, struct evhttp_request *req, const char *a,
+		       size_t n);
+void mykit_clear_all(void *ctx, struct evhttp_request *req, const char *a,
+		     size_t n);
 /* DELETE the Redis index of every slot (workers rebuild it from the DB). */
 void restore_clear_all(struct manager *mg, struct evhttp_request *req);
 

@@ -5,10 +5,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/queue.h>
 
 #include <event2/http.h>
-#include <event2/keyvalq_struct.h>
 #include <jansson.h>
 
 #include "daemon.h"
@@ -26,16 +24,35 @@
  *   GET  /reStoreJob?jobId=
  *   GET  /clearAll        drop the Redis index (rebuilt from the DB)
  * Answers: {"success":true,"data":"<id>","code":200} or
- * {"success":false,"message":"...","code":500} (http_mark_mykit).
+ * {"success":false,"message":"...","code":500}: the route table marks these
+ * routes HTTP_SHAPE_MYKIT and http_reply_json renders every answer so.
  */
 
-/* Its articles write JobId as often as jobId. */
-static const char *
-job_id(struct evkeyvalq *q)
-{
-	const char *v = evhttp_find_header(q, "jobId");
+/* 2^53: far beyond any due time, and the sum of two cannot overflow. */
+#define MYKIT_TIME_MAX 9007199254740992LL
 
-	return v ? v : evhttp_find_header(q, "JobId");
+/*
+ * The job id of /delete and /reStoreJob (its articles write JobId as often
+ * as jobId), decoded; NULL (answered) when absent or not a task id (an
+ * encoded NUL does not cut it short).
+ */
+static char *
+job_id(struct evhttp_request *req, size_t *lenp)
+{
+	char *id = http_query_get(req, "jobId", lenp);
+
+	if (id == NULL)
+		id = http_query_get(req, "JobId", lenp);
+	if (id == NULL) {
+		http_reply_error(req, 400, "missing_field", "jobId",
+				 "jobId is required");
+		return NULL;
+	}
+	if (!api_check_id(req, id, *lenp)) {
+		free(id);
+		return NULL;
+	}
+	return id;
 }
 
 /* Maps a mykit-delay job onto a Prophet task; NULL with *why on error. */
@@ -77,6 +94,13 @@ map_push(json_t *in, int64_t now, const char **why)
 		}
 		delay = json_integer_value(v);
 	}
+	/* Both are the client's: their sum must not overflow (the task's
+	 * own validation bounds how far ahead it may be). */
+	if (created > MYKIT_TIME_MAX || delay > MYKIT_TIME_MAX) {
+		*why = "createTime and delay must be at most 2^53 ms";
+		json_decref(t);
+		return NULL;
+	}
 	json_object_set_new(t, "due_at", json_integer(created + delay));
 	if ((v = json_object_get(in, "ttl")) != NULL && json_is_integer(v) &&
 	    json_integer_value(v) > 0)
@@ -98,56 +122,68 @@ map_push(json_t *in, int64_t now, const char **why)
 	return t;
 }
 
-int
-mykit_route(struct manager *mg, struct evhttp_request *req, const char *path,
-	    enum evhttp_cmd_type m)
+void
+mykit_push(void *ctx, struct evhttp_request *req, const char *a, size_t n)
 {
-	const char *q =
-		evhttp_uri_get_query(evhttp_request_get_evhttp_uri(req));
-	struct evkeyvalq kv;
-	const char *id, *why;
+	struct manager *mg = ctx;
+	const char *why;
 	json_t *in, *task;
 
-	if (strcmp(path, "/push") && strcmp(path, "/delete") &&
-	    strcmp(path, "/reStore") && strcmp(path, "/reStoreJob") &&
-	    strcmp(path, "/clearAll"))
-		return 0;
-	http_mark_mykit(req);
-	if (!strcmp(path, "/push")) {
-		if (m != EVHTTP_REQ_POST) {
-			http_reply_error(req, 405, "method_not_allowed", NULL,
-					 "use POST");
-			return 1;
-		}
-		if ((in = api_body_json(mg, req)) == NULL)
-			return 1;
-		task = map_push(in, clock_now_ms(), &why);
-		json_decref(in);
-		if (task == NULL)
-			http_reply_error(req, 400, "invalid_value", NULL, "%s",
-					 why);
-		else
-			api_submit(mg, req, task);
-		return 1;
-	}
-	if (!strcmp(path, "/clearAll")) {
-		restore_clear_all(mg, req);
-		return 1;
-	}
-	TAILQ_INIT(&kv);
-	evhttp_parse_query_str(q ? q : "", &kv);
-	if (!strcmp(path, "/reStore")) {
-		const char *e = evhttp_find_header(&kv, "expire");
+	(void)a;
+	(void)n;
+	if ((in = api_body_json(mg, req)) == NULL)
+		return;
+	task = map_push(in, clock_now_ms(), &why);
+	json_decref(in);
+	if (task == NULL)
+		http_reply_error(req, 400, "invalid_value", NULL, "%s", why);
+	else
+		api_submit(mg, req, task);
+}
 
-		restore_launch(mg, req, -1, e != NULL && !strcmp(e, "true"));
-	} else if ((id = job_id(&kv)) == NULL) {
-		http_reply_error(req, 400, "missing_field", "jobId",
-				 "jobId is required");
-	} else if (!strcmp(path, "/delete")) {
-		tasks_cancel(mg, req, id, strlen(id));
-	} else {
-		restore_one(mg, req, id, strlen(id));
-	}
-	evhttp_clear_headers(&kv);
-	return 1;
+void
+mykit_delete(void *ctx, struct evhttp_request *req, const char *a, size_t n)
+{
+	size_t len;
+	char *id = job_id(req, &len);
+
+	(void)a;
+	(void)n;
+	if (id != NULL)
+		tasks_cancel(ctx, req, id, len);
+	free(id);
+}
+
+void
+mykit_restore_job(void *ctx, struct evhttp_request *req, const char *a,
+		  size_t n)
+{
+	size_t len;
+	char *id = job_id(req, &len);
+
+	(void)a;
+	(void)n;
+	if (id != NULL)
+		restore_one(ctx, req, id, len);
+	free(id);
+}
+
+void
+mykit_restore(void *ctx, struct evhttp_request *req, const char *a, size_t n)
+{
+	size_t len;
+	char *e = http_query_get(req, "expire", &len);
+
+	(void)a;
+	(void)n;
+	restore_launch(ctx, req, -1, e != NULL && !strcmp(e, "true"));
+	free(e);
+}
+
+void
+mykit_clear_all(void *ctx, struct evhttp_request *req, const char *a, size_t n)
+{
+	(void)a;
+	(void)n;
+	restore_clear_all(ctx, req);
 }

@@ -22,6 +22,7 @@
 #include "schema.h"
 #include "scripts.h"
 #include "slot.h"
+#include "utf8.h"
 #include "xmalloc.h"
 
 /*
@@ -85,7 +86,8 @@ job_json(const struct restore_job *r)
 			     r->started_ms));
 
 	json_object_set_new(j, "error",
-			    r->error[0] ? json_string(r->error) : json_null());
+			    r->error[0] ? utf8_json_str(r->error)
+					: json_null());
 	return j;
 }
 

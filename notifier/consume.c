@@ -8,11 +8,15 @@
 
 #include "cfg.h"
 #include "daemon.h"
+#include "hmap.h"
 #include "keys.h"
 #include "log.h"
 #include "metrics.h"
 #include "notifier.h"
 #include "xmalloc.h"
+
+/* Forged retry ids remembered to log each once; then forgotten at once. */
+#define FORGED_REMEMBERED 10000
 
 /*
  * The Kafka side: messages of the due-task topics and of the retry topic,
@@ -98,6 +102,17 @@ header_dup(rd_kafka_headers_t *h, const char *name)
 	return xstrndup(v, len);
 }
 
+/* A header name from a message, fit for the log: a token or "?". */
+static const char *
+sanitized_name(const char *s)
+{
+	for (const char *p = s; *p; p++)
+		if ((unsigned char)*p <= ' ' || (unsigned char)*p >= 0x7f ||
+		    *p == '"' || *p == '\\')
+			return "?";
+	return s;
+}
+
 static int64_t
 header_int(rd_kafka_headers_t *h, const char *name, int64_t def)
 {
@@ -113,15 +128,78 @@ header_int(rd_kafka_headers_t *h, const char *name, int64_t def)
 	return v;
 }
 
-/* Fills the callback of m from the message; 0 if it has none. */
+/*
+ * Whether a message of the retry topic is one of our retry tasks: signed
+ * by a notifier (outcome.c) under the cluster secret. Anyone who can
+ * produce to the topic could otherwise make us call any URL with the id
+ * and attempt of someone else's task.
+ */
+static int
+retry_genuine(struct notifier *n, rd_kafka_headers_t *h,
+	      const rd_kafka_message_t *km, const struct callback_spec *cb)
+{
+	char *f[7] = {
+		header_dup(h, KHDR_ID),	     header_dup(h, RHDR_OF),
+		header_dup(h, RHDR_ATTEMPT), header_dup(h, RHDR_DUE_AT),
+		header_dup(h, RHDR_TOPIC),   header_dup(h, RHDR_OCCURRENCE),
+		header_dup(h, RHDR_SIG)};
+	struct callback_retry r = {.id = f[0],
+				   .of = f[1],
+				   .attempt = f[2],
+				   .due_at = f[3],
+				   .topic = f[4],
+				   .occurrence = f[5],
+				   .cb = cb,
+				   .body = km->payload ? km->payload : "",
+				   .body_len = km->len};
+	int ok = f[0] != NULL &&
+		 callback_retry_verify(n->retry_key, sizeof(n->retry_key), &r,
+				       f[6]);
+
+	for (size_t i = 0; i < sizeof(f) / sizeof(f[0]); i++)
+		xfree(f[i]);
+	return ok;
+}
+
+static void
+free_key(const char *key, void *value, void *arg)
+{
+	xfree(value);
+}
+
+/* A forged retry: counted, logged once per task id. */
+static void
+forged(struct notifier *n, const struct nmsg *m, const rd_kafka_message_t *km)
+{
+	metric_inc(n->m.forged);
+	if (hmap_get(n->forged_ids, m->id) != NULL)
+		return;
+	if (hmap_count(n->forged_ids) >= FORGED_REMEMBERED) {
+		hmap_foreach(n->forged_ids, free_key, NULL);
+		hmap_destroy(n->forged_ids);
+		n->forged_ids = hmap_create();
+	}
+	{
+		char *k = xstrdup(m->id);
+
+		hmap_put(n->forged_ids, k, k);
+	}
+	log_warn("message on the retry topic without a valid signature; not "
+		 "called back",
+		 "id=%s partition=%d offset=%lld", m->id, (int)km->partition,
+		 (long long)km->offset);
+}
+
+/* Fills the callback of m from the message; 0 if it has none, -1 if it
+ * is a forged retry. */
 static int
 parse(struct notifier *n, struct nmsg *m, const rd_kafka_message_t *km)
 {
 	rd_kafka_headers_t *h = NULL;
 	const char *ktopic = rd_kafka_topic_name(km->rkt);
 	size_t plen = strlen(n->topic_prefix);
-	char *id, *spec;
-	int retry = !strcmp(ktopic, n->retry_ktopic);
+	char *id, *spec, first[TASK_HEADER_NAME_MAX + 1];
+	int retry = !strcmp(ktopic, n->retry_ktopic), dropped;
 
 	rd_kafka_message_headers(km, &h);
 	id = header_dup(h, retry ? RHDR_OF : KHDR_ID);
@@ -136,6 +214,8 @@ parse(struct notifier *n, struct nmsg *m, const rd_kafka_message_t *km)
 		m->due_at = header_int(h, RHDR_DUE_AT, 0);
 		m->occurrence = header_int(h, RHDR_OCCURRENCE, 0);
 		m->topic = header_dup(h, RHDR_TOPIC);
+		/* trusted (it goes into the next retry task's JSON) only
+		 * once the signature is checked below */
 		if (m->topic == NULL)
 			m->topic = xstrdup("");
 	} else {
@@ -155,6 +235,10 @@ parse(struct notifier *n, struct nmsg *m, const rd_kafka_message_t *km)
 			return 0;
 		}
 		xfree(spec);
+		if (retry && !retry_genuine(n, h, km, &m->cb))
+			return -1;
+	} else if (retry) {
+		return -1;
 	} else {
 		const char *k, *v;
 		size_t nr = cfg_extra_count(n->cfg, "notifier.routes");
@@ -169,6 +253,15 @@ parse(struct notifier *n, struct nmsg *m, const rd_kafka_message_t *km)
 		}
 		if (!found)
 			return 0;
+	}
+	/* Tasks submitted before the API refused them, and messages
+	 * produced straight to Kafka, may still carry them. */
+	dropped = callback_spec_sanitize(&m->cb, first, sizeof(first));
+	if (dropped > 0) {
+		metric_add(n->m.cb_headers_dropped, dropped);
+		log_warn("callback headers not allowed are left out",
+			 "id=%s count=%d first=\"%s\"", m->id, dropped,
+			 sanitized_name(first));
 	}
 	m->max_attempts =
 		m->cb.max_attempts > 0
@@ -208,21 +301,27 @@ message_cb(const rd_kafka_message_t *km, void *arg)
 		n->held = 1;
 		kafka_consumer_hold(n->consumer, 1);
 	}
-	if (!parse(n, m, km)) {
+	switch (parse(n, m, km)) {
+	case 0:
 		metric_inc(n->m.skipped);
+		nmsg_done(m);
+		return;
+	case -1:
+		forged(n, m, km);
 		nmsg_done(m);
 		return;
 	}
 	if (callback_url_origin(m->cb.url, m->origin, sizeof(m->origin), host,
 				sizeof(host)) < 0) {
 		metric_inc(n->m.cb_refused);
-		outcome_handle(m, 0, 0, "callback URL has no usable host", 1);
+		outcome_handle(m, HTTPCLI_ERROR, 0,
+			       "callback URL has no usable host", 1);
 		return;
 	}
 	if (!callback_host_allowed(
 		    cfg_str(n->cfg, CFG_HTTP_CALLBACK_HOSTS_ALLOWED), host)) {
 		metric_inc(n->m.cb_refused);
-		outcome_handle(m, 0, 0,
+		outcome_handle(m, HTTPCLI_BLOCKED, 0,
 			       "host not in http.callback_hosts_allowed", 1);
 		return;
 	}
@@ -270,6 +369,7 @@ consume_start(struct notifier *n, char *err, size_t errlen)
 
 	if (topics == NULL)
 		return -1;
+	n->forged_ids = hmap_create();
 	n->consumer = kafka_consumer_create(n->base, n->cfg,
 					    cfg_str(n->cfg, CFG_NOTIFIER_GROUP),
 					    topics, message_cb, n, err, errlen);
@@ -299,6 +399,11 @@ consume_stop(struct notifier *n)
 
 	kafka_consumer_destroy(n->consumer);
 	n->consumer = NULL;
+	if (n->forged_ids != NULL) {
+		hmap_foreach(n->forged_ids, free_key, NULL);
+		hmap_destroy(n->forged_ids);
+		n->forged_ids = NULL;
+	}
 	for (p = n->parts; p != NULL; p = pn) {
 		struct nmsg *m, *mn;
 

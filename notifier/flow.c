@@ -13,6 +13,7 @@
 #include "log.h"
 #include "metrics.h"
 #include "notifier.h"
+#include "utf8.h"
 #include "xmalloc.h"
 
 /*
@@ -58,15 +59,34 @@ request_done_cb(const struct httpcli_result *r, void *arg)
 	n->inflight--;
 	metric_set(n->m.inflight, n->inflight);
 	metric_observe(n->m.latency, r->seconds);
-	if (r->transport)
+	metric_vec_inc(n->m.outcomes, r->cls);
+	if (r->cls == HTTPCLI_BLOCKED)
+		metric_inc(n->m.cb_blocked);
+	else if (r->transport)
 		metric_inc(n->m.cb_transport_error);
-	else if (r->status >= 200 && r->status <= 299)
+	else if (r->cls == HTTPCLI_OK)
 		metric_inc(n->m.cb_ok);
 	else
 		metric_inc(n->m.cb_http_error);
-	log_debug("callback done", "id=%s attempt=%d status=%ld seconds=%.3f",
-		  m->id, m->attempt, r->status, r->seconds);
-	outcome_handle(m, r->status, r->transport, r->error, 0);
+	if (r->capped)
+		metric_inc(n->m.cb_capped);
+	/* for the log only, and its quotes kept balanced */
+	utf8_copy(m->detail, sizeof(m->detail), r->error, strlen(r->error));
+	for (char *p = m->detail; *p; p++)
+		if (*p == '"' || *p == '\\')
+			*p = '\'';
+	log_debug("callback done",
+		  "id=%s attempt=%d class=%s status=%ld capped=%d seconds=%.3f",
+		  m->id, m->attempt, httpcli_class_name(r->cls), r->status,
+		  r->capped, r->seconds);
+	if (r->cls == HTTPCLI_BLOCKED)
+		log_warn("callback blocked: an address not in "
+			 "notifier.callback_networks_allowed, or a redirect to "
+			 "another scheme",
+			 "id=%s attempt=%d detail=\"%s\"", m->id, m->attempt,
+			 m->detail);
+	/* blocked is final: a retry would be refused the same way */
+	outcome_handle(m, r->cls, r->status, NULL, r->cls == HTTPCLI_BLOCKED);
 	if (!n->stopping)
 		pump(n);
 }
@@ -76,18 +96,22 @@ start(struct notifier *n, struct nmsg *m)
 {
 	char **hdrs =
 		callback_headers_build(&m->cb, m->id, m->attempt, m->due_at);
+	int64_t tmax = cfg_int(n->cfg, CFG_NOTIFIER_MAX_TIMEOUT_MS);
+	int64_t timeout = m->cb.timeout_ms > 0
+				  ? m->cb.timeout_ms
+				  : cfg_int(n->cfg, CFG_NOTIFIER_TIMEOUT_MS);
 	struct httpcli_req rq = {
 		.method = m->cb.method,
 		.url = m->cb.url,
 		.headers = hdrs,
 		.body = m->body,
 		.body_len = m->body_len,
-		.timeout_ms = m->cb.timeout_ms > 0
-				      ? (long)m->cb.timeout_ms
-				      : (long)cfg_int(n->cfg,
-						      CFG_NOTIFIER_TIMEOUT_MS),
+		.timeout_ms = (long)(timeout < tmax ? timeout : tmax),
 		.max_redirects =
 			(long)cfg_int(n->cfg, CFG_NOTIFIER_MAX_REDIRECTS),
+		.guard = n->guard,
+		.max_response_bytes = (size_t)cfg_int(
+			n->cfg, CFG_NOTIFIER_MAX_RESPONSE_BYTES),
 	};
 
 	m->host->inflight++;

@@ -18,7 +18,9 @@
 #include "kafka.h"
 #include "log.h"
 #include "metrics.h"
+#include "netguard.h"
 #include "notifier.h"
+#include "utf8.h"
 #include "xmalloc.h"
 
 static void
@@ -28,6 +30,17 @@ register_metrics(struct notifier *n)
 	n->m.f = metrics_register(METRIC_##t, name, h, NULL, 0);
 	NOTIFIER_METRICS(NM_REG)
 #undef NM_REG
+	{
+		static const char *classes[HTTPCLI__CLASS_COUNT];
+
+		for (int i = 0; i < HTTPCLI__CLASS_COUNT; i++)
+			classes[i] = httpcli_class_name(i);
+		n->m.outcomes = metrics_register(
+			METRIC_COUNTER, "prophet_callback_outcomes_total",
+			"Callback attempts by outcome class", "class",
+			HTTPCLI__CLASS_COUNT);
+		metric_set_label_values(n->m.outcomes, classes);
+	}
 }
 
 static void
@@ -71,7 +84,8 @@ stop_cb(int count, void *arg)
 	log_info("stop requested", "running=%d waiting=%zu recording=%zu",
 		 n->inflight, n->queued, n->rec_n);
 	n->stopping = 1;
-	consume_hold(n);
+	if (n->consumer != NULL)
+		consume_hold(n);
 	flow_abandon(n);
 	n->stop_deadline_ms =
 		clock_mono_ms() + cfg_int(n->cfg, CFG_NOTIFIER_STOP_GRACE_MS);
@@ -97,29 +111,56 @@ reload_cb(void *arg)
 }
 
 static void
-route_cb(struct evhttp_request *req, void *arg)
+r_metrics(void *ctx, struct evhttp_request *req, const char *a, size_t n)
 {
-	struct notifier *n = arg;
-	const char *path =
-		evhttp_uri_get_path(evhttp_request_get_evhttp_uri(req));
+	(void)a;
+	(void)n;
+	http_metrics_cb(req, ctx);
+}
 
-	if (path != NULL && !strcmp(path, "/metrics")) {
-		http_metrics_cb(req, n);
-	} else if (path != NULL && !strcmp(path, "/healthz")) {
-		http_reply_json(req, 200, json_pack("{s:b}", "ok", 1));
-	} else if (path != NULL && !strcmp(path, "/readyz")) {
-		int db = db_pool_connected(n->db) > 0;
-		int kafka = !kafka_brokers_down(n->dlq);
-		int ok = db && kafka && !n->stopping;
+static void
+r_healthz(void *ctx, struct evhttp_request *req, const char *a, size_t n)
+{
+	(void)ctx;
+	(void)a;
+	(void)n;
+	http_reply_json(req, 200, json_pack("{s:b}", "ok", 1));
+}
 
-		http_reply_json(req, ok ? 200 : 503,
-				json_pack("{s:b, s:b, s:b, s:i, s:i, s:s}",
-					  "ready", ok, "db", db, "kafka", kafka,
-					  "running", n->inflight, "waiting",
-					  (int)n->queued, "id", n->id));
-	} else {
-		http_reply_error(req, 404, "not_found", NULL, "no route");
-	}
+static void
+r_readyz(void *ctx, struct evhttp_request *req, const char *a, size_t len)
+{
+	struct notifier *n = ctx;
+	int db = db_pool_connected(n->db) > 0;
+	int kafka = !kafka_brokers_down(n->dlq);
+	int ok = db && kafka && n->consumer != NULL && !n->stopping;
+
+	(void)a;
+	(void)len;
+	http_reply_json(req, ok ? 200 : 503,
+			json_pack("{s:b, s:b, s:b, s:b, s:i, s:i, s:o}",
+				  "ready", ok, "db", db, "kafka", kafka,
+				  "secret", n->have_key, "running", n->inflight,
+				  "waiting", (int)n->queued, "id",
+				  utf8_json_str(n->id)));
+}
+
+/* A few scrapers: /metrics, /healthz and /readyz, all public. */
+static const struct http_route routes[] = {
+	{EVHTTP_REQ_GET, "/metrics", 0, HTTP_SHAPE_NATIVE, 0, r_metrics},
+	{EVHTTP_REQ_GET, "/healthz", 0, HTTP_SHAPE_NATIVE, 0, r_healthz},
+	{EVHTTP_REQ_GET, "/readyz", 0, HTTP_SHAPE_NATIVE, 0, r_readyz},
+};
+
+/* A route's URL goes into JSON (retry tasks, dead letters) and onto the
+ * request line: valid UTF-8, no spaces or control characters. */
+static int
+url_text(const char *v)
+{
+	for (const char *p = v; *p; p++)
+		if ((unsigned char)*p <= ' ' || *p == 0x7f)
+			return 0;
+	return utf8_valid(v, strlen(v));
 }
 
 /* Routes must be usable URLs: fail at start, naming the key. */
@@ -136,11 +177,13 @@ check_routes(const struct cfg *cfg)
 		cfg_extra_get(cfg, "notifier.routes", i, &k, &v);
 		callback_spec_route(v, &cb);
 		if ((strncmp(v, "http://", 7) && strncmp(v, "https://", 8)) ||
-		    callback_url_origin(v, origin, sizeof(origin), NULL, 0) < 0)
+		    callback_url_origin(v, origin, sizeof(origin), NULL, 0) <
+			    0 ||
+		    !url_text(v))
 			log_fatal("bad config",
-				  "key=notifier.routes.%s error=\"'%s' is not "
-				  "an http(s) URL\"",
-				  k, v);
+				  "key=notifier.routes.%s error=\"not an "
+				  "http(s) URL of UTF-8 text without spaces\"",
+				  k);
 		callback_spec_clear(&cb);
 	}
 }
@@ -229,16 +272,29 @@ main(int argc, char **argv)
 			      (int)cfg_int(n.cfg, CFG_DB_POOL_SIZE),
 			      "notifier");
 	n.httpc = httpcli_create(n.base);
-	n.http = http_server_create(n.base,
-				    cfg_str(n.cfg, CFG_NOTIFIER_HTTP_LISTEN),
-				    65536, 30, err, sizeof(err));
+	n.guard = netguard_create(
+		cfg_str(n.cfg, CFG_NOTIFIER_CALLBACK_NETWORKS_ALLOWED), err,
+		sizeof(err));
+	if (n.guard == NULL) /* cfg_check_cidr_list let it pass */
+		log_fatal("bad config",
+			  "key=notifier.callback_networks_allowed error=\"%s\"",
+			  err);
+	{
+		struct http_limits lim = {.max_body = 65536,
+					  .timeout_s = 30,
+					  .max_connections = 64};
+
+		n.http = http_server_create(
+			n.base, cfg_str(n.cfg, CFG_NOTIFIER_HTTP_LISTEN), &lim,
+			err, sizeof(err));
+	}
 	if (n.http == NULL)
 		log_fatal("http", "error=\"%s\"", err);
-	evhttp_set_gencb(n.http, route_cb, &n);
+	http_server_set_routes(n.http, routes,
+			       sizeof(routes) / sizeof(routes[0]), NULL, &n);
 	flow_start(&n);
 	outcome_start(&n);
-	if (consume_start(&n, err, sizeof(err)) < 0)
-		log_fatal("kafka consumer", "error=\"%s\"", err);
+	secret_start(&n); /* then consume_start */
 	gauges = event_new(n.base, -1, EV_PERSIST, gauges_cb, &n);
 	event_add(gauges, &one_s);
 
@@ -249,7 +305,7 @@ main(int argc, char **argv)
 
 	log_info("stopping", "running=%d recording=%zu pending=%zu", n.inflight,
 		 n.rec_n + (size_t)n.rec_jobs, n.pending);
-	evhttp_free(n.http);
+	http_server_free(n.http);
 	httpcli_destroy(n.httpc);
 	kafka_producer_destroy(n.dlq, 2000);
 	n.stopping = 2; /* the pool drains: record nothing more */
@@ -257,6 +313,8 @@ main(int argc, char **argv)
 	consume_stop(&n);
 	flow_stop(&n);
 	outcome_stop(&n);
+	secret_stop(&n);
+	netguard_destroy(n.guard);
 	event_free(gauges);
 	if (n.stop_ev != NULL)
 		event_free(n.stop_ev);

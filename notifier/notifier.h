@@ -7,6 +7,7 @@
 #include <event2/http.h>
 
 #include "callback.h"
+#include "httpcli.h"
 #include "kafka.h"
 #include "task.h"
 #include "tbucket.h"
@@ -14,6 +15,7 @@
 struct cfg;
 struct db_pool;
 struct httpcli;
+struct netguard;
 struct hmap;
 struct daemon;
 struct metric;
@@ -34,6 +36,18 @@ struct metric;
 	  "...)")                                                          \
 	X(cb_refused, COUNTER, "prophet_callbacks_refused_total",          \
 	  "Callbacks not made: host not allowed or URL unusable")          \
+	X(cb_blocked, COUNTER, "prophet_callbacks_blocked_total",          \
+	  "Callbacks refused at connect: an address (or a redirect) not "  \
+	  "allowed by notifier.callback_networks_allowed")                 \
+	X(cb_capped, COUNTER, "prophet_callback_answers_capped_total",     \
+	  "Callback answers cut at notifier.max_response_bytes")           \
+	X(cb_headers_dropped, COUNTER,                                     \
+	  "prophet_callback_headers_dropped_total",                        \
+	  "Callback headers left out (framing, hop-by-hop, not a token, "  \
+	  "control characters)")                                           \
+	X(forged, COUNTER, "prophet_notifier_forged_retries_total",        \
+	  "Messages on the retry topic without a valid signature, not "    \
+	  "called back")                                                   \
 	X(latency, HISTOGRAM, "prophet_callback_duration_seconds",         \
 	  "Callback request time, start to answer")                        \
 	X(inflight, GAUGE, "prophet_callbacks_inflight",                   \
@@ -58,6 +72,7 @@ struct notifier_metrics {
 #define NM_FIELD(f, t, n, h) struct metric *f;
 	NOTIFIER_METRICS(NM_FIELD)
 #undef NM_FIELD
+	struct metric *outcomes; /* prophet_callback_outcomes_total{class} */
 };
 
 enum nmsg_outcome { NO_NONE, NO_OK, NO_RETRYING, NO_FAILED };
@@ -92,7 +107,10 @@ struct nmsg {
 
 	enum nmsg_outcome outcome;
 	long http_status;
+	const char *cls; /* httpcli_class_name() of the last attempt */
+	/* the note recorded: the class, the HTTP status, what we refused */
 	char error[CALLBACK_ERROR_MAX + 1];
+	char detail[256];   /* what the HTTP client said: the operator's log */
 	struct nmsg *rnext; /* in the record queue */
 };
 
@@ -126,10 +144,18 @@ struct notifier {
 	const char *topic_prefix;
 	char *retry_ktopic; /* <prefix><retry_topic> */
 	char *dlq_ktopic;
-	char *submit_url; /* <notifier.manager_url>/v1/tasks */
+	char *submit_url;	/* <notifier.manager_url>/v1/tasks */
+	struct netguard *guard; /* callbacks' addresses */
 	struct notifier_metrics m;
 
+	/* secret.c: the cluster's retry-signing key, from the database */
+	unsigned char retry_key[CALLBACK_KEY_LEN];
+	int have_key;
+	struct event *secret_ev;
+	int secret_tries;
+
 	/* consume.c */
+	struct hmap *forged_ids; /* logged once each */
 	struct npart *parts;
 	size_t pending;
 	int held;
@@ -169,11 +195,20 @@ void flow_abandon(struct notifier *n);
 void flow_sweep(struct notifier *n);
 void flow_stop(struct notifier *n);
 
+/* secret.c: reads the retry-signing key (the manager creates it),
+ * retrying until the database has it; then starts consuming. */
+void secret_start(struct notifier *n);
+void secret_stop(struct notifier *n);
+
 /* outcome.c */
 void outcome_start(struct notifier *n);
-/* An attempt's result (or a refusal before any attempt: final). */
-void outcome_handle(struct nmsg *m, long status, int transport,
-		    const char *error, int final);
+/*
+ * An attempt's result, or with final a refusal before any attempt. The
+ * note is the class, ": HTTP <status>" for an answer, ": <detail>" when
+ * given (a fixed text of ours: never what a remote host said).
+ */
+void outcome_handle(struct nmsg *m, enum httpcli_class cls, long status,
+		    const char *detail, int final);
 void outcome_stop(struct notifier *n);
 /* Delivery reports of the dead-letter producer. */
 void outcome_dlq_dr_cb(void *opaque, rd_kafka_resp_err_t err, void *arg);

@@ -18,6 +18,7 @@
 #include "metrics.h"
 #include "notifier.h"
 #include "schema.h"
+#include "utf8.h"
 #include "xmalloc.h"
 
 /*
@@ -231,6 +232,8 @@ dead_letter(struct nmsg *m)
 	add_header(h, "prophet-topic", "%s", m->topic);
 	add_header(h, "prophet-callback-attempts", "%d", m->attempt);
 	add_header(h, "prophet-callback-status", "%ld", m->http_status);
+	add_header(h, "prophet-callback-class", "%s",
+		   m->cls != NULL ? m->cls : "error");
 	add_header(h, "prophet-callback-error", "%s", m->error);
 	add_header(h, "prophet-dead-at", "%lld", (long long)clock_now_ms());
 	if (specs != NULL)
@@ -263,8 +266,8 @@ outcome_dlq_dr_cb(void *opaque, rd_kafka_resp_err_t err, void *arg)
 	}
 	metric_inc(n->m.dead);
 	log_info("callback given up; sent to the dead-letter topic",
-		 "id=%s attempts=%d error=\"%s\" topic=%s", m->id, m->attempt,
-		 m->error, n->dlq_ktopic);
+		 "id=%s attempts=%d error=\"%s\" detail=\"%s\" topic=%s", m->id,
+		 m->attempt, m->error, m->detail, n->dlq_ktopic);
 	record(m, NO_FAILED);
 }
 
@@ -298,8 +301,9 @@ submit_done_cb(const struct httpcli_result *r, void *arg)
 		n->busy--;
 		metric_inc(n->m.retries);
 		log_info("callback failed; retry scheduled",
-			 "id=%s attempt=%d next=%d error=\"%s\"", m->id,
-			 m->attempt, m->attempt + 1, m->error);
+			 "id=%s attempt=%d next=%d error=\"%s\" detail=\"%s\"",
+			 m->id, m->attempt, m->attempt + 1, m->error,
+			 m->detail);
 		record(m, NO_RETRYING);
 		return;
 	}
@@ -317,8 +321,15 @@ submit_done_cb(const struct httpcli_result *r, void *arg)
 		return;
 	}
 	metric_inc(n->m.submit_errors);
-	log_warn("cannot submit a retry task; trying again",
-		 "id=%s status=%ld error=\"%s\"", m->id, r->status, r->error);
+	if (r->status == 403 && strstr(r->body, "invalid_signature") != NULL)
+		log_error("retry task refused: the manager does not take its "
+			  "signature (was the cluster_secret row changed? "
+			  "restart the notifiers); trying again",
+			  "id=%s", m->id);
+	else
+		log_warn("cannot submit a retry task; trying again",
+			 "id=%s status=%ld error=\"%s\"", m->id, r->status,
+			 r->error);
 	if (n->stopping) {
 		n->busy--; /* redelivered after the restart */
 		return;
@@ -333,6 +344,9 @@ submit_retry(struct nmsg *m)
 	int next = m->attempt + 1;
 	char rid[TASK_ID_MAX + 32], *text, *hdrs[3] = {NULL};
 	char auth[600], nexts[16], dues[32], key[TASK_ID_MAX + 32];
+	char occ[24] = "", sig[CALLBACK_SIG_LEN + 1];
+	struct callback_spec signed_cb = m->cb;
+	struct callback_retry rr;
 	json_t *o, *body;
 	int64_t delay;
 	const char *token = cfg_str(n->cfg, CFG_HTTP_TOKEN);
@@ -360,13 +374,30 @@ submit_retry(struct nmsg *m)
 		(int)cfg_int(n->cfg, CFG_NOTIFIER_BACKOFF_JITTER_PCT));
 	snprintf(nexts, sizeof(nexts), "%d", next);
 	snprintf(dues, sizeof(dues), "%lld", (long long)m->due_at);
-	o = json_pack("{s:s, s:s, s:o, s:I, s:{s:s, s:s, s:s, s:s}, s:o, s:i}",
-		      "id", rid, "topic",
-		      cfg_str(n->cfg, CFG_NOTIFIER_RETRY_TOPIC), "body", body,
-		      "delay_ms", (json_int_t)delay, "headers", RHDR_OF, m->id,
-		      RHDR_ATTEMPT, nexts, RHDR_DUE_AT, dues, RHDR_TOPIC,
-		      m->topic, "callback", callback_spec_json(&m->cb),
-		      "max_attempts", m->max_attempts);
+	if (m->occurrence > 0)
+		snprintf(occ, sizeof(occ), "%lld", (long long)m->occurrence);
+	/* what the manager and, when it fires, this notifier will check:
+	 * the spec as the retry task carries it, max_attempts included */
+	signed_cb.max_attempts = m->max_attempts;
+	rr = (struct callback_retry){.id = rid,
+				     .of = m->id,
+				     .attempt = nexts,
+				     .due_at = dues,
+				     .topic = m->topic,
+				     .occurrence = occ,
+				     .cb = &signed_cb,
+				     .body = m->body,
+				     .body_len = m->body_len};
+	callback_retry_sign(n->retry_key, sizeof(n->retry_key), &rr, sig,
+			    sizeof(sig));
+	o = json_pack(
+		"{s:s, s:s, s:o, s:I, s:{s:s, s:s, s:s, s:s, s:s}, s:o, "
+		"s:i}",
+		"id", rid, "topic", cfg_str(n->cfg, CFG_NOTIFIER_RETRY_TOPIC),
+		"body", body, "delay_ms", (json_int_t)delay, "headers", RHDR_OF,
+		m->id, RHDR_ATTEMPT, nexts, RHDR_DUE_AT, dues, RHDR_TOPIC,
+		m->topic, RHDR_SIG, sig, "callback", callback_spec_json(&m->cb),
+		"max_attempts", m->max_attempts);
 	if (o == NULL) {
 		n->busy--;
 		snprintf(m->error + strlen(m->error),
@@ -377,8 +408,7 @@ submit_retry(struct nmsg *m)
 	}
 	if (m->occurrence > 0)
 		json_object_set_new(json_object_get(o, "headers"),
-				    RHDR_OCCURRENCE,
-				    json_string(key + strlen(m->id) + 1));
+				    RHDR_OCCURRENCE, json_string(occ));
 	if (m->key != NULL && m->key_len <= TASK_KEY_MAX) {
 		json_t *k = json_stringn(m->key, m->key_len);
 
@@ -407,17 +437,21 @@ submit_retry(struct nmsg *m)
 }
 
 void
-outcome_handle(struct nmsg *m, long status, int transport, const char *error,
-	       int final)
+outcome_handle(struct nmsg *m, enum httpcli_class cls, long status,
+	       const char *detail, int final)
 {
+	char st[32] = "";
+
 	m->http_status = status;
-	if (!final && !transport && status >= 200 && status <= 299) {
-		snprintf(m->error, sizeof(m->error), "HTTP %ld", status);
+	m->cls = httpcli_class_name(cls);
+	if (status > 0)
+		snprintf(st, sizeof(st), ": HTTP %ld", status);
+	utf8_format(m->error, sizeof(m->error), "%s%s%s%s", m->cls, st,
+		    detail != NULL ? ": " : "", detail != NULL ? detail : "");
+	if (!final && cls == HTTPCLI_OK) {
 		record(m, NO_OK);
 		return;
 	}
-	snprintf(m->error, sizeof(m->error), "%s",
-		 error != NULL && error[0] ? error : "failed");
 	if (final || m->attempt >= m->max_attempts) {
 		give_up(m);
 		return;

@@ -9,6 +9,7 @@
 #include <strings.h>
 
 #include "callback.h"
+#include "crypto.h"
 #include "hash.h"
 #include "task.h"
 #include "xmalloc.h"
@@ -256,18 +257,75 @@ callback_retry_id(const char *id, int next, char *buf, size_t len)
 			next);
 }
 
+/* RFC 7230 tchar */
 static int
-header_ok(const char *k, const char *v)
+token_char(unsigned char c)
 {
-	if (*k == '\0' || !strncasecmp(k, "x-prophet-", 10))
+	return isalnum(c) || (c != '\0' && strchr("!#$%&'*+-.^_`|~", c));
+}
+
+const char *
+callback_header_refused(const char *name, const char *value, size_t vlen)
+{
+	static const char *const framing[] = {"host",
+					      "content-length",
+					      "transfer-encoding",
+					      "connection",
+					      "keep-alive",
+					      "upgrade",
+					      "te",
+					      "trailer",
+					      "expect",
+					      "http2-settings",
+					      NULL};
+
+	if (*name == '\0')
+		return "is not a header name (an RFC 7230 token)";
+	for (const char *p = name; *p; p++)
+		if (!token_char((unsigned char)*p))
+			return "is not a header name (an RFC 7230 token)";
+	for (int i = 0; framing[i]; i++)
+		if (!strcasecmp(name, framing[i]))
+			return "is set by the notifier's HTTP client (framing "
+			       "and hop-by-hop headers are refused)";
+	if (!strncasecmp(name, "proxy-", 6))
+		return "is set by the notifier's HTTP client (framing "
+		       "and hop-by-hop headers are refused)";
+	for (size_t i = 0; i < vlen; i++) {
+		unsigned char c = (unsigned char)value[i];
+
+		if ((c < ' ' && c != '\t') || c == 0x7f)
+			return "has a control character in its value (CR, LF "
+			       "and NUL are refused)";
+	}
+	return NULL;
+}
+
+int
+callback_spec_sanitize(struct callback_spec *cb, char *first, size_t firstlen)
+{
+	json_t *keep, *v;
+	const char *k;
+	int dropped = 0;
+
+	if (firstlen > 0)
+		first[0] = '\0';
+	if (cb->headers == NULL)
 		return 0;
-	for (const char *p = k; *p; p++)
-		if ((unsigned char)*p <= ' ' || *p == ':' || *p == 0x7f)
-			return 0;
-	for (const char *p = v; *p; p++)
-		if (*p == '\r' || *p == '\n')
-			return 0;
-	return 1;
+	keep = json_object();
+	json_object_foreach (cb->headers, k, v) {
+		if (json_is_string(v) &&
+		    callback_header_refused(k, json_string_value(v),
+					    json_string_length(v)) == NULL) {
+			json_object_set(keep, k, v);
+			continue;
+		}
+		if (dropped++ == 0)
+			snprintf(first, firstlen, "%s", k);
+	}
+	json_decref(cb->headers);
+	cb->headers = keep;
+	return dropped;
 }
 
 char **
@@ -284,8 +342,9 @@ callback_headers_build(const struct callback_spec *cb, const char *id,
 		json_object_foreach (cb->headers, k, v) {
 			const char *s = json_string_value(v);
 
-			if (s == NULL || strlen(s) != json_string_length(v) ||
-			    !header_ok(k, s))
+			if (s == NULL || !strncasecmp(k, "x-prophet-", 10) ||
+			    callback_header_refused(k, s,
+						    json_string_length(v)))
 				continue;
 			if (!strcasecmp(k, "content-type"))
 				has_ctype = 1;
@@ -310,4 +369,125 @@ callback_headers_free(char **h)
 	for (size_t i = 0; h[i] != NULL; i++)
 		xfree(h[i]);
 	xfree(h);
+}
+
+struct canon {
+	char *p;
+	size_t len, cap;
+};
+
+static void
+canon_raw(struct canon *c, const void *data, size_t n)
+{
+	if (c->len + n > c->cap) {
+		c->cap = (c->len + n) * 2;
+		c->p = xrealloc(c->p, c->cap);
+	}
+	if (n > 0)
+		memcpy(c->p + c->len, data, n);
+	c->len += n;
+}
+
+/* One field: its length in decimal, ':', its bytes, '\n'. */
+static void
+canon_add(struct canon *c, const void *data, size_t n)
+{
+	char num[24];
+	int k = snprintf(num, sizeof(num), "%zu:", n);
+
+	canon_raw(c, num, (size_t)k);
+	canon_raw(c, data, n);
+	canon_raw(c, "\n", 1);
+}
+
+static void
+canon_str(struct canon *c, const char *s)
+{
+	canon_add(c, s ? s : "", s ? strlen(s) : 0);
+}
+
+static void
+canon_int(struct canon *c, long long v)
+{
+	char num[24];
+
+	snprintf(num, sizeof(num), "%lld", v);
+	canon_str(c, num);
+}
+
+static int
+by_name(const void *a, const void *b)
+{
+	return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+char *
+callback_retry_canon(const struct callback_retry *r, size_t *len)
+{
+	struct canon c = {NULL, 0, 0};
+	const struct callback_spec *cb = r->cb;
+	size_t nh = cb->headers ? json_object_size(cb->headers) : 0, i = 0;
+	const char **names = xcalloc(nh + 1, sizeof(*names));
+	const char *k;
+	json_t *v;
+
+	canon_str(&c, "prophet-retry-v1");
+	canon_str(&c, r->id);
+	canon_str(&c, r->of);
+	canon_str(&c, r->attempt);
+	canon_str(&c, r->due_at);
+	canon_str(&c, r->topic);
+	canon_str(&c, r->occurrence);
+	canon_str(&c, cb->url);
+	canon_str(&c, cb->method);
+	canon_int(&c, cb->timeout_ms);
+	canon_int(&c, cb->max_attempts);
+	if (cb->headers != NULL)
+		json_object_foreach (cb->headers, k, v)
+			names[i++] = k;
+	qsort(names, nh, sizeof(*names), by_name);
+	canon_int(&c, (long long)nh);
+	for (i = 0; i < nh; i++) {
+		v = json_object_get(cb->headers, names[i]);
+		canon_str(&c, names[i]);
+		/* a value that is not a string (never signed) is "-", which
+		 * no length-prefixed string can be */
+		if (json_is_string(v))
+			canon_add(&c, json_string_value(v),
+				  json_string_length(v));
+		else
+			canon_raw(&c, "-\n", 2);
+	}
+	canon_add(&c, r->body, r->body_len);
+	xfree(names);
+	*len = c.len;
+	return c.p;
+}
+
+void
+callback_retry_sign(const void *key, size_t keylen,
+		    const struct callback_retry *r, char *sig, size_t siglen)
+{
+	unsigned char mac[CRYPTO_SHA256_LEN];
+	char hex[2 * CRYPTO_SHA256_LEN + 1];
+	size_t len;
+	char *canon = callback_retry_canon(r, &len);
+
+	crypto_hmac_sha256(key, keylen, canon, len, mac);
+	xfree(canon);
+	for (size_t i = 0; i < sizeof(mac); i++)
+		snprintf(hex + 2 * i, 3, "%02x", mac[i]);
+	snprintf(sig, siglen, "v1:%s", hex);
+}
+
+int
+callback_retry_verify(const void *key, size_t keylen,
+		      const struct callback_retry *r, const char *sig)
+{
+	char want[CALLBACK_SIG_LEN + 1];
+
+	if (sig == NULL || strlen(sig) != CALLBACK_SIG_LEN)
+		return 0;
+	callback_retry_sign(key, keylen, r, want, sizeof(want));
+	return crypto_equal(want, sig, CALLBACK_SIG_LEN);
 }

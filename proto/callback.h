@@ -23,6 +23,9 @@
 #define RHDR_DUE_AT "callback-due-at"
 #define RHDR_TOPIC "callback-topic"
 #define RHDR_OCCURRENCE "callback-occurrence" /* recurring tasks only */
+/* The notifier's signature over all of the above (callback_retry_sign):
+ * the manager and the notifier take a retry task only with it. */
+#define RHDR_SIG "callback-sig"
 
 #define CALLBACK_HDR_MAX 16384
 #define CALLBACK_ERROR_MAX 255
@@ -76,13 +79,67 @@ int64_t callback_backoff_ms(const char *id, int next, int64_t base_ms,
 void callback_retry_id(const char *id, int next, char *buf, size_t len);
 
 /*
+ * Whether a callback header may be sent: NULL if so, else why not (a
+ * constant phrase). Refused: names that are not RFC 7230 tokens; the
+ * framing and hop-by-hop headers the HTTP client sets itself (Host,
+ * Content-Length, Transfer-Encoding, Connection, Keep-Alive, Upgrade, TE,
+ * Trailer, Expect, HTTP2-Settings, Proxy-*); values with a control
+ * character other than tab (CR, LF and NUL inject headers).
+ */
+const char *callback_header_refused(const char *name, const char *value,
+				    size_t vlen);
+/*
+ * Drops the headers callback_header_refused refuses (and those that are
+ * not strings) from cb->headers. Returns how many, the first one's name
+ * copied into first (firstlen bytes).
+ */
+int callback_spec_sanitize(struct callback_spec *cb, char *first,
+			   size_t firstlen);
+
+/*
  * The request headers ("Name: value", NULL-terminated array, caller frees
  * with callback_headers_free): the spec's headers, then X-Prophet-Id,
- * X-Prophet-Attempt, X-Prophet-Due-At. Spec headers with CR/LF or bad
- * names, and those naming X-Prophet-*, are left out.
+ * X-Prophet-Attempt, X-Prophet-Due-At. Refused spec headers (above) and
+ * those naming X-Prophet-* are left out.
  */
 char **callback_headers_build(const struct callback_spec *cb, const char *id,
 			      int attempt, int64_t due_at);
 void callback_headers_free(char **h);
+
+/*
+ * What a retry task's signature covers: its id, the RHDR_* header values
+ * (NULL counts as ""), the callback spec with the max_attempts the task
+ * carries, and the body.
+ */
+struct callback_retry {
+	const char *id;
+	const char *of;
+	const char *attempt;
+	const char *due_at;
+	const char *topic;
+	const char *occurrence;
+	const struct callback_spec *cb;
+	const void *body;
+	size_t body_len;
+};
+
+/* The cluster's signing key (a row of cluster_secret, SQL_SECRET_*). */
+#define CALLBACK_KEY_LEN 32
+#define CALLBACK_KEY_NAME "callback-retry"
+
+/* "v1:" and 64 hex digits */
+#define CALLBACK_SIG_LEN 67
+
+/* The bytes signed: each field length-prefixed, headers sorted by name
+ * (docs/security.md). Caller frees. */
+char *callback_retry_canon(const struct callback_retry *r, size_t *len);
+/* "v1:<HMAC-SHA256 in hex>" of r under key into sig (>= CALLBACK_SIG_LEN
+ * + 1 bytes). */
+void callback_retry_sign(const void *key, size_t keylen,
+			 const struct callback_retry *r, char *sig,
+			 size_t siglen);
+/* 1 if sig is r's signature under key (compared in constant time). */
+int callback_retry_verify(const void *key, size_t keylen,
+			  const struct callback_retry *r, const char *sig);
 
 #endif

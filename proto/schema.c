@@ -71,10 +71,24 @@ static const char *const v2_stmts[] = {
 	" ADD COLUMN IF NOT EXISTS occurrences BIGINT NOT NULL DEFAULT 0",
 	NULL};
 
+/* Cluster secrets (the notifier's retry-signing key): created by the
+ * manager at start with INSERT IGNORE, read by manager and notifier.
+ * Self-contained, so it can be renumbered when merged after other
+ * migrations. */
+static const char *const v3_stmts[] = {
+	"CREATE TABLE IF NOT EXISTS cluster_secret ("
+	" name VARCHAR(64) CHARACTER SET ascii COLLATE ascii_bin NOT NULL,"
+	" secret VARBINARY(64) NOT NULL,"
+	" created_at BIGINT NOT NULL,"
+	" PRIMARY KEY (name)"
+	") ENGINE=InnoDB",
+	NULL};
+
 const struct schema_migration schema_migrations[] = {
 	{1, "tasks, task_log, slot_state", v1_stmts},
 	{2, "recurring tasks: misfire, start_at, end_at, occurrences",
 	 v2_stmts},
+	{3, "cluster_secret", v3_stmts},
 };
 
 const size_t schema_migration_count =

@@ -249,4 +249,11 @@ enum sql_cron_col {
 	"AND due_at >= ? AND due_at < ? "
 #define SQL_TASK_LIST_ORDER " ORDER BY due_at, id LIMIT ?"
 
+/* A cluster secret: made once by whoever comes first (random bytes), the
+ * same for everyone after. */
+#define SQL_SECRET_CREATE                                               \
+	"INSERT IGNORE INTO cluster_secret (name, secret, created_at) " \
+	"VALUES (?, ?, ?)"
+#define SQL_SECRET_GET "SELECT secret FROM cluster_secret WHERE name = ?"
+
 #endif

@@ -439,6 +439,20 @@ check_callback(const json_t *cb, const struct task_limits *lim,
 	if (headers != NULL &&
 	    check_string_map(headers, "callback.headers", err) < 0)
 		return -1;
+	if (headers != NULL) {
+		json_object_foreach ((json_t *)headers, k, v) {
+			const char *why = callback_header_refused(
+				k, json_string_value(v), json_string_length(v));
+
+			if (why != NULL)
+				return task_error_set(
+					err, 400, "invalid_value",
+					"callback.headers",
+					"callback.headers: '%.64s' "
+					"%s",
+					k, why);
+		}
+	}
 	timeout = json_object_get(cb, "timeout_ms");
 	if (timeout != NULL && !json_is_integer(timeout))
 		return task_error_set(err, 400, "invalid_type",

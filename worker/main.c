@@ -100,31 +100,45 @@ stop_cb(int count, void *arg)
 }
 
 static void
-route_cb(struct evhttp_request *req, void *arg)
+r_metrics(void *ctx, struct evhttp_request *req, const char *a, size_t n)
 {
-	struct worker *w = arg;
-	const char *path =
-		evhttp_uri_get_path(evhttp_request_get_evhttp_uri(req));
-
-	if (path != NULL && !strcmp(path, "/metrics")) {
-		http_metrics_cb(req, w);
-	} else if (path != NULL && !strcmp(path, "/healthz")) {
-		http_reply_json(req, 200, json_pack("{s:b}", "ok", 1));
-	} else if (path != NULL && !strcmp(path, "/readyz")) {
-		int zk = zk_is_connected(w->zk), redis = redis_up(w->redis);
-		int db = db_pool_connected(w->db) > 0;
-		int kafka = !kafka_brokers_down(w->kafka);
-		int ok = zk && redis && db && kafka;
-
-		http_reply_json(req, ok ? 200 : 503,
-				json_pack("{s:b, s:b, s:b, s:b, s:b, s:s}",
-					  "ready", ok, "zookeeper", zk, "redis",
-					  redis, "db", db, "kafka", kafka, "id",
-					  w->id));
-	} else {
-		http_reply_error(req, 404, "not_found", NULL, "no route");
-	}
+	(void)a;
+	(void)n;
+	http_metrics_cb(req, ctx);
 }
+
+static void
+r_healthz(void *ctx, struct evhttp_request *req, const char *a, size_t n)
+{
+	(void)ctx;
+	(void)a;
+	(void)n;
+	http_reply_json(req, 200, json_pack("{s:b}", "ok", 1));
+}
+
+static void
+r_readyz(void *ctx, struct evhttp_request *req, const char *a, size_t len)
+{
+	struct worker *w = ctx;
+	int zk = zk_is_connected(w->zk), redis = redis_up(w->redis);
+	int db = db_pool_connected(w->db) > 0;
+	int kafka = !kafka_brokers_down(w->kafka);
+	int ok = zk && redis && db && kafka;
+
+	(void)a;
+	(void)len;
+	http_reply_json(req, ok ? 200 : 503,
+			json_pack("{s:b, s:b, s:b, s:b, s:b, s:s}", "ready", ok,
+				  "zookeeper", zk, "redis", redis, "db", db,
+				  "kafka", kafka, "id", w->id));
+}
+
+/* A few scrapers: /metrics, /healthz and /readyz, all public. */
+static const struct http_route routes[] = {
+	{EVHTTP_REQ_GET, "/metrics", 0, HTTP_SHAPE_NATIVE, 0, r_metrics},
+	{EVHTTP_REQ_GET, "/healthz", 0, HTTP_SHAPE_NATIVE, 0, r_healthz},
+	{EVHTTP_REQ_GET, "/readyz", 0, HTTP_SHAPE_NATIVE, 0, r_readyz},
+};
 
 int
 main(int argc, char **argv)
@@ -185,14 +199,19 @@ main(int argc, char **argv)
 	w.redis_sub = redis_create(w.base, cfg_str(w.cfg, CFG_REDIS_URL),
 				   (int)cfg_int(w.cfg, CFG_REDIS_TIMEOUT_MS),
 				   NULL, NULL);
-	w.http = http_server_create(w.base,
-				    cfg_str(w.cfg, CFG_WORKER_HTTP_LISTEN),
-				    65536, 30, err, sizeof(err));
+	{
+		struct http_limits lim = {.max_body = 65536,
+					  .timeout_s = 30,
+					  .max_connections = 64};
+
+		w.http = http_server_create(
+			w.base, cfg_str(w.cfg, CFG_WORKER_HTTP_LISTEN), &lim,
+			err, sizeof(err));
+	}
 	if (w.http == NULL)
 		log_fatal("http", "error=\"%s\"", err);
-	/* Only /metrics, /healthz and /readyz: a few scrapers. */
-	http_server_set_max_connections(w.http, 64);
-	evhttp_set_gencb(w.http, route_cb, &w);
+	http_server_set_routes(w.http, routes,
+			       sizeof(routes) / sizeof(routes[0]), NULL, &w);
 	if (coord_start(&w, err, sizeof(err)) < 0)
 		log_fatal("coordination", "error=\"%s\"", err);
 	firing_start(&w);

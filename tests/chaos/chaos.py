@@ -554,6 +554,8 @@ class Run:
                 "--set", "notifier.group=prophet-notifier-" + c.tag,
                 "--set", "notifier.http_listen=127.0.0.1:%d" % nport,
                 "--set", "notifier.manager_url=http://" + c.manager_addr,
+                # the callback sink is on loopback, refused by default
+                "--set", "notifier.callback_networks_allowed=127.0.0.0/8",
                 "--set", "kafka.consumer.session.timeout.ms=6000",
                 "--set", "kafka.consumer.heartbeat.interval.ms=1000"],
                 os.path.join(c.dir, "notifier.log"))

@@ -17,6 +17,7 @@
 
 #include <jansson.h>
 
+#include "callback.h"
 #include "cron.h"
 #include "payload.h"
 #include "payload_ref.h"
@@ -63,6 +64,34 @@ check_payload_decode(const uint8_t *data, size_t size)
 		task_clear(&a);
 		task_clear(&b);
 	}
+}
+
+/*
+ * The notifier's side of a callback: a prophet-callback header parsed, and
+ * the request headers built from it carry no CR, LF or NUL and have token
+ * names (no header injection, whatever the spec said).
+ */
+static void
+check_callback(const char *s, size_t n)
+{
+	struct callback_spec cb;
+	char **hdrs;
+
+	if (callback_spec_parse(s, n, &cb) < 0)
+		return;
+	hdrs = callback_headers_build(&cb, "id-1", 2, 1796040000000LL);
+	for (size_t i = 0; hdrs[i] != NULL; i++) {
+		const char *colon = strchr(hdrs[i], ':');
+
+		if (colon == NULL || colon == hdrs[i] ||
+		    strpbrk(hdrs[i], "\r\n") != NULL)
+			abort();
+		for (const char *p = hdrs[i]; p < colon; p++)
+			if (*p <= ' ' || *p >= 0x7f)
+				abort();
+	}
+	callback_headers_free(hdrs);
+	callback_spec_clear(&cb);
 }
 
 /* Occurrences are whole seconds, strictly increasing. */
@@ -112,12 +141,22 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			check_round_trip(&t);
 			json_decref(out);
 			task_clear(&t);
-		} else if (err.http < 400 || err.http > 499 || !err.code[0]) {
-			abort();
+		} else {
+			/* The error quotes client names and values: it must
+			 * render (the crash of a non-UTF-8 or cut name). */
+			json_t *e = task_error_json(&err);
+			char *d = e ? json_dumps(e, JSON_COMPACT) : NULL;
+
+			if (err.http < 400 || err.http > 499 || !err.code[0] ||
+			    d == NULL)
+				abort();
+			free(d);
+			json_decref(e);
 		}
 		json_decref(in);
 	}
 	check_payload_decode(data, size);
+	check_callback((const char *)data, size);
 	slot_node_decode((const char *)data, (int)size, &n);
 	s = malloc(size + 1);
 	memcpy(s, data, size);

@@ -1,29 +1,51 @@
 #!/bin/sh
-# Builds the libFuzzer target with clang (ASan+UBSan) and runs it for
-# FUZZ_SECONDS (default 20) from the seed corpus. Exit 0 = no finding.
+# Builds the libFuzzer targets with clang (ASan+UBSan) and runs each for
+# FUZZ_SECONDS (default 20) from its seed corpus. Exit 0 = no finding.
+#   fuzz_task  task JSON, payload codec, slot nodes, URLs, cron, callbacks
+#   fuzz_http  raw requests through the HTTP gate, routes and replies
 set -eu
 src=${PROPHET_SRCDIR:-$(cd "$(dirname "$0")/../.." && pwd)}
 out=${PROPHET_BUILDDIR:-$src/build}/fuzz
 secs=${FUZZ_SECONDS:-20}
 command -v clang >/dev/null || { echo "not ok 1 - clang missing (scripts/deps installs it)"; exit 1; }
-mkdir -p "$out/corpus"
+mkdir -p "$out/corpus" "$out/corpus_http"
 cp "$src"/tests/fuzz/corpus/* "$out/corpus/" 2>/dev/null || true
-# shellcheck disable=SC2046
-clang -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
-	-D_GNU_SOURCE -I"$src/common" -I"$src/proto" -I"$src/tests/unit" \
-	$(pkg-config --cflags jansson libmariadb libevent) \
+cp "$src"/tests/fuzz/corpus_http/* "$out/corpus_http/" 2>/dev/null || true
+# Requests with multi-byte names cut at every boundary of the fixed
+# buffers that quote them (64-byte field, 256- and 512-byte messages).
+python3 "$src/tests/fuzz/seeds_http.py" "$out/corpus_http"
+flags="-g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -D_GNU_SOURCE"
+incs="-I$src/common -I$src/proto -I$src/tests/unit"
+# shellcheck disable=SC2046,SC2086
+clang $flags $incs $(pkg-config --cflags jansson libmariadb libevent libcrypto) \
 	"$src/tests/fuzz/fuzz_task.c" "$src/proto/task.c" "$src/proto/payload.c" \
 	"$src/tests/unit/payload_ref.c" \
 	"$src/proto/callback.c" "$src/proto/cron.c" "$src/common/tz.c" \
 	"$src/proto/slot.c" "$src/proto/zknode.c" "$src/common/url.c" \
 	"$src/common/xmalloc.c" "$src/common/log.c" "$src/common/db.c" \
-	$(pkg-config --libs jansson libmariadb libevent) -lpthread -o "$out/fuzz_task"
-if "$out/fuzz_task" -max_total_time="$secs" -max_len=8192 -timeout=5 \
-	-artifact_prefix="$out/" "$out/corpus" >"$out/fuzz.log" 2>&1; then
-	runs=$(grep -o 'Done [0-9]* runs' "$out/fuzz.log" | tail -1)
-	echo "ok 1 - fuzz_task: no finding in ${secs}s (${runs:-?})"
-else
-	tail -40 "$out/fuzz.log"
-	echo "not ok 1 - fuzz_task found a crash: see $out/crash-*"
-	exit 1
-fi
+	"$src/common/crypto.c" "$src/common/utf8.c" \
+	$(pkg-config --libs jansson libmariadb libevent libcrypto) -lpthread -o "$out/fuzz_task"
+# shellcheck disable=SC2046,SC2086
+clang $flags $incs $(pkg-config --cflags jansson libevent libsystemd libcrypto) \
+	"$src/tests/fuzz/fuzz_http.c" "$src/common/http.c" \
+	"$src/common/httpgate.c" "$src/common/utf8.c" "$src/common/hmap.c" \
+	"$src/common/metrics.c" "$src/common/daemon.c" "$src/common/url.c" \
+	"$src/common/xmalloc.c" "$src/common/log.c" "$src/proto/task.c" \
+	"$src/proto/callback.c" "$src/proto/cron.c" "$src/common/tz.c" \
+	"$src/common/crypto.c" \
+	$(pkg-config --libs jansson libevent libsystemd libcrypto) -lpthread -o "$out/fuzz_http"
+n=0
+for t in task http; do
+	n=$((n + 1))
+	corpus=$out/corpus
+	[ $t = http ] && corpus=$out/corpus_http
+	if "$out/fuzz_$t" -max_total_time="$secs" -max_len=8192 -timeout=5 \
+		-artifact_prefix="$out/$t-" "$corpus" >"$out/fuzz_$t.log" 2>&1; then
+		runs=$(grep -o 'Done [0-9]* runs' "$out/fuzz_$t.log" | tail -1)
+		echo "ok $n - fuzz_$t: no finding in ${secs}s (${runs:-?})"
+	else
+		tail -40 "$out/fuzz_$t.log"
+		echo "not ok $n - fuzz_$t found a crash: see $out/$t-crash-*"
+		exit 1
+	fi
+done

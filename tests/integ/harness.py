@@ -621,6 +621,66 @@ def _kill_leftovers():
 
 atexit.register(_kill_leftovers)
 
+# What the sanitizer runtimes print (the ASan/UBSan build): any of these in
+# a daemon's log fails the test program. LeakSanitizer reports only at a
+# clean exit, hence daemons are stopped with SIGTERM, never SIGKILL, at the
+# end of a test.
+SANITIZER_MARKS = ("ERROR: AddressSanitizer", "ERROR: LeakSanitizer",
+                   "runtime error:", "WARNING: ThreadSanitizer",
+                   "ERROR: ThreadSanitizer")
+
+
+def stop_all(timeout=20):
+    """SIGTERM (after SIGCONT) to every daemon still running, waits."""
+    running = [p for p in _ALL_PROCS if p.running()]
+    for p in running:
+        p.signal(signal.SIGCONT)
+        p.signal(signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    for p in running:
+        if p.wait(max(0.1, deadline - time.monotonic())) is None:
+            log("%s did not stop within %ss after SIGTERM; killing"
+                % (p.name, timeout))
+            p.kill()
+        else:
+            p._note("stopped (SIGTERM), exit %s" % p.popen.returncode)
+
+
+def sanitizer_reports():
+    """(daemon name, log path, first lines) of every report in the logs of
+    the daemons this program ran."""
+    out = []
+    seen = set()
+    for p in _ALL_PROCS:
+        if p.log_path in seen:
+            continue
+        seen.add(p.log_path)
+        try:
+            with open(p.log_path, "rb") as f:
+                lines = f.read().decode("utf-8", "replace").splitlines()
+        except OSError:
+            continue
+        for i, line in enumerate(lines):
+            if any(m in line for m in SANITIZER_MARKS):
+                out.append((p.name, p.log_path, lines[i:i + 25]))
+                break
+    return out
+
+
+def sanitizer_verdict():
+    """Stops what still runs, then 0, or 1 with the reports printed."""
+    stop_all()
+    reports = sanitizer_reports()
+    for name, path, lines in reports:
+        log("---- sanitizer report of %s (%s) ----" % (name, path))
+        for line in lines:
+            log("  " + line)
+    if reports:
+        print("not ok - sanitizer reports in %d daemon log(s)" % len(reports),
+              flush=True)
+        return 1
+    return 0
+
 
 class Proc:
     """A daemon run as a subprocess, stdout+stderr appended to a log."""
@@ -896,9 +956,19 @@ class Cluster:
         for r in self.readers:
             r.stop()
         procs = ([self.manager] if self.manager else []) + self.workers
-        for p in procs:
-            if p.running():
+        # SIGTERM, so that the sanitizer build's LeakSanitizer reports.
+        running = [p for p in procs if p.running()]
+        for p in running:
+            p.signal(signal.SIGCONT)
+            p.signal(signal.SIGTERM)
+        deadline = time.monotonic() + 20
+        for p in running:
+            if p.wait(max(0.1, deadline - time.monotonic())) is None:
+                log("%s did not stop within 20s after SIGTERM; killing"
+                    % p.name)
                 p.kill()
+            else:
+                p._note("stopped (SIGTERM), exit %s" % p.popen.returncode)
         try:
             if self.created_db:
                 self.mysql("DROP DATABASE IF EXISTS `%s`" % self.db_name,
@@ -1190,6 +1260,7 @@ def run_suite(namespace, setup, cleanup, dump):
         print("not ok - setup failed", flush=True)
     finally:
         cleanup(bool(failed))
+    failed += sanitizer_verdict()
     sys.exit(1 if failed else 0)
 
 
@@ -1203,4 +1274,5 @@ def main(namespace, tests=None):
             log(line)
         print("not ok - setup failed", flush=True)
         sys.exit(1)
+    failed += sanitizer_verdict()
     sys.exit(1 if failed else 0)

@@ -1465,6 +1465,7 @@ def main():
             close_cluster(c, bool(failed))
         for srv in PRIVATE.values():
             srv.close(failed=bool(failed))
+    failed += h.sanitizer_verdict()
     sys.exit(1 if failed else 0)
 
 

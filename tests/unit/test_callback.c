@@ -246,6 +246,246 @@ test_headers_build(void **state)
 	callback_spec_clear(&cb);
 }
 
+/* Framing and hop-by-hop headers, names that are not tokens, values
+ * that would inject headers. */
+static void
+test_header_refused(void **state)
+{
+	static const char *const framing[] = {"Host",
+					      "host",
+					      "HOST",
+					      "Content-Length",
+					      "Transfer-Encoding",
+					      "Connection",
+					      "Keep-Alive",
+					      "Upgrade",
+					      "TE",
+					      "Trailer",
+					      "Expect",
+					      "Proxy-Authorization",
+					      "proxy-connection",
+					      "HTTP2-Settings",
+					      NULL};
+	static const char *const bad_names[] = {
+		"Bad Name", "a:b", "a\"b", "(x)", "x/y", "h\xc3\xa9",
+		"a\tb",	    "",	   "[x]",  "a,b", "a;b", "a=b",
+		"a@b",	    "{x}", "a?",   NULL};
+	static const char *const fine[] = {
+		"X-Ok",	    "Authorization", "Content-Type",
+		"Hostname", "Trailers",	     "Tea",
+		"X-Proxy",  "Accept",	     "!#$%&'*+-.^_`|~09azAZ",
+		NULL};
+
+	(void)state;
+	for (int i = 0; framing[i]; i++)
+		if (callback_header_refused(framing[i], "v", 1) == NULL)
+			fail_msg("%s accepted", framing[i]);
+	for (int i = 0; bad_names[i]; i++)
+		if (callback_header_refused(bad_names[i], "v", 1) == NULL)
+			fail_msg("name '%s' accepted", bad_names[i]);
+	for (int i = 0; fine[i]; i++)
+		if (callback_header_refused(fine[i], "v", 1) != NULL)
+			fail_msg("%s refused", fine[i]);
+	assert_non_null(callback_header_refused("X", "a\r\nInjected: 1", 15));
+	assert_non_null(callback_header_refused("X", "a\nb", 3));
+	assert_non_null(callback_header_refused("X", "a\rb", 3));
+	assert_non_null(callback_header_refused("X", "a\0b", 3));
+	assert_non_null(callback_header_refused("X", "\x01", 1));
+	assert_non_null(callback_header_refused("X", "\x7f", 1));
+	assert_null(callback_header_refused("X", "tab\there", 8));
+	assert_null(callback_header_refused("X", "h\xc3\xa9llo", 6));
+	assert_null(callback_header_refused("X", "", 0));
+}
+
+/* The notifier drops what the API refuses (older tasks, messages
+ * produced straight to Kafka). */
+static void
+test_spec_sanitize(void **state)
+{
+	struct callback_spec cb;
+	const char *s = "{\"url\":\"http://x\",\"headers\":{"
+			"\"X-Ok\":\"1\",\"Host\":\"internal\","
+			"\"Bad Name\":\"v\",\"X-Num\":5,"
+			"\"X-Inj\":\"a\\r\\nB: c\",\"X-Also\":\"2\"}}";
+	char first[64], **h;
+
+	(void)state;
+	assert_int_equal(callback_spec_parse(s, strlen(s), &cb), 0);
+	assert_int_equal(callback_spec_sanitize(&cb, first, sizeof(first)), 4);
+	assert_string_equal(first, "Host");
+	assert_int_equal(json_object_size(cb.headers), 2);
+	assert_string_equal(
+		json_string_value(json_object_get(cb.headers, "X-Ok")), "1");
+	assert_string_equal(
+		json_string_value(json_object_get(cb.headers, "X-Also")), "2");
+	assert_int_equal(callback_spec_sanitize(&cb, first, sizeof(first)), 0);
+	assert_string_equal(first, "");
+	callback_spec_clear(&cb);
+	/* even unsanitized, the request never carries them */
+	assert_int_equal(callback_spec_parse(s, strlen(s), &cb), 0);
+	h = callback_headers_build(&cb, "id", 1, 5);
+	assert_true(has(h, "X-Ok: 1"));
+	assert_true(has(h, "X-Also: 2"));
+	assert_false(has(h, "Host: internal"));
+	assert_int_equal(count(h), 6);
+	callback_headers_free(h);
+	callback_spec_clear(&cb);
+	callback_spec_route("http://x/", &cb);
+	assert_int_equal(callback_spec_sanitize(&cb, first, sizeof(first)), 0);
+	callback_spec_clear(&cb);
+}
+
+#define KEY_BYTES                                                          \
+	"\x00\x01\x02\x03\x04\x05\x06\x07\x08\x09\x0a\x0b\x0c\x0d\x0e\x0f" \
+	"\x10\x11\x12\x13\x14\x15\x16\x17\x18\x19\x1a\x1b\x1c\x1d\x1e\x1f"
+
+static void
+sample_retry(struct callback_spec *cb, struct callback_retry *r)
+{
+	const char *s = "{\"url\":\"http://h/x\",\"headers\":{"
+			"\"X-B\":\"2\",\"X-A\":\"1\"},\"max_attempts\":5}";
+
+	assert_int_equal(callback_spec_parse(s, strlen(s), cb), 0);
+	*r = (struct callback_retry){.id = "cbr:job-1:2",
+				     .of = "job-1",
+				     .attempt = "2",
+				     .due_at = "1700000000000",
+				     .topic = "orders",
+				     .occurrence = NULL,
+				     .cb = cb,
+				     .body = "hi",
+				     .body_len = 2};
+}
+
+/* The signed bytes, written out (docs/security.md), and their HMAC as
+ * Python's hmac module computes it. */
+static void
+test_retry_canon_and_sign(void **state)
+{
+	static const char want[] = "16:prophet-retry-v1\n11:cbr:job-1:2\n"
+				   "5:job-1\n1:2\n13:1700000000000\n"
+				   "6:orders\n0:\n10:http://h/x\n4:POST\n"
+				   "1:0\n1:5\n1:2\n3:X-A\n1:1\n3:X-B\n1:2\n"
+				   "2:hi\n";
+	struct callback_spec cb;
+	struct callback_retry r;
+	char sig[CALLBACK_SIG_LEN + 1], *c;
+	size_t len;
+
+	(void)state;
+	sample_retry(&cb, &r);
+	c = callback_retry_canon(&r, &len);
+	assert_int_equal(len, sizeof(want) - 1);
+	assert_memory_equal(c, want, len);
+	xfree(c);
+	callback_retry_sign(KEY_BYTES, 32, &r, sig, sizeof(sig));
+	assert_string_equal(sig, "v1:9e9f78a082eb38aa907b01c6f9161e01b552fc73"
+				 "b04982128d93f4267a2a209f");
+	assert_true(callback_retry_verify(KEY_BYTES, 32, &r, sig));
+	callback_spec_clear(&cb);
+}
+
+/* Any change to what the signature covers, or to the key, breaks it. */
+static void
+test_retry_verify_tampered(void **state)
+{
+	struct callback_spec cb;
+	struct callback_retry r, t;
+	char sig[CALLBACK_SIG_LEN + 1], bad[CALLBACK_SIG_LEN + 1];
+	json_t *hv;
+
+	(void)state;
+	sample_retry(&cb, &r);
+	callback_retry_sign(KEY_BYTES, 32, &r, sig, sizeof(sig));
+	assert_false(callback_retry_verify("another key", 11, &r, sig));
+	assert_false(callback_retry_verify(KEY_BYTES, 32, &r, NULL));
+	assert_false(callback_retry_verify(KEY_BYTES, 32, &r, ""));
+	assert_false(callback_retry_verify(KEY_BYTES, 32, &r, "v1:00"));
+	snprintf(bad, sizeof(bad), "%s", sig);
+	bad[10] = bad[10] == 'a' ? 'b' : 'a';
+	assert_false(callback_retry_verify(KEY_BYTES, 32, &r, bad));
+#define CHANGED(field, value)                                                \
+	do {                                                                 \
+		t = r;                                                       \
+		t.field = value;                                             \
+		assert_false(callback_retry_verify(KEY_BYTES, 32, &t, sig)); \
+	} while (0)
+	CHANGED(id, "cbr:job-1:3");
+	CHANGED(of, "job-2");
+	CHANGED(attempt, "3");
+	CHANGED(due_at, "1700000000001");
+	CHANGED(topic, "billing");
+	CHANGED(occurrence, "7");
+	CHANGED(body, "ho");
+	CHANGED(body_len, 1);
+#undef CHANGED
+	/* a field's bytes cannot move into its neighbour */
+	t = r;
+	t.of = "job-12";
+	t.attempt = "";
+	assert_false(callback_retry_verify(KEY_BYTES, 32, &t, sig));
+#define SPEC_CHANGED(stmt, undo)                                             \
+	do {                                                                 \
+		stmt;                                                        \
+		assert_false(callback_retry_verify(KEY_BYTES, 32, &r, sig)); \
+		undo;                                                        \
+		assert_true(callback_retry_verify(KEY_BYTES, 32, &r, sig));  \
+	} while (0)
+	SPEC_CHANGED(cb.timeout_ms = 10, cb.timeout_ms = 0);
+	SPEC_CHANGED(cb.max_attempts = 6, cb.max_attempts = 5);
+	SPEC_CHANGED(cb.url[7] = 'g', cb.url[7] = 'h');
+	SPEC_CHANGED(cb.method[0] = 'Q', cb.method[0] = 'P');
+	SPEC_CHANGED(json_object_set_new(cb.headers, "X-C", json_string("3")),
+		     json_object_del(cb.headers, "X-C"));
+	hv = json_object_get(cb.headers, "X-A");
+	SPEC_CHANGED(json_string_set(hv, "9"), json_string_set(hv, "1"));
+	SPEC_CHANGED(json_object_set_new(cb.headers, "X-A", json_integer(1)),
+		     json_object_set_new(cb.headers, "X-A", json_string("1")));
+#undef SPEC_CHANGED
+	callback_spec_clear(&cb);
+}
+
+/*
+ * The notifier signs the spec it holds (max_attempts resolved); the
+ * manager and later the notifier check the spec as the retry task
+ * carries it through the API, the DB and the worker's header: the same
+ * signed bytes, whatever order the headers come in.
+ */
+static void
+test_retry_spec_round_trip(void **state)
+{
+	const char *s = "{\"url\":\"https://h:8443/p?q=1\",\"method\":"
+			"\"PUT\",\"headers\":{\"Z\":\"z\",\"A\":\"a\","
+			"\"M\":\"\"},\"timeout_ms\":2500}";
+	struct callback_spec held, carried;
+	struct callback_retry r1, r2;
+	char *hdr, *c1, *c2;
+	size_t l1, l2;
+	json_t *submitted;
+
+	(void)state;
+	assert_int_equal(callback_spec_parse(s, strlen(s), &held), 0);
+	held.max_attempts = 7;
+	submitted = callback_spec_json(&held);
+	hdr = callback_header_encode(submitted, 7);
+	assert_int_equal(callback_spec_parse(hdr, strlen(hdr), &carried), 0);
+	r1 = (struct callback_retry){"cbr:x:2", "x",   "2", "5", "t",
+				     NULL,	&held, "b", 1};
+	r2 = r1;
+	r2.cb = &carried;
+	r2.occurrence = "";
+	c1 = callback_retry_canon(&r1, &l1);
+	c2 = callback_retry_canon(&r2, &l2);
+	assert_int_equal(l1, l2);
+	assert_memory_equal(c1, c2, l1);
+	xfree(c1);
+	xfree(c2);
+	xfree(hdr);
+	json_decref(submitted);
+	callback_spec_clear(&held);
+	callback_spec_clear(&carried);
+}
+
 static void
 test_tbucket(void **state)
 {
@@ -346,6 +586,11 @@ main(void)
 		cmocka_unit_test(test_spec_parse),
 		cmocka_unit_test(test_header_round_trip),
 		cmocka_unit_test(test_headers_build),
+		cmocka_unit_test(test_header_refused),
+		cmocka_unit_test(test_spec_sanitize),
+		cmocka_unit_test(test_retry_canon_and_sign),
+		cmocka_unit_test(test_retry_verify_tampered),
+		cmocka_unit_test(test_retry_spec_round_trip),
 		cmocka_unit_test(test_tbucket),
 		cmocka_unit_test(test_payload_carries_callback),
 		cmocka_unit_test(test_submit_allow_list),

@@ -430,8 +430,76 @@ test_check_values(void **state)
 
 	set_ok("kafka", "topic_prefix", "prod.");
 	set_bad("kafka", "topic_prefix", "a/b");
+
+	set_ok("notifier", "callback_networks_allowed", "");
+	set_ok("notifier", "callback_networks_allowed",
+	       "127.0.0.0/8, ::1/128 10.1.0.0/16");
+	set_bad("notifier", "callback_networks_allowed", "localhost");
+	set_bad("notifier", "callback_networks_allowed", "10.0.0.0/33");
+	set_ok("notifier", "retry_topic", "my.retries_1-x");
+	set_bad("notifier", "retry_topic", "");
+	set_bad("notifier", "retry_topic", "a b");
+	set_bad("notifier", "retry_topic", "..");
+	set_bad("notifier", "dead_letter_topic", "x/y");
+	set_bad("notifier", "max_response_bytes", "10");
 	set_bad("zookeeper", "hosts", "");
 	set_bad("kafka", "brokers", "");
+}
+
+/* The rules between keys, each error naming the key to change. */
+static void
+test_validate(void **state)
+{
+	struct cfg *cfg = cfg_create();
+	char err[256], topic[201];
+
+	(void)state;
+	assert_int_equal(cfg_validate(cfg, err, sizeof(err)), 0);
+	assert_int_equal(cfg_set(cfg, "notifier", "timeout_ms", "40000", err,
+				 sizeof(err)),
+			 0);
+	assert_int_equal(cfg_validate(cfg, err, sizeof(err)), -1);
+	assert_contains(err, "notifier.max_timeout_ms");
+	assert_int_equal(cfg_set(cfg, "notifier", "max_timeout_ms", "40000",
+				 err, sizeof(err)),
+			 0);
+	assert_int_equal(cfg_validate(cfg, err, sizeof(err)), 0);
+
+	/* <topic_prefix><retry_topic> is a Kafka topic: 249 at most */
+	memset(topic, 'r', 200);
+	topic[200] = '\0';
+	assert_int_equal(cfg_set(cfg, "notifier", "retry_topic", topic, err,
+				 sizeof(err)),
+			 0);
+	assert_int_equal(cfg_validate(cfg, err, sizeof(err)), 0);
+	assert_int_equal(cfg_set(cfg, "kafka", "topic_prefix",
+				 "0123456789012345678901234567890123456789"
+				 "012345678",
+				 err, sizeof(err)),
+			 0);
+	assert_int_equal(cfg_validate(cfg, err, sizeof(err)), 0); /* 249 */
+	assert_int_equal(cfg_set(cfg, "kafka", "topic_prefix",
+				 "0123456789012345678901234567890123456789"
+				 "0123456789",
+				 err, sizeof(err)),
+			 0);
+	assert_int_equal(cfg_validate(cfg, err, sizeof(err)), -1);
+	assert_contains(err, "notifier.retry_topic");
+	assert_contains(err, "250");
+	assert_int_equal(
+		cfg_set(cfg, "notifier", "retry_topic", "r", err, sizeof(err)),
+		0);
+	assert_int_equal(cfg_set(cfg, "notifier", "dead_letter_topic", topic,
+				 err, sizeof(err)),
+			 0);
+	assert_int_equal(cfg_validate(cfg, err, sizeof(err)), -1);
+	assert_contains(err, "notifier.dead_letter_topic");
+	assert_int_equal(cfg_set(cfg, "notifier", "dead_letter_topic", "r", err,
+				 sizeof(err)),
+			 0);
+	assert_int_equal(cfg_validate(cfg, err, sizeof(err)), -1);
+	assert_contains(err, "notifier.dead_letter_topic");
+	cfg_destroy(cfg);
 }
 
 static char *
@@ -675,6 +743,7 @@ main(void)
 		cmocka_unit_test(test_load_syntax_then_bad_value),
 		cmocka_unit_test(test_check_urls),
 		cmocka_unit_test(test_check_values),
+		cmocka_unit_test(test_validate),
 		cmocka_unit_test(test_write_example),
 		cmocka_unit_test(test_example_loads),
 		cmocka_unit_test(test_url_parse),

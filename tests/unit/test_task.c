@@ -680,6 +680,37 @@ test_callback(void **state)
 		    400, "unknown_field", "callback");
 	reject_json(with("callback", load("{'url':'http://h','headers':[]}")),
 		    400, "invalid_type", "callback.headers");
+	/* framing and hop-by-hop headers, non-token names, injection */
+	accept_json(with("callback",
+			 load("{'url':'http://h','headers':{'X-Ok':'a\\tb',"
+			      "'Authorization':'Bearer t','Hostname':'h'}}")));
+	{
+		static const char *const refused[] = {
+			"{'Host':'internal'}",
+			"{'content-length':'0'}",
+			"{'Transfer-Encoding':'chunked'}",
+			"{'Connection':'close'}",
+			"{'Keep-Alive':'1'}",
+			"{'Upgrade':'h2c'}",
+			"{'TE':'trailers'}",
+			"{'Trailer':'X'}",
+			"{'Expect':'100-continue'}",
+			"{'Proxy-Authorization':'Basic x'}",
+			"{'X-Ok':'1','Bad Name':'v'}",
+			"{'a:b':'v'}",
+			"{'X':'a\\r\\nInjected: 1'}",
+			"{'X':'a\\nb'}",
+			"{'X':'a\\u0000b'}",
+			NULL};
+
+		for (int i = 0; refused[i] != NULL; i++) {
+			json_t *c = load("{'url':'http://h'}");
+
+			json_object_set_new(c, "headers", load(refused[i]));
+			reject_json(with("callback", c), 400, "invalid_value",
+				    "callback.headers");
+		}
+	}
 	reject_json(
 		with("callback", load("{'url':'http://h','headers':{'a':2}}")),
 		400, "invalid_type", "callback.headers");

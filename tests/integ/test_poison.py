@@ -464,10 +464,7 @@ def test_worker_hostname_not_utf8():
         extra = C.workers[1:]
         C.workers[1:] = []
         for w in extra:
-            w.stop()
-    for w in extra:
-        for mark in SANITIZER_MARKS:
-            h.check(not w.grep(mark), "%s: %s" % (w.name, w.grep(mark)[:3]))
+            h.check_eq(w.stop(), 0, "%s exit code" % w.name)
 
 
 def zk_create(zk, path, data=b""):
@@ -521,22 +518,6 @@ def test_foreign_worker_node_gets_no_slots():
         api.close()
     missing = rd.wait_for(ids, 30)
     h.check(not missing, "not published: %s" % missing)
-
-
-SANITIZER_MARKS = ("ERROR: AddressSanitizer", "ERROR: LeakSanitizer",
-                   "runtime error:")
-
-
-def test_daemons_exit_clean():
-    """Last: the daemons stop on SIGTERM with exit 0 and (sanitizer
-    builds) no sanitizer report in their logs, leaks included."""
-    found = []
-    for pr in [C.manager] + C.workers:
-        if pr.running():
-            h.check_eq(pr.stop(), 0, "%s exit code" % pr.name)
-        for mark in SANITIZER_MARKS:
-            found += ["%s: %s" % (pr.name, line) for line in pr.grep(mark)]
-    h.check(not found, "sanitizer reports:\n  " + "\n  ".join(found[:10]))
 
 
 def cleanup(failed):

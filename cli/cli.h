@@ -41,5 +41,6 @@ int cmd_restore(struct cli *c, int argc, char **argv);
 int cmd_cancel(struct cli *c, int argc, char **argv);
 int cmd_reschedule(struct cli *c, int argc, char **argv);
 int cmd_list(struct cli *c, int argc, char **argv);
+int cmd_token_hash(struct cli *c, int argc, char **argv);
 
 #endif

@@ -35,6 +35,9 @@ static const struct cli_cmd commands[] = {
 	 "master, workers and every slot's owner, "
 	 "epoch, backlog and lag",
 	 cmd_cluster},
+	{"token-hash", "token-hash < TOKENFILE",
+	 "print the sha256: form of the token on stdin, for http.tokens_file",
+	 cmd_token_hash},
 };
 
 #define NCOMMANDS (sizeof(commands) / sizeof(commands[0]))

@@ -8,22 +8,110 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/stat.h>
 
 #include "auth.h"
+#include "crypto.h"
 #include "xmalloc.h"
 
 #define AUTH_TOKEN_MAX 256
+#define AUTH_HASH_LEN CRYPTO_SHA256_LEN
 
 struct auth_token {
-	char *token;
+	char *token; /* NULL: stored as its hash */
 	size_t len;
+	unsigned char hash[AUTH_HASH_LEN];
 	int roles;
 };
 
 struct auth {
 	struct auth_token *tokens;
 	size_t n;
+	int hashed; /* some tokens are stored as hashes */
 };
+
+void
+auth_token_hash(const char *token, size_t len, char out[AUTH_HASH_TEXT_LEN])
+{
+	static const char hex[] = "0123456789abcdef";
+	unsigned char h[AUTH_HASH_LEN];
+	char *o = out + strlen(AUTH_HASH_PREFIX);
+
+	crypto_sha256(token, len, h);
+	memcpy(out, AUTH_HASH_PREFIX, strlen(AUTH_HASH_PREFIX));
+	for (size_t i = 0; i < AUTH_HASH_LEN; i++) {
+		*o++ = hex[h[i] >> 4];
+		*o++ = hex[h[i] & 15];
+	}
+	*o = '\0';
+}
+
+static int
+hex_value(char c)
+{
+	if (c >= '0' && c <= '9')
+		return c - '0';
+	if (c >= 'a' && c <= 'f')
+		return c - 'a' + 10;
+	if (c >= 'A' && c <= 'F')
+		return c - 'A' + 10;
+	return -1;
+}
+
+/* "sha256:<64 hex>" into its 32 bytes. */
+static int
+parse_hash(const char *s, unsigned char out[AUTH_HASH_LEN])
+{
+	s += strlen(AUTH_HASH_PREFIX);
+	if (strlen(s) != 2 * AUTH_HASH_LEN)
+		return -1;
+	for (size_t i = 0; i < AUTH_HASH_LEN; i++) {
+		int hi = hex_value(s[2 * i]), lo = hex_value(s[2 * i + 1]);
+
+		if (hi < 0 || lo < 0)
+			return -1;
+		out[i] = (unsigned char)(hi << 4 | lo);
+	}
+	return 0;
+}
+
+/* '#' starts a comment only at the start of a line or after whitespace:
+ * a token may contain one. */
+static void
+strip_comment(char *line)
+{
+	for (char *p = line; *p != '\0'; p++) {
+		if (*p == '#' && (p == line || isspace((unsigned char)p[-1]))) {
+			*p = '\0';
+			return;
+		}
+	}
+}
+
+/* The file holds secrets: refused unless only its owner may read and
+ * write it. */
+static int
+check_mode(FILE *fp, const char *path, char *err, size_t errlen)
+{
+	struct stat st;
+
+	if (fstat(fileno(fp), &st) < 0) {
+		snprintf(err, errlen, "%s: %s", path, strerror(errno));
+		return -1;
+	}
+	if (!S_ISREG(st.st_mode)) {
+		snprintf(err, errlen, "%s: not a regular file", path);
+		return -1;
+	}
+	if (st.st_mode & 077) {
+		snprintf(err, errlen,
+			 "%s: mode %04o lets group or others read or write "
+			 "the tokens: chmod 600 it (owner only)",
+			 path, (unsigned)(st.st_mode & 07777));
+		return -1;
+	}
+	return 0;
+}
 
 static int
 parse_roles(char *s, int *roles)
@@ -61,39 +149,58 @@ auth_load(const char *path, char *err, size_t errlen)
 		xfree(a);
 		return NULL;
 	}
+	if (check_mode(fp, path, err, errlen) < 0) {
+		fclose(fp);
+		xfree(a);
+		return NULL;
+	}
 	while (fgets(line, sizeof(line), fp) != NULL) {
-		char *p = line, *tok, *roles, *hash = strchr(line, '#');
+		char *p = line, *tok, *roles, *save = NULL;
+		struct auth_token *t;
 		int r;
 
 		lineno++;
-		if (hash != NULL)
-			*hash = '\0';
+		strip_comment(line);
 		while (isspace((unsigned char)*p))
 			p++;
 		if (*p == '\0')
 			continue;
-		tok = strtok(p, " \t\r\n");
-		roles = strtok(NULL, " \t\r\n");
-		if (tok == NULL || roles == NULL || strtok(NULL, " \t\r\n") ||
-		    strlen(tok) < 16 || strlen(tok) > AUTH_TOKEN_MAX ||
+		tok = strtok_r(p, " \t\r\n", &save);
+		roles = strtok_r(NULL, " \t\r\n", &save);
+		if (tok == NULL || roles == NULL ||
+		    strtok_r(NULL, " \t\r\n", &save) || strlen(tok) < 16 ||
+		    strlen(tok) > AUTH_TOKEN_MAX ||
 		    parse_roles(roles, &r) < 0) {
 			snprintf(err, errlen,
 				 "%s:%d: expected '<token of 16-%d chars> "
 				 "<role>[,<role>]' with roles submit, read, "
 				 "admin",
 				 path, lineno, AUTH_TOKEN_MAX);
-			fclose(fp);
-			auth_destroy(a);
-			return NULL;
+			goto fail;
 		}
 		a->tokens =
 			xrealloc(a->tokens, (a->n + 1) * sizeof(*a->tokens));
-		a->tokens[a->n].token = xstrdup(tok);
-		a->tokens[a->n].len = strlen(tok);
-		a->tokens[a->n].roles = r;
+		t = &a->tokens[a->n];
+		memset(t, 0, sizeof(*t));
+		t->roles = r;
+		if (!strncmp(tok, AUTH_HASH_PREFIX, strlen(AUTH_HASH_PREFIX))) {
+			if (parse_hash(tok, t->hash) < 0) {
+				snprintf(err, errlen,
+					 "%s:%d: a stored hash is 'sha256:' "
+					 "and 64 hex digits (prophetctl "
+					 "token-hash prints it)",
+					 path, lineno);
+				goto fail;
+			}
+			a->hashed = 1;
+		} else {
+			t->token = xstrdup(tok);
+			t->len = strlen(tok);
+		}
 		a->n++;
 	}
 	fclose(fp);
+	memset(line, 0, sizeof(line));
 	if (a->n == 0) {
 		snprintf(err, errlen,
 			 "%s: no tokens (an empty file would lock "
@@ -103,6 +210,11 @@ auth_load(const char *path, char *err, size_t errlen)
 		return NULL;
 	}
 	return a;
+fail:
+	memset(line, 0, sizeof(line));
+	fclose(fp);
+	auth_destroy(a);
+	return NULL;
 }
 
 void
@@ -111,7 +223,8 @@ auth_destroy(struct auth *a)
 	if (a == NULL)
 		return;
 	for (size_t i = 0; i < a->n; i++) {
-		memset(a->tokens[i].token, 0, a->tokens[i].len);
+		if (a->tokens[i].token != NULL)
+			memset(a->tokens[i].token, 0, a->tokens[i].len);
 		xfree(a->tokens[i].token);
 	}
 	xfree(a->tokens);
@@ -140,6 +253,7 @@ ct_equal(const char *a, size_t alen, const char *b, size_t blen)
 int
 auth_check(const struct auth *a, const char *authorization, enum auth_role need)
 {
+	unsigned char hash[AUTH_HASH_LEN] = {0};
 	const char *tok;
 	size_t len;
 	int roles = 0;
@@ -155,10 +269,17 @@ auth_check(const struct auth *a, const char *authorization, enum auth_role need)
 	len = strlen(tok);
 	if (len == 0 || len > AUTH_TOKEN_MAX)
 		return 401;
+	if (a->hashed)
+		crypto_sha256(tok, len, hash);
 	/* Every token is compared, so timing tells nothing about which. */
-	for (size_t i = 0; i < a->n; i++)
-		if (ct_equal(tok, len, a->tokens[i].token, a->tokens[i].len))
-			roles |= a->tokens[i].roles;
+	for (size_t i = 0; i < a->n; i++) {
+		const struct auth_token *t = &a->tokens[i];
+
+		if (t->token != NULL
+			    ? ct_equal(tok, len, t->token, t->len)
+			    : crypto_equal(hash, t->hash, AUTH_HASH_LEN))
+			roles |= t->roles;
+	}
 	if (roles == 0)
 		return 401;
 	return (roles & (int)need) ? 0 : 403;

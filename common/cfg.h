@@ -68,7 +68,8 @@
 	  NULL, 0, "most tasks in one POST /v1/tasks/batch")                   \
 	X(HTTP_TOKENS_FILE, "http", "tokens_file", CFG_STR, "", 0, 0, NULL, 1, \
 	  "bearer tokens with roles, one '<token> <role>[,<role>]' a line "    \
-	  "(roles: submit, read, admin); empty: no authentication")            \
+	  "(roles: submit, read, admin; a token may be stored as "             \
+	  "sha256:<hex>), mode 600; empty: no authentication")                 \
 	X(HTTP_TOKEN, "http", "token", CFG_STR, "", 0, 0, NULL, 0,             \
 	  "the token prophetctl sends (or PROPHET_TOKEN in its environment) "  \
 	  "and the notifier submits retry tasks with (role submit)")           \
@@ -92,7 +93,11 @@
 	  "comma-separated hosts callback URLs may name ('.example.com' "      \
 	  "also allows its subdomains); empty: any host")                      \
 	X(TASK_MAX_BODY_BYTES, "task", "max_body_bytes", CFG_INT, "65536", 1,  \
-	  16777216, NULL, 0, "largest task body")                              \
+	  16777215, NULL, 0, "largest task body")                              \
+	X(TASK_MAX_HEADERS_BYTES, "task", "max_headers_bytes", CFG_INT,        \
+	  "16384", 64, 60000, NULL, 0,                                         \
+	  "most bytes the headers of a task (and of its callback) take as "    \
+	  "JSON; more is refused with 413")                                    \
 	X(TASK_MAX_DELAY_MS, "task", "max_delay_ms", CFG_INT, "315576000000",  \
 	  1000, 3155760000000, NULL, 0,                                        \
 	  "furthest due time accepted, from now (default 10 years)")           \

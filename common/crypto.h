@@ -7,6 +7,8 @@
 
 #define CRYPTO_SHA256_LEN 32
 
+/* SHA-256 of data into out (CRYPTO_SHA256_LEN bytes). */
+void crypto_sha256(const void *data, size_t len, unsigned char *out);
 /* HMAC-SHA256 of data under key into out (CRYPTO_SHA256_LEN bytes). */
 void crypto_hmac_sha256(const void *key, size_t keylen, const void *data,
 			size_t len, unsigned char *out);

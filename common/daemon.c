@@ -2,6 +2,7 @@
 #include "config.h"
 #endif
 
+#include <ctype.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -142,8 +143,11 @@ daemon_default_id(char *buf, size_t len)
 	if (gethostname(host, sizeof(host)) != 0)
 		snprintf(host, sizeof(host), "host");
 	host[sizeof(host) - 1] = '\0';
+	/* A hostname may hold any byte: the id goes into ZooKeeper paths and
+	 * JSON, so it keeps to what worker.id allows (and its length). */
+	host[80] = '\0';
 	for (char *p = host; *p; p++)
-		if (*p == '.')
+		if (!isalnum((unsigned char)*p) && *p != '-')
 			*p = '_';
 	snprintf(buf, len, "%s-%d", host, (int)getpid());
 }

@@ -16,6 +16,7 @@
 #include "db.h"
 #include "log.h"
 #include "url.h"
+#include "utf8.h"
 #include "xmalloc.h"
 
 #define DB_STMT_CACHE_MAX 32
@@ -37,7 +38,11 @@ struct db_conn {
 	char *host, *user, *password, *database;
 	int port;
 	int64_t next_try_ms;
+	size_t max_packet; /* the server's max_allowed_packet */
 };
+
+/* What a server that does not say takes at least (MySQL 5.7's default). */
+#define DB_MAX_PACKET_DEFAULT 4194304
 
 struct db_pool {
 	struct event_base *base;
@@ -68,7 +73,9 @@ static void
 conn_seterr(struct db_conn *c, unsigned int num, const char *msg)
 {
 	c->errnum = num;
-	snprintf(c->err, sizeof(c->err), "%s", msg);
+	/* Server messages quote data and names (a CHECK constraint, a
+	 * trigger's SIGNAL text): cut at a character, they stay valid. */
+	utf8_copy(c->err, sizeof(c->err), msg, strlen(msg));
 }
 
 static void
@@ -105,6 +112,24 @@ conn_is_lost(unsigned int e)
 	       e == 1053 /* shutdown in progress */;
 }
 
+/* A statement larger than max_allowed_packet makes the server drop the
+ * connection ("server has gone away"): callers size theirs by it. */
+static void
+conn_read_max_packet(struct db_conn *c)
+{
+	MYSQL_RES *res;
+	MYSQL_ROW row;
+
+	c->max_packet = DB_MAX_PACKET_DEFAULT;
+	if (mysql_query(c->my, "SELECT @@max_allowed_packet") != 0 ||
+	    (res = mysql_store_result(c->my)) == NULL)
+		return;
+	if ((row = mysql_fetch_row(res)) != NULL && row[0] != NULL &&
+	    strtoull(row[0], NULL, 10) > 0)
+		c->max_packet = (size_t)strtoull(row[0], NULL, 10);
+	mysql_free_result(res);
+}
+
 static int
 conn_connect(struct db_conn *c)
 {
@@ -129,13 +154,20 @@ conn_connect(struct db_conn *c)
 	/* No gap locks: every transition is a conditional statement or an
 	 * explicit row lock, and gap locks between concurrent multi-row
 	 * inserts and batched updates only buy deadlocks. */
+	/* Strict, whatever the server's default: a value that does not
+	 * fit its column is an error, never silently cut (stored data that
+	 * differs from what the client was told was accepted). */
 	if (mysql_query(c->my, "SET SESSION TRANSACTION ISOLATION LEVEL "
-			       "READ COMMITTED") != 0) {
+			       "READ COMMITTED") != 0 ||
+	    mysql_query(c->my, "SET SESSION sql_mode = CONCAT_WS(',', "
+			       "NULLIF(@@SESSION.sql_mode, ''), "
+			       "'STRICT_ALL_TABLES')") != 0) {
 		conn_seterr(c, mysql_errno(c->my), mysql_error(c->my));
 		mysql_close(c->my);
 		c->my = NULL;
 		return -1;
 	}
+	conn_read_max_packet(c);
 	c->up = 1;
 	return 0;
 }
@@ -205,6 +237,12 @@ unsigned int
 db_conn_errno(struct db_conn *c)
 {
 	return c->errnum;
+}
+
+size_t
+db_conn_max_packet(const struct db_conn *c)
+{
+	return c->max_packet > 0 ? c->max_packet : DB_MAX_PACKET_DEFAULT;
 }
 
 static int
@@ -571,10 +609,21 @@ db_exec_rows(struct db_conn *c, const char *prefix, const char *row,
 	     void (*bind_row)(struct db_params *p, size_t i, void *arg),
 	     void *arg, unsigned long long *affected)
 {
+	return db_exec_rows_suffix(c, prefix, row, "", nrows, ncols, bind_row,
+				   arg, affected);
+}
+
+int
+db_exec_rows_suffix(struct db_conn *c, const char *prefix, const char *row,
+		    const char *suffix, size_t nrows, size_t ncols,
+		    void (*bind_row)(struct db_params *p, size_t i, void *arg),
+		    void *arg, unsigned long long *affected)
+{
 	static const size_t chunks[] = {256, 64, 16, 4, 1};
 	size_t done = 0, plen = strlen(prefix), rlen = strlen(row);
+	size_t slen = strlen(suffix);
 	struct db_params p;
-	char *sql = xmalloc(plen + (rlen + 1) * 256 + 1);
+	char *sql = xmalloc(plen + (rlen + 1) * 256 + slen + 1);
 
 	db_params_init(&p, ncols * 16);
 	for (size_t k = 0; k < sizeof(chunks) / sizeof(chunks[0]); k++) {
@@ -590,6 +639,8 @@ db_exec_rows(struct db_conn *c, const char *prefix, const char *row,
 			memcpy(sql + off, row, rlen);
 			off += rlen;
 		}
+		memcpy(sql + off, suffix, slen);
+		off += slen;
 		sql[off] = '\0';
 		while (nrows - done >= n) {
 			unsigned long long a = 0;

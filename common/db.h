@@ -75,6 +75,8 @@ int db_commit(struct db_conn *c);
 int db_rollback(struct db_conn *c);
 const char *db_conn_error(struct db_conn *c);
 unsigned int db_conn_errno(struct db_conn *c);
+/* The server's max_allowed_packet: no statement may be larger. */
+size_t db_conn_max_packet(const struct db_conn *c);
 
 /*
  * "PREFIX ROW,ROW,...": runs a multi-row statement in chunks of 256, 64,
@@ -85,6 +87,12 @@ int db_exec_rows(struct db_conn *c, const char *prefix, const char *row,
 		 size_t nrows, size_t ncols,
 		 void (*bind_row)(struct db_params *p, size_t i, void *arg),
 		 void *arg, unsigned long long *affected);
+/* The same with suffix after the rows ("PREFIX ROW,...,ROW SUFFIX"). */
+int db_exec_rows_suffix(struct db_conn *c, const char *prefix, const char *row,
+			const char *suffix, size_t nrows, size_t ncols,
+			void (*bind_row)(struct db_params *p, size_t i,
+					 void *arg),
+			void *arg, unsigned long long *affected);
 
 /* One blocking connection for startup work (migrations) and tools. */
 struct db_conn *db_conn_open(const char *url, char *err, size_t errlen);

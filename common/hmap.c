@@ -2,16 +2,21 @@
 #include "config.h"
 #endif
 
+#include <endian.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 
 #include "hmap.h"
 #include "xmalloc.h"
 
+#define HMAP_MIN_BUCKETS 64
+
 struct hmap_entry {
 	const char *key;
 	void *value;
-	uint32_t hash;
+	uint64_t hash;
 	struct hmap_entry *next;
 };
 
@@ -19,26 +24,89 @@ struct hmap {
 	struct hmap_entry **buckets;
 	size_t nbuckets;
 	size_t count;
+	uint64_t k0, k1; /* the SipHash key */
 };
 
-static uint32_t
-hash_str(const char *s)
-{
-	uint32_t h = 2166136261u;
+#define ROTL(x, b) (uint64_t)(((x) << (b)) | ((x) >> (64 - (b))))
+#define SIPROUND                   \
+	do {                       \
+		v0 += v1;          \
+		v1 = ROTL(v1, 13); \
+		v1 ^= v0;          \
+		v0 = ROTL(v0, 32); \
+		v2 += v3;          \
+		v3 = ROTL(v3, 16); \
+		v3 ^= v2;          \
+		v0 += v3;          \
+		v3 = ROTL(v3, 21); \
+		v3 ^= v0;          \
+		v2 += v1;          \
+		v1 = ROTL(v1, 17); \
+		v1 ^= v2;          \
+		v2 = ROTL(v2, 32); \
+	} while (0)
 
-	while (*s) {
-		h ^= (unsigned char)*s++;
-		h *= 16777619u;
+/*
+ * SipHash-1-3 (one compression round per word, three to finish): keyed,
+ * so that clients choosing ids cannot aim them at one bucket, and about as
+ * cheap as FNV-1a on ids of a few dozen bytes, which it reads a word at a
+ * time. The rounds Python and Rust use for their hash tables.
+ */
+static uint64_t
+siphash13(const struct hmap *m, const char *s, size_t len)
+{
+	uint64_t v0 = 0x736f6d6570736575ULL ^ m->k0;
+	uint64_t v1 = 0x646f72616e646f6dULL ^ m->k1;
+	uint64_t v2 = 0x6c7967656e657261ULL ^ m->k0;
+	uint64_t v3 = 0x7465646279746573ULL ^ m->k1;
+	const unsigned char *p = (const unsigned char *)s;
+	const unsigned char *end = p + (len & ~(size_t)7);
+	uint64_t w, b = (uint64_t)len << 56;
+
+	for (; p != end; p += 8) {
+		memcpy(&w, p, 8);
+		w = le64toh(w);
+		v3 ^= w;
+		SIPROUND;
+		v0 ^= w;
 	}
-	return h;
+	switch (len & 7) {
+	case 7: b |= (uint64_t)p[6] << 48; /* fall through */
+	case 6: b |= (uint64_t)p[5] << 40; /* fall through */
+	case 5: b |= (uint64_t)p[4] << 32; /* fall through */
+	case 4: b |= (uint64_t)p[3] << 24; /* fall through */
+	case 3: b |= (uint64_t)p[2] << 16; /* fall through */
+	case 2: b |= (uint64_t)p[1] << 8;  /* fall through */
+	case 1: b |= (uint64_t)p[0]; break;
+	default: break;
+	}
+	v3 ^= b;
+	SIPROUND;
+	v0 ^= b;
+	v2 ^= 0xff;
+	SIPROUND;
+	SIPROUND;
+	SIPROUND;
+	return v0 ^ v1 ^ v2 ^ v3;
+}
+
+static uint64_t
+hash_str(const struct hmap *m, const char *s)
+{
+	return siphash13(m, s, strlen(s));
 }
 
 struct hmap *
 hmap_create(void)
 {
 	struct hmap *m = xcalloc(1, sizeof(*m));
+	uint64_t k[2];
 
-	m->nbuckets = 64;
+	if (getrandom(k, sizeof(k), 0) != (ssize_t)sizeof(k))
+		abort();
+	m->k0 = k[0];
+	m->k1 = k[1];
+	m->nbuckets = HMAP_MIN_BUCKETS;
 	m->buckets = xcalloc(m->nbuckets, sizeof(*m->buckets));
 	return m;
 }
@@ -61,9 +129,8 @@ hmap_destroy(struct hmap *m)
 }
 
 static void
-grow(struct hmap *m)
+resize(struct hmap *m, size_t nb)
 {
-	size_t nb = m->nbuckets * 2;
 	struct hmap_entry **b = xcalloc(nb, sizeof(*b));
 
 	for (size_t i = 0; i < m->nbuckets; i++) {
@@ -83,7 +150,7 @@ grow(struct hmap *m)
 void *
 hmap_put(struct hmap *m, const char *key, void *value)
 {
-	uint32_t h = hash_str(key);
+	uint64_t h = hash_str(m, key);
 	struct hmap_entry *e;
 
 	for (e = m->buckets[h & (m->nbuckets - 1)]; e != NULL; e = e->next) {
@@ -96,7 +163,7 @@ hmap_put(struct hmap *m, const char *key, void *value)
 		}
 	}
 	if (m->count >= m->nbuckets)
-		grow(m);
+		resize(m, m->nbuckets * 2);
 	e = xmalloc(sizeof(*e));
 	e->key = key;
 	e->value = value;
@@ -110,7 +177,7 @@ hmap_put(struct hmap *m, const char *key, void *value)
 void *
 hmap_get(const struct hmap *m, const char *key)
 {
-	uint32_t h = hash_str(key);
+	uint64_t h = hash_str(m, key);
 
 	for (struct hmap_entry *e = m->buckets[h & (m->nbuckets - 1)];
 	     e != NULL; e = e->next)
@@ -119,10 +186,13 @@ hmap_get(const struct hmap *m, const char *key)
 	return NULL;
 }
 
+/* A map that held a burst gives its buckets back once the burst is gone;
+ * halving at load 1/4 leaves it half full, so put and del at the boundary
+ * do not resize every time. */
 void *
 hmap_del(struct hmap *m, const char *key)
 {
-	uint32_t h = hash_str(key);
+	uint64_t h = hash_str(m, key);
 	struct hmap_entry **pp = &m->buckets[h & (m->nbuckets - 1)], *e;
 
 	for (; (e = *pp) != NULL; pp = &e->next) {
@@ -132,6 +202,9 @@ hmap_del(struct hmap *m, const char *key)
 			*pp = e->next;
 			xfree(e);
 			m->count--;
+			if (m->nbuckets > HMAP_MIN_BUCKETS &&
+			    m->count < m->nbuckets / 4)
+				resize(m, m->nbuckets / 2);
 			return v;
 		}
 	}
@@ -142,6 +215,12 @@ size_t
 hmap_count(const struct hmap *m)
 {
 	return m->count;
+}
+
+size_t
+hmap_buckets(const struct hmap *m)
+{
+	return m->nbuckets;
 }
 
 void

@@ -63,6 +63,7 @@ submit_result(struct manager *mg, const struct ingest_req *r, int *code)
 			       "task '%s' exists with different content",
 			       t->id);
 		return task_error_json(&e);
+	case 400: return ingest_refused_json(mg, r, code);
 	default:
 		metric_inc(mg->m.unavailable);
 		*code = 503;
@@ -315,7 +316,7 @@ json_or_null(const char *s)
 
 	if (s == NULL)
 		return NULL;
-	j = json_loads(s, 0, NULL);
+	j = json_loads(s, JSON_ALLOW_NUL, NULL);
 	return j;
 }
 

@@ -21,6 +21,7 @@
 #include "redis.h"
 #include "schema.h"
 #include "slot.h"
+#include "utf8.h"
 #include "xmalloc.h"
 
 /*
@@ -52,6 +53,7 @@ struct ingest_batch {
 	size_t n;
 	uint64_t batch_id;
 	int nslots;
+	int isolated; /* a row's values failed the shared commit */
 };
 
 static void bind_task_row(struct db_params *p, size_t i, void *arg);
@@ -67,7 +69,25 @@ struct insert_ctx {
 	struct ingest_req **rows;
 	char **headers;
 	char **callbacks;
+	size_t *bytes; /* row_bytes() of each row */
 };
+
+/* The room a statement leaves beside its rows (command, statement id,
+ * flags, NULL bitmap): generous. */
+#define PACKET_SLACK 4096
+
+/* What a row takes in a statement's packet, generously: its values and a
+ * few bytes of framing (type, length) for each of its columns. */
+static size_t
+row_bytes(const struct task *t, const char *headers, const char *callback)
+{
+	return t->body_len + strlen(t->id) + strlen(t->topic) +
+	       (t->key ? strlen(t->key) : 0) + (headers ? strlen(headers) : 0) +
+	       (callback ? strlen(callback) : 0) +
+	       (t->cron ? strlen(t->cron) : 0) +
+	       (t->timezone ? strlen(t->timezone) : 0) +
+	       16 * SQL_TASK_INSERT_NCOLS;
+}
 
 static void
 bind_int_or_null(struct db_params *p, int64_t v)
@@ -123,55 +143,244 @@ bind_task_row(struct db_params *p, size_t i, void *arg)
 	bind_recurring(p, t);
 }
 
-/* After an INSERT IGNORE skipped rows: tell replays from conflicts. */
+/* After the INSERT left an existing id alone: ours (an earlier try of
+ * this batch), an identical replay or a conflict. */
 static int
-resolve_existing(struct db_conn *c, struct ingest_batch *b)
+resolve_one(struct db_conn *c, struct ingest_batch *b, struct ingest_req *r,
+	    struct db_params *p)
 {
-	struct db_params p;
 	struct db_rows rows;
 
-	db_params_init(&p, 1);
-	for (size_t i = 0; i < b->n; i++) {
-		struct ingest_req *r = b->reqs[i];
+	p->n = 0;
+	db_params_str(p, r->task.id);
+	if (db_query(c,
+		     "SELECT content_hash, batch_id, status, due_at "
+		     "FROM tasks WHERE id = ?",
+		     p, &rows) < 0)
+		return -1;
+	if (rows.nrows == 1) {
+		uint64_t hash =
+			strtoull(db_rows_get(&rows, 0, 0, NULL), NULL, 10);
+		uint64_t bid =
+			strtoull(db_rows_get(&rows, 0, 1, NULL), NULL, 10);
 
-		if (!r->task.id_given || r->result != 0)
-			continue;
-		p.n = 0;
-		db_params_str(&p, r->task.id);
-		if (db_query(c,
-			     "SELECT content_hash, batch_id, status, due_at "
-			     "FROM tasks WHERE id = ?",
-			     &p, &rows) < 0) {
-			db_params_free(&p);
-			return -1;
+		if (bid == b->batch_id) {
+			r->result = 201;
+		} else {
+			r->result = hash == r->task.content_hash ? 200 : 409;
+			task_status_parse(db_rows_get(&rows, 0, 2, NULL),
+					  &r->stored_status);
+			r->stored_due_at = db_rows_int(&rows, 0, 3);
 		}
-		if (rows.nrows == 1) {
-			uint64_t hash = strtoull(db_rows_get(&rows, 0, 0, NULL),
-						 NULL, 10);
-			uint64_t bid = strtoull(db_rows_get(&rows, 0, 1, NULL),
-						NULL, 10);
-
-			if (bid == b->batch_id) {
-				r->result = 201;
-			} else {
-				r->result = hash == r->task.content_hash ? 200
-									 : 409;
-				task_status_parse(
-					db_rows_get(&rows, 0, 2, NULL),
-					&r->stored_status);
-				r->stored_due_at = db_rows_int(&rows, 0, 3);
-			}
-		}
-		db_rows_free(&rows);
 	}
-	db_params_free(&p);
+	db_rows_free(&rows);
 	return 0;
+}
+
+/* After the INSERT skipped rows: tell replays from conflicts. */
+static int
+resolve_existing(struct db_conn *c, struct ingest_batch *b,
+		 struct ingest_req **reqs, size_t n)
+{
+	struct db_params p;
+	int rc = 0;
+
+	db_params_init(&p, 1);
+	for (size_t i = 0; i < n && rc == 0; i++)
+		if (reqs[i]->task.id_given && reqs[i]->result == 0)
+			rc = resolve_one(c, b, reqs[i], &p);
+	db_params_free(&p);
+	return rc;
+}
+
+/*
+ * Errors about the values of one row: too long, out of range, NULL, not
+ * convertible, a CHECK constraint, a trigger's SIGNAL, a missing parent
+ * row. The other rows of the statement are not at fault, unlike with a
+ * deadlock, a lock wait or a lost connection.
+ */
+static int
+row_specific(unsigned int e)
+{
+	switch (e) {
+	case 1048: /* ER_BAD_NULL_ERROR */
+	case 1264: /* ER_WARN_DATA_OUT_OF_RANGE */
+	case 1265: /* WARN_DATA_TRUNCATED */
+	case 1292: /* ER_TRUNCATED_WRONG_VALUE */
+	case 1366: /* ER_TRUNCATED_WRONG_VALUE_FOR_FIELD */
+	case 1406: /* ER_DATA_TOO_LONG */
+	case 1452: /* ER_NO_REFERENCED_ROW_2 */
+	case 1644: /* ER_SIGNAL_EXCEPTION */
+	case 3819: /* ER_CHECK_CONSTRAINT_VIOLATED (MySQL) */
+	case 4025: /* ER_CONSTRAINT_FAILED (MariaDB) */ return 1;
+	default: return 0;
+	}
+}
+
+/* The task field a column holds, for the refusal's "field". */
+static const char *
+column_field(const char *col, size_t n)
+{
+	static const char *const map[][2] = {
+		{"msg_key", "key"},
+		{"id", "id"},
+		{"topic", "topic"},
+		{"body", "body"},
+		{"headers", "headers"},
+		{"callback", "callback"},
+		{"due_at", "due_at"},
+		{"ttl_ms", "ttl_ms"},
+		{"priority", "priority"},
+		{"max_attempts", "max_attempts"},
+		{"cron", "cron"},
+		{"timezone", "timezone"},
+		{"misfire", "misfire"},
+		{"start_at", "start_at"},
+		{"end_at", "end_at"},
+		{"max_occurrences", "max_occurrences"},
+	};
+
+	for (size_t i = 0; i < sizeof(map) / sizeof(map[0]); i++)
+		if (strlen(map[i][0]) == n && !strncmp(col, map[i][0], n))
+			return map[i][1];
+	return NULL;
+}
+
+/* The column a MariaDB/MySQL message names ("... for column 'msg_key' at
+ * row 1", "... for column `db`.`tasks`.`headers` at row 1", "Column
+ * 'body' cannot be null"), as a task field, or NULL. */
+static const char *
+error_field(const char *msg)
+{
+	const char *p = strstr(msg, "column ");
+	const char *q, *last = NULL;
+	size_t n = 0;
+
+	if (p == NULL && (p = strstr(msg, "Column ")) == NULL)
+		return NULL;
+	p += 7;
+	while (*p == '\'' || *p == '`') {
+		q = strchr(p + 1, *p);
+		if (q == NULL)
+			break;
+		last = p + 1;
+		n = (size_t)(q - last);
+		p = q + 1;
+		if (*p != '.')
+			break;
+		p++;
+	}
+	return last != NULL ? column_field(last, n) : NULL;
+}
+
+/* A row the database refused for its values: answered 400 with the
+ * reason (the statement's row number dropped, it means nothing here). */
+static void
+refuse_row(struct ingest_req *r, struct db_conn *c)
+{
+	char msg[256];
+	const char *at;
+
+	utf8_copy(msg, sizeof(msg), db_conn_error(c), strlen(db_conn_error(c)));
+	if ((at = strstr(msg, " at row ")) != NULL)
+		msg[at - msg] = '\0';
+	r->result = 400;
+	task_error_set(&r->refused, 400, "invalid_value",
+		       error_field(db_conn_error(c)),
+		       "the database refused the task: %s", msg);
+}
+
+/* INSERTs rows [i, i + n) of ctx, in as many statements as it takes to
+ * keep each within the server's max_allowed_packet (a larger one would
+ * fail the whole commit: the server drops the connection). */
+static int
+insert_rows(struct db_conn *c, struct insert_ctx *ctx, size_t i, size_t n,
+	    unsigned long long *affected)
+{
+	size_t budget = db_conn_max_packet(c) - PACKET_SLACK;
+
+	for (size_t g = i, k; g < i + n; g = k) {
+		struct insert_ctx part = *ctx;
+		size_t acc = 0;
+
+		for (k = g;
+		     k < i + n && (k == g || acc + ctx->bytes[k] <= budget);
+		     k++)
+			acc += ctx->bytes[k];
+		part.rows += g;
+		part.headers += g;
+		part.callbacks += g;
+		if (db_exec_rows_suffix(c, SQL_TASK_INSERT_PREFIX,
+					SQL_TASK_INSERT_ROW,
+					SQL_TASK_INSERT_SUFFIX, k - g,
+					SQL_TASK_INSERT_NCOLS, bind_task_row,
+					&part, affected) < 0)
+			return -1;
+	}
+	return 0;
+}
+
+/* Inserts rows [i, i + n) of ctx and commits, resolving skipped ids. */
+static int
+insert_commit(struct db_conn *c, struct insert_ctx *ctx, size_t i, size_t n)
+{
+	unsigned long long affected = 0;
+
+	if (db_begin(c) < 0)
+		return -1;
+	if (insert_rows(c, ctx, i, n, &affected) < 0 ||
+	    (affected < n &&
+	     resolve_existing(c, ctx->b, ctx->rows + i, n) < 0)) {
+		db_rollback(c);
+		return -1;
+	}
+	return db_commit(c);
+}
+
+/*
+ * A shared commit failed for one row's values: each row goes in a
+ * transaction of its own, so that the offenders get their 400 and the
+ * others commit. A row whose own transaction fails for another reason is
+ * retried (deadlock, lock wait) or left unanswered (503), and so are the
+ * ones after it; those already committed keep their answer.
+ */
+static void
+isolate_rows(struct db_conn *c, struct insert_ctx *ctx, size_t nrows)
+{
+	size_t i = 0;
+
+	ctx->b->isolated = 1;
+	for (int attempt = 0; i < nrows;) {
+		struct ingest_req *r = ctx->rows[i];
+
+		if (insert_commit(c, ctx, i, 1) == 0) {
+			if (r->result == 0)
+				r->result = 201;
+		} else if (row_specific(db_conn_errno(c))) {
+			refuse_row(r, c);
+		} else if ((db_conn_errno(c) == 1213 ||
+			    db_conn_errno(c) == 1205) &&
+			   ++attempt < 4) {
+			continue;
+		} else {
+			for (; i < nrows; i++) {
+				ctx->rows[i]->result = 503;
+				snprintf(ctx->rows[i]->err,
+					 sizeof(ctx->rows[i]->err), "%s",
+					 db_conn_error(c));
+			}
+			break;
+		}
+		attempt = 0;
+		i++;
+	}
 }
 
 static int batch_try(struct db_conn *c, struct db_job *job);
 
 /* A deadlock or lock wait timeout is transient: the whole transaction is
- * tried again (its INSERT IGNORE and batch id make that safe). */
+ * tried again (the batch id makes that safe: rows found with it are
+ * ours). */
 static int
 batch_run(struct db_conn *c, struct db_job *job)
 {
@@ -192,14 +401,14 @@ static int
 batch_try(struct db_conn *c, struct db_job *job)
 {
 	struct ingest_batch *b = (struct ingest_batch *)job;
-	struct insert_ctx ctx = {b, NULL, NULL, NULL};
-	unsigned long long affected = 0;
-	size_t nrows = 0;
+	struct insert_ctx ctx = {b, NULL, NULL, NULL, NULL};
+	size_t nrows = 0, max = db_conn_max_packet(c) - PACKET_SLACK;
 	int rc = -1;
 
 	ctx.rows = xcalloc(b->n, sizeof(*ctx.rows));
 	ctx.headers = xcalloc(b->n, sizeof(char *));
 	ctx.callbacks = xcalloc(b->n, sizeof(char *));
+	ctx.bytes = xcalloc(b->n, sizeof(size_t));
 	for (size_t i = 0; i < b->n; i++) {
 		struct ingest_req *r = b->reqs[i];
 
@@ -217,33 +426,44 @@ batch_try(struct db_conn *c, struct db_job *job)
 			continue;
 		ctx.headers[nrows] = headers_text(r->task.headers);
 		ctx.callbacks[nrows] = headers_text(r->task.callback);
+		ctx.bytes[nrows] = row_bytes(&r->task, ctx.headers[nrows],
+					     ctx.callbacks[nrows]);
+		if (ctx.bytes[nrows] > max) {
+			/* No statement could carry it (task.max_body_bytes is
+			 * above what this server takes). */
+			r->result = 400;
+			task_error_set(&r->refused, 413, "too_large", "body",
+				       "the task takes about %zu bytes, more "
+				       "than the database's max_allowed_packet "
+				       "(%zu) allows",
+				       ctx.bytes[nrows], max + PACKET_SLACK);
+			free(ctx.headers[nrows]);
+			free(ctx.callbacks[nrows]);
+			continue;
+		}
 		ctx.rows[nrows++] = r;
 	}
-	if (db_begin(c) < 0)
-		goto out;
-	if (db_exec_rows(c, SQL_TASK_INSERT_PREFIX, SQL_TASK_INSERT_ROW, nrows,
-			 SQL_TASK_INSERT_NCOLS, bind_task_row, &ctx,
-			 &affected) < 0) {
-		db_rollback(c);
-		goto out;
+	if (nrows == 0) {
+		rc = 0;
+	} else if (insert_commit(c, &ctx, 0, nrows) == 0) {
+		for (size_t i = 0; i < nrows; i++)
+			if (ctx.rows[i]->result == 0)
+				ctx.rows[i]->result = 201;
+		rc = 0;
+	} else if (row_specific(db_conn_errno(c))) {
+		if (nrows == 1)
+			refuse_row(ctx.rows[0], c);
+		else
+			isolate_rows(c, &ctx, nrows);
+		rc = 0;
 	}
-	if (affected < nrows && resolve_existing(c, b) < 0) {
-		db_rollback(c);
-		goto out;
-	}
-	if (db_commit(c) < 0)
-		goto out;
-	for (size_t i = 0; i < b->n; i++)
-		if (b->reqs[i]->result == 0)
-			b->reqs[i]->result = 201;
-	rc = 0;
-out:
 	for (size_t i = 0; i < nrows; i++) {
 		free(ctx.headers[i]);
 		free(ctx.callbacks[i]);
 	}
 	xfree(ctx.headers);
 	xfree(ctx.callbacks);
+	xfree(ctx.bytes);
 	xfree(ctx.rows);
 	return rc;
 }
@@ -571,6 +791,41 @@ wake_workers(struct manager *mg, const char *wake)
 			ingest_wake(mg, i);
 }
 
+/*
+ * A duplicate id inside one batch: only its first occurrence o went to
+ * the database. The same content shares o's outcome (a replay of what o
+ * stored); other content conflicts with what o stored, and is left
+ * unanswered (503, to be retried alone) when o's content was not stored.
+ */
+static void
+dup_result(struct ingest_req *r, const struct ingest_req *o)
+{
+	int same = o->task.content_hash == r->task.content_hash;
+
+	switch (o->result) {
+	case 201:
+	case 200:
+		r->result = same ? 200 : 409;
+		r->stored_status =
+			o->result == 201 ? TASK_SCHEDULED : o->stored_status;
+		r->stored_due_at =
+			o->result == 201 ? o->task.due_at : o->stored_due_at;
+		break;
+	case 409:
+	case 400:
+		r->result = same ? o->result : 503;
+		r->refused = o->refused;
+		snprintf(r->err, sizeof(r->err), "%s",
+			 "a submission of the same id in the same commit was "
+			 "not stored; submit again");
+		break;
+	default:
+		r->result = 503;
+		snprintf(r->err, sizeof(r->err), "%s", o->err);
+		break;
+	}
+}
+
 static void
 batch_done_cb(struct db_job *job, int status, const char *err)
 {
@@ -594,25 +849,31 @@ batch_done_cb(struct db_job *job, int status, const char *err)
 			r->result = 503;
 			snprintf(r->err, sizeof(r->err), "%s", err);
 		} else if (r->result == -1) {
-			/* Duplicate id inside this batch: compare with the
-			 * first occurrence. */
-			r->result = 409;
 			for (size_t j = 0; j < i; j++) {
 				struct ingest_req *o = b->reqs[j];
 
 				if (o->result != -1 &&
 				    !strcmp(o->task.id, r->task.id)) {
-					r->result =
-						o->task.content_hash ==
-								r->task.content_hash
-							? 200
-							: 409;
-					r->stored_status = TASK_SCHEDULED;
-					r->stored_due_at = o->task.due_at;
+					dup_result(r, o);
 					break;
 				}
 			}
 		}
+	}
+	if (b->isolated)
+		metric_inc(mg->m.db_isolated);
+	for (size_t i = 0, n = 0; i < b->n; i++) {
+		const struct ingest_req *r = b->reqs[i];
+
+		if (r->result != 400)
+			continue;
+		metric_inc(mg->m.db_refused);
+		/* Once per commit: what validation let through. */
+		if (n++ == 0)
+			log_warn("database refused a submission",
+				 "id=%s rows=%zu isolated=%d reason=\"%s\"",
+				 r->task.id, b->n, b->isolated,
+				 r->refused.message);
 	}
 	index_batch(mg, b, now, wake);
 	wake_workers(mg, wake);
@@ -756,4 +1017,12 @@ size_t
 ingest_pending(const struct ingest *ing)
 {
 	return ing->nwaiting + ing->inflight_reqs;
+}
+
+json_t *
+ingest_refused_json(struct manager *mg, const struct ingest_req *r, int *code)
+{
+	metric_inc(mg->m.rejected);
+	*code = r->refused.http;
+	return task_error_json(&r->refused);
 }

@@ -15,6 +15,7 @@
 #include "log.h"
 #include "manager.h"
 #include "metrics.h"
+#include "utf8.h"
 #include "xmalloc.h"
 
 /*
@@ -174,14 +175,27 @@ refuse_send(struct kmsg *m)
 	}
 }
 
+/* A header value of the reason. Reasons quote what came from outside (a
+ * field name, a trigger's message text) and were cut at byte counts on
+ * their way here: made valid UTF-8, for consumers that read headers as
+ * text. */
+static char *
+reason_text(const char *s)
+{
+	char buf[512];
+
+	utf8_copy(buf, sizeof(buf), s, strlen(s));
+	return xstrdup(buf);
+}
+
 /* Sends the submission to the errors topic; done when Kafka has it. */
 static void
 refuse(struct kmsg *m, const char *code, const char *field, const char *message)
 {
 	metric_inc(m->k->refused);
-	m->why_code = xstrdup(code);
-	m->why_field = field && field[0] ? xstrdup(field) : NULL;
-	m->why_message = xstrdup(message);
+	m->why_code = reason_text(code);
+	m->why_field = field && field[0] ? reason_text(field) : NULL;
+	m->why_message = reason_text(message);
 	refuse_send(m);
 }
 
@@ -197,7 +211,7 @@ submitted_cb(struct ingest_req *r, void *arg)
 			     (KINGEST_RETRY_MS % 1000) * 1000};
 
 	if (m->k->mg->stopping && r->result != 201 && r->result != 200 &&
-	    r->result != 409)
+	    r->result != 409 && r->result != 400)
 		return; /* redelivered after the restart */
 	switch (r->result) {
 	case 201:
@@ -212,6 +226,12 @@ submitted_cb(struct ingest_req *r, void *arg)
 		metric_inc(m->k->mg->m.conflicts);
 		refuse(m, "conflict", "id",
 		       "a task with this id exists with different content");
+		break;
+	case 400:
+		/* Refused by the database for its values: retrying would
+		 * stall the partition forever. */
+		refuse(m, r->refused.code, r->refused.field,
+		       r->refused.message);
 		break;
 	default:
 		/* The DB is down: try again; the offset waits. */
@@ -266,7 +286,7 @@ message_cb(const rd_kafka_message_t *km, void *arg)
 
 		snprintf(id, sizeof(id), "kafka:%s:%d:%lld", k->topic,
 			 km->partition, (long long)km->offset);
-		json_object_set_new(in, "id", json_string(id));
+		json_object_set_new(in, "id", utf8_json_str(id));
 	}
 	if (task_from_json(in, &k->mg->limits, clock_now_ms(), &m->req.task,
 			   &terr) < 0) {

@@ -208,6 +208,10 @@ scrape(struct late_worker *w, const char *addr)
 	evhttp_connection_set_max_body_size(conn, SCRAPE_MAX_BYTES);
 	r = evhttp_request_new(scrape_cb, w);
 	evhttp_add_header(evhttp_request_get_output_headers(r), "Host", host);
+	/* One request a connection: closed after the answer, so that the
+	 * connection is freed then (a kept-alive one lived on, to exit). */
+	evhttp_add_header(evhttp_request_get_output_headers(r), "Connection",
+			  "close");
 	/* Before the request: a failure may complete it (scrape_cb runs)
 	 * before evhttp_make_request returns. */
 	evhttp_connection_free_on_completion(conn);

@@ -214,6 +214,8 @@ main(int argc, char **argv)
 	mg.bucket_near_ms = cfg_int(mg.cfg, CFG_TASK_BUCKET_NEAR_MS);
 	mg.limits.max_body = (size_t)cfg_int(mg.cfg, CFG_TASK_MAX_BODY_BYTES);
 	mg.limits.max_delay_ms = cfg_int(mg.cfg, CFG_TASK_MAX_DELAY_MS);
+	mg.limits.max_headers =
+		(size_t)cfg_int(mg.cfg, CFG_TASK_MAX_HEADERS_BYTES);
 	mg.limits.callback_hosts =
 		cfg_str(mg.cfg, CFG_HTTP_CALLBACK_HOSTS_ALLOWED);
 

@@ -41,6 +41,12 @@ struct http_route;
 	  "Group commits executed")                                         \
 	X(db_batch_rows, HISTOGRAM, "prophet_db_commit_batch_rows",         \
 	  "Rows per group commit")                                          \
+	X(db_isolated, COUNTER, "prophet_db_commit_isolated_total",         \
+	  "Group commits failed by one row's values, then committed one "   \
+	  "row per transaction")                                            \
+	X(db_refused, COUNTER, "prophet_tasks_db_refused_total",            \
+	  "Submissions the database refused for their values (400, or "     \
+	  "the ingest errors topic)")                                       \
 	X(submit_seconds, HISTOGRAM, "prophet_submit_duration_seconds",     \
 	  "Time from request to durable answer")                            \
 	X(redis_up, GAUGE, "prophet_redis_up", "1 when Redis is connected") \
@@ -120,11 +126,14 @@ typedef void (*ingest_done_fn)(struct ingest_req *r, void *arg);
 struct ingest_req {
 	struct task task;
 	int64_t started_us;
-	/* Outcome: 201 new, 200 replay, 409 conflict, 503 database error. */
+	/* Outcome: 201 new, 200 replay, 409 conflict, 400 refused by the
+	 * database for its values or its size (refused says why, with its
+	 * HTTP status), 503 database error (err says which). */
 	int result;
 	enum task_status stored_status;
 	int64_t stored_due_at;
 	char err[256];
+	struct task_error refused;
 	ingest_done_fn done_cb;
 	void *arg;
 	struct ingest_req *next;
@@ -143,6 +152,10 @@ void ingest_redis_up(struct manager *mg);
 void ingest_wake(struct manager *mg, int slot);
 /* Submissions waiting or in flight. */
 size_t ingest_pending(const struct ingest *ing);
+/* The answer to a submission the database refused (result 400): its
+ * HTTP status (400 or 413) in *code. */
+json_t *ingest_refused_json(struct manager *mg, const struct ingest_req *r,
+			    int *code);
 
 /* cluster.c: GET /v1/cluster; the per-slot backlog gauges */
 void cluster_get(struct manager *mg, struct evhttp_request *req);

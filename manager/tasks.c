@@ -690,6 +690,13 @@ tasks_list(struct manager *mg, struct evhttp_request *req)
 				 "malformed query string");
 		goto bad;
 	}
+	/* Decoded values are C strings: an encoded NUL would cut a filter
+	 * short (topic=a%00b listing topic a) instead of being refused. */
+	if (q != NULL && strstr(q, "%00") != NULL) {
+		http_reply_error(req, 400, "invalid_value", NULL,
+				 "query parameters must not contain NUL");
+		goto bad;
+	}
 	if ((v = evhttp_find_header(&kv, "topic")) != NULL) {
 		if (!task_topic_valid(v, strlen(v))) {
 			http_reply_error(req, 400, "invalid_value", "topic",

@@ -787,7 +787,9 @@ payload_row_task(const struct db_rows *rows, size_t i, struct task *t)
 	t->body = (char *)db_rows_get(rows, i, PC_BODY, &blen);
 	t->body_len = blen;
 	h = db_rows_get(rows, i, PC_HEADERS, NULL);
-	t->headers = h ? json_loads(h, 0, NULL) : NULL;
+	/* As the Redis copy reads them (scan_compound): rows stored before
+	 * NUL was refused outside body read the same on every path. */
+	t->headers = h ? json_loads(h, JSON_ALLOW_NUL, NULL) : NULL;
 	t->due_at = db_rows_int(rows, i, PC_DUE_AT);
 	t->ttl_ms = db_rows_int(rows, i, PC_TTL_MS);
 	t->attempt = (int)db_rows_int(rows, i, PC_ATTEMPT);
@@ -795,7 +797,7 @@ payload_row_task(const struct db_rows *rows, size_t i, struct task *t)
 	if (h != NULL)
 		task_misfire_parse(h, &t->misfire);
 	h = db_rows_get(rows, i, PC_CALLBACK, NULL);
-	t->callback = h ? json_loads(h, 0, NULL) : NULL;
+	t->callback = h ? json_loads(h, JSON_ALLOW_NUL, NULL) : NULL;
 	t->max_attempts = (int)db_rows_int(rows, i, PC_MAX_ATTEMPTS);
 }
 

@@ -17,14 +17,20 @@ struct schema_migration {
 extern const struct schema_migration schema_migrations[];
 extern const size_t schema_migration_count;
 
-/* Columns written on submit, in bind order; one "(?,...)" row per task. */
-#define SQL_TASK_INSERT_PREFIX                                                \
-	"INSERT IGNORE INTO tasks (id, slot, topic, msg_key, body, headers, " \
-	"callback, due_at, ttl_ms, max_attempts, priority, status, "          \
-	"content_hash, batch_id, created_at, updated_at, cron, timezone, "    \
+/*
+ * Columns written on submit, in bind order; one "(?,...)" row per task.
+ * An id that exists already is left as it is (0 affected rows: the batch
+ * then tells replays from conflicts). Not INSERT IGNORE: that would also
+ * turn a value the column cannot hold into a warning and store it cut.
+ */
+#define SQL_TASK_INSERT_PREFIX                                             \
+	"INSERT INTO tasks (id, slot, topic, msg_key, body, headers, "     \
+	"callback, due_at, ttl_ms, max_attempts, priority, status, "       \
+	"content_hash, batch_id, created_at, updated_at, cron, timezone, " \
 	"misfire, start_at, end_at, max_occurrences) VALUES "
 #define SQL_TASK_INSERT_ROW \
 	"(?,?,?,?,?,?,?,?,?,?,?,'scheduled',?,?,?,?,?,?,?,?,?,?)"
+#define SQL_TASK_INSERT_SUFFIX " ON DUPLICATE KEY UPDATE id = id"
 #define SQL_TASK_INSERT_NCOLS 21
 
 /* Which of a batch's client-chosen ids were there before it. */

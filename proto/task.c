@@ -323,6 +323,22 @@ check_string_map(const json_t *m, const char *field, struct task_error *err)
 	return 0;
 }
 
+/* The bytes j takes as stored (ingest.c writes it compact, keys sorted):
+ * escapes make that up to six times its characters. */
+static int
+check_encoded(const json_t *j, const char *field, size_t max, const char *limit,
+	      struct task_error *err)
+{
+	size_t n = json_dumpb(j, NULL, 0, JSON_COMPACT | JSON_SORT_KEYS);
+
+	if (n > max)
+		return task_error_set(err, 413, "too_large", field,
+				      "%s take %zu bytes as JSON, more than "
+				      "%s (%zu)",
+				      field, n, limit, max);
+	return 0;
+}
+
 static int
 check_headers(const json_t *h, struct task_error *err)
 {
@@ -450,6 +466,71 @@ check_callback(const json_t *cb, const struct task_limits *lim,
 	return 0;
 }
 
+/* Whether a string anywhere in v holds U+0000. */
+static int
+has_nul(const json_t *v)
+{
+	const char *k;
+	json_t *e;
+	size_t i;
+
+	if (json_is_string(v))
+		return memchr(json_string_value(v), '\0',
+			      json_string_length(v)) != NULL;
+	if (json_is_object(v)) {
+		json_object_foreach ((json_t *)v, k, e)
+			if (has_nul(e))
+				return 1;
+	} else if (json_is_array(v)) {
+		json_array_foreach (v, i, e)
+			if (has_nul(e))
+				return 1;
+	}
+	return 0;
+}
+
+/*
+ * One rule for U+0000: body may hold it and is carried byte for byte
+ * (it travels with its length everywhere); every other string is refused
+ * with it, because somewhere it becomes a C string (a Kafka header name,
+ * a cron expression, a zone file name, an HTTP method) and would be cut
+ * short there while another path kept it. Names in objects cannot hold it
+ * (the JSON parser refuses them).
+ */
+static int
+check_nul(const json_t *in, struct task_error *err)
+{
+	const char *k, *k2;
+	json_t *v, *v2;
+
+	json_object_foreach ((json_t *)in, k, v) {
+		if (!strcmp(k, "body"))
+			continue;
+		if (!strcmp(k, "callback") && json_is_object(v)) {
+			json_object_foreach (v, k2, v2) {
+				char field[64];
+
+				if (!has_nul(v2))
+					continue;
+				snprintf(field, sizeof(field), "callback.%s",
+					 k2);
+				return task_error_set(err, 400, "invalid_value",
+						      field,
+						      "%s must not contain "
+						      "U+0000 (only body may)",
+						      field);
+			}
+		} else if (has_nul(v)) {
+			return task_error_set(
+				err, 400, "invalid_value", k,
+				"%s must not contain U+0000 (only "
+				"body may)",
+				k);
+		}
+	}
+	return 0;
+}
+
 /* cron, timezone, misfire, start_at, end_at, max_occurrences; sets the
  * first occurrence as due_at. */
 static int
@@ -554,6 +635,7 @@ task_parse(const json_t *in, const struct task_limits *lim, int64_t now_ms,
 	const char *k;
 	json_t *jv;
 	int64_t n;
+	size_t max_headers;
 	int has_due, has_delay, present;
 
 	if (!json_is_object(in))
@@ -569,6 +651,8 @@ task_parse(const json_t *in, const struct task_limits *lim, int64_t now_ms,
 			return task_error_set(err, 400, "unknown_field", k,
 					      "'%s' is not a task field", k);
 	}
+	if (check_nul(in, err) < 0)
+		return -1;
 
 	v = json_object_get(in, "id");
 	if (v != NULL && !json_is_null(v)) {
@@ -666,15 +750,29 @@ task_parse(const json_t *in, const struct task_limits *lim, int64_t now_ms,
 		t->key = xstrdup(json_string_value(v));
 	}
 
+	max_headers =
+		lim->max_headers > 0 ? lim->max_headers : TASK_HEADERS_JSON_MAX;
 	v = json_object_get(in, "headers");
 	if (v != NULL && !json_is_null(v)) {
-		if (check_headers(v, err) < 0)
+		if (check_headers(v, err) < 0 ||
+		    check_encoded(v, "headers", max_headers,
+				  "task.max_headers_bytes", err) < 0)
 			return -1;
 		t->headers = json_deep_copy(v);
 	}
 	v = json_object_get(in, "callback");
 	if (v != NULL && !json_is_null(v)) {
+		const json_t *ch;
+
 		if (check_callback(v, lim, err) < 0)
+			return -1;
+		ch = json_object_get(v, "headers");
+		if (ch != NULL &&
+		    check_encoded(ch, "callback.headers", max_headers,
+				  "task.max_headers_bytes", err) < 0)
+			return -1;
+		if (check_encoded(v, "callback", TASK_CALLBACK_JSON_MAX,
+				  "what the database column holds", err) < 0)
 			return -1;
 		t->callback = json_deep_copy(v);
 	}

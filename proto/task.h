@@ -15,6 +15,11 @@
 #define TASK_HEADER_NAME_MAX 128
 #define TASK_HEADER_VALUE_MAX 4096
 #define TASK_URL_MAX 2048
+/* What the database columns hold (proto/schema.c): the encoded JSON of
+ * headers and of callback are TEXT (task.max_body_bytes is bounded by the
+ * body's MEDIUMBLOB). A submission is refused before it could fail there. */
+#define TASK_HEADERS_JSON_MAX 65535
+#define TASK_CALLBACK_JSON_MAX 65535
 
 enum task_status {
 	TASK_SCHEDULED,
@@ -82,6 +87,9 @@ struct task_limits {
 	size_t max_body;
 	int64_t max_delay_ms;
 	const char *callback_hosts; /* allow-list (callback.h); NULL: any */
+	/* Encoded JSON of headers and of callback.headers (compact, sorted
+	 * keys, as stored); 0: TASK_HEADERS_JSON_MAX. */
+	size_t max_headers;
 };
 
 /* A client error: HTTP status, machine code, offending field, message. */

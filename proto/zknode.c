@@ -8,6 +8,7 @@
 
 #include <jansson.h>
 
+#include "utf8.h"
 #include "xmalloc.h"
 #include "zknode.h"
 
@@ -61,11 +62,13 @@ slot_node_encode(const struct slot_node *n)
 	json_t *o = json_object();
 	char *s;
 
+	/* Never NULL: a member left out would read as null (unowned). */
 	json_object_set_new(o, "slot", json_integer(n->slot));
 	json_object_set_new(o, "owner",
-			    n->owner[0] ? json_string(n->owner) : json_null());
+			    n->owner[0] ? utf8_json_str(n->owner)
+					: json_null());
 	json_object_set_new(o, "requested",
-			    n->requested[0] ? json_string(n->requested)
+			    n->requested[0] ? utf8_json_str(n->requested)
 					    : json_null());
 	json_object_set_new(o, "epoch", json_integer(n->epoch));
 	json_object_set_new(o, "updated_at", json_integer(n->updated_at));

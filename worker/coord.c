@@ -23,6 +23,7 @@
 #include "schema.h"
 #include "scripts.h"
 #include "url.h"
+#include "utf8.h"
 #include "worker.h"
 #include "xmalloc.h"
 #include "zk.h"
@@ -673,10 +674,22 @@ members_cb(struct zk *z, int rc, const struct String_vector *names, void *arg)
 	for (int i = 0; i < w->nmembers; i++)
 		xfree(w->members[i]);
 	xfree(w->members);
-	w->nmembers = names->count;
+	w->nmembers = 0;
 	w->members = xcalloc((size_t)names->count + 1, sizeof(char *));
-	for (int i = 0; i < names->count; i++)
-		w->members[i] = xstrdup(names->data[i]);
+	for (int i = 0; i < names->count; i++) {
+		char why[256];
+
+		/* Anyone with access to ZooKeeper may create a node here: a
+		 * name no worker could have would be cut or unwritable in
+		 * the slot nodes' JSON, so it gets no slots. */
+		if (cfg_check_worker_id(names->data[i], why, sizeof(why)) < 0 ||
+		    names->data[i][0] == '\0') {
+			log_warn("not a worker id: ignored", "node=\"%.100s\"",
+				 names->data[i]);
+			continue;
+		}
+		w->members[w->nmembers++] = xstrdup(names->data[i]);
+	}
 	qsort(w->members, (size_t)w->nmembers, sizeof(char *), cmp_str);
 	w->members_known = 1;
 	if (w->rebalance_started_ms == 0)
@@ -705,10 +718,13 @@ write_master_node(struct worker *w)
 	json_t *j;
 
 	snprintf(path, sizeof(path), "%s%s", w->root, ZPATH_MASTER);
-	j = json_pack("{s:s, s:I}", "id", w->id, "since",
-		      (json_int_t)clock_now_ms());
+	j = json_object();
+	json_object_set_new(j, "id", utf8_json_str(w->id));
+	json_object_set_new(j, "since", json_integer(clock_now_ms()));
 	data = json_dumps(j, JSON_COMPACT | JSON_PRESERVE_ORDER);
 	json_decref(j);
+	if (data == NULL)
+		abort();
 	zk_acreate(w->zk, path, data, ZOO_EPHEMERAL, master_node_cb, w);
 	free(data);
 }
@@ -955,12 +971,19 @@ member_json(const struct worker *w)
 		snprintf(host, sizeof(host), "unknown");
 	host[sizeof(host) - 1] = '\0';
 	metrics_addr(w, host, metrics, sizeof(metrics));
-	j = json_pack("{s:s, s:s, s:i, s:I, s:s, s:s}", "id", w->id, "host",
-		      host, "pid", (int)getpid(), "started_at",
-		      (json_int_t)clock_now_ms(), "version", PACKAGE_VERSION,
-		      "metrics", metrics);
+	/* The hostname is whatever bytes the system holds (json_pack would
+	 * refuse one that is not UTF-8 and leave nothing to register). */
+	j = json_object();
+	json_object_set_new(j, "id", utf8_json_str(w->id));
+	json_object_set_new(j, "host", utf8_json_str(host));
+	json_object_set_new(j, "pid", json_integer(getpid()));
+	json_object_set_new(j, "started_at", json_integer(clock_now_ms()));
+	json_object_set_new(j, "version", json_string(PACKAGE_VERSION));
+	json_object_set_new(j, "metrics", utf8_json_str(metrics));
 	s = json_dumps(j, JSON_COMPACT | JSON_PRESERVE_ORDER);
 	json_decref(j);
+	if (s == NULL)
+		abort();
 	return s;
 }
 

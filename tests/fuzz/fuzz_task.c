@@ -120,7 +120,7 @@ check_cron(const char *s)
 int
 LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-	const struct task_limits lim = {65536, 315576000000LL, NULL};
+	const struct task_limits lim = {65536, 315576000000LL, NULL, 0};
 	struct task_error err;
 	struct slot_node n;
 	struct task t;

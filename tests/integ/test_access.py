@@ -3,7 +3,9 @@
 compatible endpoints (requests as its documentation writes them), on a
 running cluster with one worker."""
 
+import hashlib
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -20,17 +22,38 @@ TOKENS = {
     "read": "read-0123456789abcdef",
     "admin": "adm-0123456789abcdef0",
 }
+# Stored as "sha256:<hex>" of the token, which clients send as it is.
+HASHED = "hashed-0123456789abcdef"
+# '#' inside a token is part of it (a comment starts after whitespace).
+WITH_HASH_SIGN = "pound#0123456789abcdef"
+
+
+def write_private(path, text, mode=0o600):
+    with open(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode),
+              "w") as f:
+        f.write(text)
+    os.chmod(path, mode)
+
+
+def token_hash(token):
+    p = subprocess.run([os.path.join(h.BUILDDIR, "prophetctl"),
+                        "token-hash"], input=token + "\n",
+                       capture_output=True, text=True, timeout=30)
+    h.check_eq(p.returncode, 0, "prophetctl token-hash: %s" % p.stderr)
+    return p.stdout.strip()
 
 
 def setup():
     global C, READER
     tokens_path = os.path.join(tempfile.gettempdir(),
                                "prophet-tokens-%s" % h.rand_tag())
-    with open(tokens_path, "w") as f:
-        f.write("# role per token\n")
-        for role, tok in TOKENS.items():
-            f.write("%s %s\n" % (tok, role))
-        f.write("both-0123456789abcdef submit,read  # two roles\n")
+    lines = ["# role per token"]
+    for role, tok in TOKENS.items():
+        lines.append("%s %s" % (tok, role))
+    lines.append("both-0123456789abcdef submit,read  # two roles")
+    lines.append("%s read" % token_hash(HASHED))
+    lines.append("%s read\t# a comment after a tab" % WITH_HASH_SIGN)
+    write_private(tokens_path, "\n".join(lines) + "\n")
     C = h.Cluster(workers=1, name="access",
                   conf={"http.tokens_file": tokens_path,
                         "http.topics_allowed": "ces, orders"}).open()
@@ -152,10 +175,60 @@ def test_prophetctl_token():
     h.check_eq(p.returncode, 0, "with PROPHET_TOKEN: %s" % p.stderr)
 
 
+def test_hashed_token():
+    want = hashlib.sha256(HASHED.encode()).hexdigest()
+    h.check_eq(token_hash(HASHED), "sha256:" + want, "prophetctl token-hash")
+    with open(C.tokens_path) as f:
+        h.check(HASHED not in f.read(), "the file holds the hash only")
+    h.check_eq(call("GET", "/v1/tasks/acc-1", None, HASHED).status, 200,
+               "the token of a stored hash reads")
+    h.check_eq(call("GET", "/v1/tasks/acc-1", None, "sha256:" + want)
+               .status, 401, "the hash itself is no token")
+    h.check_eq(call("POST", "/v1/tasks", {"topic": "orders", "body": "x",
+                                          "delay_ms": 3600000}, HASHED)
+               .status, 403, "the hashed token has its role only")
+
+
+def test_token_with_hash_sign():
+    h.check_eq(call("GET", "/v1/tasks/acc-1", None, WITH_HASH_SIGN).status,
+               200, "token with '#' reads")
+    h.check_eq(call("GET", "/v1/tasks/acc-1", None,
+                    WITH_HASH_SIGN.split("#")[0]).status, 401,
+               "its part before '#' is no token")
+
+
+def test_tokens_file_readable_by_others_refused():
+    for mode in (0o644, 0o640, 0o606):
+        path = C.tokens_path + ".open"
+        write_private(path, "%s admin\n" % TOKENS["admin"], mode)
+        p = subprocess.run([h.MANAGER_BIN, "-c", C.conf_path, "--set",
+                            "http.tokens_file=" + path, "--set",
+                            "http.listen=127.0.0.1:%d" % h.free_port()],
+                           capture_output=True, text=True, timeout=30)
+        os.unlink(path)
+        h.check(p.returncode != 0 and path in p.stderr and
+                "%04o" % mode in p.stderr and "chmod 600" in p.stderr,
+                "a tokens file of mode %o must stop the manager with its "
+                "name and mode: %r" % (mode, p.stderr[-300:]))
+
+
+def test_tokens_file_opened_up_kept_on_reload():
+    """SIGHUP re-reads the tokens: a file made readable by others is
+    refused and the tokens loaded before stay."""
+    os.chmod(C.tokens_path, 0o644)
+    try:
+        C.manager.signal(signal.SIGHUP)
+        h.wait_until(lambda: C.manager.grep("chmod 600"), 10, 0.1,
+                     "the refused reload in the log")
+        h.check_eq(call("GET", "/v1/tasks/acc-1", None, TOKENS["read"])
+                   .status, 200, "the tokens loaded before still work")
+    finally:
+        os.chmod(C.tokens_path, 0o600)
+
+
 def test_bad_tokens_file_refused():
     path = C.tokens_path + ".bad"
-    with open(path, "w") as f:
-        f.write("short admin\n")
+    write_private(path, "short admin\n")
     p = subprocess.run([h.MANAGER_BIN, "-c", C.conf_path, "--set",
                         "http.tokens_file=" + path, "--set",
                         "http.listen=127.0.0.1:%d" % h.free_port()],

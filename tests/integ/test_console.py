@@ -46,7 +46,9 @@ def setup():
     global C, B, READER
     tokens = os.path.join(tempfile.gettempdir(),
                           "prophet-console-tokens-%s" % h.rand_tag())
-    with open(tokens, "w") as f:
+    # Owner only: the manager refuses a tokens file others may read.
+    with open(os.open(tokens, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600),
+              "w") as f:
         f.write("%s read,submit\n%s read\n" % (TOKEN, READ_ONLY))
     C = h.Cluster(workers=3, name="console",
                   conf={"http.tokens_file": tokens}).open()

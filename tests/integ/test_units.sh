@@ -84,6 +84,8 @@ echo "ok 3 - sysusers.d/prophet.conf creates user prophet (uid $uid)"
 mkdir -p "$root/etc/prophet"
 : >"$root/etc/prophet/prophet.conf"
 chmod 644 "$root/etc/prophet/prophet.conf"
+: >"$root/etc/prophet/tokens"
+chmod 644 "$root/etc/prophet/tokens"
 if ! out=$(systemd-tmpfiles --root="$root" --create \
 	"$src/deploy/tmpfiles.d/prophet.conf" 2>&1); then
 	echo "$out" | sed 's/^/# /'
@@ -91,10 +93,10 @@ if ! out=$(systemd-tmpfiles --root="$root" --create \
 	exit 1
 fi
 got=$(stat -c '%a %u:%g' "$root/var/lib/prophet" "$root/etc/prophet" \
-	"$root/etc/prophet/prophet.conf" | tr '\n' ' ')
-want="750 $uid:$gid 750 0:$gid 640 0:$gid "
+	"$root/etc/prophet/prophet.conf" "$root/etc/prophet/tokens" | tr '\n' ' ')
+want="750 $uid:$gid 750 0:$gid 640 0:$gid 600 $uid:$gid "
 if [ "$got" != "$want" ]; then
 	echo "not ok 4 - tmpfiles.d: modes/owners '$got', want '$want'"
 	exit 1
 fi
-echo "ok 4 - tmpfiles.d/prophet.conf: home 750, config readable by prophet only"
+echo "ok 4 - tmpfiles.d/prophet.conf: home 750, config readable by prophet only, tokens by the manager's user only"

@@ -21,7 +21,12 @@
 #define MAX_BODY 1024
 #define MAX_DELAY (INT64_C(86400000) * 365)
 
-static const struct task_limits lim = {MAX_BODY, MAX_DELAY, NULL};
+#define MAX_HEADERS 300
+
+static const struct task_limits lim = {MAX_BODY, MAX_DELAY, NULL, 0};
+/* The same with a small task.max_headers_bytes. */
+static const struct task_limits small_headers = {MAX_BODY, MAX_DELAY, NULL,
+						 MAX_HEADERS};
 
 /*
  * Test JSON is written with ' for " so it stays readable; no test needs a
@@ -353,6 +358,103 @@ test_body_nul(void **state)
 	assert_memory_equal(t.body, want, 4);
 	assert_int_equal(t.body[4], '\0');
 	task_clear(&t);
+}
+
+/* U+0000 only in body: every other string refuses it, with its field. */
+static void
+test_nul_refused_outside_body(void **state)
+{
+	static const struct {
+		const char *text, *field;
+	} cases[] = {
+		{"{'id':'a\\u0000b'}", "id"},
+		{"{'topic':'t\\u0000x'}", "topic"},
+		{"{'key':'k\\u0000'}", "key"},
+		{"{'headers':{'h':'v\\u0000w'}}", "headers"},
+		{"{'callback':{'url':'http://a/\\u0000'}}", "callback.url"},
+		{"{'callback':{'url':'http://a/','method':'POST\\u0000x'}}",
+		 "callback.method"},
+		{"{'callback':{'url':'http://a/','headers':{'h':'\\u0000'}}}",
+		 "callback.headers"},
+		{"{'cron':'* * * * *\\u0000junk'}", "cron"},
+		{"{'cron':'* * * * *','timezone':'UTC\\u0000/x'}", "timezone"},
+		{"{'cron':'* * * * *','misfire':'skip\\u0000'}", "misfire"},
+		{NULL, NULL}};
+
+	(void)state;
+
+	for (int i = 0; cases[i].text; i++) {
+		json_t *in = base(), *extra = load(cases[i].text);
+
+		/* A recurring task takes no delay_ms. */
+		if (json_object_get(extra, "cron") != NULL)
+			json_object_del(in, "delay_ms");
+		json_object_update(in, extra);
+		json_decref(extra);
+		reject_json(in, 400, "invalid_value", cases[i].field);
+	}
+	/* The same values without the NUL are fine. */
+	accept_json(load("{'topic':'t','body':'b','delay_ms':1,"
+			 "'headers':{'h':'vw'},'key':'k',"
+			 "'callback':{'url':'http://a/','method':'POST',"
+			 "'headers':{'h':'x'}}}"));
+}
+
+/* in parsed with small_headers must be refused 413 on field, or
+ * accepted (field NULL). */
+static void
+headers_case(json_t *in, const char *field)
+{
+	struct task_error err;
+	struct task t;
+	int rc = task_from_json(in, &small_headers, NOW, &t, &err);
+
+	json_decref(in);
+	if (field == NULL) {
+		if (rc != 0)
+			fail_msg("rejected: %s", err.message);
+		task_clear(&t);
+		return;
+	}
+	assert_int_equal(rc, -1);
+	assert_int_equal(err.http, 413);
+	assert_string_equal(err.code, "too_large");
+	assert_string_equal(err.field, field);
+	assert_non_null(strstr(err.message, "task.max_headers_bytes"));
+}
+
+/* headers and callback.headers: at most max_headers bytes as stored
+ * (compact JSON; escapes count as what they take). */
+static void
+test_headers_encoded_limit(void **state)
+{
+	char name[16], *v;
+	json_t *h = json_object();
+
+	(void)state;
+
+	/* {"a":"<v>"}: 8 bytes around the value. */
+	for (size_t n = MAX_HEADERS - 10; n <= MAX_HEADERS - 6; n++) {
+		v = repeat('v', n);
+		headers_case(with("headers", json_pack("{s:s}", "a", v)),
+			     n + 8 <= MAX_HEADERS ? NULL : "headers");
+		xfree(v);
+	}
+	/* 50 control characters take 300 bytes escaped. */
+	v = repeat('\001', 50);
+	headers_case(with("headers", json_pack("{s:s}", "a", v)), "headers");
+	xfree(v);
+	for (int i = 0; i < 20; i++) {
+		snprintf(name, sizeof(name), "header-%02d", i);
+		json_object_set_new(h, name, json_string("value"));
+	}
+	headers_case(with("headers", json_deep_copy(h)), "headers");
+	headers_case(with("callback", json_pack("{s:s, s:O}", "url",
+						"http://a/", "headers", h)),
+		     "callback.headers");
+	/* Without the limit (0: what the column holds) both are fine. */
+	accept_json(with("headers", json_deep_copy(h)));
+	json_decref(h);
 }
 
 static void
@@ -1101,6 +1203,8 @@ main(void)
 		cmocka_unit_test(test_unknown_field),
 		cmocka_unit_test(test_body_limit),
 		cmocka_unit_test(test_body_nul),
+		cmocka_unit_test(test_nul_refused_outside_body),
+		cmocka_unit_test(test_headers_encoded_limit),
 		cmocka_unit_test(test_id_valid),
 		cmocka_unit_test(test_id_in_task),
 		cmocka_unit_test(test_topic_valid),

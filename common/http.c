@@ -436,16 +436,21 @@ conn_head(struct http_conn *c, const char *buf, size_t len)
 		conn_refuse(c, HTTP_SHAPE_NATIVE, e.status, e.code, e.message);
 		return -1;
 	}
-	/* What evhttp would refuse with its own page is refused here. */
-	target = xstrndup(h.target, h.target_len);
-	uri = evhttp_uri_parse_with_flags(target, EVHTTP_URI_NONCONFORMANT);
-	xfree(target);
-	if (uri == NULL) {
-		conn_refuse(c, HTTP_SHAPE_NATIVE, 400, "bad_request",
-			    "the request target is not a valid URI");
-		return -1;
+	/* What evhttp would refuse with its own page is refused here. A
+	 * plain path (not "//...", which evhttp reads as an authority) of
+	 * the bytes httpgate_parse let through always parses. */
+	if (h.target[0] != '/' || (h.target_len > 1 && h.target[1] == '/')) {
+		target = xstrndup(h.target, h.target_len);
+		uri = evhttp_uri_parse_with_flags(target,
+						  EVHTTP_URI_NONCONFORMANT);
+		xfree(target);
+		if (uri == NULL) {
+			conn_refuse(c, HTTP_SHAPE_NATIVE, 400, "bad_request",
+				    "the request target is not a valid URI");
+			return -1;
+		}
+		evhttp_uri_free(uri);
 	}
-	evhttp_uri_free(uri);
 	r = head_route(s, &h);
 	c->shape = r != NULL ? r->shape : HTTP_SHAPE_NATIVE;
 	if (h.content_length > 0 &&

@@ -16,7 +16,8 @@ load-balanced over the two managers (the other one takes over on a
 connection error). A Kafka reader follows the output all along.
 
 Faults, one at a time, each followed by a quiet gap (seeded: kind, victim,
-length, gap; the first round covers every kind once in a seeded order):
+length, gap; the first round covers every kind once in a seeded order, and completes
+even past --duration when its faults take longer):
   worker_kill    kill -9 of a non-master worker, restarted 1-4 s later
   master_kill    kill -9 of the master, restarted 2 s later
   worker_stop    SIGSTOP of a non-master for 1-2x the session timeout
@@ -712,11 +713,15 @@ class Run:
         end = time.monotonic() + duration
         # A quiet start, so lateness has a baseline.
         self.sleep_until(time.monotonic() + min(10.0, duration / 10.0))
-        while time.monotonic() < end - 5:
+        # The first round always completes, however long its faults take
+        # on a loaded machine (the run is then longer than asked).
+        while time.monotonic() < end - 5 or order:
             kind = order.pop(0) if order else self.rng.choice(kinds)
             self.inject(kind)
-            self.sleep_until(min(end, time.monotonic() +
-                                 self.rng.uniform(*self.args.gap)))
+            if order or time.monotonic() < end - 5:
+                self.sleep_until(min(max(end, time.monotonic() + 1),
+                                     time.monotonic() +
+                                     self.rng.uniform(*self.args.gap)))
         self.sleep_until(end)
 
     # -- the run -----------------------------------------------------------

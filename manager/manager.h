@@ -182,6 +182,12 @@ int console_path(const char *path);
 void console_serve(struct evhttp_request *req, const char *path,
 		   enum evhttp_cmd_type m);
 
+/* openapi.c: GET /v1/openapi.json, docs/openapi.yaml as JSON (compiled in
+ * as openapi_json.c, made by make with scripts/openapi-json). */
+extern const unsigned char openapi_json[];
+extern const size_t openapi_json_len;
+void openapi_get(struct manager *mg, struct evhttp_request *req);
+
 /* restore.c: POST /v1/admin/restore, GET /v1/admin/restore/{job},
  * POST /v1/tasks/{id}/restore */
 void restore_start(struct manager *mg, struct evhttp_request *req);

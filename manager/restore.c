@@ -2,6 +2,7 @@
 #include "config.h"
 #endif
 
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -313,9 +314,18 @@ restore_launch(struct manager *mg, struct evhttp_request *req, int slot,
 void
 restore_status(struct manager *mg, struct evhttp_request *req, const char *id)
 {
-	char *end;
-	long n = strtol(id, &end, 10);
-	struct restore_job *r = *end == '\0' ? find_job((int)n) : NULL;
+	size_t len = strlen(id);
+	struct restore_job *r = NULL;
+	long long n;
+
+	/* A job number, digits only: strtol alone took "+1" and " 1", and
+	 * 4294967297 became job 1 when cast to int. */
+	if (len >= 1 && len <= 10 && id[0] != '0' &&
+	    strspn(id, "0123456789") == len) {
+		n = strtoll(id, NULL, 10);
+		if (n <= INT_MAX)
+			r = find_job((int)n);
+	}
 
 	if (r == NULL) {
 		http_reply_error(req, 404, "not_found", "job",

@@ -152,6 +152,10 @@ scrape_cb(struct evhttp_request *r, void *arg)
 		if (promtext_histogram((const char *)evbuffer_pullup(in, -1),
 				       len, LATENESS_METRIC, &h) < 0) {
 			worker_failed(w, "%s", "no " LATENESS_METRIC);
+		} else if (!promtext_hist_counts(&h)) {
+			worker_failed(w, "%s",
+				      LATENESS_METRIC " has values that are "
+						      "not counts");
 		} else if (l->summed > 0 &&
 			   promtext_hist_add(&l->sum, &h) < 0) {
 			worker_failed(w, "%s", "its buckets differ");

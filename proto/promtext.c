@@ -117,3 +117,20 @@ promtext_hist_add(struct promtext_hist *a, const struct promtext_hist *b)
 	a->total += b->total;
 	return 0;
 }
+
+static int
+is_count(double v)
+{
+	return v >= 0 && v <= 9007199254740992.0 && v == floor(v);
+}
+
+int
+promtext_hist_counts(const struct promtext_hist *h)
+{
+	if (!isfinite(h->sum) || fabs(h->sum) > 1e300 || !is_count(h->total))
+		return 0;
+	for (size_t i = 0; i < h->nbuckets; i++)
+		if (!is_count(h->count[i]))
+			return 0;
+	return 1;
+}

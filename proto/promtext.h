@@ -23,6 +23,12 @@ struct promtext_hist {
  * -1 when it does not or its lines are malformed. */
 int promtext_histogram(const char *text, size_t len, const char *name,
 		       struct promtext_hist *h);
+/*
+ * 1 when every count is a whole number JSON carries exactly (0 to 2^53) and
+ * the sum is finite: the text format also spells NaN, +Inf and 1e400, which
+ * jansson refuses and an integer cast leaves undefined.
+ */
+int promtext_hist_counts(const struct promtext_hist *h);
 /* Adds b into a; -1 (a unchanged) when their bucket bounds differ. */
 int promtext_hist_add(struct promtext_hist *a, const struct promtext_hist *b);
 

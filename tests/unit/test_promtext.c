@@ -119,6 +119,35 @@ test_add(void **state)
 	assert_true(a.total == 24);
 }
 
+/* Parsed, but not counts: NaN, infinities, fractions, negatives. */
+static void
+test_counts(void **state)
+{
+	static const char *const bad[] = {
+		"h_bucket{le=\"+Inf\"} 1\nh_count 1\nh_sum NaN\n",
+		"h_bucket{le=\"+Inf\"} 1\nh_count 1\nh_sum +Inf\n",
+		"h_bucket{le=\"+Inf\"} 1\nh_count 1\nh_sum 1e400\n",
+		"h_bucket{le=\"+Inf\"} NaN\nh_count 1\n",
+		"h_bucket{le=\"1\"} -1\nh_bucket{le=\"+Inf\"} 1\nh_count 1\n",
+		"h_bucket{le=\"+Inf\"} 1.5\nh_count 1\n",
+		"h_bucket{le=\"+Inf\"} 1\nh_count Inf\n",
+		"h_bucket{le=\"+Inf\"} 1e17\nh_count 1\n",
+	};
+	struct promtext_hist h;
+
+	(void)state;
+	assert_int_equal(promtext_histogram(sample, strlen(sample),
+					    "prophet_fire_lateness_seconds",
+					    &h),
+			 0);
+	assert_int_equal(promtext_hist_counts(&h), 1);
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		assert_int_equal(
+			promtext_histogram(bad[i], strlen(bad[i]), "h", &h), 0);
+		assert_int_equal(promtext_hist_counts(&h), 0);
+	}
+}
+
 int
 main(void)
 {
@@ -128,6 +157,7 @@ main(void)
 		cmocka_unit_test(test_malformed),
 		cmocka_unit_test(test_len_bound),
 		cmocka_unit_test(test_add),
+		cmocka_unit_test(test_counts),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

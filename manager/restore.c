@@ -54,6 +54,7 @@ struct restore_job {
 	size_t indexed;
 	size_t revived;
 	int done;
+	int dropped; /* pushed out of jobs[] while running: freed when done */
 	char error[256];
 	int64_t started_ms;
 	int64_t finished_ms;
@@ -108,6 +109,10 @@ restore_finish(struct restore_job *r, const char *err)
 			 r->id, r->indexed, r->revived,
 			 (long long)(r->finished_ms - r->started_ms));
 	}
+	/* Its callbacks are done with it (each caller returns right after)
+	 * and nobody can ask for it any more. */
+	if (r->dropped)
+		xfree(r);
 }
 
 static void
@@ -300,10 +305,13 @@ restore_launch(struct manager *mg, struct evhttp_request *req, int slot,
 	r->after_due = -1;
 	r->started_ms = clock_mono_ms();
 	keep = r->id % RESTORE_KEEP;
-	/* The oldest finished job makes room; a running one is never
-	 * freed under its callbacks (ids cycle far slower than jobs end). */
+	/* The oldest job makes room: freed now if finished, else when it
+	 * finishes (never under its callbacks). Restores started faster than
+	 * they end used to leak the running ones they pushed out. */
 	if (jobs[keep] != NULL && jobs[keep]->done)
 		xfree(jobs[keep]);
+	else if (jobs[keep] != NULL)
+		jobs[keep]->dropped = 1;
 	jobs[keep] = r;
 	log_info("restore started", "job=%d slots=%d-%d expired=%d", r->id,
 		 r->first_slot, r->last_slot, expired);

@@ -25,6 +25,7 @@ import collections
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -54,6 +55,7 @@ CRASH = re.compile(r"AddressSanitizer|LeakSanitizer|runtime error:|"
                    r"core dumped|Aborted")
 
 C = None
+OUT = None  # schemathesis' output and HAR files, kept when a test failed
 VENV = None
 SPEC_JSON = None
 OPS = []  # (method, path template, operation)
@@ -81,7 +83,8 @@ def write_conf():
 
 
 def setup():
-    global C, VENV, SPEC_JSON
+    global C, OUT, VENV, SPEC_JSON
+    OUT = tempfile.mkdtemp(prefix="openapi-fuzz-")
     p = run([os.path.join(h.REPO, "scripts", "deps"), "--print-venv"])
     VENV = p.stdout.strip()
     py = tool("python")
@@ -243,7 +246,7 @@ def fuzz(name, examples, headers=()):
     4.32.5 sometimes fails a test case on a race in Hypothesis' caches
     ("Inconsistent results ... KeyError" in lambda_sources), and its
     generator, not the manager, is the bottleneck anyway."""
-    out = os.path.join(C.dir, "st-%s" % name)
+    out = os.path.join(OUT, name)
     os.makedirs(out, exist_ok=True)
     with open(os.path.join(out, "schemathesis.toml"), "w") as f:
         f.write("[phases.coverage]\nunexpected-methods = %s\n"
@@ -292,15 +295,34 @@ def fuzz(name, examples, headers=()):
     return cases, entries, statuses
 
 
+def read_log(proc):
+    """A daemon's log; through its open descriptor when the file was
+    removed under it (someone cleaning /tmp/prophet-* on a shared box)."""
+    for path in (proc.log_path, "/proc/%d/fd/1" % proc.popen.pid):
+        try:
+            with open(path, "rb") as f:
+                return f.read().decode("utf-8", "replace")
+        except OSError:
+            continue
+    raise h.TestFailure("%s's log %s is gone" % (proc.name, proc.log_path))
+
+
 def check_alive(what):
     h.check(C.manager.running(), "the manager exited during %s (code %s)"
             % (what, C.manager.popen.returncode))
     r = call("GET", "/healthz")
     h.check_eq(r.status, 200, "GET /healthz after %s" % what)
-    with open(C.manager.log_path, "rb") as f:
-        text = f.read().decode("utf-8", "replace")
-    bad = [line for line in text.splitlines() if CRASH.search(line)]
+    bad = [line for line in read_log(C.manager).splitlines()
+           if CRASH.search(line)]
     h.check(not bad, "the manager's log shows a crash after %s:\n  %s"
+            % (what, "\n  ".join(bad[:10])))
+    # The worker fired what the fuzz submitted (random headers, keys,
+    # bodies): it must be up and clean too.
+    w = C.workers[0]
+    h.check(w.running(), "the worker exited during %s (code %s)"
+            % (what, w.popen.returncode))
+    bad = [line for line in read_log(w).splitlines() if CRASH.search(line)]
+    h.check(not bad, "the worker's log shows a crash after %s:\n  %s"
             % (what, "\n  ".join(bad[:10])))
 
 
@@ -434,6 +456,22 @@ def test_http_layer_refusals():
     check_alive("the HTTP layer's refusals")
 
 
+def test_clean_stop():
+    """After all that, SIGTERM stops the manager cleanly: exit 0, and in
+    the sanitizer build no leak report."""
+    h.check(C.manager.running(), "the manager is not running")
+    text = read_log(C.manager)  # before: its descriptor closes with it
+    rc = C.manager.stop()
+    h.check_eq(rc, 0, "the manager's exit code after SIGTERM")
+    try:
+        text = read_log(C.manager)
+    except h.TestFailure:
+        pass
+    bad = [line for line in text.splitlines() if CRASH.search(line)]
+    h.check(not bad, "the manager's log at its stop:\n  %s"
+            % "\n  ".join(bad[:10]))
+
+
 def dump():
     if C is not None:
         C.dump_logs()
@@ -442,6 +480,11 @@ def dump():
 def cleanup(failed):
     if C is not None:
         C.close(failed)
+    if OUT is not None:
+        if failed or h.KEEP:
+            h.log("schemathesis output kept in %s" % OUT)
+        else:
+            shutil.rmtree(OUT, ignore_errors=True)
 
 
 if __name__ == "__main__":

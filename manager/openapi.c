@@ -5,6 +5,7 @@
 #include <event2/buffer.h>
 #include <event2/http.h>
 
+#include "http.h"
 #include "manager.h"
 
 /*
@@ -21,6 +22,6 @@ openapi_get(struct manager *mg, struct evhttp_request *req)
 	evhttp_add_header(evhttp_request_get_output_headers(req),
 			  "Content-Type", "application/json");
 	evbuffer_add_reference(b, openapi_json, openapi_json_len, NULL, NULL);
-	evhttp_send_reply(req, 200, "OK", b);
+	http_send(req, 200, b);
 	evbuffer_free(b);
 }

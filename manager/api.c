@@ -612,6 +612,14 @@ r_console(void *ctx, struct evhttp_request *req, const char *a, size_t n)
 		console_serve(req, path, evhttp_request_get_command(req));
 }
 
+static void
+r_openapi(void *ctx, struct evhttp_request *req, const char *a, size_t n)
+{
+	(void)a;
+	(void)n;
+	openapi_get(ctx, req);
+}
+
 #define GET EVHTTP_REQ_GET
 #define POST EVHTTP_REQ_POST
 #define NATIVE HTTP_SHAPE_NATIVE
@@ -643,6 +651,7 @@ static const struct http_route routes[] = {
 	{GET, "/metrics", 0, NATIVE, 0, r_metrics},
 	{GET, "/healthz", 0, NATIVE, 0, r_healthz},
 	{GET, "/readyz", 0, NATIVE, 0, r_readyz},
+	{GET, "/v1/openapi.json", 0, NATIVE, 0, r_openapi},
 	{GET, "/", 0, NATIVE, 0, r_console},
 	{GET, "/console/{}", 0, NATIVE, 0, r_console},
 	{POST, "/push", AUTH_SUBMIT, MYKIT, STATE | JSON, mykit_push},

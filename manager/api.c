@@ -386,8 +386,8 @@ log_row_json(const struct db_rows *r, size_t i)
 	for (int k = 0; k < 3; k++)
 		json_object_set_new(o, num[k],
 				    json_integer(db_rows_int(r, i, 3 + k)));
-	if (note != NULL)
-		json_object_set_new(o, "note", utf8_json_str(note));
+	json_object_set_new(o, "note",
+			    note != NULL ? utf8_json_str(note) : json_null());
 	return o;
 }
 

@@ -686,9 +686,33 @@ api_register(struct manager *mg)
 			       mg);
 }
 
-const struct http_route *
-api_routes(size_t *n)
+/* One line a route: method, path, role, shape, flags (tests compare the
+ * table with docs/openapi.yaml). */
+void
+api_print_routes(FILE *out)
 {
-	*n = sizeof(routes) / sizeof(routes[0]);
-	return routes;
+	static const struct {
+		unsigned bit;
+		const char *name;
+	} ms[] = {{EVHTTP_REQ_GET, "GET"},	 {EVHTTP_REQ_POST, "POST"},
+		  {EVHTTP_REQ_PUT, "PUT"},	 {EVHTTP_REQ_PATCH, "PATCH"},
+		  {EVHTTP_REQ_DELETE, "DELETE"}, {0, NULL}};
+
+	for (size_t i = 0; i < sizeof(routes) / sizeof(routes[0]); i++) {
+		const struct http_route *r = &routes[i];
+
+		for (int k = 0; ms[k].name != NULL; k++) {
+			if (!(r->methods & ms[k].bit))
+				continue;
+			fprintf(out, "%s %s %s %s%s%s\n", ms[k].name, r->path,
+				r->role == AUTH_ADMIN	 ? "admin"
+				: r->role == AUTH_SUBMIT ? "submit"
+				: r->role == AUTH_READ	 ? "read"
+							 : "public",
+				r->shape == HTTP_SHAPE_MYKIT ? "mykit"
+							     : "native",
+				r->flags & HTTP_ROUTE_STATE ? " state" : "",
+				r->flags & HTTP_ROUTE_JSON ? " json" : "");
+		}
+	}
 }

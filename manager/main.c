@@ -197,8 +197,14 @@ main(int argc, char **argv)
 	char err[512], masked[512];
 
 	memset(&mg, 0, sizeof(mg));
+	if (argc == 2 && !strcmp(argv[1], "--print-routes")) {
+		api_print_routes(stdout);
+		return 0;
+	}
 	mg.cfg = cfg_from_args(&argc, argv, "prophet-manager",
-			       "Prophet control plane and HTTP API.");
+			       "Prophet control plane and HTTP API.\n"
+			       "      --print-routes       print the route "
+			       "table and exit");
 	if (argc > 1) {
 		fprintf(stderr, "prophet-manager: unexpected argument '%s'\n",
 			argv[1]);

@@ -2,6 +2,7 @@
 #define PROPHET_MANAGER_H
 
 #include <stdint.h>
+#include <stdio.h>
 
 #include <event2/event.h>
 #include <event2/http.h>
@@ -20,7 +21,6 @@ struct daemon;
 struct metric;
 struct auth;
 struct evdns_base;
-struct http_route;
 
 #define MANAGER_METRICS(X)                                                  \
 	X(accepted, COUNTER, "prophet_tasks_accepted_total",                \
@@ -213,8 +213,8 @@ void kingest_destroy(struct kingest *k);
 
 /* api.c */
 void api_register(struct manager *mg);
-/* The route table (for tests of the table against docs/openapi.yaml). */
-const struct http_route *api_routes(size_t *n);
+/* The route table, a line a route (--print-routes). */
+void api_print_routes(FILE *out);
 int api_topic_allowed(const struct manager *mg, const char *topic);
 /* 1 if id is valid; else answers 400 and returns 0. */
 int api_check_id(struct evhttp_request *req, const char *id, size_t idlen);

@@ -154,6 +154,43 @@ def test_served_json_equals_yaml():
     h.log("served %d bytes of JSON, equal to the YAML" % len(r.data))
 
 
+def test_route_table_matches_spec():
+    """The manager's route table and the description list the same
+    operations, and agree on which are public and which take JSON."""
+    p = run([h.MANAGER_BIN, "--print-routes"])
+    h.check_eq(p.returncode, 0, "prophet-manager --print-routes")
+    table = {}
+    for line in p.stdout.splitlines():
+        method, path, role, shape, *flags = line.split()
+        table[(method, re.sub(r"\{\}", "{}", path))] = (role, shape,
+                                                        set(flags))
+    h.check(len(table) > 10, "route table: %r" % p.stdout[:300])
+    spec = {}
+    for path, item in SPEC_JSON["paths"].items():
+        for method, op in item.items():
+            if method.upper() not in ("GET", "POST", "PUT", "PATCH",
+                                      "DELETE"):
+                continue
+            spec[(method.upper(), re.sub(r"\{[^}]*\}", "{}", path))] = op
+    h.check_eq(sorted(set(table) - set(spec)), [],
+               "routes the description lacks")
+    h.check_eq(sorted(set(spec) - set(table)), [],
+               "operations the route table lacks")
+    for key, (role, shape, flags) in sorted(table.items()):
+        op = spec[key]
+        public = op.get("security", SPEC_JSON.get("security")) == []
+        h.check_eq(public, role == "public",
+                   "%s %s: public in the description vs role %s"
+                   % (key[0], key[1], role))
+        takes_json = "application/json" in (op.get("requestBody") or {}) \
+            .get("content", {})
+        if takes_json:
+            h.check("json" in flags, "%s %s takes JSON in the description "
+                    "but its row has no JSON flag" % key)
+    h.log("route table: %d rows, the same operations as the description"
+          % len(table))
+
+
 def sample_path(path, tag):
     return (path.replace("{id}", "openapi-probe-" + tag)
             .replace("{job}", "1").replace("{file}", "index.html"))

@@ -1274,6 +1274,25 @@ http_query_get(struct evhttp_request *req, const char *name, size_t *lenp)
 }
 
 void
+http_route_metrics(void *ctx, struct evhttp_request *req, const char *a,
+		   size_t n)
+{
+	(void)a;
+	(void)n;
+	http_metrics_cb(req, ctx);
+}
+
+void
+http_route_healthz(void *ctx, struct evhttp_request *req, const char *a,
+		   size_t n)
+{
+	(void)ctx;
+	(void)a;
+	(void)n;
+	http_reply_json(req, 200, json_pack("{s:b}", "ok", 1));
+}
+
+void
 http_metrics_cb(struct evhttp_request *req, void *arg)
 {
 	struct evbuffer *b = evbuffer_new();

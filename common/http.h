@@ -86,6 +86,11 @@ char *http_body(struct evhttp_request *req, size_t *lenp);
  */
 char *http_query_get(struct evhttp_request *req, const char *name,
 		     size_t *lenp);
+/* Route handlers every daemon has: GET /metrics and GET /healthz. */
+void http_route_metrics(void *ctx, struct evhttp_request *req, const char *a,
+			size_t n);
+void http_route_healthz(void *ctx, struct evhttp_request *req, const char *a,
+			size_t n);
 /* GET /metrics for any daemon. */
 void http_metrics_cb(struct evhttp_request *req, void *arg);
 const char *http_reason(int code);

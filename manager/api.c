@@ -572,23 +572,6 @@ r_lateness(void *ctx, struct evhttp_request *req, const char *a, size_t n)
 }
 
 static void
-r_metrics(void *ctx, struct evhttp_request *req, const char *a, size_t n)
-{
-	(void)a;
-	(void)n;
-	http_metrics_cb(req, ctx);
-}
-
-static void
-r_healthz(void *ctx, struct evhttp_request *req, const char *a, size_t n)
-{
-	(void)ctx;
-	(void)a;
-	(void)n;
-	http_reply_json(req, 200, json_pack("{s:b}", "ok", 1));
-}
-
-static void
 r_readyz(void *ctx, struct evhttp_request *req, const char *a, size_t n)
 {
 	(void)a;
@@ -648,8 +631,8 @@ static const struct http_route routes[] = {
 	{GET, "/v1/admin/restore/{}", AUTH_ADMIN, NATIVE, 0, r_restore_status},
 	{GET, "/v1/cluster", AUTH_READ, NATIVE, 0, r_cluster},
 	{GET, "/v1/cluster/lateness", AUTH_READ, NATIVE, 0, r_lateness},
-	{GET, "/metrics", 0, NATIVE, 0, r_metrics},
-	{GET, "/healthz", 0, NATIVE, 0, r_healthz},
+	{GET, "/metrics", 0, NATIVE, 0, http_route_metrics},
+	{GET, "/healthz", 0, NATIVE, 0, http_route_healthz},
 	{GET, "/readyz", 0, NATIVE, 0, r_readyz},
 	{GET, "/v1/openapi.json", 0, NATIVE, 0, r_openapi},
 	{GET, "/", 0, NATIVE, 0, r_console},

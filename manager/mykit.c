@@ -141,31 +141,35 @@ mykit_push(void *ctx, struct evhttp_request *req, const char *a, size_t n)
 		api_submit(mg, req, task);
 }
 
-void
-mykit_delete(void *ctx, struct evhttp_request *req, const char *a, size_t n)
+/* /delete and /reStoreJob: the job id checked, then the native call. */
+static void
+with_job(struct evhttp_request *req, struct manager *mg,
+	 void (*fn)(struct manager *, struct evhttp_request *, const char *,
+		    size_t))
 {
 	size_t len;
 	char *id = job_id(req, &len);
 
+	if (id != NULL)
+		fn(mg, req, id, len);
+	free(id);
+}
+
+void
+mykit_delete(void *ctx, struct evhttp_request *req, const char *a, size_t n)
+{
 	(void)a;
 	(void)n;
-	if (id != NULL)
-		tasks_cancel(ctx, req, id, len);
-	free(id);
+	with_job(req, ctx, tasks_cancel);
 }
 
 void
 mykit_restore_job(void *ctx, struct evhttp_request *req, const char *a,
 		  size_t n)
 {
-	size_t len;
-	char *id = job_id(req, &len);
-
 	(void)a;
 	(void)n;
-	if (id != NULL)
-		restore_one(ctx, req, id, len);
-	free(id);
+	with_job(req, ctx, restore_one);
 }
 
 void

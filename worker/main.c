@@ -100,23 +100,6 @@ stop_cb(int count, void *arg)
 }
 
 static void
-r_metrics(void *ctx, struct evhttp_request *req, const char *a, size_t n)
-{
-	(void)a;
-	(void)n;
-	http_metrics_cb(req, ctx);
-}
-
-static void
-r_healthz(void *ctx, struct evhttp_request *req, const char *a, size_t n)
-{
-	(void)ctx;
-	(void)a;
-	(void)n;
-	http_reply_json(req, 200, json_pack("{s:b}", "ok", 1));
-}
-
-static void
 r_readyz(void *ctx, struct evhttp_request *req, const char *a, size_t len)
 {
 	struct worker *w = ctx;
@@ -135,8 +118,10 @@ r_readyz(void *ctx, struct evhttp_request *req, const char *a, size_t len)
 
 /* A few scrapers: /metrics, /healthz and /readyz, all public. */
 static const struct http_route routes[] = {
-	{EVHTTP_REQ_GET, "/metrics", 0, HTTP_SHAPE_NATIVE, 0, r_metrics},
-	{EVHTTP_REQ_GET, "/healthz", 0, HTTP_SHAPE_NATIVE, 0, r_healthz},
+	{EVHTTP_REQ_GET, "/metrics", 0, HTTP_SHAPE_NATIVE, 0,
+	 http_route_metrics},
+	{EVHTTP_REQ_GET, "/healthz", 0, HTTP_SHAPE_NATIVE, 0,
+	 http_route_healthz},
 	{EVHTTP_REQ_GET, "/readyz", 0, HTTP_SHAPE_NATIVE, 0, r_readyz},
 };
 

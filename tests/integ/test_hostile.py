@@ -322,21 +322,21 @@ def test_non_utf8_and_multibyte_names():
     h.check(C.manager.running(), "manager still running")
 
 
-def test_trickling_client_is_cut():
-    """A client sending a header line every 0.5 s never goes idle, but its
-    request may take http.timeout_s (2 s) in all: then 408, closed."""
+def trickle(start, piece, every):
+    """Sends start, then piece every `every` s until the server answers
+    or closes; returns (what it answered, seconds until then)."""
     host, port = C.manager_addr.split(":")
     s = socket.create_connection((host, int(port)), timeout=8)
     t0 = time.monotonic()
-    s.sendall(b"POST /v1/tasks HTTP/1.1\r\nHost: x\r\n")
+    s.sendall(start)
     got = b""
     try:
         while time.monotonic() - t0 < 7:
             try:
-                s.sendall(b"X-A: b\r\n")
+                s.sendall(piece)
             except OSError:
                 break
-            s.settimeout(0.5)
+            s.settimeout(every)
             try:
                 chunk = s.recv(4096)
                 if not chunk:
@@ -346,32 +346,20 @@ def test_trickling_client_is_cut():
                 pass
     finally:
         s.close()
-    took = time.monotonic() - t0
+    return got, time.monotonic() - t0
+
+
+def test_trickling_client_is_cut():
+    """A client sending a header line every 0.5 s never goes idle, but its
+    request may take http.timeout_s (2 s) in all: then 408, closed. The
+    same for a body sent a byte at a time."""
+    got, took = trickle(b"POST /v1/tasks HTTP/1.1\r\nHost: x\r\n",
+                        b"X-A: b\r\n", 0.5)
     json_error(got, 408, "timeout", "trickled headers")
     h.check(1.5 < took < 4.5, "cut after %.1fs (timeout_s 2)" % took)
-    # The same for a body sent a byte at a time.
-    s = socket.create_connection((host, int(port)), timeout=8)
-    t0 = time.monotonic()
-    s.sendall(b"POST /v1/tasks HTTP/1.1\r\nHost: x\r\nContent-Type: "
-              b"application/json\r\nContent-Length: 1000\r\n\r\n")
-    got = b""
-    try:
-        while time.monotonic() - t0 < 7:
-            try:
-                s.sendall(b" ")
-            except OSError:
-                break
-            s.settimeout(0.3)
-            try:
-                chunk = s.recv(4096)
-                if not chunk:
-                    break
-                got += chunk
-            except socket.timeout:
-                pass
-    finally:
-        s.close()
-    took = time.monotonic() - t0
+    got, took = trickle(b"POST /v1/tasks HTTP/1.1\r\nHost: x\r\n"
+                        b"Content-Type: application/json\r\n"
+                        b"Content-Length: 1000\r\n\r\n", b" ", 0.3)
     json_error(got, 408, "timeout", "trickled body")
     h.check(1.5 < took < 4.5, "body cut after %.1fs" % took)
 

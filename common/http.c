@@ -381,6 +381,8 @@ conn_timer_cb(evutil_socket_t fd, short what, void *arg)
 	}
 }
 
+static void server_sweep(struct http_server *s);
+
 /* The method bit of a method name (0: not one evhttp has a bit for). */
 static unsigned
 method_bit(const char *m)
@@ -482,6 +484,9 @@ conn_head(struct http_conn *c, const char *buf, size_t len)
 			return -1;
 		}
 	}
+	if (h.content_length > 0 && s->lim.max_body_memory > 0 &&
+	    s->body_memory + (size_t)h.content_length > s->lim.max_body_memory)
+		server_sweep(s); /* the ended connections give theirs back */
 	if (h.content_length > 0 && s->lim.max_body_memory > 0 &&
 	    s->body_memory + (size_t)h.content_length >
 		    s->lim.max_body_memory) {

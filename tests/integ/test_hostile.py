@@ -17,13 +17,15 @@ import harness as h  # noqa: E402
 C = None
 API = None
 LIMIT = 64
+BODY_MEMORY = 3000000  # bytes of request bodies held at once
 
 
 def setup():
     global C, API
     C = h.Cluster(workers=0, name="hostile",
                   conf={"http.timeout_s": 2,
-                        "http.max_connections": LIMIT}).open()
+                        "http.max_connections": LIMIT,
+                        "http.max_body_memory_bytes": BODY_MEMORY}).open()
     C.start_manager()
     API = C.api()
 
@@ -362,6 +364,33 @@ def test_trickling_client_is_cut():
                         b"Content-Length: 1000\r\n\r\n", b" ", 0.3)
     json_error(got, 408, "timeout", "trickled body")
     h.check(1.5 < took < 4.5, "body cut after %.1fs" % took)
+
+
+def test_body_memory_bounded():
+    """Bodies being received are bounded in all: clients that declare
+    large bodies and send them slowly cannot make the server hold more
+    than http.max_body_memory_bytes; the next one gets 503 before its
+    body, and once they are gone bodies are taken again."""
+    host, port = C.manager_addr.split(":")
+    head = (b"POST /v1/tasks HTTP/1.1\r\nHost: x\r\nContent-Type: "
+            b"application/json\r\nContent-Length: 1400000\r\n\r\n")
+    holders = []
+    for _ in range(2):  # 2.8 MB of the 3 MB reserved
+        s = socket.create_connection((host, int(port)), timeout=5)
+        s.sendall(head + b"{")
+        holders.append(s)
+    time.sleep(0.3)
+    resp = raw(head, timeout=5)
+    json_error(resp, 503, "busy", "a third 1.4 MB body beyond 3 MB")
+    r = post("/v1/tasks", json.dumps({"topic": "t", "body": "honest small",
+                                      "delay_ms": 3600000}))
+    h.check_eq(r.status, 201, "a small body still fits")
+    for s in holders:
+        s.close()
+    time.sleep(0.5)
+    resp = raw(head + b"{" + b" " * 1399998 + b"}", timeout=10)
+    h.check(status_of(resp) == 400, "the budget is free again (400 for "
+            "the empty object, not 503): %r" % resp[:100])
 
 
 def test_pipelined_requests():

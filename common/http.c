@@ -107,7 +107,8 @@ struct http_conn {
 	enum http_shape shape; /* of the request in service */
 	int in_gate;
 	int closing;
-	int last;		/* the request in hand closes the connection */
+	int last; /* the request in hand closes the connection */
+	int closecb_set;
 	struct event *timer;	/* the request's deadline, or the linger */
 	struct event *close_ev; /* deferred close */
 };
@@ -267,6 +268,7 @@ conn_close_cb(evutil_socket_t fd, short what, void *arg)
 	if (conn_ended(c))
 		return;
 	bufferevent_getcb(c->bev, NULL, NULL, &ecb, &earg);
+	bufferevent_disable(c->bev, EV_READ | EV_WRITE);
 	if (ecb != NULL)
 		ecb(c->bev, BEV_EVENT_EOF | BEV_EVENT_READING, earg);
 }
@@ -820,6 +822,21 @@ conn_bev(struct event_base *base, void *arg)
 	return bev;
 }
 
+/*
+ * evhttp is about to free the connection: its bufferevent stops reading
+ * now. Our reference keeps the bufferevent (until the sweep drops it), and
+ * an enabled read event of a closed socket would stay registered for its
+ * descriptor number, which the next connection gets.
+ */
+static void
+conn_closed_cb(struct evhttp_connection *evcon, void *arg)
+{
+	struct http_conn *c = arg;
+
+	(void)evcon;
+	bufferevent_disable(c->bev, EV_READ | EV_WRITE);
+}
+
 /* The answer was written: the next request may come (evhttp reads what
  * the gate puts back as soon as it starts reading again). */
 static void
@@ -964,9 +981,16 @@ dispatch_cb(struct evhttp_request *req, void *arg)
 	size_t alen;
 
 	metric_inc(s->m_requests);
-	if (c != NULL)
+	if (c != NULL) {
 		evhttp_request_set_on_complete_cb(req, request_done_cb,
 						  (void *)(uintptr_t)c->id);
+		if (!c->closecb_set) {
+			evhttp_connection_set_closecb(
+				evhttp_request_get_connection(req),
+				conn_closed_cb, c);
+			c->closecb_set = 1;
+		}
+	}
 	if (path == NULL || path[0] == '\0')
 		path = "/";
 	r = http_route_find(s->routes, s->nroutes, path, strlen(path), m, &any);

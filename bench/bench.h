@@ -276,6 +276,7 @@ int scen_db_raw(struct bench_opts *o);
 int scen_cleanup(struct bench_opts *o);
 int scen_notifier(struct bench_opts *o);
 int scen_failover(struct bench_opts *o);
+int scen_storage(struct bench_opts *o);
 
 /* ------------------------------------------------------------- stores --- */
 
@@ -297,6 +298,8 @@ int redis_mem_sample(const char *redis, struct redis_mem *m, int with_usage,
  * the payload HASHes of their slots. */
 int redis_ids_present(const char *redis, const char *prefix, long n, int nslots,
 		      long *in_due, long *in_task, char *err, size_t errlen);
+/* A connection to the bench's database (mysql://...), or NULL. */
+struct st_mysql *bench_db_open(const char *url, char *err, size_t errlen);
 /* Rows of the tasks table whose id starts with prefix, or -1. */
 long long db_count_prefix(const char *db_url, const char *prefix, char *err,
 			  size_t errlen);

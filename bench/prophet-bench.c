@@ -95,6 +95,8 @@ usage(FILE *f)
 	      "             and --kills K times kills one with SIGKILL: time\n"
 	      "             from the kill to the first message of each of its\n"
 	      "             slots with a higher prophet-epoch (new owner)\n"
+	      "  storage    DB bytes per pending and per finished task, per\n"
+	      "             index (InnoDB statistics; needs --db)\n"
 	      "  cleanup    delete Kafka topics starting with --topic-prefix\n"
 	      "             and the ZooKeeper tree --zk-root (with --zk)\n"
 	      "\n"
@@ -253,7 +255,7 @@ static const struct {
 	{"burst", scen_burst},	       {"far", scen_far},
 	{"kafka-raw", scen_kafka_raw}, {"db-raw", scen_db_raw},
 	{"cleanup", scen_cleanup},     {"notifier", scen_notifier},
-	{"failover", scen_failover},
+	{"failover", scen_failover},   {"storage", scen_storage},
 };
 
 int

@@ -220,8 +220,8 @@ redis_ids_present(const char *spec, const char *prefix, long n, int nslots,
 
 /* ----------------------------------------------------------------- db --- */
 
-static MYSQL *
-db_open(const char *url, char *err, size_t errlen)
+MYSQL *
+bench_db_open(const char *url, char *err, size_t errlen)
 {
 	struct url u = {0};
 	MYSQL *my;
@@ -247,7 +247,7 @@ long long
 db_count_prefix(const char *db_url, const char *prefix, char *err,
 		size_t errlen)
 {
-	MYSQL *my = db_open(db_url, err, errlen);
+	MYSQL *my = bench_db_open(db_url, err, errlen);
 	char q[512];
 	MYSQL_RES *res;
 	MYSQL_ROW row;
@@ -343,7 +343,7 @@ raw_db_main(void *arg)
 	long errors = 0;
 	char err[256] = "";
 	MYSQL_STMT *st = NULL;
-	MYSQL *my = db_open(o->db, err, sizeof(err));
+	MYSQL *my = bench_db_open(o->db, err, sizeof(err));
 
 	for (int i = 0; i < o->body_size; i++)
 		body[i] = (char)('a' + i % 26);
@@ -501,7 +501,7 @@ scen_db_raw(struct bench_opts *o)
 			*c = '_';
 	pthread_mutex_init(&d.mu, NULL);
 	mysql_library_init(0, NULL, NULL);
-	my = db_open(o->db, err, sizeof(err));
+	my = bench_db_open(o->db, err, sizeof(err));
 	if (my == NULL) {
 		note("db: %s", err);
 		return -1;

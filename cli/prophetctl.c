@@ -31,6 +31,10 @@ static const struct cli_cmd commands[] = {
 	 "rebuild the Redis index from the DB (--expired: expired tasks "
 	 "fire again)",
 	 cmd_restore},
+	{"prune", "prune [--dry-run | --now [--no-wait]]",
+	 "retention: the last pass; --dry-run: what a pass would delete; "
+	 "--now: a pass now, with a progress bar",
+	 cmd_prune},
 	{"cluster", "cluster",
 	 "master, workers and every slot's owner, "
 	 "epoch, backlog and lag",

@@ -103,6 +103,45 @@ parse_int(const char *v, int64_t *out)
 	return 0;
 }
 
+/* A duration: a whole number with a unit (ms, s, m, h, d); a bare number
+ * is milliseconds, like every *_ms key. */
+static int
+parse_duration(const char *v, int64_t *out)
+{
+	static const struct {
+		const char *unit;
+		int64_t ms;
+	} units[] = {{"ms", 1},	     {"s", 1000},     {"m", 60000},
+		     {"h", 3600000}, {"d", 86400000}, {"", 1}};
+	char *end;
+	long long n;
+
+	while (isspace((unsigned char)*v))
+		v++;
+	if (!isdigit((unsigned char)*v))
+		return -1;
+	errno = 0;
+	n = strtoll(v, &end, 10);
+	if (errno != 0)
+		return -1;
+	for (size_t i = 0; i < sizeof(units) / sizeof(units[0]); i++) {
+		size_t ul = strlen(units[i].unit);
+		const char *rest = end + ul;
+
+		if (strncmp(end, units[i].unit, ul) != 0)
+			continue;
+		while (isspace((unsigned char)*rest))
+			rest++;
+		if (*rest != '\0')
+			continue;
+		if (n > INT64_MAX / units[i].ms)
+			return -1;
+		*out = n * units[i].ms;
+		return 0;
+	}
+	return -1;
+}
+
 static int
 parse_bool(const char *v, int64_t *out)
 {
@@ -138,6 +177,22 @@ cfg_set_id(struct cfg *cfg, int id, const char *value, char *err, size_t errlen)
 				 "%s.%s: %" PRId64 " is out of range [%" PRId64
 				 ", %" PRId64 "]",
 				 d->section, d->key, n, d->min, d->max);
+			return -1;
+		}
+		break;
+	case CFG_DURATION:
+		if (parse_duration(value, &n) < 0) {
+			snprintf(err, errlen,
+				 "%s.%s: '%s' is not a duration (a whole "
+				 "number with ms, s, m, h or d; bare: ms)",
+				 d->section, d->key, value);
+			return -1;
+		}
+		if (n < d->min || n > d->max) {
+			snprintf(err, errlen,
+				 "%s.%s: '%s' is out of range [%" PRId64
+				 " ms, %" PRId64 " ms]",
+				 d->section, d->key, value, d->min, d->max);
 			return -1;
 		}
 		break;
@@ -417,6 +472,25 @@ cfg_reload(struct cfg *cfg, char *err, size_t errlen)
 	return 0;
 }
 
+/* A duration in the largest unit that divides it: 86400000 -> "1d". */
+static void
+fmt_duration(char *buf, size_t len, int64_t ms)
+{
+	static const struct {
+		const char *unit;
+		int64_t ms;
+	} units[] = {
+		{"d", 86400000}, {"h", 3600000}, {"m", 60000}, {"s", 1000}};
+
+	for (size_t i = 0; i < sizeof(units) / sizeof(units[0]); i++)
+		if (ms != 0 && ms % units[i].ms == 0) {
+			snprintf(buf, len, "%" PRId64 "%s", ms / units[i].ms,
+				 units[i].unit);
+			return;
+		}
+	snprintf(buf, len, "%" PRId64 "ms", ms);
+}
+
 static void
 write_wrapped(FILE *fp, const char *help)
 {
@@ -447,7 +521,14 @@ cfg_write_example(FILE *fp)
 				"; %s (integer %" PRId64 "..%" PRId64 "%s)\n",
 				d->help, d->min, d->max,
 				d->reload ? ", reload" : "");
-		else if (d->reload)
+		else if (d->type == CFG_DURATION) {
+			char lo[32], hi[32];
+
+			fmt_duration(lo, sizeof(lo), d->min);
+			fmt_duration(hi, sizeof(hi), d->max);
+			fprintf(fp, "; %s (duration %s..%s%s)\n", d->help, lo,
+				hi, d->reload ? ", reload" : "");
+		} else if (d->reload)
 			fprintf(fp, "; %s (reload)\n", d->help);
 		else
 			write_wrapped(fp, d->help);
@@ -634,6 +715,12 @@ cfg_check_topic(const char *v, char *err, size_t errlen)
 }
 
 int
+cfg_check_topic_or_empty(const char *v, char *err, size_t errlen)
+{
+	return *v == '\0' ? 0 : cfg_check_topic(v, err, errlen);
+}
+
+int
 cfg_check_cidr_list(const char *v, char *err, size_t errlen)
 {
 	struct netguard *g = netguard_create(v, err, errlen);
@@ -648,7 +735,8 @@ int
 cfg_validate(const struct cfg *cfg, char *err, size_t errlen)
 {
 	static const enum cfg_id topics[] = {CFG_NOTIFIER_RETRY_TOPIC,
-					     CFG_NOTIFIER_DEAD_LETTER_TOPIC};
+					     CFG_NOTIFIER_DEAD_LETTER_TOPIC,
+					     CFG_TASK_ARCHIVE_TOPIC};
 	size_t plen = strlen(cfg->str[CFG_KAFKA_TOPIC_PREFIX]);
 
 	if (cfg->num[CFG_NOTIFIER_MAX_TIMEOUT_MS] <

@@ -114,6 +114,26 @@
 	  3000, 3600000, NULL, 0,                                              \
 	  "tasks due sooner go straight to the due set; a bucket moves into "  \
 	  "it this long before it starts")                                     \
+	X(TASK_RETENTION, "task", "retention", CFG_DURATION, "7d", 0,          \
+	  3155760000000, NULL, 0,                                              \
+	  "how long a finished task (delivered, cancelled, expired, an "       \
+	  "ended series) and its log are kept after its last change; a "       \
+	  "retrying callback keeps it; 0: forever")                            \
+	X(TASK_LOG_RETENTION, "task", "log_retention", CFG_DURATION, "0", 0,   \
+	  3155760000000, NULL, 0,                                              \
+	  "log rows of recurring series, and of tasks gone, older than this "  \
+	  "are deleted; 0: as task.retention")                                 \
+	X(TASK_PRUNE_INTERVAL, "task", "prune_interval", CFG_DURATION, "1m",   \
+	  100, 86400000, NULL, 0,                                              \
+	  "pause between two prune passes (of the manager holding the lock)")  \
+	X(TASK_PRUNE_CHUNK, "task", "prune_chunk", CFG_INT, "1000", 1, 10000,  \
+	  NULL, 0, "tasks (or log rows) deleted by one prune transaction")     \
+	X(TASK_PRUNE_PAUSE_MS, "task", "prune_pause_ms", CFG_INT, "20", 0,     \
+	  60000, NULL, 0, "pause after each prune transaction")                \
+	X(TASK_ARCHIVE_TOPIC, "task", "archive_topic", CFG_STR, "", 0, 0,      \
+	  cfg_check_topic_or_empty, 0,                                         \
+	  "optional: each finished task's final record (as GET ?log=1 shows "  \
+	  "it) is published here (prefix added), once, before it is pruned")   \
 	X(WORKER_ID, "worker", "id", CFG_STR, "", 0, 0, cfg_check_worker_id,   \
 	  0, "unique worker id; default hostname-pid")                         \
 	X(WORKER_HTTP_LISTEN, "worker", "http_listen", CFG_STR,                \
@@ -209,7 +229,8 @@
 	X(LOG_LEVEL, "log", "level", CFG_STR, "info", 0, 0, cfg_check_level,   \
 	  1, "debug, info, warn or error")
 
-enum cfg_type { CFG_STR, CFG_INT, CFG_BOOL };
+/* CFG_DURATION: "7d", "60s", "250ms" or bare ms; cfg_int() gives ms. */
+enum cfg_type { CFG_STR, CFG_INT, CFG_BOOL, CFG_DURATION };
 
 enum cfg_id {
 #define CFG_ENUM(id, ...) CFG_##id,
@@ -268,6 +289,8 @@ int cfg_check_worker_id(const char *v, char *err, size_t errlen);
 int cfg_check_level(const char *v, char *err, size_t errlen);
 /* A task topic: 1-200 of [A-Za-z0-9._-], not "." or "..". */
 int cfg_check_topic(const char *v, char *err, size_t errlen);
+/* The same, or empty (an optional topic). */
+int cfg_check_topic_or_empty(const char *v, char *err, size_t errlen);
 /* CIDRs separated by commas or spaces (common/netguard.h). */
 int cfg_check_cidr_list(const char *v, char *err, size_t errlen);
 

@@ -433,3 +433,292 @@ kafka_consumer_destroy(struct kafka_consumer *c)
 	close(c->pipefd[1]);
 	xfree(c);
 }
+
+/* Transactional producer ----------------------------------------------- */
+
+struct kafka_txn {
+	rd_kafka_t *rk;
+	char err[256]; /* the last delivery error of a send */
+};
+
+static void
+txn_dr_cb(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaque)
+{
+	struct kafka_txn *t = opaque;
+	struct kafka_rec *r = m->_private;
+
+	if (m->err != RD_KAFKA_RESP_ERR_NO_ERROR) {
+		snprintf(t->err, sizeof(t->err), "%s",
+			 rd_kafka_err2str(m->err));
+		return;
+	}
+	r->partition = m->partition;
+	r->offset = m->offset;
+}
+
+/* Sets the [kafka.producer] pass-through keys on conf. */
+static int
+set_extra(rd_kafka_conf_t *conf, const struct cfg *cfg, const char *section,
+	  char *err, size_t errlen)
+{
+	size_t n = cfg_extra_count(cfg, section);
+
+	for (size_t i = 0; i < n; i++) {
+		const char *k, *v;
+		char why[256];
+
+		cfg_extra_get(cfg, section, i, &k, &v);
+		if (set(conf, k, v, why, sizeof(why))) {
+			snprintf(err, errlen, "%s.%s: %s", section, k, why);
+			return -1;
+		}
+	}
+	return 0;
+}
+
+static int
+txn_error(rd_kafka_error_t *e, const char *what, char *err, size_t errlen)
+{
+	if (e == NULL)
+		return 0;
+	snprintf(err, errlen, "%s: %s", what, rd_kafka_error_string(e));
+	rd_kafka_error_destroy(e);
+	return -1;
+}
+
+struct kafka_txn *
+kafka_txn_create(const struct cfg *cfg, const char *txn_id, int timeout_ms,
+		 char *err, size_t errlen)
+{
+	struct kafka_txn *t = xcalloc(1, sizeof(*t));
+	rd_kafka_conf_t *conf = rd_kafka_conf_new();
+
+	if (set(conf, "bootstrap.servers", cfg_str(cfg, CFG_KAFKA_BROKERS), err,
+		errlen) ||
+	    set(conf, "transactional.id", txn_id, err, errlen) ||
+	    set(conf, "linger.ms", "5", err, errlen) ||
+	    set(conf, "socket.keepalive.enable", "true", err, errlen) ||
+	    set(conf, "reconnect.backoff.max.ms", "1000", err, errlen) ||
+	    set_extra(conf, cfg, "kafka.producer", err, errlen) < 0) {
+		rd_kafka_conf_destroy(conf);
+		xfree(t);
+		return NULL;
+	}
+	rd_kafka_conf_set_opaque(conf, t);
+	rd_kafka_conf_set_dr_msg_cb(conf, txn_dr_cb);
+	rd_kafka_conf_set_log_cb(conf, log_cb);
+	t->rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, err, errlen);
+	if (t->rk == NULL) {
+		xfree(t);
+		return NULL;
+	}
+	if (txn_error(rd_kafka_init_transactions(t->rk, timeout_ms),
+		      "init transactions", err, errlen) < 0) {
+		kafka_txn_destroy(t);
+		return NULL;
+	}
+	return t;
+}
+
+void
+kafka_txn_destroy(struct kafka_txn *t)
+{
+	if (t == NULL)
+		return;
+	rd_kafka_purge(t->rk,
+		       RD_KAFKA_PURGE_F_QUEUE | RD_KAFKA_PURGE_F_INFLIGHT);
+	rd_kafka_poll(t->rk, 0);
+	rd_kafka_destroy(t->rk);
+	xfree(t);
+}
+
+int
+kafka_txn_send(struct kafka_txn *t, const char *topic, struct kafka_rec *recs,
+	       size_t n, int timeout_ms, int *fatal, char *err, size_t errlen)
+{
+	rd_kafka_error_t *e;
+
+	*fatal = 0;
+	t->err[0] = '\0';
+	if (txn_error(rd_kafka_begin_transaction(t->rk), "begin", err, errlen) <
+	    0) {
+		*fatal = 1;
+		return -1;
+	}
+	for (size_t i = 0; i < n; i++) {
+		struct kafka_rec *r = &recs[i];
+		rd_kafka_headers_t *h = r->hdrs;
+		rd_kafka_resp_err_t pe;
+
+		r->partition = -1;
+		r->offset = -1;
+		r->hdrs = NULL; /* taken over by librdkafka, or freed below */
+		pe = rd_kafka_producev(
+			t->rk, RD_KAFKA_V_TOPIC(topic),
+			RD_KAFKA_V_KEY(r->key, r->keylen),
+			RD_KAFKA_V_VALUE((void *)r->value, r->valuelen),
+			RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
+			RD_KAFKA_V_HEADERS(h), RD_KAFKA_V_OPAQUE(r),
+			RD_KAFKA_V_END);
+		if (pe != RD_KAFKA_RESP_ERR_NO_ERROR) {
+			rd_kafka_headers_destroy(h);
+			for (size_t k = i + 1; k < n; k++) {
+				rd_kafka_headers_destroy(recs[k].hdrs);
+				recs[k].hdrs = NULL;
+			}
+			snprintf(err, errlen, "produce: %s",
+				 rd_kafka_err2str(pe));
+			goto abort;
+		}
+	}
+	/* Commit flushes: every record's delivery report has come back
+	 * (on this thread) when it returns. */
+	e = rd_kafka_commit_transaction(t->rk, timeout_ms);
+	if (e == NULL) {
+		for (size_t i = 0; i < n; i++)
+			if (recs[i].offset < 0) {
+				snprintf(err, errlen,
+					 "committed without an offset: %s",
+					 t->err);
+				*fatal = 1;
+				return -1;
+			}
+		return 0;
+	}
+	snprintf(err, errlen, "commit: %s%s%s", rd_kafka_error_string(e),
+		 t->err[0] ? "; delivery: " : "", t->err);
+	if (!rd_kafka_error_txn_requires_abort(e)) {
+		/* Fatal, or timed out with the outcome unknown. */
+		rd_kafka_error_destroy(e);
+		*fatal = 1;
+		return -1;
+	}
+	rd_kafka_error_destroy(e);
+abort:
+	e = rd_kafka_abort_transaction(t->rk, timeout_ms);
+	if (e != NULL) {
+		*fatal = 1;
+		rd_kafka_error_destroy(e);
+	}
+	return -1;
+}
+
+/* Reading committed records back -------------------------------------- */
+
+int
+kafka_read_committed(const struct cfg *cfg, const char *topic,
+		     const int64_t *from, int nfrom, kafka_msg_fn cb, void *arg,
+		     int64_t **ends, int *nends, int timeout_ms, char *err,
+		     size_t errlen)
+{
+	rd_kafka_conf_t *conf = rd_kafka_conf_new();
+	const rd_kafka_metadata_t *md = NULL;
+	rd_kafka_topic_partition_list_t *tp = NULL;
+	rd_kafka_topic_t *rkt = NULL;
+	rd_kafka_t *rk;
+	int64_t deadline = clock_mono_ms() + timeout_ms, *hi = NULL;
+	int np = 0, left = 0, rc = -1;
+	rd_kafka_resp_err_t e;
+
+	*ends = NULL;
+	*nends = 0;
+	if (set(conf, "bootstrap.servers", cfg_str(cfg, CFG_KAFKA_BROKERS), err,
+		errlen) ||
+	    set(conf, "group.id", "prophet-archive-readback", err, errlen) ||
+	    set(conf, "isolation.level", "read_committed", err, errlen) ||
+	    set(conf, "enable.auto.commit", "false", err, errlen) ||
+	    set(conf, "enable.partition.eof", "true", err, errlen) ||
+	    set_extra(conf, cfg, "kafka.consumer", err, errlen) < 0) {
+		rd_kafka_conf_destroy(conf);
+		return -1;
+	}
+	rd_kafka_conf_set_log_cb(conf, log_cb);
+	rk = rd_kafka_new(RD_KAFKA_CONSUMER, conf, err, errlen);
+	if (rk == NULL)
+		return -1;
+	rkt = rd_kafka_topic_new(rk, topic, NULL);
+	e = rd_kafka_metadata(rk, 0, rkt, &md, timeout_ms);
+	if (e != RD_KAFKA_RESP_ERR_NO_ERROR || md->topic_cnt != 1 ||
+	    md->topics[0].err != RD_KAFKA_RESP_ERR_NO_ERROR) {
+		snprintf(err, errlen, "metadata of %s: %s", topic,
+			 e != RD_KAFKA_RESP_ERR_NO_ERROR ? rd_kafka_err2str(e)
+			 : md->topic_cnt != 1
+				 ? "no topic"
+				 : rd_kafka_err2str(md->topics[0].err));
+		goto out;
+	}
+	np = md->topics[0].partition_cnt;
+	hi = xcalloc((size_t)np + 1, sizeof(*hi));
+	tp = rd_kafka_topic_partition_list_new(np);
+	for (int i = 0; i < np; i++) {
+		int32_t part = md->topics[0].partitions[i].id;
+		int64_t lo = 0, h = 0, start;
+
+		if (part < 0 || part >= np) {
+			snprintf(err, errlen, "partition %d of %d", part, np);
+			goto out;
+		}
+		e = rd_kafka_query_watermark_offsets(rk, topic, part, &lo, &h,
+						     timeout_ms);
+		if (e != RD_KAFKA_RESP_ERR_NO_ERROR) {
+			snprintf(err, errlen, "watermarks of %s [%d]: %s",
+				 topic, part, rd_kafka_err2str(e));
+			goto out;
+		}
+		hi[part] = h;
+		/* A partition added since from was taken: all of it. */
+		start = from == NULL	 ? h
+			: part >= nfrom	 ? lo
+			: from[part] < 0 ? h
+					 : from[part];
+		if (start < lo)
+			start = lo;
+		if (start < h) {
+			rd_kafka_topic_partition_list_add(tp, topic, part)
+				->offset = start;
+			left++;
+		}
+	}
+	if (left > 0 && (e = rd_kafka_assign(rk, tp)) != 0) {
+		snprintf(err, errlen, "assign: %s", rd_kafka_err2str(e));
+		goto out;
+	}
+	while (left > 0) {
+		rd_kafka_message_t *m;
+
+		if (clock_mono_ms() > deadline) {
+			snprintf(err, errlen, "read back of %s timed out",
+				 topic);
+			goto out;
+		}
+		m = rd_kafka_consumer_poll(rk, 200);
+		if (m == NULL)
+			continue;
+		if (m->err == RD_KAFKA_RESP_ERR__PARTITION_EOF) {
+			left--;
+		} else if (m->err != RD_KAFKA_RESP_ERR_NO_ERROR) {
+			snprintf(err, errlen, "read back of %s: %s", topic,
+				 rd_kafka_message_errstr(m));
+			rd_kafka_message_destroy(m);
+			goto out;
+		} else {
+			cb(m, arg);
+		}
+		rd_kafka_message_destroy(m);
+	}
+	*ends = hi;
+	*nends = np;
+	hi = NULL;
+	rc = 0;
+out:
+	xfree(hi);
+	if (tp != NULL)
+		rd_kafka_topic_partition_list_destroy(tp);
+	if (md != NULL)
+		rd_kafka_metadata_destroy(md);
+	if (rkt != NULL)
+		rd_kafka_topic_destroy(rkt);
+	rd_kafka_consumer_close(rk);
+	rd_kafka_destroy(rk);
+	return rc;
+}

@@ -67,4 +67,42 @@ void kafka_consumer_hold(struct kafka_consumer *c, int held);
 void kafka_consumer_commit(struct kafka_consumer *c, const char *topic,
 			   int32_t partition, int64_t next_offset);
 
+/*
+ * A transactional producer for blocking use from one thread (the
+ * manager's pruner, on its DB thread): the records of one
+ * kafka_txn_send() are committed together or not at all, and creating one
+ * with the same transactional id fences an older instance (its open
+ * transaction is aborted, its later commits refused).
+ */
+struct kafka_txn;
+struct kafka_rec {
+	const char *key;
+	size_t keylen;
+	const char *value;
+	size_t valuelen;
+	rd_kafka_headers_t *hdrs; /* taken over by kafka_txn_send() */
+	int32_t partition;	  /* out: where it was committed */
+	int64_t offset;
+};
+struct kafka_txn *kafka_txn_create(const struct cfg *cfg, const char *txn_id,
+				   int timeout_ms, char *err, size_t errlen);
+void kafka_txn_destroy(struct kafka_txn *t);
+/* 0: every record committed (partition and offset set). -1: none was,
+ * unless *fatal: then the outcome is unknown and the producer unusable
+ * (destroy it; the next instance fences what it left). */
+int kafka_txn_send(struct kafka_txn *t, const char *topic,
+		   struct kafka_rec *recs, size_t n, int timeout_ms, int *fatal,
+		   char *err, size_t errlen);
+/*
+ * Reads topic's committed records (read_committed) from from[p] (the next
+ * offset of partition p; -1: not read; partitions beyond nfrom, added
+ * since, from their beginning) to their end, calling cb for each; *ends
+ * gets the end offset of every partition (a new array of *nends). With
+ * from NULL nothing is read. Blocking, for one thread.
+ */
+int kafka_read_committed(const struct cfg *cfg, const char *topic,
+			 const int64_t *from, int nfrom, kafka_msg_fn cb,
+			 void *arg, int64_t **ends, int *nends, int timeout_ms,
+			 char *err, size_t errlen);
+
 #endif

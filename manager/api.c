@@ -321,7 +321,7 @@ json_or_null(const char *s)
 }
 
 static json_t *
-row_to_json(const struct db_rows *r)
+row_to_json(const struct db_rows *r, size_t row)
 {
 	struct task t;
 	unsigned long blen;
@@ -329,41 +329,42 @@ row_to_json(const struct db_rows *r)
 	json_t *out;
 
 	memset(&t, 0, sizeof(t));
-	snprintf(t.id, sizeof(t.id), "%s", db_rows_get(r, 0, SQL_TC_ID, NULL));
-	t.topic = (char *)db_rows_get(r, 0, SQL_TC_TOPIC, NULL);
-	t.body = (char *)db_rows_get(r, 0, SQL_TC_BODY, &blen);
+	snprintf(t.id, sizeof(t.id), "%s",
+		 db_rows_get(r, row, SQL_TC_ID, NULL));
+	t.topic = (char *)db_rows_get(r, row, SQL_TC_TOPIC, NULL);
+	t.body = (char *)db_rows_get(r, row, SQL_TC_BODY, &blen);
 	t.body_len = blen;
-	t.key = (char *)db_rows_get(r, 0, SQL_TC_KEY, NULL);
-	t.headers = json_or_null(db_rows_get(r, 0, SQL_TC_HEADERS, NULL));
-	t.callback = json_or_null(db_rows_get(r, 0, SQL_TC_CALLBACK, NULL));
-	t.due_at = db_rows_int(r, 0, SQL_TC_DUE_AT);
-	t.ttl_ms = db_rows_int(r, 0, SQL_TC_TTL_MS);
-	t.max_attempts = (int)db_rows_int(r, 0, SQL_TC_MAX_ATTEMPTS);
-	t.priority = (int)db_rows_int(r, 0, SQL_TC_PRIORITY);
-	task_status_parse(db_rows_get(r, 0, SQL_TC_STATUS, NULL), &t.status);
-	t.attempt = (int)db_rows_int(r, 0, SQL_TC_ATTEMPT);
-	t.created_at = db_rows_int(r, 0, SQL_TC_CREATED_AT);
-	t.updated_at = db_rows_int(r, 0, SQL_TC_UPDATED_AT);
-	t.fired_at = db_rows_int(r, 0, SQL_TC_FIRED_AT);
-	t.delivered_at = db_rows_int(r, 0, SQL_TC_DELIVERED_AT);
-	s = db_rows_get(r, 0, SQL_TC_CALLBACK_STATUS, NULL);
+	t.key = (char *)db_rows_get(r, row, SQL_TC_KEY, NULL);
+	t.headers = json_or_null(db_rows_get(r, row, SQL_TC_HEADERS, NULL));
+	t.callback = json_or_null(db_rows_get(r, row, SQL_TC_CALLBACK, NULL));
+	t.due_at = db_rows_int(r, row, SQL_TC_DUE_AT);
+	t.ttl_ms = db_rows_int(r, row, SQL_TC_TTL_MS);
+	t.max_attempts = (int)db_rows_int(r, row, SQL_TC_MAX_ATTEMPTS);
+	t.priority = (int)db_rows_int(r, row, SQL_TC_PRIORITY);
+	task_status_parse(db_rows_get(r, row, SQL_TC_STATUS, NULL), &t.status);
+	t.attempt = (int)db_rows_int(r, row, SQL_TC_ATTEMPT);
+	t.created_at = db_rows_int(r, row, SQL_TC_CREATED_AT);
+	t.updated_at = db_rows_int(r, row, SQL_TC_UPDATED_AT);
+	t.fired_at = db_rows_int(r, row, SQL_TC_FIRED_AT);
+	t.delivered_at = db_rows_int(r, row, SQL_TC_DELIVERED_AT);
+	s = db_rows_get(r, row, SQL_TC_CALLBACK_STATUS, NULL);
 	if (s != NULL)
 		task_callback_status_parse(s, &t.callback_status);
-	t.cron = (char *)db_rows_get(r, 0, SQL_TC_CRON, NULL);
-	t.timezone = (char *)db_rows_get(r, 0, SQL_TC_TIMEZONE, NULL);
-	s = db_rows_get(r, 0, SQL_TC_MISFIRE, NULL);
+	t.cron = (char *)db_rows_get(r, row, SQL_TC_CRON, NULL);
+	t.timezone = (char *)db_rows_get(r, row, SQL_TC_TIMEZONE, NULL);
+	s = db_rows_get(r, row, SQL_TC_MISFIRE, NULL);
 	if (s != NULL)
 		task_misfire_parse(s, &t.misfire);
-	t.start_at = db_rows_int(r, 0, SQL_TC_START_AT);
-	t.end_at = db_rows_int(r, 0, SQL_TC_END_AT);
-	t.max_occurrences = db_rows_int(r, 0, SQL_TC_MAX_OCCURRENCES);
-	t.occurrences = db_rows_int(r, 0, SQL_TC_OCCURRENCES);
+	t.start_at = db_rows_int(r, row, SQL_TC_START_AT);
+	t.end_at = db_rows_int(r, row, SQL_TC_END_AT);
+	t.max_occurrences = db_rows_int(r, row, SQL_TC_MAX_OCCURRENCES);
+	t.occurrences = db_rows_int(r, row, SQL_TC_OCCURRENCES);
 	out = task_to_json(&t);
 	json_object_set_new(out, "slot",
-			    json_integer(db_rows_int(r, 0, SQL_TC_SLOT)));
+			    json_integer(db_rows_int(r, row, SQL_TC_SLOT)));
 	json_object_set_new(out, "epoch",
-			    json_integer(db_rows_int(r, 0, SQL_TC_EPOCH)));
-	s = db_rows_get(r, 0, SQL_TC_OWNER, NULL);
+			    json_integer(db_rows_int(r, row, SQL_TC_EPOCH)));
+	s = db_rows_get(r, row, SQL_TC_OWNER, NULL);
 	json_object_set_new(out, "owner", s ? utf8_json_str(s) : json_null());
 	json_decref(t.headers);
 	json_decref(t.callback);
@@ -371,24 +372,86 @@ row_to_json(const struct db_rows *r)
 }
 
 /* One state-log row; its texts (actor, note) were written by workers and
- * notifiers, but are made valid UTF-8 all the same. */
+ * notifiers, but are made valid UTF-8 all the same. The row's columns
+ * start at col (SQL_TASK_LOG_GET's order). */
 static json_t *
-log_row_json(const struct db_rows *r, size_t i)
+log_row_json(const struct db_rows *r, size_t i, size_t col)
 {
 	static const char *const text[] = {"from", "to", "actor"};
 	static const char *const num[] = {"epoch", "attempt", "at"};
-	const char *note = db_rows_get(r, i, 6, NULL);
+	const char *note = db_rows_get(r, i, col + 6, NULL);
 	json_t *o = json_object();
 
-	for (int k = 0; k < 3; k++)
-		json_object_set_new(o, text[k],
-				    utf8_json_str(db_rows_get(r, i, k, NULL)));
-	for (int k = 0; k < 3; k++)
-		json_object_set_new(o, num[k],
-				    json_integer(db_rows_int(r, i, 3 + k)));
+	for (size_t k = 0; k < 3; k++)
+		json_object_set_new(
+			o, text[k],
+			utf8_json_str(db_rows_get(r, i, col + k, NULL)));
+	for (size_t k = 0; k < 3; k++)
+		json_object_set_new(
+			o, num[k],
+			json_integer(db_rows_int(r, i, col + 3 + k)));
 	json_object_set_new(o, "note",
 			    note != NULL ? utf8_json_str(note) : json_null());
 	return o;
+}
+
+/*
+ * A one-shot task's delivery is not stored as a log row: everything that
+ * row would hold is in the task's own columns (the publisher's id as
+ * owner, its epoch and attempt, the publish time as fired_at). The log
+ * shows it as the row it would have been, in time order; a task
+ * delivered before this (or a recurring series, whose rows carry notes)
+ * has its stored row.
+ */
+static void
+log_add_delivered(json_t *task, json_t *log)
+{
+	const char *status = json_string_value(json_object_get(task, "status"));
+	json_int_t at = json_integer_value(json_object_get(task, "fired_at"));
+	const char *from = "scheduled";
+	size_t i, pos;
+	json_t *e;
+
+	if (status == NULL || strcmp(status, "delivered") ||
+	    json_object_get(task, "cron") != NULL)
+		return;
+	json_array_foreach (log, i, e)
+		if (!strcmp(json_string_value(json_object_get(e, "to")),
+			    "delivered"))
+			return;
+	pos = json_array_size(log);
+	json_array_foreach (log, i, e) {
+		if (json_integer_value(json_object_get(e, "at")) > at) {
+			pos = i;
+			break;
+		}
+	}
+	/* Claimed from the DB (its mode while Redis was away): firing. */
+	if (pos > 0 && !strcmp(json_string_value(json_object_get(
+				       json_array_get(log, pos - 1), "to")),
+			       "firing"))
+		from = "firing";
+	e = json_pack("{s:s, s:s, s:O, s:O, s:O, s:I, s:n}", "from", from, "to",
+		      "delivered", "actor", json_object_get(task, "owner"),
+		      "epoch", json_object_get(task, "epoch"), "attempt",
+		      json_object_get(task, "attempt"), "at", at, "note");
+	json_array_insert_new(log, pos, e);
+}
+
+json_t *
+api_task_json(const struct db_rows *task, size_t row, const struct db_rows *log,
+	      size_t first, size_t n, size_t col)
+{
+	json_t *out = row_to_json(task, row), *arr;
+
+	if (log == NULL)
+		return out;
+	arr = json_array();
+	for (size_t i = first; i < first + n; i++)
+		json_array_append_new(arr, log_row_json(log, i, col));
+	log_add_delivered(out, arr);
+	json_object_set_new(out, "log", arr);
+	return out;
 }
 
 static void
@@ -404,15 +467,8 @@ get_done_cb(struct db_job *job, int status, const char *err)
 		http_reply_error(g->http, 404, "not_found", "id",
 				 "no task '%s'", g->id);
 	} else {
-		out = row_to_json(&g->task);
-		if (g->with_log) {
-			json_t *log = json_array();
-
-			for (size_t i = 0; i < g->log.nrows; i++)
-				json_array_append_new(log,
-						      log_row_json(&g->log, i));
-			json_object_set_new(out, "log", log);
-		}
+		out = api_task_json(&g->task, 0, g->with_log ? &g->log : NULL,
+				    0, g->log.nrows, 0);
 		http_reply_json(g->http, 200, out);
 	}
 	db_rows_free(&g->task);
@@ -556,6 +612,22 @@ r_restore_status(void *ctx, struct evhttp_request *req, const char *a, size_t n)
 }
 
 static void
+r_prune_get(void *ctx, struct evhttp_request *req, const char *a, size_t n)
+{
+	(void)a;
+	(void)n;
+	prune_get(ctx, req);
+}
+
+static void
+r_prune_post(void *ctx, struct evhttp_request *req, const char *a, size_t n)
+{
+	(void)a;
+	(void)n;
+	prune_post(ctx, req);
+}
+
+static void
 r_cluster(void *ctx, struct evhttp_request *req, const char *a, size_t n)
 {
 	(void)a;
@@ -629,6 +701,9 @@ static const struct http_route routes[] = {
 	{POST, "/v1/admin/restore", AUTH_ADMIN, NATIVE, STATE | JSON,
 	 r_restore_start},
 	{GET, "/v1/admin/restore/{}", AUTH_ADMIN, NATIVE, 0, r_restore_status},
+	{GET, "/v1/admin/prune", AUTH_ADMIN, NATIVE, 0, r_prune_get},
+	{POST, "/v1/admin/prune", AUTH_ADMIN, NATIVE, STATE | JSON,
+	 r_prune_post},
 	{GET, "/v1/cluster", AUTH_READ, NATIVE, 0, r_cluster},
 	{GET, "/v1/cluster/lateness", AUTH_READ, NATIVE, 0, r_lateness},
 	{GET, "/metrics", 0, NATIVE, 0, http_route_metrics},

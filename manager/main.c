@@ -43,6 +43,7 @@ zk_event_cb(struct zk *z, int type, int state, const char *path, void *arg)
 	struct manager *mg = arg;
 	char err[512];
 
+	prune_zk_event(mg, type, state, path);
 	if (type != ZOO_SESSION_EVENT)
 		return;
 	metric_set(mg->m.zk_up, state == ZOO_CONNECTED_STATE);
@@ -182,6 +183,7 @@ stop_cb(int count, void *arg)
 	/* New submissions get 503 from here on. */
 	mg->stopping = 1;
 	kingest_stop(mg->kingest);
+	prune_stop(mg->prune);
 	mg->stop_deadline_ms = clock_mono_ms() + 10000;
 	mg->stop_ev = event_new(mg->base, -1, EV_PERSIST, drain_cb, mg);
 	event_add(mg->stop_ev, &tick);
@@ -287,6 +289,7 @@ main(int argc, char **argv)
 		log_fatal("http", "error=\"%s\"", err);
 	api_register(&mg);
 	cluster_sampler_start(&mg);
+	mg.prune = prune_create(&mg);
 	gauges = event_new(mg.base, -1, EV_PERSIST, gauges_cb, &mg);
 	event_add(gauges, &one_s);
 	gauges_cb(-1, 0, &mg);
@@ -307,6 +310,7 @@ main(int argc, char **argv)
 		event_free(mg.stop_ev);
 	/* Commits in flight complete (their answers are lost with the
 	 * connections, but what was committed stays committed). */
+	prune_destroy(mg.prune);
 	db_pool_destroy(mg.db);
 	kingest_destroy(mg.kingest);
 	ingest_destroy(mg.ingest);

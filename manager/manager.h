@@ -14,6 +14,7 @@
 
 struct cfg;
 struct db_pool;
+struct db_rows;
 struct redis;
 struct zk;
 struct ingest;
@@ -55,7 +56,31 @@ struct evdns_base;
 	X(zk_up, GAUGE, "prophet_zookeeper_up",                             \
 	  "1 when the ZooKeeper session is connected")                      \
 	X(cluster_slots, GAUGE, "prophet_cluster_slots",                    \
-	  "Slots the cluster has (cluster.slots)")
+	  "Slots the cluster has (cluster.slots)")                          \
+	X(pruned_tasks, COUNTER, "prophet_pruned_tasks_total",              \
+	  "Finished tasks deleted by the pruner, with their log rows")      \
+	X(pruned_logs, COUNTER, "prophet_pruned_log_rows_total",            \
+	  "State-log rows deleted by the pruner (with their tasks, or by "  \
+	  "task.log_retention)")                                            \
+	X(archived, COUNTER, "prophet_archived_tasks_total",                \
+	  "Finished tasks published to task.archive_topic before they "     \
+	  "were pruned")                                                    \
+	X(prune_passes, COUNTER, "prophet_prune_passes_total",              \
+	  "Prune passes finished")                                          \
+	X(prune_errors, COUNTER, "prophet_prune_errors_total",              \
+	  "Prune steps that failed (database or Kafka) and were retried")   \
+	X(prune_eligible, GAUGE, "prophet_prune_eligible_tasks",            \
+	  "Finished tasks older than task.retention when the current or "   \
+	  "last pass started")                                              \
+	X(prune_pass_seconds, GAUGE, "prophet_prune_pass_duration_seconds", \
+	  "Duration of the last prune pass")                                \
+	X(prune_oldest, GAUGE, "prophet_prune_oldest_finished_seconds",     \
+	  "Age (since its last change) of the oldest finished task left "   \
+	  "after the last pass")                                            \
+	X(pruner, GAUGE, "prophet_pruner",                                  \
+	  "1 while this manager holds the pruner lock")                     \
+	X(prune_retention, GAUGE, "prophet_prune_retention_seconds",        \
+	  "task.retention of this manager (0: finished tasks are kept)")
 
 struct manager_metrics {
 #define MM_FIELD(f, t, n, h) struct metric *f;
@@ -85,6 +110,7 @@ struct manager {
 	long index_refusals; /* since it began */
 	struct index_slot *index_slots;
 	struct kingest *kingest;
+	struct pruner *prune; /* NULL: retention off */
 	struct task_limits limits;
 	unsigned char retry_key[CALLBACK_KEY_LEN]; /* guard.c */
 	int have_retry_key;
@@ -206,6 +232,18 @@ void tasks_reschedule(struct manager *mg, struct evhttp_request *req,
 		      const char *id, size_t idlen);
 void tasks_list(struct manager *mg, struct evhttp_request *req);
 
+/* prune.c: retention (docs/architecture.md, "Retention"); NULL when
+ * task.retention and task.log_retention are 0. */
+struct pruner;
+struct pruner *prune_create(struct manager *mg);
+void prune_stop(struct pruner *p);
+void prune_destroy(struct pruner *p);
+/* Every ZooKeeper event of the manager's session (the lock's watch). */
+void prune_zk_event(struct manager *mg, int type, int state, const char *path);
+/* GET /v1/admin/prune, POST /v1/admin/prune {"dry_run":bool} */
+void prune_get(struct manager *mg, struct evhttp_request *req);
+void prune_post(struct manager *mg, struct evhttp_request *req);
+
 /* kingest.c: task submissions from kafka.ingest_topic (NULL if unset) */
 struct kingest *kingest_create(struct manager *mg, char *err, size_t errlen);
 void kingest_stop(struct kingest *k);
@@ -219,6 +257,12 @@ int api_topic_allowed(const struct manager *mg, const char *topic);
 /* 1 if id is valid; else answers 400 and returns 0. */
 int api_check_id(struct evhttp_request *req, const char *id, size_t idlen);
 void api_submit(struct manager *mg, struct evhttp_request *req, json_t *task);
+/* A task as GET /v1/tasks/{id} answers it: row `row` of SQL_TASK_GET's
+ * columns, and with log (n rows from first, SQL_TASK_LOG_GET's columns
+ * from col) its state log. Pure: also on pool threads. */
+json_t *api_task_json(const struct db_rows *task, size_t row,
+		      const struct db_rows *log, size_t first, size_t n,
+		      size_t col);
 json_t *api_body_json(struct manager *mg, struct evhttp_request *req);
 
 /* mykit.c: the mykit-delay compatible routes (http_handler_fn). */

@@ -130,5 +130,7 @@ rchan_wake(char *buf, size_t len, const char *root)
 #define ZPATH_WORKERS "/workers"
 #define ZPATH_ELECTION "/election"
 #define ZPATH_MASTER "/master"
+/* Ephemeral: the manager that prunes finished tasks (manager/prune.c). */
+#define ZPATH_PRUNER "/pruner"
 
 #endif

@@ -84,11 +84,50 @@ static const char *const v3_stmts[] = {
 	") ENGINE=InnoDB",
 	NULL};
 
+/* Retention (issue 19): the pruner finds finished tasks by status and
+ * last change (updated_at: the final transition, or a callback outcome
+ * after it), oldest first, in an index built for it; its progress and the
+ * fence that keeps a deposed pruner out are one row of prune_state.
+ * Online: the column set does not change, and the index is built
+ * in place while submissions, claims and delivery records go on (LOCK=NONE
+ * refuses to run otherwise). Self-contained, so it can be renumbered when
+ * merged after other migrations. */
+static const char *const v4_stmts[] = {
+	"ALTER TABLE tasks ADD INDEX IF NOT EXISTS by_status_updated"
+	" (status, updated_at), ALGORITHM=INPLACE, LOCK=NONE",
+	"CREATE TABLE IF NOT EXISTS prune_state ("
+	" name VARCHAR(32) CHARACTER SET ascii COLLATE ascii_bin NOT NULL,"
+	" epoch BIGINT NOT NULL DEFAULT 0,"
+	" holder VARCHAR(255) NULL,"
+	" pass BIGINT NOT NULL DEFAULT 0,"
+	" started_at BIGINT NULL,"
+	" finished_at BIGINT NULL,"
+	" cutoff BIGINT NOT NULL DEFAULT 0,"
+	" log_cutoff BIGINT NOT NULL DEFAULT 0,"
+	" eligible BIGINT NOT NULL DEFAULT 0,"
+	" deleted_delivered BIGINT NOT NULL DEFAULT 0,"
+	" deleted_cancelled BIGINT NOT NULL DEFAULT 0,"
+	" deleted_expired BIGINT NOT NULL DEFAULT 0,"
+	" deleted_logs BIGINT NOT NULL DEFAULT 0,"
+	" archived BIGINT NOT NULL DEFAULT 0,"
+	" chunks BIGINT NOT NULL DEFAULT 0,"
+	" resumed INT NOT NULL DEFAULT 0,"
+	" requested_at BIGINT NOT NULL DEFAULT 0,"
+	" archive_offsets TEXT NULL,"
+	" last_pass TEXT NULL,"
+	" log_seq BIGINT NOT NULL DEFAULT 0,"
+	" updated_at BIGINT NOT NULL DEFAULT 0,"
+	" PRIMARY KEY (name)"
+	") ENGINE=InnoDB",
+	NULL};
+
 const struct schema_migration schema_migrations[] = {
 	{1, "tasks, task_log, slot_state", v1_stmts},
 	{2, "recurring tasks: misfire, start_at, end_at, occurrences",
 	 v2_stmts},
 	{3, "cluster_secret", v3_stmts},
+	{4, "retention: index by status and last change, prune_state",
+	 v4_stmts},
 };
 
 const size_t schema_migration_count =

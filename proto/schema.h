@@ -256,4 +256,125 @@ enum sql_cron_col {
 	"VALUES (?, ?, ?)"
 #define SQL_SECRET_GET "SELECT secret FROM cluster_secret WHERE name = ?"
 
+/*
+ * Retention (manager/prune.c). A task that reached delivered, cancelled
+ * or expired never leaves it but through a restore of an expired one;
+ * updated_at is its last change (the final transition, or a callback
+ * outcome after it). Every statement names the index built for it.
+ */
+#define SQL_PRUNE_STATE_INIT \
+	"INSERT IGNORE INTO prune_state (name) VALUES ('pruner')"
+/* A new holder of the ZooKeeper lock raises the fence (holder, now). */
+#define SQL_PRUNE_FENCE_RAISE                                    \
+	"UPDATE prune_state SET epoch = epoch + 1, holder = ?, " \
+	"updated_at = ? WHERE name = 'pruner'"
+/* Every prune transaction starts with it: the row lock serialises them,
+ * the epoch tells a deposed holder to stop. */
+#define SQL_PRUNE_FENCE \
+	"SELECT epoch FROM prune_state WHERE name = 'pruner' FOR UPDATE"
+#define SQL_PRUNE_STATE_GET                                              \
+	"SELECT epoch, holder, pass, started_at, finished_at, cutoff, "  \
+	"log_cutoff, eligible, deleted_delivered, deleted_cancelled, "   \
+	"deleted_expired, deleted_logs, archived, chunks, resumed, "     \
+	"requested_at, archive_offsets, last_pass, log_seq, updated_at " \
+	"FROM prune_state WHERE name = 'pruner'"
+enum sql_prune_col {
+	SQL_PS_EPOCH,
+	SQL_PS_HOLDER,
+	SQL_PS_PASS,
+	SQL_PS_STARTED_AT,
+	SQL_PS_FINISHED_AT,
+	SQL_PS_CUTOFF,
+	SQL_PS_LOG_CUTOFF,
+	SQL_PS_ELIGIBLE,
+	SQL_PS_DELETED_DELIVERED,
+	SQL_PS_DELETED_CANCELLED,
+	SQL_PS_DELETED_EXPIRED,
+	SQL_PS_DELETED_LOGS,
+	SQL_PS_ARCHIVED,
+	SQL_PS_CHUNKS,
+	SQL_PS_RESUMED,
+	SQL_PS_REQUESTED_AT,
+	SQL_PS_ARCHIVE_OFFSETS,
+	SQL_PS_LAST_PASS,
+	SQL_PS_LOG_SEQ,
+	SQL_PS_UPDATED_AT
+};
+/* (started_at, cutoff, log_cutoff, eligible, now) */
+#define SQL_PRUNE_PASS_NEW                                                    \
+	"UPDATE prune_state SET pass = pass + 1, started_at = ?, "            \
+	"finished_at = NULL, cutoff = ?, log_cutoff = ?, eligible = ?, "      \
+	"deleted_delivered = 0, deleted_cancelled = 0, deleted_expired = 0, " \
+	"deleted_logs = 0, archived = 0, chunks = 0, resumed = 0, "           \
+	"updated_at = ? WHERE name = 'pruner'"
+#define SQL_PRUNE_PASS_RESUME                                           \
+	"UPDATE prune_state SET resumed = resumed + 1, updated_at = ? " \
+	"WHERE name = 'pruner'"
+/* (delivered, cancelled, expired, logs, archived, offsets or NULL, log
+ * cursor, now) */
+#define SQL_PRUNE_PROGRESS                                                   \
+	"UPDATE prune_state SET deleted_delivered = deleted_delivered + ?, " \
+	"deleted_cancelled = deleted_cancelled + ?, "                        \
+	"deleted_expired = deleted_expired + ?, "                            \
+	"deleted_logs = deleted_logs + ?, archived = archived + ?, "         \
+	"chunks = chunks + 1, "                                              \
+	"archive_offsets = COALESCE(?, archive_offsets), "                   \
+	"log_seq = GREATEST(log_seq, ?), updated_at = ? "                    \
+	"WHERE name = 'pruner'"
+/* (finished_at, last_pass JSON, now) */
+#define SQL_PRUNE_PASS_END                                        \
+	"UPDATE prune_state SET finished_at = ?, last_pass = ?, " \
+	"updated_at = ? WHERE name = 'pruner'"
+#define SQL_PRUNE_REQUEST                                          \
+	"UPDATE prune_state SET requested_at = ?, updated_at = ? " \
+	"WHERE name = 'pruner'"
+#define SQL_PRUNE_OFFSETS                                             \
+	"UPDATE prune_state SET archive_offsets = ?, updated_at = ? " \
+	"WHERE name = 'pruner'"
+/* The next candidates of a status, oldest first, keyset-paged on
+ * (updated_at, id): (status, cutoff, after, after, after_id, limit). */
+#define SQL_PRUNE_CANDIDATES                                                \
+	"SELECT id, updated_at FROM tasks FORCE INDEX (by_status_updated) " \
+	"WHERE status = ? AND updated_at < ? AND (updated_at > ? OR "       \
+	"(updated_at = ? AND id > ?)) ORDER BY updated_at, id LIMIT ?"
+/* Index-only counts and ages: (status, from, to). */
+#define SQL_PRUNE_COUNT                                                 \
+	"SELECT COUNT(*), MIN(updated_at) FROM tasks FORCE INDEX "      \
+	"(by_status_updated) WHERE status = ? AND updated_at >= ? AND " \
+	"updated_at < ?"
+/* Kept although old enough: a callback still retrying (status, cutoff). */
+#define SQL_PRUNE_HELD                                                      \
+	"SELECT COUNT(*) FROM tasks FORCE INDEX (by_status_updated) WHERE " \
+	"status = ? AND updated_at < ? AND callback_status = 'retrying'"
+#define SQL_PRUNE_OLDEST "SELECT MIN(updated_at) FROM tasks WHERE status = ?"
+/* The lock of a chunk re-checks what made its rows candidates; rows
+ * someone else holds are left for the next pass. */
+#define SQL_PRUNE_LOCK_IDS                                                 \
+	"SELECT id FROM tasks FORCE INDEX (PRIMARY) WHERE status = ? AND " \
+	"updated_at < ? AND callback_status <> 'retrying' AND id IN ("
+#define SQL_PRUNE_LOCK_ROWS                                             \
+	"SELECT " SQL_TASK_COLUMNS " FROM tasks FORCE INDEX (PRIMARY) " \
+	"WHERE status = ? AND updated_at < ? AND callback_status <> "   \
+	"'retrying' AND id IN ("
+#define SQL_PRUNE_LOCK_SUFFIX ") ORDER BY id FOR UPDATE SKIP LOCKED"
+/* What a pruner archived but did not delete (archive_recover). */
+#define SQL_PRUNE_LOCK_ARCHIVED                                           \
+	"SELECT id, status, updated_at FROM tasks FORCE INDEX (PRIMARY) " \
+	"WHERE status IN ('delivered', 'cancelled', 'expired') AND id IN ("
+#define SQL_PRUNE_LOG_ROWS                                                    \
+	"SELECT task_id, from_status, to_status, actor, epoch, attempt, at, " \
+	"note FROM task_log WHERE task_id IN ("
+#define SQL_PRUNE_LOG_ROWS_SUFFIX ") ORDER BY task_id, seq"
+#define SQL_PRUNE_DELETE_TASKS "DELETE FROM tasks WHERE id IN ("
+#define SQL_PRUNE_DELETE_LOGS "DELETE FROM task_log WHERE task_id IN ("
+/* task.log_retention: the log rows after a cursor, oldest first, and
+ * whether their task is gone or a recurring series (a one-shot task keeps
+ * its rows until it is pruned with them). A consistent read: no lock on
+ * the tasks it looks at. (cursor, limit) */
+#define SQL_PRUNE_LOG_HEAD                                                  \
+	"SELECT l.seq, l.at, t.id IS NULL OR t.cron IS NOT NULL FROM "      \
+	"task_log l LEFT JOIN tasks t ON t.id = l.task_id WHERE l.seq > ? " \
+	"ORDER BY l.seq LIMIT ?"
+#define SQL_PRUNE_LOG_DELETE "DELETE FROM task_log WHERE at < ? AND seq IN ("
+
 #endif

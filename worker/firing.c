@@ -498,8 +498,13 @@ mark_run(struct db_conn *c, struct db_job *job)
 				goto fail;
 			done += chunks[k];
 		}
+	/* A one-shot delivery gets no log row: the task's columns hold all
+	 * it would (owner, epoch, attempt, fired_at), and GET shows it from
+	 * them. It was 221 of a finished task's 979 DB bytes and a statement
+	 * per chunk of this, the busiest path to the DB. */
 	for (size_t i = 0; i < mj->n; i++)
-		if (mj->updated[i])
+		if (mj->updated[i] &&
+		    (mj->tasks[i]->recurring || mj->tasks[i]->expire))
 			mj->order[mj->nupdated++] = i;
 	if (mj->nupdated > 0 &&
 	    db_exec_rows(c, SQL_TASK_LOG_INSERT_PREFIX, SQL_TASK_LOG_INSERT_ROW,

@@ -164,6 +164,59 @@ test_set_errors(void **state)
 	set_bad("task", "max_delay_ms", "3155760000001");
 }
 
+/* value of task.retention in ms, or -1 when refused. */
+static int64_t
+retention_ms(const char *value)
+{
+	struct cfg *cfg = cfg_create();
+	char err[256] = "";
+	int64_t v = -1;
+
+	if (cfg_set(cfg, "task", "retention", value, err, sizeof(err)) == 0)
+		v = cfg_int(cfg, CFG_TASK_RETENTION);
+	else
+		assert_contains(err, "task.retention");
+	cfg_destroy(cfg);
+	return v;
+}
+
+static void
+test_durations(void **state)
+{
+	struct cfg *cfg = cfg_create();
+
+	(void)state;
+	assert_int_equal(cfg_int(cfg, CFG_TASK_RETENTION), INT64_C(604800000));
+	assert_string_equal(cfg_str(cfg, CFG_TASK_RETENTION), "7d");
+	assert_int_equal(cfg_int(cfg, CFG_TASK_LOG_RETENTION), 0);
+	assert_int_equal(cfg_int(cfg, CFG_TASK_PRUNE_INTERVAL), 60000);
+	cfg_destroy(cfg);
+	assert_int_equal(retention_ms("0"), 0);
+	assert_int_equal(retention_ms("1500"), 1500);
+	assert_int_equal(retention_ms("250ms"), 250);
+	assert_int_equal(retention_ms("60s"), 60000);
+	assert_int_equal(retention_ms(" 60s "), 60000);
+	assert_int_equal(retention_ms("5m"), 300000);
+	assert_int_equal(retention_ms("24h"), INT64_C(86400000));
+	assert_int_equal(retention_ms("7d"), INT64_C(604800000));
+	assert_int_equal(retention_ms("36525d"), INT64_C(3155760000000));
+	assert_int_equal(retention_ms("36526d"), -1); /* above the maximum */
+	assert_int_equal(retention_ms(""), -1);
+	assert_int_equal(retention_ms("-1s"), -1);
+	assert_int_equal(retention_ms("1.5h"), -1);
+	assert_int_equal(retention_ms("7 d"), -1);
+	assert_int_equal(retention_ms("7w"), -1);
+	assert_int_equal(retention_ms("s"), -1);
+	assert_int_equal(retention_ms("7dd"), -1);
+	assert_int_equal(retention_ms("99999999999999999999d"), -1);
+	assert_int_equal(retention_ms("9223372036854775807d"), -1);
+	set_bad("task", "prune_interval", "50ms");
+	set_ok("task", "prune_interval", "100ms");
+	set_ok("task", "archive_topic", "");
+	set_ok("task", "archive_topic", "prophet.archive");
+	set_bad("task", "archive_topic", "a b");
+}
+
 static void
 test_set_arg(void **state)
 {
@@ -737,6 +790,7 @@ main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_defaults),
 		cmocka_unit_test(test_set_errors),
+		cmocka_unit_test(test_durations),
 		cmocka_unit_test(test_set_arg),
 		cmocka_unit_test(test_load_file),
 		cmocka_unit_test(test_load_errors),

@@ -36,6 +36,8 @@ age(long long ms, char *buf, size_t len)
 
 	if (ms < 1000)
 		snprintf(buf, len, "%lld ms", ms);
+	else if (s < 60)
+		snprintf(buf, len, "%.1f s", (double)ms / 1000);
 	else if (s < 3600)
 		snprintf(buf, len, "%lldm %llds", s / 60, s % 60);
 	else if (s < 86400)

@@ -413,7 +413,8 @@ log_add_delivered(json_t *task, json_t *log)
 	json_t *e;
 
 	if (status == NULL || strcmp(status, "delivered") ||
-	    json_object_get(task, "cron") != NULL)
+	    json_object_get(task, "cron") != NULL ||
+	    !json_is_string(json_object_get(task, "owner")))
 		return;
 	json_array_foreach (log, i, e)
 		if (!strcmp(json_string_value(json_object_get(e, "to")),

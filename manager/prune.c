@@ -97,9 +97,12 @@ struct pruner {
 	/* the ZooKeeper lock */
 	int connected;
 	int held;
-	int acquiring; /* a create or a get is out */
-	int waiting;   /* a watch on the holder's node is armed */
-	int64_t epoch; /* the fence raised by us; 0: not (yet) */
+	int acquiring;	    /* a create or a get is out */
+	int waiting;	    /* a watch on the holder's node is armed */
+	int64_t epoch;	    /* the fence raised by us; 0: not (yet) */
+	int64_t zk_ok_mono; /* the lock node was last seen ours */
+	int64_t session_ms;
+	struct event *probe_ev;
 	/* passes */
 	int busy; /* a job is out */
 	int stopping;
@@ -1116,10 +1119,19 @@ submit(struct pruner *p, struct prune_job *j)
 	db_pool_submit(p->db, &j->job);
 }
 
+/* As a worker fences itself: no transaction starts unless ZooKeeper
+ * showed the node ours within 2/3 of the session timeout (a manager
+ * waking from a pause learns of its expiry only after its timers ran). */
+static int
+fresh(const struct pruner *p)
+{
+	return clock_mono_ms() - p->zk_ok_mono < p->session_ms * 2 / 3;
+}
+
 static int
 may_work(const struct pruner *p)
 {
-	return !p->stopping && p->held && p->connected;
+	return !p->stopping && p->held && p->connected && fresh(p);
 }
 
 /* The lock is gone (session expired, or another holder's epoch): stop;
@@ -1328,6 +1340,7 @@ static void acquire(struct pruner *p);
 static void
 got_lock(struct pruner *p)
 {
+	p->zk_ok_mono = clock_mono_ms();
 	p->held = 1;
 	p->waiting = 0;
 	p->epoch = 0;
@@ -1408,17 +1421,36 @@ acquire(struct pruner *p)
 	free(data);
 }
 
+/* The holder's probe (and the check after a reconnect): the node is
+ * still there and ours. */
 static void
 verify_cb(struct zk *z, int rc, const struct Stat *st, void *arg)
 {
 	struct pruner *p = arg;
 
-	if (rc == ZOK && st != NULL && st->ephemeralOwner == zk_session_id(z))
+	if (!p->held)
 		return;
+	if (rc == ZOK && st != NULL && st->ephemeralOwner == zk_session_id(z)) {
+		int was = fresh(p);
+
+		p->zk_ok_mono = clock_mono_ms();
+		if (!was)
+			kick(p);
+		return;
+	}
 	if (rc == ZOK || rc == ZNONODE) {
 		lost(p, "the lock node is not ours");
 		acquire(p);
 	}
+}
+
+static void
+probe_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct pruner *p = arg;
+
+	if (p->held && p->connected && !p->stopping)
+		zk_aexists(p->mg->zk, p->path, 0, verify_cb, p);
 }
 
 void
@@ -1474,7 +1506,7 @@ prune_create(struct manager *mg)
 {
 	const struct cfg *cfg = mg->cfg;
 	struct pruner *p;
-	struct timeval tick;
+	struct timeval tick, probe;
 	char host[256];
 	const char *topic = cfg_str(cfg, CFG_TASK_ARCHIVE_TOPIC);
 
@@ -1516,6 +1548,11 @@ prune_create(struct manager *mg)
 		       1000 * 1000;
 	p->tick_ev = event_new(mg->base, -1, EV_PERSIST, tick_cb, p);
 	event_add(p->tick_ev, &tick);
+	p->session_ms = cfg_int(cfg, CFG_ZK_SESSION_TIMEOUT_MS);
+	probe.tv_sec = p->session_ms / 6 / 1000;
+	probe.tv_usec = p->session_ms / 6 % 1000 * 1000;
+	p->probe_ev = event_new(mg->base, -1, EV_PERSIST, probe_cb, p);
+	event_add(p->probe_ev, &probe);
 	p->connected = zk_is_connected(mg->zk);
 	the_pruner = p;
 	log_info("pruner ready",
@@ -1547,6 +1584,7 @@ prune_destroy(struct pruner *p)
 	p->stopping = 1;
 	db_pool_destroy(p->db);
 	event_free(p->tick_ev);
+	event_free(p->probe_ev);
 	event_free(p->step_ev);
 	kafka_txn_destroy(p->txn);
 	xfree(p->offsets);
@@ -1700,7 +1738,7 @@ state_json(struct api_job *a)
 	json_object_set_new(o, "this_manager",
 			    json_pack("{s:o, s:b}", "id",
 				      p ? utf8_json_str(p->id) : json_null(),
-				      "holds_lock", p != NULL && p->held));
+				      "holds_lock", p != NULL && may_work(p)));
 	if (st->nrows == 0) {
 		json_object_set_new(o, "holder", json_null());
 		json_object_set_new(o, "requested_at", json_null());

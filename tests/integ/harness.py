@@ -493,9 +493,10 @@ class KafkaReader:
     first publish): it is restarted, and messages already seen (by
     partition and offset) are skipped."""
 
-    def __init__(self, brokers, topics):
+    def __init__(self, brokers, topics, kcat_args=()):
         self.brokers = brokers
         self.topics = list(topics)
+        self.kcat_args = list(kcat_args)  # e.g. isolation.level
         self.messages = []
         self.by_id = {}
         self.cond = threading.Condition()
@@ -519,7 +520,7 @@ class KafkaReader:
             p = subprocess.Popen(
                 pre + ["kcat", "-C", "-b", self.brokers, "-t", topic,
                        "-o", "beginning", "-J", "-q", "-u",
-                       "-X", "fetch.wait.max.ms=20"],
+                       "-X", "fetch.wait.max.ms=20"] + self.kcat_args,
                 stdout=subprocess.PIPE, stderr=errf)
             self.procs[topic] = p
             for line in p.stdout:
@@ -1139,9 +1140,10 @@ class Cluster:
     def topic(self, t):
         return self.topic_prefix + t
 
-    def reader(self, topics):
+    def reader(self, topics, kcat_args=()):
         """A started KafkaReader over the Kafka topics of task topics."""
-        r = KafkaReader(self.brokers, [self.topic(t) for t in topics])
+        r = KafkaReader(self.brokers, [self.topic(t) for t in topics],
+                        kcat_args)
         self.readers.append(r)
         return r.start()
 

@@ -60,6 +60,15 @@ struct bench_opts {
 	int kills;
 	long session_timeout_ms;
 	double pause; /* seconds between a settled cluster and a kill */
+	/* steady: the DB's row counts every sample_s seconds, and lateness
+	 * per window_s of due time (the soak) */
+	double sample_s;
+	double window_s;
+	/* backlog: drop and re-add the retention index on the loaded table
+	 * (what migration 4 costs); horizon: flush the Redis db after the
+	 * promotion and time the rebuild */
+	int alter_index;
+	int flush;
 };
 
 extern volatile int bench_stop; /* set by SIGINT/SIGTERM */
@@ -88,6 +97,10 @@ void report_num(struct report *r, const char *key, const char *label, double v,
 /* p50/p99/p99.9/max (and mean) of values, keys "<key>_p50_ms" ... */
 void report_latency(struct report *r, const char *key, const char *label,
 		    double *values, size_t n);
+/* A JSON value (taken over; arrays of samples) with its table cell. */
+struct json_t;
+void report_json(struct report *r, const char *key, const char *label,
+		 struct json_t *v, const char *cell);
 void report_print(struct report *r);
 void report_destroy(struct report *r);
 
@@ -277,6 +290,17 @@ int scen_cleanup(struct bench_opts *o);
 int scen_notifier(struct bench_opts *o);
 int scen_failover(struct bench_opts *o);
 int scen_storage(struct bench_opts *o);
+int scen_backlog(struct bench_opts *o);
+int scen_horizon(struct bench_opts *o);
+
+/* lifecycle.c: the soak's samples (steady with --sample-db). */
+struct db_sampler;
+struct db_sampler *db_sampler_start(const struct bench_opts *o);
+/* Stops the thread and reports the samples (NULL: nothing). */
+void db_sampler_report(struct db_sampler *s, struct report *r);
+/* Fired-at lateness p50/p99 per window of due time. */
+void lateness_windows(struct report *r, const struct ledger *l,
+		      double window_s);
 
 /* ------------------------------------------------------------- stores --- */
 
@@ -294,6 +318,8 @@ struct redis_mem {
  * it is slow on big keys). */
 int redis_mem_sample(const char *redis, struct redis_mem *m, int with_usage,
 		     char *err, size_t errlen);
+/* FLUSHDB of the db (the bench's own). */
+int redis_flush(const char *redis, char *err, size_t errlen);
 /* How many of the ids <prefix>0 .. <prefix>n-1 are in the due ZSETs and
  * the payload HASHes of their slots. */
 int redis_ids_present(const char *redis, const char *prefix, long n, int nslots,

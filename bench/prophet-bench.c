@@ -97,6 +97,12 @@ usage(FILE *f)
 	      "             slots with a higher prophet-epoch (new owner)\n"
 	      "  storage    DB bytes per pending and per finished task, per\n"
 	      "             index (InnoDB statistics; needs --db)\n"
+	      "  backlog    --count N tasks due 1 h - 1 year ahead (the\n"
+	      "             first --near-count in the first hour of it):\n"
+	      "             submit rate along the load, DB size, Redis bytes\n"
+	      "  horizon    waits for --count tasks to reach the Redis index\n"
+	      "             (the horizon loader), with --flush then flushes\n"
+	      "             the Redis db and times the rebuild\n"
 	      "  cleanup    delete Kafka topics starting with --topic-prefix\n"
 	      "             and the ZooKeeper tree --zk-root (with --zk)\n"
 	      "\n"
@@ -141,6 +147,14 @@ usage(FILE *f)
 	      "  --session-timeout MS failover: the workers'\n"
 	      "                       zookeeper.session_timeout_ms (4000)\n"
 	      "  --pause S            failover: settled cluster -> kill (2)\n"
+	      "  --sample-db S        steady: DB row counts every S s (the "
+	      "soak)\n"
+	      "  --window S           steady: lateness per S s of due time "
+	      "(60)\n"
+	      "  --alter-index        backlog: time dropping and re-adding\n"
+	      "                       the retention index (migration 4)\n"
+	      "  --flush              horizon: FLUSHDB, then time the "
+	      "rebuild\n"
 	      "  --label NAME         scenario name in the JSON line\n"
 	      "  --tag TAG            id/topic tag (random)\n"
 	      "  --quiet              no progress on stderr\n",
@@ -185,6 +199,10 @@ enum {
 	OPT_KILLS,
 	OPT_SESSION,
 	OPT_PAUSE,
+	OPT_SAMPLE,
+	OPT_WINDOW,
+	OPT_ALTER,
+	OPT_FLUSH,
 };
 
 static const struct option long_opts[] = {
@@ -225,6 +243,10 @@ static const struct option long_opts[] = {
 	{"kills", required_argument, NULL, OPT_KILLS},
 	{"session-timeout", required_argument, NULL, OPT_SESSION},
 	{"pause", required_argument, NULL, OPT_PAUSE},
+	{"sample-db", required_argument, NULL, OPT_SAMPLE},
+	{"window", required_argument, NULL, OPT_WINDOW},
+	{"alter-index", no_argument, NULL, OPT_ALTER},
+	{"flush", no_argument, NULL, OPT_FLUSH},
 	{"help", no_argument, NULL, 'h'},
 	{NULL, 0, NULL, 0},
 };
@@ -256,6 +278,7 @@ static const struct {
 	{"kafka-raw", scen_kafka_raw}, {"db-raw", scen_db_raw},
 	{"cleanup", scen_cleanup},     {"notifier", scen_notifier},
 	{"failover", scen_failover},   {"storage", scen_storage},
+	{"backlog", scen_backlog},     {"horizon", scen_horizon},
 };
 
 int
@@ -387,6 +410,14 @@ main(int argc, char **argv)
 		case OPT_PAUSE:
 			o.pause = num_arg("pause", optarg, 0, 3600);
 			break;
+		case OPT_SAMPLE:
+			o.sample_s = num_arg("sample-db", optarg, 1, 3600);
+			break;
+		case OPT_WINDOW:
+			o.window_s = num_arg("window", optarg, 1, 3600);
+			break;
+		case OPT_ALTER: o.alter_index = 1; break;
+		case OPT_FLUSH: o.flush = 1; break;
 		case 'h': usage(stdout); return 0;
 		default: usage(stderr); return 2;
 		}

@@ -78,6 +78,14 @@ report_num(struct report *r, const char *key, const char *label, double v,
 	add_row(r, label, xasprintf(fmt, v));
 }
 
+void
+report_json(struct report *r, const char *key, const char *label, json_t *v,
+	    const char *cell)
+{
+	json_object_set_new(r->json, key, v ? v : json_null());
+	add_row(r, label, xstrdup(cell ? cell : "-"));
+}
+
 static int
 cmp_double(const void *a, const void *b)
 {

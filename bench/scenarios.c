@@ -451,6 +451,7 @@ scen_steady(struct bench_opts *o)
 	struct hist h0, h1;
 	struct progress *prog;
 	struct report *r;
+	struct db_sampler *sampler;
 	int64_t t0_ms, mono0, real0, *send;
 	double dur = o->duration > 0 ? o->duration : 10, waited;
 	long count = (long)llround(o->rate * dur);
@@ -511,6 +512,7 @@ scen_steady(struct bench_opts *o)
 	fp.s = submitter_start(o, l, nm.topic, batch, o->preload ? NULL : send,
 			       0);
 	prog = progress_start(o, fire_progress_cb, &fp);
+	sampler = db_sampler_start(o);
 	submitter_join(fp.s, &st);
 	fp.sent_final = st.tasks_sent;
 	fp.s = NULL;
@@ -545,6 +547,10 @@ scen_steady(struct bench_opts *o)
 				   (double)(fs.max_fired_ms - fs.min_fired_ms),
 			   "%.0f");
 	hist_report(r, o, &h0, &h1);
+	if (sampler != NULL) {
+		db_sampler_report(sampler, r);
+		lateness_windows(r, l, o->window_s > 0 ? o->window_s : 60);
+	}
 	report_print(r);
 	report_destroy(r);
 	xfree(st.req_ms);

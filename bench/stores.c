@@ -170,6 +170,25 @@ redis_mem_sample(const char *spec, struct redis_mem *m, int with_usage,
 }
 
 int
+redis_flush(const char *spec, char *err, size_t errlen)
+{
+	redisContext *rc = redis_open(spec, err, errlen);
+	redisReply *rep;
+	int ok;
+
+	if (rc == NULL)
+		return -1;
+	rep = redisCommand(rc, "FLUSHDB");
+	ok = rep != NULL && rep->type == REDIS_REPLY_STATUS;
+	if (!ok)
+		snprintf(err, errlen, "FLUSHDB: %s",
+			 rep && rep->str ? rep->str : rc->errstr);
+	freeReplyObject(rep);
+	redisFree(rc);
+	return ok ? 0 : -1;
+}
+
+int
 redis_ids_present(const char *spec, const char *prefix, long n, int nslots,
 		  long *in_due, long *in_task, char *err, size_t errlen)
 {

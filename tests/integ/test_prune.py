@@ -16,16 +16,19 @@ worker, one notifier with a callback endpoint run here.
      session (SIGSTOP) is replaced, the pass is resumed by the other, and
      the stopped one deletes nothing more once it wakes (the epoch fence);
      never two holders at once.
-  5. The holder killed (SIGKILL) mid-pass: the other resumes the same
+  5. The epoch raised behind the holder's back (as a newer holder would):
+     its next transaction is refused, it deletes nothing more until it
+     raised its own again.
+  6. The holder killed (SIGKILL) mid-pass: the other resumes the same
      pass and finishes it.
 Cluster B: one manager with task.archive_topic.
-  6. The manager dies between a chunk's Kafka commit and its DB commit
+  7. The manager dies between a chunk's Kafka commit and its DB commit
      (crash point prune_after_archive_before_delete); restarted, it reads
      the archive back: every pruned task is in the archive exactly once,
      and before its row went.
-  7. prophetctl prune --dry-run counts what a pass would delete;
+  8. prophetctl prune --dry-run counts what a pass would delete;
      prophetctl prune --now runs one to its end.
-  8. A schema-3 database holding old finished tasks is migrated
+  9. A schema-3 database holding old finished tasks is migrated
      (the index built online) and pruned.
 """
 
@@ -405,6 +408,28 @@ def test_two_managers_one_pruner_fenced():
         watch.close()
     h.check(not watch.both, "two managers claimed the lock: %r"
             % watch.both[:3])
+
+
+def test_db_fence_stops_a_stale_holder():
+    """The epoch in prune_state is the final word: raised behind the
+    holder's back (as a newer holder would), its next transaction is
+    refused and deletes nothing; it then takes its lock up again with a
+    new epoch (its ZooKeeper node is still its own) and goes on."""
+    a, b = SLOW  # b holds the lock now, a waits
+    ids = finished_batch("epo", 60)
+    h.wait_until(lambda: 10 <= 60 - rows_of(A, ids) <= 40, 40, 0.1,
+                 "the holder to be mid-pass")
+    n_fenced = len(b.grep("fenced by a newer holder"))
+    n_taken = len(b.grep("pruner lock taken"))
+    A.mysql("UPDATE prune_state SET epoch = epoch + 1")
+    left = rows_of(A, ids)
+    h.wait_until(lambda: len(b.grep("fenced by a newer holder")) > n_fenced,
+                 10, 0.1, "the holder's transaction to be fenced")
+    h.check(rows_of(A, ids) >= left - 10, "more than the chunk in flight "
+            "deleted after the fence moved")
+    h.wait_until(lambda: len(b.grep("pruner lock taken")) > n_taken, 10,
+                 0.1, "the holder to raise a new epoch")
+    wait_gone(A, ids, 60, "the pass to finish")
 
 
 def test_killed_mid_pass_resumes():

@@ -92,6 +92,43 @@
 	  CFG_STR, "", 0, 0, NULL, 0,                                          \
 	  "comma-separated hosts callback URLs may name ('.example.com' "      \
 	  "also allows its subdomains); empty: any host")                      \
+	X(PULL_MAX_GROUPS, "pull", "max_groups", CFG_INT, "64", 1, 10000,      \
+	  NULL, 0,                                                             \
+	  "pull consumer groups (a group on a topic) a manager serves at "     \
+	  "once, one Kafka consumer each; a request for another answers 429")  \
+	X(PULL_MAX_WAITING, "pull", "max_waiting", CFG_INT, "512", 1, 1000000, \
+	  NULL, 0,                                                             \
+	  "pull requests waiting for a task at once (long polls); more are "   \
+	  "answered 429; never more than half of http.max_connections")        \
+	X(PULL_MAX_WAIT_MS, "pull", "max_wait_ms", CFG_INT, "20000", 0,        \
+	  300000, NULL, 0,                                                     \
+	  "longest a pull request waits for a task (a longer wait_ms is cut "  \
+	  "to it); also how long mykit's GET /get/{topic} waits")              \
+	X(PULL_VISIBILITY_MS, "pull", "visibility_ms", CFG_INT, "30000", 100,  \
+	  43200000, NULL, 0,                                                   \
+	  "a task handed out and not acknowledged within this is handed out "  \
+	  "again (a request may ask for another with visibility_ms)")          \
+	X(PULL_IDLE_GROUP_S, "pull", "idle_group_s", CFG_INT, "300", 1, 86400, \
+	  NULL, 0,                                                             \
+	  "a group without requests for this long is closed: its consumer "    \
+	  "leaves the Kafka group, its offsets stay in Kafka")                 \
+	X(PULL_MAX_BATCH, "pull", "max_batch", CFG_INT, "100", 1, 10000, NULL, \
+	  0, "most tasks one pull request takes (a larger max is cut to it)")  \
+	X(PULL_MAX_IN_HAND, "pull", "max_in_hand", CFG_INT, "10000", 10,       \
+	  10000000, NULL, 0,                                                   \
+	  "messages a group holds (waiting to be handed out, or handed out "   \
+	  "and not acknowledged) before its consumer stops fetching")          \
+	X(PULL_MAX_IN_HAND_BYTES, "pull", "max_in_hand_bytes", CFG_INT,        \
+	  "67108864", 65536, 68719476736LL, NULL, 0,                           \
+	  "bytes of message bodies a group holds before its consumer stops "   \
+	  "fetching")                                                          \
+	X(PULL_GROUP_PREFIX, "pull", "group_prefix", CFG_STR, "prophet-pull.", \
+	  0, 0, cfg_check_nonempty, 0,                                         \
+	  "Kafka group.id of pull group G on topic T: <prefix>G:<kafka "       \
+	  "topic of T>, apart from the users' own consumer groups")            \
+	X(PULL_MYKIT_GROUP, "pull", "mykit_group", CFG_STR, "mykit", 0, 0,     \
+	  cfg_check_topic, 0,                                                  \
+	  "the pull group of mykit-delay's GET /get/{topic}")                  \
 	X(TASK_MAX_BODY_BYTES, "task", "max_body_bytes", CFG_INT, "65536", 1,  \
 	  16777215, NULL, 0, "largest task body")                              \
 	X(TASK_MAX_HEADERS_BYTES, "task", "max_headers_bytes", CFG_INT,        \

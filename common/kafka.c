@@ -239,8 +239,10 @@ struct kafka_consumer {
 	struct event *ev;
 	int pipefd[2];
 	kafka_msg_fn msg_cb;
+	kafka_rebalance_fn rebalance_cb;
 	void *arg;
-	int held; /* the caller has enough in hand: do not poll */
+	int held;   /* the caller has enough in hand: do not poll */
+	int paused; /* fetching stopped, polling goes on */
 };
 
 static void
@@ -270,10 +272,108 @@ kafka_consumer_hold(struct kafka_consumer *c, int held)
 		kafka_consumer_poll(c, 1000);
 }
 
+/* Pauses or resumes fetching the partitions of l (NULL: the assignment). */
+static void
+pause_parts(struct kafka_consumer *c, rd_kafka_topic_partition_list_t *l,
+	    int paused)
+{
+	rd_kafka_topic_partition_list_t *mine = NULL;
+
+	if (l == NULL) {
+		if (rd_kafka_assignment(c->rk, &mine) !=
+		    RD_KAFKA_RESP_ERR_NO_ERROR)
+			return;
+		l = mine;
+	}
+	if (paused)
+		rd_kafka_pause_partitions(c->rk, l);
+	else
+		rd_kafka_resume_partitions(c->rk, l);
+	if (mine != NULL)
+		rd_kafka_topic_partition_list_destroy(mine);
+}
+
+void
+kafka_consumer_pause(struct kafka_consumer *c, int paused)
+{
+	if (c->paused == paused)
+		return;
+	c->paused = paused;
+	pause_parts(c, NULL, paused);
+	/* Polled from the loop, not from inside the caller's work. */
+	if (!paused)
+		event_active(c->ev, EV_READ, 0);
+}
+
+int64_t
+kafka_consumer_high_watermark(struct kafka_consumer *c, const char *topic,
+			      int32_t partition)
+{
+	int64_t lo, hi;
+
+	if (rd_kafka_get_watermark_offsets(c->rk, topic, partition, &lo, &hi) !=
+		    RD_KAFKA_RESP_ERR_NO_ERROR ||
+	    hi == RD_KAFKA_OFFSET_INVALID)
+		return -1;
+	return hi;
+}
+
+/* Applies a rebalance to the assignment (eager or cooperative). */
+static void
+rebalance_apply(rd_kafka_t *rk, rd_kafka_resp_err_t err,
+		rd_kafka_topic_partition_list_t *l)
+{
+	int coop = !strcmp(rd_kafka_rebalance_protocol(rk), "COOPERATIVE");
+	int assign = err == RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS;
+	rd_kafka_error_t *e = NULL;
+
+	if (coop && assign)
+		e = rd_kafka_incremental_assign(rk, l);
+	else if (coop && err == RD_KAFKA_RESP_ERR__REVOKE_PARTITIONS)
+		e = rd_kafka_incremental_unassign(rk, l);
+	else
+		rd_kafka_assign(rk, assign ? l : NULL);
+	if (e != NULL) {
+		log_warn("kafka rebalance not applied", "error=\"%s\"",
+			 rd_kafka_error_string(e));
+		rd_kafka_error_destroy(e);
+	}
+}
+
+/* Served by rd_kafka_consumer_poll, hence on the loop. */
+static void
+rebalance_cb(rd_kafka_t *rk, rd_kafka_resp_err_t err,
+	     rd_kafka_topic_partition_list_t *l, void *opaque)
+{
+	struct kafka_consumer *c = opaque;
+	int assigned = err == RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS;
+
+	if (!assigned && c->rebalance_cb != NULL)
+		c->rebalance_cb(l, 0, c->arg);
+	rebalance_apply(rk, err, l);
+	if (assigned) {
+		if (c->paused)
+			pause_parts(c, l, 1);
+		if (c->rebalance_cb != NULL)
+			c->rebalance_cb(l, 1, c->arg);
+	}
+}
+
 struct kafka_consumer *
 kafka_consumer_create(struct event_base *base, const struct cfg *cfg,
 		      const char *group, const char *topic, kafka_msg_fn msg_cb,
 		      void *arg, char *err, size_t errlen)
+{
+	return kafka_consumer_create_opts(base, cfg, group, topic, msg_cb, arg,
+					  NULL, err, errlen);
+}
+
+struct kafka_consumer *
+kafka_consumer_create_opts(struct event_base *base, const struct cfg *cfg,
+			   const char *group, const char *topic,
+			   kafka_msg_fn msg_cb, void *arg,
+			   const struct kafka_consumer_opts *opts, char *err,
+			   size_t errlen)
 {
 	struct kafka_consumer *c = xcalloc(1, sizeof(*c));
 	rd_kafka_conf_t *conf = rd_kafka_conf_new();
@@ -287,6 +387,10 @@ kafka_consumer_create(struct event_base *base, const struct cfg *cfg,
 	    set(conf, "enable.auto.offset.store", "false", err, errlen) ||
 	    set(conf, "auto.offset.reset", "earliest", err, errlen))
 		goto fail;
+	for (const char *const *p = opts ? opts->props : NULL; p && p[0];
+	     p += 2)
+		if (set(conf, p[0], p[1], err, errlen))
+			goto fail;
 	n = cfg_extra_count(cfg, "kafka.consumer");
 	for (size_t i = 0; i < n; i++) {
 		const char *k, *v;
@@ -300,6 +404,11 @@ kafka_consumer_create(struct event_base *base, const struct cfg *cfg,
 	}
 	rd_kafka_conf_set_error_cb(conf, consumer_error_cb);
 	rd_kafka_conf_set_log_cb(conf, log_cb);
+	if (opts != NULL && opts->rebalance_cb != NULL) {
+		rd_kafka_conf_set_opaque(conf, c);
+		rd_kafka_conf_set_rebalance_cb(conf, rebalance_cb);
+		c->rebalance_cb = opts->rebalance_cb;
+	}
 	c->msg_cb = msg_cb;
 	c->arg = arg;
 	c->rk = rd_kafka_new(RD_KAFKA_CONSUMER, conf, err, errlen);
@@ -353,6 +462,10 @@ kafka_consumer_poll(struct kafka_consumer *c, int max)
 			break;
 		if (m->err == RD_KAFKA_RESP_ERR_NO_ERROR)
 			c->msg_cb(m, c->arg);
+		else if (m->err == RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART)
+			/* A topic nothing was published to yet. */
+			log_info("kafka topic not there (yet)", "error=\"%s\"",
+				 rd_kafka_message_errstr(m));
 		else if (m->err != RD_KAFKA_RESP_ERR__PARTITION_EOF)
 			log_warn("kafka consume error", "error=\"%s\"",
 				 rd_kafka_message_errstr(m));
@@ -405,6 +518,14 @@ consumer_close(rd_kafka_t *rk)
 		       clock_mono_ms() < until) {
 			rd_kafka_event_t *ev = rd_kafka_queue_poll(q, 100);
 
+			/* With a rebalance callback, the last revocation
+			 * comes here and is ours to apply. */
+			if (ev != NULL &&
+			    rd_kafka_event_type(ev) == RD_KAFKA_EVENT_REBALANCE)
+				rebalance_apply(
+					rk, rd_kafka_event_error(ev),
+					rd_kafka_event_topic_partition_list(
+						ev));
 			if (ev != NULL)
 				rd_kafka_event_destroy(ev);
 		}
@@ -425,6 +546,7 @@ kafka_consumer_destroy(struct kafka_consumer *c)
 {
 	if (c == NULL)
 		return;
+	c->rebalance_cb = NULL; /* the caller is tearing down */
 	rd_kafka_queue_io_event_enable(c->q, -1, NULL, 0);
 	rd_kafka_queue_destroy(c->q);
 	consumer_close(c->rk);

@@ -2,6 +2,7 @@
 #define PROPHET_KAFKA_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include <librdkafka/rdkafka.h>
 
@@ -53,16 +54,43 @@ int kafka_brokers_down(const struct kafka_producer *p);
  */
 struct kafka_consumer;
 typedef void (*kafka_msg_fn)(const rd_kafka_message_t *m, void *arg);
+/* Partitions given to this member (assigned 1) or taken from it (0, also
+ * when they were lost); the list is borrowed for the call. */
+typedef void (*kafka_rebalance_fn)(const rd_kafka_topic_partition_list_t *l,
+				   int assigned, void *arg);
+
+struct kafka_consumer_opts {
+	/* librdkafka properties as key, value pairs ending with NULL, set
+	 * before the [kafka.consumer] pass-through (which may override). */
+	const char *const *props;
+	/* Told of every assignment change (NULL: none). */
+	kafka_rebalance_fn rebalance_cb;
+};
 
 struct kafka_consumer *
 kafka_consumer_create(struct event_base *base, const struct cfg *cfg,
 		      const char *group, const char *topic, kafka_msg_fn msg_cb,
 		      void *arg, char *err, size_t errlen);
+/* The same with properties of its own and a rebalance callback (served
+ * on the loop, from kafka_consumer_poll like the messages). */
+struct kafka_consumer *kafka_consumer_create_opts(
+	struct event_base *base, const struct cfg *cfg, const char *group,
+	const char *topic, kafka_msg_fn msg_cb, void *arg,
+	const struct kafka_consumer_opts *opts, char *err, size_t errlen);
 void kafka_consumer_destroy(struct kafka_consumer *c);
 /* Delivers at most max messages now; returns how many. */
 int kafka_consumer_poll(struct kafka_consumer *c, int max);
 /* held=1: stop delivering (the caller has enough in hand); 0: resume. */
 void kafka_consumer_hold(struct kafka_consumer *c, int held);
+/*
+ * paused=1: stop fetching the partitions assigned now and later, but keep
+ * polling (group membership, rebalances); 0: fetch again. Unlike a hold,
+ * the member stays within max.poll.interval.ms however long it lasts.
+ */
+void kafka_consumer_pause(struct kafka_consumer *c, int paused);
+/* The last high watermark seen for a partition, or -1. */
+int64_t kafka_consumer_high_watermark(struct kafka_consumer *c,
+				      const char *topic, int32_t partition);
 /* Marks (topic, partition, offset) handled; commits asynchronously. */
 void kafka_consumer_commit(struct kafka_consumer *c, const char *topic,
 			   int32_t partition, int64_t next_offset);

@@ -182,6 +182,7 @@ stop_cb(int count, void *arg)
 	/* New submissions get 503 from here on. */
 	mg->stopping = 1;
 	kingest_stop(mg->kingest);
+	pull_stop(mg->pull);
 	mg->stop_deadline_ms = clock_mono_ms() + 10000;
 	mg->stop_ev = event_new(mg->base, -1, EV_PERSIST, drain_cb, mg);
 	event_add(mg->stop_ev, &tick);
@@ -285,6 +286,7 @@ main(int argc, char **argv)
 	}
 	if (mg.http == NULL)
 		log_fatal("http", "error=\"%s\"", err);
+	mg.pull = pull_create(&mg);
 	api_register(&mg);
 	cluster_sampler_start(&mg);
 	gauges = event_new(mg.base, -1, EV_PERSIST, gauges_cb, &mg);
@@ -302,6 +304,8 @@ main(int argc, char **argv)
 			 mg.inflight);
 		return 1;
 	}
+	/* Before the connections go: nothing may still wait on them. */
+	pull_destroy(mg.pull);
 	http_server_free(mg.http);
 	if (mg.stop_ev != NULL)
 		event_free(mg.stop_ev);

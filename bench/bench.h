@@ -36,6 +36,7 @@ struct bench_opts {
 	long count;		    /* tasks */
 	long near_count;	    /* far: tasks inside the horizon */
 	int conns;	   /* HTTP connections / DB or producer threads */
+	int clients;	   /* pull: pull clients (threads) */
 	int batch;	   /* tasks per POST /v1/tasks/batch */
 	int single;	   /* use POST /v1/tasks */
 	int preload;	   /* steady: submit everything first */
@@ -276,6 +277,7 @@ int scen_db_raw(struct bench_opts *o);
 int scen_cleanup(struct bench_opts *o);
 int scen_notifier(struct bench_opts *o);
 int scen_failover(struct bench_opts *o);
+int scen_pull(struct bench_opts *o);
 
 /* ------------------------------------------------------------- stores --- */
 

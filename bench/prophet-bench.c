@@ -95,6 +95,13 @@ usage(FILE *f)
 	      "             and --kills K times kills one with SIGKILL: time\n"
 	      "             from the kill to the first message of each of its\n"
 	      "             slots with a higher prophet-epoch (new owner)\n"
+	      "  pull       tasks taken over HTTP by --clients pull clients\n"
+	      "             of one group (next + ack, up to --batch a "
+	      "request):\n"
+	      "             without --rate --count tasks fired first, then\n"
+	      "             drained (tasks/s, beside a raw Kafka consumer's);\n"
+	      "             with --rate R for --duration s, due -> handed out\n"
+	      "             (and due -> a raw Kafka consumer alongside)\n"
 	      "  cleanup    delete Kafka topics starting with --topic-prefix\n"
 	      "             and the ZooKeeper tree --zk-root (with --zk)\n"
 	      "\n"
@@ -114,6 +121,7 @@ usage(FILE *f)
 	      "  --count N            tasks / messages / rows\n"
 	      "  --near-count N       far: tasks inside the horizon (=count)\n"
 	      "  --conns N            HTTP connections or client threads\n"
+	      "  --clients N          pull: pull clients (1)\n"
 	      "  --batch N            tasks per POST /v1/tasks/batch\n"
 	      "  --single             POST /v1/tasks, one task per request\n"
 	      "  --body-size B        task body bytes (100)\n"
@@ -183,6 +191,7 @@ enum {
 	OPT_KILLS,
 	OPT_SESSION,
 	OPT_PAUSE,
+	OPT_CLIENTS,
 };
 
 static const struct option long_opts[] = {
@@ -223,6 +232,7 @@ static const struct option long_opts[] = {
 	{"kills", required_argument, NULL, OPT_KILLS},
 	{"session-timeout", required_argument, NULL, OPT_SESSION},
 	{"pause", required_argument, NULL, OPT_PAUSE},
+	{"clients", required_argument, NULL, OPT_CLIENTS},
 	{"help", no_argument, NULL, 'h'},
 	{NULL, 0, NULL, 0},
 };
@@ -253,7 +263,7 @@ static const struct {
 	{"burst", scen_burst},	       {"far", scen_far},
 	{"kafka-raw", scen_kafka_raw}, {"db-raw", scen_db_raw},
 	{"cleanup", scen_cleanup},     {"notifier", scen_notifier},
-	{"failover", scen_failover},
+	{"failover", scen_failover},   {"pull", scen_pull},
 };
 
 int
@@ -384,6 +394,9 @@ main(int argc, char **argv)
 			break;
 		case OPT_PAUSE:
 			o.pause = num_arg("pause", optarg, 0, 3600);
+			break;
+		case OPT_CLIENTS:
+			o.clients = (int)num_arg("clients", optarg, 1, 1024);
 			break;
 		case 'h': usage(stdout); return 0;
 		default: usage(stderr); return 2;

@@ -88,9 +88,11 @@ class Puller(threading.Thread):
     receipt, deliveries) per task handed to it."""
 
     def __init__(self, topic, group, stop, max_tasks=50, wait_ms=2000,
-                 ack=True, visibility_ms=None):
+                 ack=True, visibility_ms=None, addrs=None):
         super().__init__(daemon=True)
         self.topic, self.group, self.stop = topic, group, stop
+        # Managers to use, the next one after a connection error.
+        self.addrs = addrs
         self.path = "/v1/topics/%s/next?group=%s&max=%d&wait_ms=%d" % (
             topic, group, max_tasks, wait_ms)
         if visibility_ms:
@@ -104,13 +106,16 @@ class Puller(threading.Thread):
         self.lock = threading.Lock()
 
     def run(self):
-        api = h.Api(C.manager_addr, timeout=MAX_WAIT_MS / 1000 + 10)
+        addrs = self.addrs or [C.manager_addr]
+        api = h.Api(addrs[0], timeout=MAX_WAIT_MS / 1000 + 10)
         while not self.stop.is_set():
             try:
                 r = api.get(self.path)
             except (OSError, http.client.HTTPException) as e:
                 self.errors.append(repr(e))
                 api.close()
+                addrs = addrs[1:] + addrs[:1]
+                api = h.Api(addrs[0], timeout=MAX_WAIT_MS / 1000 + 10)
                 time.sleep(0.1)
                 continue
             now = h.now_ms()
@@ -419,6 +424,73 @@ def test_manager_restart_mid_stream():
     h.log("restart after %d of 1000 tasks (stop took %.2f s, the waiting "
           "poll answered after %.2f s): none lost, %d duplicates"
           % (at, stop_s, waiter["took"], dups))
+
+
+def test_two_managers_one_group():
+    """Two managers serve one group (Kafka's rebalance splits the
+    partitions), a client on each; one manager stops in the middle: its
+    partitions move to the other, its client follows, and every task is
+    handed out, none early, duplicates at most what was in flight."""
+    topic = new_topic("duo")
+    port = h.free_port()
+    m2 = h.Proc("manager2", [h.MANAGER_BIN, "-c", C.conf_path, "--set",
+                             "http.listen=127.0.0.1:%d" % port],
+                os.path.join(C.dir, "manager2.log"))
+    addr2 = "127.0.0.1:%d" % port
+    m2.start()
+    try:
+        C._wait_http(m2, addr2, "/readyz", 60)
+        line = 'msg="pull group assigned partitions" group=duo topic=%s' % topic
+
+        def split():
+            # Both members (kept open meanwhile), two partitions each.
+            for addr in (C.manager_addr, addr2):
+                a = h.Api(addr)
+                r = a.get("/v1/topics/%s/next?group=duo" % topic)
+                a.close()
+                h.check_eq(r.status, 200, "open the group on %s: %r"
+                           % (addr, r))
+            return all(p.grep(line) and p.grep(line)[-1].endswith(
+                "partitions=2") for p in (C.manager, m2))
+        h.wait_until(split, 20, 0.3, "the group split over both")
+        due = submit(topic, 600, h.now_ms() + 1000, 4000, "d")
+        stop = threading.Event()
+        pa = Puller(topic, "duo", stop, max_tasks=20)
+        pb = Puller(topic, "duo", stop, max_tasks=20,
+                    addrs=[addr2, C.manager_addr])
+        pa.start()
+        pb.start()
+        h.wait_until(lambda: len(pb.got) >= 100 and len(pa.got) >= 100, 20,
+                     0.05, "both managers handing out")
+        rc = m2.stop()
+        h.check_eq(rc, 0, "the second manager's exit code")
+        deadline = time.monotonic() + 40
+        while time.monotonic() < deadline:
+            if {g[0] for p in (pa, pb) for g in p.got} >= set(due):
+                break
+            time.sleep(0.1)
+        time.sleep(1.5)
+        stop.set()
+        pa.join(15)
+        pb.join(15)
+    finally:
+        m2.stop()
+    got = pa.got + pb.got
+    ids = [g[0] for g in got]
+    problems = h.Problems()
+    problems.check(set(ids) >= set(due), "lost: %d of 600, e.g. %s"
+                   % (len(set(due) - set(ids)),
+                      sorted(set(due) - set(ids))[:5]))
+    check_not_early(problems, got, due)
+    dups = len(ids) - len(set(ids))
+    problems.check(dups <= 60, "%d duplicates" % dups)
+    last = C.manager.grep(line)[-1]
+    problems.check(last.endswith("partitions=4"), "the first manager after "
+                   "the second stopped: %s" % last)
+    problems.raise_if_any("two managers")
+    h.log("two managers: %d tasks to the client of the first, %d to the "
+          "client of the second (then of the first), none lost, %d "
+          "duplicates" % (len(pa.got), len(pb.got), dups))
 
 
 def test_mykit_get():

@@ -268,8 +268,9 @@ void
 kafka_consumer_hold(struct kafka_consumer *c, int held)
 {
 	c->held = held;
+	/* Polled from the loop, not from inside the caller's work. */
 	if (!held)
-		kafka_consumer_poll(c, 1000);
+		event_active(c->ev, EV_READ, 0);
 }
 
 /* Pauses or resumes fetching the partitions of l (NULL: the assignment). */

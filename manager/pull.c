@@ -58,6 +58,7 @@
 
 #define PULL_TICK_MS 1000
 #define PULL_COMMIT_MS 100
+#define PULL_HOLD_MS 5000
 #define PULL_ANSWER_BYTES (4 * 1024 * 1024)
 #define PULL_MAX_RECEIPTS 10000
 #define PULL_VISIBILITY_MIN 100
@@ -122,7 +123,9 @@ struct pgroup {
 	TAILQ_HEAD(, pmsg) ready;
 	TAILQ_HEAD(, pwait) waiters;
 	size_t in_hand, in_hand_bytes, leased;
-	int paused;
+	int held; /* not polled (back-pressure) since held_ms */
+	int64_t held_ms;
+	int paused; /* fetching paused, polled (a hold that lasted) */
 	int queued; /* in the serve list */
 	int dirty;  /* offsets to commit */
 	int64_t used_ms;
@@ -250,20 +253,51 @@ hold_until_due(struct pgroup *g, struct pmsg *m)
 	return 1;
 }
 
+/*
+ * Back-pressure at pull.max_in_hand(_bytes): first the consumer is held
+ * (not polled), so what librdkafka prefetched waits in its queue and is
+ * there at once when clients catch up; a pause (fetching stopped, polling
+ * on) would drop that prefetch and take some 300 ms to fetch again, which
+ * held draining clients to a fifth of their rate. A hold that lasts
+ * PULL_HOLD_MS becomes a pause (tick_cb): a member that does not poll
+ * holds up its group's rebalances.
+ */
 static void
 maybe_pause(struct pgroup *g)
 {
 	struct pull *p = g->p;
+	int over = g->in_hand >= p->max_in_hand ||
+		   (int64_t)g->in_hand_bytes >= p->max_in_hand_bytes;
+	int under = g->in_hand < p->max_in_hand / 2 &&
+		    (int64_t)g->in_hand_bytes < p->max_in_hand_bytes / 2;
 
-	if (!g->paused && (g->in_hand >= p->max_in_hand ||
-			   (int64_t)g->in_hand_bytes >= p->max_in_hand_bytes)) {
-		g->paused = 1;
-		kafka_consumer_pause(g->consumer, 1);
-	} else if (g->paused && g->in_hand < p->max_in_hand / 2 &&
-		   (int64_t)g->in_hand_bytes < p->max_in_hand_bytes / 2) {
-		g->paused = 0;
-		kafka_consumer_pause(g->consumer, 0);
+	if (over && !g->held && !g->paused) {
+		g->held = 1;
+		g->held_ms = clock_mono_ms();
+		kafka_consumer_hold(g->consumer, 1);
+	} else if (under && (g->held || g->paused)) {
+		if (g->paused)
+			kafka_consumer_pause(g->consumer, 0);
+		if (g->held)
+			kafka_consumer_hold(g->consumer, 0);
+		g->held = g->paused = 0;
 	}
+}
+
+/* A hold that lasted: pause instead, and poll again. */
+static void
+hold_to_pause(struct pgroup *g, int64_t now)
+{
+	if (!g->held || now - g->held_ms < PULL_HOLD_MS)
+		return;
+	log_info("pull group full: fetching paused until its clients "
+		 "acknowledge",
+		 "group=%s topic=%s in_hand=%zu", g->name, g->topic,
+		 g->in_hand);
+	kafka_consumer_pause(g->consumer, 1);
+	g->paused = 1;
+	g->held = 0;
+	kafka_consumer_hold(g->consumer, 0);
 }
 
 static void
@@ -983,6 +1017,7 @@ tick_cb(evutil_socket_t fd, short what, void *arg)
 			group_destroy(g);
 			continue;
 		}
+		hold_to_pause(g, now);
 		kafka_consumer_poll(g->consumer, 1000);
 		in_hand += g->in_hand;
 		leased += g->leased;

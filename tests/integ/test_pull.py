@@ -27,6 +27,8 @@ C = None
 MAX_CONNECTIONS = 64
 MAX_WAITING = 24
 MAX_GROUPS = 12
+# Small, so that back-pressure works in every test.
+MAX_IN_HAND = 200
 MAX_WAIT_MS = 6000
 IDLE_S = 4
 
@@ -39,6 +41,7 @@ def setup():
         "pull.max_groups": MAX_GROUPS,
         "pull.max_wait_ms": MAX_WAIT_MS,
         "pull.idle_group_s": IDLE_S,
+        "pull.max_in_hand": MAX_IN_HAND,
     }).open()
     C.start()
 
@@ -324,6 +327,54 @@ def test_unacknowledged_redelivered():
     h.check_eq(r.json, {"tasks": []}, "reopened group: nothing again")
     api.close()
     h.check_eq(len(due), 40, "tasks")
+
+
+def test_back_pressure():
+    """A group holds at most pull.max_in_hand messages: with that many
+    handed out and not acknowledged nothing more comes; after 5 s its
+    consumer pauses fetching (polling goes on); acknowledging lets the rest
+    come, each task once."""
+    topic = new_topic("full")
+    due = submit(topic, 500, h.now_ms(), 1, "f")
+    api = C.api()
+    path = "/v1/topics/%s/next?group=g&max=100&wait_ms=3000" \
+        "&visibility_ms=60000" % topic
+    taken = []
+    while len(taken) < MAX_IN_HAND:
+        r = api.get(path)
+        h.check_eq(r.status, 200, "next: %r" % r)
+        h.check(r.json["tasks"], "nothing below pull.max_in_hand")
+        taken += r.json["tasks"]
+    h.check_eq(len(taken), MAX_IN_HAND, "taken")
+    t0 = time.monotonic()
+    paused = 'msg="pull group full: fetching paused until its clients ' \
+        'acknowledge" group=g topic=%s' % topic
+    while not C.manager.grep(paused):
+        # Polls keep the group from closing as idle meanwhile.
+        r = api.get(path.replace("wait_ms=3000", "wait_ms=500"))
+        h.check_eq(r.json, {"tasks": []}, "more than pull.max_in_hand")
+        h.check(time.monotonic() - t0 < 10, "the hold never became a "
+                "pause")
+    paused_after = time.monotonic() - t0
+    r = api.get(path.replace("wait_ms=3000", "wait_ms=1000"))
+    h.check_eq(r.json, {"tasks": []}, "nothing while paused")
+    r = api.post("/v1/topics/%s/ack" % topic,
+                 {"group": "g", "receipts": [t["receipt"] for t in taken]})
+    h.check_eq(r.json["acked"], MAX_IN_HAND, "ack")
+    while len(taken) < 500:
+        r = api.get(path)
+        got = r.json["tasks"]
+        h.check(got, "the rest after the acknowledgement (%d of 500)"
+                % len(taken))
+        taken += got
+        api.post("/v1/topics/%s/ack" % topic,
+                 {"group": "g", "receipts": [t["receipt"] for t in got]})
+    api.close()
+    ids = [t["id"] for t in taken]
+    h.check_eq(sorted(set(ids)), sorted(due), "every task")
+    h.check_eq(len(ids), 500, "each once")
+    h.log("%d held, nothing more; paused %.1f s later; all 500 once the "
+          "first were acknowledged" % (MAX_IN_HAND, paused_after))
 
 
 def test_never_before_due():

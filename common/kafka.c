@@ -3,6 +3,7 @@
 #endif
 
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -542,17 +543,73 @@ consumer_close(rd_kafka_t *rk)
 		rd_kafka_destroy(rk);
 }
 
+/* Off the loop from here: the caller is done with it. */
+static void
+consumer_detach(struct kafka_consumer *c)
+{
+	c->rebalance_cb = NULL;
+	rd_kafka_queue_io_event_enable(c->q, -1, NULL, 0);
+	rd_kafka_queue_destroy(c->q);
+	event_free(c->ev);
+}
+
+static void
+consumer_free(struct kafka_consumer *c)
+{
+	consumer_close(c->rk);
+	close(c->pipefd[0]);
+	close(c->pipefd[1]);
+	xfree(c);
+}
+
 void
 kafka_consumer_destroy(struct kafka_consumer *c)
 {
 	if (c == NULL)
 		return;
-	c->rebalance_cb = NULL; /* the caller is tearing down */
-	rd_kafka_queue_io_event_enable(c->q, -1, NULL, 0);
-	rd_kafka_queue_destroy(c->q);
-	consumer_close(c->rk);
-	event_free(c->ev);
-	close(c->pipefd[0]);
-	close(c->pipefd[1]);
-	xfree(c);
+	consumer_detach(c);
+	consumer_free(c);
+}
+
+/* Consumers being closed by threads of their own. */
+static pthread_mutex_t closing_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t closing_cv = PTHREAD_COND_INITIALIZER;
+static int closing;
+
+static void *
+close_main(void *arg)
+{
+	consumer_free(arg);
+	pthread_mutex_lock(&closing_mu);
+	if (--closing == 0)
+		pthread_cond_broadcast(&closing_cv);
+	pthread_mutex_unlock(&closing_mu);
+	return NULL;
+}
+
+void
+kafka_consumer_destroy_async(struct kafka_consumer *c)
+{
+	pthread_t t;
+
+	if (c == NULL)
+		return;
+	consumer_detach(c);
+	pthread_mutex_lock(&closing_mu);
+	closing++;
+	pthread_mutex_unlock(&closing_mu);
+	if (pthread_create(&t, NULL, close_main, c) != 0) {
+		close_main(c); /* no thread: here, then */
+		return;
+	}
+	pthread_detach(t);
+}
+
+void
+kafka_consumer_wait_closed(void)
+{
+	pthread_mutex_lock(&closing_mu);
+	while (closing > 0)
+		pthread_cond_wait(&closing_cv, &closing_mu);
+	pthread_mutex_unlock(&closing_mu);
 }

@@ -78,6 +78,13 @@ struct kafka_consumer *kafka_consumer_create_opts(
 	const char *topic, kafka_msg_fn msg_cb, void *arg,
 	const struct kafka_consumer_opts *opts, char *err, size_t errlen);
 void kafka_consumer_destroy(struct kafka_consumer *c);
+/*
+ * The same without blocking the loop: the consumer leaves its group on a
+ * thread of its own (up to KAFKA_CLOSE_MS, in parallel with others).
+ * kafka_consumer_wait_closed() waits for every such close (at exit).
+ */
+void kafka_consumer_destroy_async(struct kafka_consumer *c);
+void kafka_consumer_wait_closed(void);
 /* Delivers at most max messages now; returns how many. */
 int kafka_consumer_poll(struct kafka_consumer *c, int max);
 /* held=1: stop delivering (the caller has enough in hand); 0: resume. */

@@ -878,9 +878,10 @@ group_destroy(struct pgroup *g)
 	hmap_del(p->by_key, g->key);
 	p->ngroups--;
 	group_commit(g);
-	/* Leaves the Kafka group (blocking, a few ms; KAFKA_CLOSE_MS at
-	 * most): the partitions move to the group's other members. */
-	kafka_consumer_destroy(g->consumer);
+	/* Leaves the Kafka group (its commits first) on a thread of its own,
+	 * which can take KAFKA_CLOSE_MS with Kafka down: the partitions move
+	 * to the group's other members. */
+	kafka_consumer_destroy_async(g->consumer);
 	while (g->parts != NULL)
 		part_drop(g, g->parts);
 	hmap_destroy(g->receipts);
@@ -1416,6 +1417,8 @@ pull_destroy(struct pull *p)
 		return;
 	while ((g = TAILQ_FIRST(&p->groups)) != NULL)
 		group_destroy(g);
+	/* All of them at once: with Kafka down, 5 s in all, not a group. */
+	kafka_consumer_wait_closed();
 	hmap_destroy(p->by_key);
 	timerwheel_destroy(p->tw);
 	event_free(p->wheel_ev);

@@ -2,7 +2,6 @@
 #include "config.h"
 #endif
 
-#include <errno.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <stdio.h>
@@ -52,8 +51,8 @@
  * request is in service for the HTTP gate, which never evicts it at the
  * connection limit, hence pull.max_waiting and its cap at half of
  * http.max_connections. evhttp does not read a connection while its request
- * is in service, so a client that went away is found by peeking at its
- * socket: before anything is handed to it, and every second.
+ * is in service, so a client that went away is found by the TCP state of
+ * its socket: before anything is handed to it, and every second.
  */
 
 #define PULL_TICK_MS 1000
@@ -693,29 +692,27 @@ reply_empty(struct evhttp_request *req, int mykit)
 
 /*
  * Whether the client of a request in service is still there: evhttp does
- * not read its connection meanwhile, so its closing is seen only here. A
- * client that shut down its sending side counts as gone.
+ * not read its connection meanwhile, so its closing is seen only here, by
+ * the TCP state (CLOSE_WAIT once the client's FIN came; a peek at the bytes
+ * would take a TLS close_notify for data). A client that shut down only
+ * its sending side counts as gone.
  */
 static int
 client_there(struct evhttp_request *req)
 {
 	struct evhttp_connection *evcon = evhttp_request_get_connection(req);
 	struct bufferevent *bev;
+	struct tcp_info ti;
+	socklen_t len = sizeof(ti);
 	evutil_socket_t fd;
-	char c;
-	ssize_t n;
 
 	if (evcon == NULL)
 		return 0;
 	bev = evhttp_connection_get_bufferevent(evcon);
 	fd = bev != NULL ? bufferevent_getfd(bev) : -1;
-	if (fd < 0)
-		return 1;
-	n = recv(fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
-	if (n > 0)
-		return 1;
-	return n < 0 &&
-	       (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR);
+	if (fd < 0 || getsockopt(fd, IPPROTO_TCP, TCP_INFO, &ti, &len) < 0)
+		return 1; /* cannot tell */
+	return ti.tcpi_state == TCP_ESTABLISHED;
 }
 
 /*

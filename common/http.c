@@ -8,6 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <sys/socket.h>
 
 #include <event2/buffer.h>
@@ -83,6 +85,7 @@ http_reason(int code)
 #define SWEEP_IDLE_MS 1000
 #define SWEEP_FULL_MS 20
 #define EVICT_MIN_AGE_MS 100
+#define TLS_COALESCE_MAX 16384 /* a TLS record's payload */
 
 enum conn_state {
 	CS_HEAD,    /* reading a head (head_len 0: idle, nothing yet) */
@@ -952,6 +955,19 @@ http_server_reload_tls(struct evhttp *h)
 	log_info("TLS certificate reloaded", "cert=%s", s->tls_cert);
 }
 
+/*
+ * An answer is written as one TLS record, not one a buffer chunk (its head
+ * and its body would be two records and two packets).
+ */
+static void
+tls_coalesce_cb(struct evbuffer *buf, const struct evbuffer_cb_info *info,
+		void *arg)
+{
+	(void)arg;
+	if (info->n_added > 0 && evbuffer_get_length(buf) <= TLS_COALESCE_MAX)
+		evbuffer_pullup(buf, -1);
+}
+
 static struct bufferevent *
 conn_bev(struct event_base *base, void *arg)
 {
@@ -975,6 +991,8 @@ conn_bev(struct event_base *base, void *arg)
 		}
 		/* A client closing without close_notify is EOF for HTTP. */
 		bufferevent_openssl_set_allow_dirty_shutdown(bev, 1);
+		evbuffer_add_cb(bufferevent_get_output(bev), tls_coalesce_cb,
+				NULL);
 	} else {
 		bev = bufferevent_socket_new(base, -1, 0);
 	}
@@ -1312,6 +1330,14 @@ http_server_create(struct event_base *base, const char *listen,
 	if (s->lim.max_headers == 0)
 		s->lim.max_headers = 16384;
 	s->listener = evhttp_bound_socket_get_listener(bound);
+	/* Accepted sockets inherit it: an answer's TLS records (one per
+	 * buffer chunk) must not wait for the client's delayed ACK. */
+	{
+		int one = 1;
+
+		setsockopt(evhttp_bound_socket_get_fd(bound), IPPROTO_TCP,
+			   TCP_NODELAY, &one, sizeof(one));
+	}
 	s->sweep = evtimer_new(base, sweep_cb, s);
 	s->m_open = metrics_register(METRIC_GAUGE, "prophet_http_connections",
 				     "open HTTP connections", NULL, 0);

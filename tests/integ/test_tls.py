@@ -182,6 +182,21 @@ def wait_https(proc, addr, path):
         api.close()
 
 
+def read_all(s):
+    """What the server sends until it closes (or goes quiet), then close."""
+    got = b""
+    try:
+        while True:
+            chunk = s.recv(4096)
+            if not chunk:
+                break
+            got += chunk
+    except (socket.timeout, ssl.SSLError, ConnectionResetError):
+        pass
+    s.close()
+    return got
+
+
 def tls_connect(addr, ctx):
     host, port = addr.split(":")
     raw = socket.create_connection((host, int(port)), timeout=5)
@@ -230,16 +245,7 @@ def test_plain_http_gets_nothing():
     host, port = C.manager_addr.split(":")
     s = socket.create_connection((host, int(port)), timeout=5)
     s.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
-    got = b""
-    try:
-        while True:
-            chunk = s.recv(4096)
-            if not chunk:
-                break
-            got += chunk
-    except (socket.timeout, ConnectionResetError):
-        pass
-    s.close()
+    got = read_all(s)
     h.check(b"HTTP/1." not in got and b"ok" not in got,
             "plain HTTP to the HTTPS listener got an answer: %r" % got[:200])
 
@@ -289,16 +295,7 @@ def test_refusals_are_json_through_tls():
                          b"\r\n", 413)):
         s = tls_connect(C.manager_addr, client_ctx())
         s.sendall(req)
-        got = b""
-        try:
-            while True:
-                chunk = s.recv(4096)
-                if not chunk:
-                    break
-                got += chunk
-        except (socket.timeout, ssl.SSLError, ConnectionResetError):
-            pass
-        s.close()
+        got = read_all(s)
         h.check(got.startswith(b"HTTP/1.1 %d " % status),
                 "%d over TLS: %r" % (status, got[:120]))
         body = json.loads(got.split(b"\r\n\r\n", 1)[1])

@@ -644,6 +644,29 @@ cfg_check_cidr_list(const char *v, char *err, size_t errlen)
 	return 0;
 }
 
+/* A listener's certificate comes with its key, a client CA with both. */
+static int
+check_tls(const struct cfg *cfg, enum cfg_id cert, enum cfg_id key,
+	  enum cfg_id ca, char *err, size_t errlen)
+{
+	int c = cfg->str[cert][0] != '\0', k = cfg->str[key][0] != '\0';
+	enum cfg_id missing = !c ? cert : key;
+
+	if (c == k && (c || cfg->str[ca][0] == '\0'))
+		return 0;
+	snprintf(err, errlen, "%s.%s: needed with %s.%s",
+		 cfg_defs[missing].section, cfg_defs[missing].key,
+		 cfg_defs[c == k ? ca
+			  : c	 ? cert
+				 : key]
+			 .section,
+		 cfg_defs[c == k ? ca
+			  : c	 ? cert
+				 : key]
+			 .key);
+	return -1;
+}
+
 int
 cfg_validate(const struct cfg *cfg, char *err, size_t errlen)
 {
@@ -672,6 +695,14 @@ cfg_validate(const struct cfg *cfg, char *err, size_t errlen)
 			return -1;
 		}
 	}
+	if (check_tls(cfg, CFG_HTTP_TLS_CERT, CFG_HTTP_TLS_KEY,
+		      CFG_HTTP_TLS_CLIENT_CA, err, errlen) < 0 ||
+	    check_tls(cfg, CFG_WORKER_HTTP_TLS_CERT, CFG_WORKER_HTTP_TLS_KEY,
+		      CFG_WORKER_HTTP_TLS_CLIENT_CA, err, errlen) < 0 ||
+	    check_tls(cfg, CFG_NOTIFIER_HTTP_TLS_CERT,
+		      CFG_NOTIFIER_HTTP_TLS_KEY,
+		      CFG_NOTIFIER_HTTP_TLS_CLIENT_CA, err, errlen) < 0)
+		return -1;
 	if (!strcmp(cfg->str[CFG_NOTIFIER_RETRY_TOPIC],
 		    cfg->str[CFG_NOTIFIER_DEAD_LETTER_TOPIC])) {
 		snprintf(err, errlen,

@@ -88,6 +88,19 @@
 	  CFG_INT, "268435456", 0, 68719476736LL, NULL, 0,                     \
 	  "request bodies being received at once (their Content-Length); "     \
 	  "beyond it 503; 0 no limit")                                         \
+	X(HTTP_TLS_CERT, "http", "tls_cert", CFG_STR, "", 0, 0, NULL, 0,       \
+	  "PEM certificate chain: the API and console serve HTTPS only "       \
+	  "(TLS 1.2+); re-read on SIGHUP; empty: plain HTTP")                  \
+	X(HTTP_TLS_KEY, "http", "tls_key", CFG_STR, "", 0, 0, NULL, 0,         \
+	  "PEM private key of http.tls_cert (readable by the service only)")   \
+	X(HTTP_TLS_CLIENT_CA, "http", "tls_client_ca", CFG_STR, "", 0, 0,      \
+	  NULL, 0,                                                             \
+	  "PEM CA bundle: clients must present a certificate it signed "       \
+	  "(mutual TLS); empty: none asked")                                   \
+	X(HTTP_TLS_CA, "http", "tls_ca", CFG_STR, "", 0, 0, NULL, 0,           \
+	  "PEM CA bundle Prophet's own HTTPS clients trust (prophetctl, the "  \
+	  "notifier's retry submissions, the manager reading worker "          \
+	  "metrics); empty: the system's")                                     \
 	X(HTTP_CALLBACK_HOSTS_ALLOWED, "http", "callback_hosts_allowed",       \
 	  CFG_STR, "", 0, 0, NULL, 0,                                          \
 	  "comma-separated hosts callback URLs may name ('.example.com' "      \
@@ -156,6 +169,12 @@
 	X(WORKER_HTTP_LISTEN, "worker", "http_listen", CFG_STR,                \
 	  "127.0.0.1:7071", 0, 0, cfg_check_listen, 0,                         \
 	  "worker /metrics and /healthz address")                              \
+	X(WORKER_HTTP_TLS_CERT, "worker", "http_tls_cert", CFG_STR, "", 0, 0,  \
+	  NULL, 0, "as http.tls_cert, for worker.http_listen")                 \
+	X(WORKER_HTTP_TLS_KEY, "worker", "http_tls_key", CFG_STR, "", 0, 0,    \
+	  NULL, 0, "as http.tls_key, for worker.http_listen")                  \
+	X(WORKER_HTTP_TLS_CLIENT_CA, "worker", "http_tls_client_ca", CFG_STR,  \
+	  "", 0, 0, NULL, 0, "as http.tls_client_ca, for worker.http_listen")  \
 	X(WORKER_LOOKAHEAD_MS, "worker", "lookahead_ms", CFG_INT, "1500", 100, \
 	  60000, NULL, 0,                                                      \
 	  "due ids read this far ahead into the in-memory timing wheel")       \
@@ -179,6 +198,13 @@
 	X(NOTIFIER_HTTP_LISTEN, "notifier", "http_listen", CFG_STR,            \
 	  "127.0.0.1:7072", 0, 0, cfg_check_listen, 0,                         \
 	  "notifier /metrics and /healthz address")                            \
+	X(NOTIFIER_HTTP_TLS_CERT, "notifier", "http_tls_cert", CFG_STR, "", 0, \
+	  0, NULL, 0, "as http.tls_cert, for notifier.http_listen")            \
+	X(NOTIFIER_HTTP_TLS_KEY, "notifier", "http_tls_key", CFG_STR, "", 0,   \
+	  0, NULL, 0, "as http.tls_key, for notifier.http_listen")             \
+	X(NOTIFIER_HTTP_TLS_CLIENT_CA, "notifier", "http_tls_client_ca",       \
+	  CFG_STR, "", 0, 0, NULL, 0,                                          \
+	  "as http.tls_client_ca, for notifier.http_listen")                   \
 	X(NOTIFIER_GROUP, "notifier", "group", CFG_STR, "prophet-notifier", 0, \
 	  0, cfg_check_nonempty, 0, "Kafka consumer group of the notifiers")   \
 	X(NOTIFIER_TOPICS, "notifier", "topics", CFG_STR, "", 0, 0, NULL, 0,   \

@@ -418,6 +418,8 @@ httpcli_request(struct httpcli *h, const struct httpcli_req *rq,
 #endif
 		curl_easy_setopt(e, CURLOPT_PROXY, "");
 	}
+	if (rq->ca_file != NULL && rq->ca_file[0] != '\0')
+		curl_easy_setopt(e, CURLOPT_CAINFO, rq->ca_file);
 	curl_easy_setopt(e, CURLOPT_ERRORBUFFER, r->errbuf);
 	curl_easy_setopt(e, CURLOPT_PRIVATE, r);
 	if (!strcmp(rq->method, "POST") || !strcmp(rq->method, "PUT") ||

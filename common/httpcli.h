@@ -20,7 +20,8 @@ struct httpcli_req {
 	const void *body;     /* sent for POST, PUT, PATCH */
 	size_t body_len;
 	long timeout_ms;
-	long max_redirects; /* 0: redirects are not followed */
+	long max_redirects;  /* 0: redirects are not followed */
+	const char *ca_file; /* https peers verified by it; NULL/"": system's */
 	/*
 	 * NULL: any address. Else every connection, new or reused, first
 	 * or after a redirect, must be to an address it allows, and no

@@ -160,6 +160,7 @@ reload_cb(void *arg)
 	}
 	log_level_parse(cfg_str(mg->cfg, CFG_LOG_LEVEL), &lvl);
 	log_set_level(lvl);
+	http_server_reload_tls(mg->http);
 	if (load_access(mg, err, sizeof(err)) < 0)
 		log_error("reload of tokens/topics failed; keeping the "
 			  "running ones",
@@ -278,6 +279,10 @@ main(int argc, char **argv)
 				(long)cfg_int(mg.cfg, CFG_HTTP_MAX_CONNECTIONS),
 			.max_body_memory = (size_t)cfg_int(
 				mg.cfg, CFG_HTTP_MAX_BODY_MEMORY_BYTES),
+			.tls_cert = cfg_str(mg.cfg, CFG_HTTP_TLS_CERT),
+			.tls_key = cfg_str(mg.cfg, CFG_HTTP_TLS_KEY),
+			.tls_client_ca =
+				cfg_str(mg.cfg, CFG_HTTP_TLS_CLIENT_CA),
 		};
 
 		mg.http = http_server_create(mg.base,
@@ -288,6 +293,10 @@ main(int argc, char **argv)
 		log_fatal("http", "error=\"%s\"", err);
 	mg.pull = pull_create(&mg);
 	api_register(&mg);
+	mg.tls_client = http_tls_client_context(
+		cfg_str(mg.cfg, CFG_HTTP_TLS_CA), err, sizeof(err));
+	if (mg.tls_client == NULL)
+		log_fatal("bad config", "key=http.tls_ca error=\"%s\"", err);
 	cluster_sampler_start(&mg);
 	gauges = event_new(mg.base, -1, EV_PERSIST, gauges_cb, &mg);
 	event_add(gauges, &one_s);
@@ -307,6 +316,7 @@ main(int argc, char **argv)
 	/* Before the connections go: nothing may still wait on them. */
 	pull_destroy(mg.pull);
 	http_server_free(mg.http);
+	SSL_CTX_free(mg.tls_client);
 	if (mg.stop_ev != NULL)
 		event_free(mg.stop_ev);
 	/* Commits in flight complete (their answers are lost with the

@@ -74,6 +74,7 @@ struct index_slot {
 
 struct manager {
 	struct cfg *cfg;
+	struct ssl_ctx_st *tls_client; /* SSL_CTX: reading worker metrics */
 	struct event_base *base;
 	struct daemon *daemon;
 	struct evhttp *http;

@@ -107,6 +107,7 @@ reload_cb(void *arg)
 	}
 	log_level_parse(cfg_str(n->cfg, CFG_LOG_LEVEL), &lvl);
 	log_set_level(lvl);
+	http_server_reload_tls(n->http);
 	log_info("config reloaded", "");
 }
 
@@ -265,9 +266,15 @@ main(int argc, char **argv)
 			  "key=notifier.callback_networks_allowed error=\"%s\"",
 			  err);
 	{
-		struct http_limits lim = {.max_body = 65536,
-					  .timeout_s = 30,
-					  .max_connections = 64};
+		struct http_limits lim = {
+			.max_body = 65536,
+			.timeout_s = 30,
+			.max_connections = 64,
+			.tls_cert = cfg_str(n.cfg, CFG_NOTIFIER_HTTP_TLS_CERT),
+			.tls_key = cfg_str(n.cfg, CFG_NOTIFIER_HTTP_TLS_KEY),
+			.tls_client_ca =
+				cfg_str(n.cfg, CFG_NOTIFIER_HTTP_TLS_CLIENT_CA),
+		};
 
 		n.http = http_server_create(
 			n.base, cfg_str(n.cfg, CFG_NOTIFIER_HTTP_LISTEN), &lim,

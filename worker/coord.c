@@ -980,6 +980,9 @@ member_json(const struct worker *w)
 	json_object_set_new(j, "started_at", json_integer(clock_now_ms()));
 	json_object_set_new(j, "version", json_string(PACKAGE_VERSION));
 	json_object_set_new(j, "metrics", utf8_json_str(metrics));
+	/* The manager reads it over HTTPS then (its lateness chart). */
+	if (cfg_str(w->cfg, CFG_WORKER_HTTP_TLS_CERT)[0] != '\0')
+		json_object_set_new(j, "metrics_tls", json_true());
 	s = json_dumps(j, JSON_COMPACT | JSON_PRESERVE_ORDER);
 	json_decref(j);
 	if (s == NULL)

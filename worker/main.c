@@ -80,6 +80,7 @@ reload_cb(void *arg)
 	}
 	log_level_parse(cfg_str(w->cfg, CFG_LOG_LEVEL), &lvl);
 	log_set_level(lvl);
+	http_server_reload_tls(w->http);
 }
 
 static void
@@ -185,9 +186,15 @@ main(int argc, char **argv)
 				   (int)cfg_int(w.cfg, CFG_REDIS_TIMEOUT_MS),
 				   NULL, NULL);
 	{
-		struct http_limits lim = {.max_body = 65536,
-					  .timeout_s = 30,
-					  .max_connections = 64};
+		struct http_limits lim = {
+			.max_body = 65536,
+			.timeout_s = 30,
+			.max_connections = 64,
+			.tls_cert = cfg_str(w.cfg, CFG_WORKER_HTTP_TLS_CERT),
+			.tls_key = cfg_str(w.cfg, CFG_WORKER_HTTP_TLS_KEY),
+			.tls_client_ca =
+				cfg_str(w.cfg, CFG_WORKER_HTTP_TLS_CLIENT_CA),
+		};
 
 		w.http = http_server_create(
 			w.base, cfg_str(w.cfg, CFG_WORKER_HTTP_LISTEN), &lim,

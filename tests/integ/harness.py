@@ -360,10 +360,18 @@ class Api:
     """HTTP/1.1 client on one kept-alive connection (not thread-safe:
     one Api per thread)."""
 
-    def __init__(self, addr, timeout=30):
+    def __init__(self, addr, timeout=30, cafile=None, cert=None):
+        """cafile: HTTPS, the server verified against it; cert: a
+        (certificate, key) pair to present (mutual TLS)."""
         host, port = addr.rsplit(":", 1)
         self.host, self.port, self.timeout = host, int(port), timeout
         self.conn = None
+        self.ssl = None
+        if cafile is not None:
+            import ssl
+            self.ssl = ssl.create_default_context(cafile=cafile)
+            if cert is not None:
+                self.ssl.load_cert_chain(*cert)
 
     def close(self):
         if self.conn is not None:
@@ -381,8 +389,13 @@ class Api:
         for attempt in (0, 1):
             fresh = self.conn is None
             if fresh:
-                self.conn = http.client.HTTPConnection(
-                    self.host, self.port, timeout=self.timeout)
+                if self.ssl is not None:
+                    self.conn = http.client.HTTPSConnection(
+                        self.host, self.port, timeout=self.timeout,
+                        context=self.ssl)
+                else:
+                    self.conn = http.client.HTTPConnection(
+                        self.host, self.port, timeout=self.timeout)
             try:
                 self.conn.request(method, path, body=body, headers=hdrs)
                 r = self.conn.getresponse()
@@ -746,8 +759,12 @@ class Proc:
             self._note("killed (SIGKILL)")
 
     def _note(self, what):
-        with open(self.log_path, "ab") as f:
-            f.write(("=== harness: %s at %d\n" % (what, now_ms())).encode())
+        try:
+            with open(self.log_path, "ab") as f:
+                f.write(("=== harness: %s at %d\n" % (what, now_ms()))
+                        .encode())
+        except OSError:
+            pass  # its directory is gone with its cluster
 
     def tail(self, n=40):
         try:
@@ -874,6 +891,10 @@ class Cluster:
         self.workers = []
         self.readers = []
         self.created_db = False
+        # HTTPS to the manager (a test that sets http.tls_cert sets these):
+        # the CA to verify it, and a (cert, key) for mutual TLS.
+        self.tls_ca = None
+        self.tls_client = None
 
     # -- setup / teardown ------------------------------------------------
     def __enter__(self):
@@ -1054,7 +1075,8 @@ class Cluster:
         return p
 
     def _wait_http(self, proc, addr, path, timeout):
-        api = Api(addr, timeout=2)
+        api = Api(addr, timeout=2, cafile=self.tls_ca if addr ==
+                  self.manager_addr else None, cert=self.tls_client)
         last = [None]
 
         def ok():
@@ -1131,7 +1153,8 @@ class Cluster:
 
     # -- clients ---------------------------------------------------------
     def api(self):
-        return Api(self.manager_addr)
+        return Api(self.manager_addr, cafile=self.tls_ca,
+                   cert=self.tls_client)
 
     def redis(self):
         return Redis(self.redis_host, self.redis_port, self.redis_db)

@@ -451,6 +451,35 @@ def test_pipelined_requests():
         h.check_eq(status_of(got), 200, "the closing request's answer")
 
 
+def test_closed_connections_do_not_steal_the_next():
+    """A connection evhttp closes after its answer (Connection: close,
+    HTTP/1.0, a refusal) leaves nothing behind that reads from the next
+    connection given the same descriptor: every request after one is
+    answered at once."""
+    host, port = C.manager_addr.split(":")
+    closing = (b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close"
+               b"\r\n\r\n", b"GET /healthz HTTP/1.0\r\n\r\n",
+               b"GARBAGE\r\n\r\n", b"TRACE / HTTP/1.1\r\nHost: x\r\n\r\n")
+    lost = 0
+    for i in range(200):
+        a = socket.create_connection((host, int(port)), timeout=5)
+        a.sendall(closing[i % len(closing)])
+        try:
+            a.recv(4096)
+        except socket.timeout:
+            pass
+        a.close()
+        b = socket.create_connection((host, int(port)), timeout=3)
+        b.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        try:
+            if status_of(b.recv(4096)) != 200:
+                lost += 1
+        except socket.timeout:
+            lost += 1
+        b.close()
+    h.check_eq(lost, 0, "requests unanswered after a closed connection")
+
+
 def test_content_type_required():
     body = json.dumps({"topic": "t", "body": "b", "delay_ms": 1})
     r = API.request("POST", "/v1/tasks", body)  # no Content-Type

@@ -223,6 +223,50 @@ def test_submit_over_https_fires():
     api.close()
 
 
+def test_pull_over_https():
+    """Pull consumption through TLS: 300 tasks of 500 bytes taken 100 at a
+    time (answers larger than a TLS record) and acknowledged, each once; a
+    long poll whose client closes (close_notify, FIN) is found gone."""
+    topic = "pull-" + h.rand_tag(4)
+    h.create_topics(C.brokers, [C.topic(topic)])
+    api = C.api()
+    r = api.post("/v1/tasks/batch", {"tasks": [
+        {"id": "tlsp-%s-%d" % (C.tag, i), "topic": topic, "body": "x" * 500,
+         "delay_ms": 0} for i in range(300)]})
+    h.check_eq(r.status, 200, "batch: %r" % (r,))
+    got, deadline = [], time.monotonic() + 30
+    while len(got) < 300 and time.monotonic() < deadline:
+        r = api.get("/v1/topics/%s/next?group=g&max=100&wait_ms=3000"
+                    % topic)
+        h.check_eq(r.status, 200, "next over HTTPS: %r" % (r,))
+        got += r.json["tasks"]
+        a = api.post("/v1/topics/%s/ack" % topic, {
+            "group": "g", "receipts": [t["receipt"] for t in
+                                       r.json["tasks"]]})
+        h.check_eq(a.json["unknown"], [], "ack over HTTPS")
+    h.check_eq(sorted(t["id"] for t in got),
+               sorted("tlsp-%s-%d" % (C.tag, i) for i in range(300)),
+               "each task once")
+
+    def pull_metric(name):
+        for line in api.get("/metrics").text.splitlines():
+            if line.startswith(name + " "):
+                return float(line.split()[1])
+        return None
+    gone = pull_metric("prophet_pull_clients_gone_total")
+    s = tls_connect(C.manager_addr, client_ctx())
+    s.sendall(("GET /v1/topics/%s/next?group=lp&wait_ms=20000 HTTP/1.1\r\n"
+               "Host: x\r\n\r\n" % topic).encode())
+    h.wait_until(lambda: pull_metric("prophet_pull_waiting_requests") == 1,
+                 5, 0.1, "the poll waiting")
+    s.close()
+    h.wait_until(lambda: pull_metric("prophet_pull_waiting_requests") == 0,
+                 5, 0.1, "the poll of the gone client freed")
+    h.check_eq(pull_metric("prophet_pull_clients_gone_total") - gone, 1,
+               "prophet_pull_clients_gone_total")
+    api.close()
+
+
 def prophetctl(*args):
     return subprocess.run([PROPHETCTL, "-c", C.conf_path] + list(args),
                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT,

@@ -31,6 +31,9 @@ struct httpcli_req {
 	/* 0: no limit. Else reading stops after this many bytes of
 	 * headers and body: the status already received is the answer. */
 	size_t max_response_bytes;
+	/* https: the CA certificates (PEM file) the server's certificate
+	 * must chain to; NULL or "": the system's. */
+	const char *ca_file;
 };
 
 /* What became of a request, coarsely: what a caller may show to whoever
@@ -72,5 +75,9 @@ void httpcli_destroy(struct httpcli *h);
 void httpcli_request(struct httpcli *h, const struct httpcli_req *rq,
 		     httpcli_done_fn done_cb, void *arg);
 size_t httpcli_running(const struct httpcli *h);
+/* The same request made at once, blocking (startup checks); res->body
+ * is NULL. */
+void httpcli_request_blocking(struct httpcli *h, const struct httpcli_req *rq,
+			      struct httpcli_result *res);
 
 #endif

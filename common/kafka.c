@@ -139,6 +139,21 @@ probe_error(struct kafka_probe *pr, int err, const char *reason)
 	return 1;
 }
 
+/* librdkafka before 2.6.1 sends a SCRAM proof Kafka 4 brokers refuse
+ * (confluentinc/librdkafka#4895): a correct password fails too. */
+static const char *
+scram_hint(const struct cfg *cfg)
+{
+	if (strncasecmp(cfg_str(cfg, CFG_KAFKA_SECURITY_PROTOCOL), "sasl_",
+			5) ||
+	    strncmp(cfg_str(cfg, CFG_KAFKA_SASL_MECHANISM), "SCRAM", 5) ||
+	    rd_kafka_version() >= 0x020601ff)
+		return "";
+	return "; this librdkafka (before 2.6.1) cannot do SCRAM with Kafka 4 "
+	       "brokers: use kafka.sasl_mechanism PLAIN (inside sasl_ssl), see "
+	       "docs/security.md";
+}
+
 /*
  * Serves rk's main queue until a broker answers a metadata request, one
  * refuses the credentials or the certificate (-1), every broker is
@@ -162,10 +177,11 @@ probe_run(rd_kafka_t *rk, struct kafka_probe *pr, const struct cfg *cfg,
 				 "kafka.security_protocol %s, "
 				 "kafka.sasl_username "
 				 "'%s' and its kafka.sasl_password_file, "
-				 "kafka.tls_ca)",
+				 "kafka.tls_ca)%s",
 				 pr->failed,
 				 cfg_str(cfg, CFG_KAFKA_SECURITY_PROTOCOL),
-				 cfg_str(cfg, CFG_KAFKA_SASL_USERNAME));
+				 cfg_str(cfg, CFG_KAFKA_SASL_USERNAME),
+				 scram_hint(cfg));
 			rc = -1;
 			break;
 		}

@@ -289,6 +289,10 @@ refusal_hint(const struct db_conn *c)
 		       "certificate";
 	if (c->errnum == 4036 || c->errnum == 3159)
 		return "the server requires TLS: set db.tls_mode and db.tls_ca";
+	/* an account created REQUIRE SSL is refused like a wrong password */
+	if (c->dsn->tls.mode == CFG_TLS_DISABLED)
+		return "check db.url's user and db.password_file, and whether "
+		       "the server requires TLS (db.tls_mode, db.tls_ca)";
 	return "check db.url's user and db.password_file";
 }
 

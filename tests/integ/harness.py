@@ -190,7 +190,7 @@ def kafka_secure_acls(prefix, ingest_topic=None):
         raise TestFailure("scripts/devcluster kafka-acls %s failed" % prefix)
 
 
-def HTTPS_CONF(c):
+def https_conf(c):
     """The keys that serve a Cluster(https=True)'s API over HTTPS with
     the dev CA's certificate, and point the notifier at it."""
     return {
@@ -1261,7 +1261,7 @@ class Cluster:
             "notifier.manager_url": "http://" + self.manager_addr,
         }
         if self.https:
-            c.update(HTTPS_CONF(self))
+            c.update(https_conf(self))
         return c
 
     def write_conf(self, path=None, conf=None):

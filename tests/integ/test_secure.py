@@ -36,7 +36,7 @@ import harness as h  # noqa: E402
 import test_e2e as e2e  # noqa: E402
 
 # HTTPS for the manager's API (http.tls_cert, http.tls_key): switch on
-# when those keys exist. harness.HTTPS_CONF has the keys it sets.
+# when those keys exist. harness.https_conf has the keys it sets.
 HTTPS = False
 
 NOTIFIER_BIN = os.path.join(h.BUILDDIR, "prophet-notifier")

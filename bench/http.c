@@ -386,6 +386,12 @@ read_answer(struct httpc *c, int *got_any)
 
 static char auth_header[600];
 
+const char *
+httpc_auth_header(void)
+{
+	return auth_header;
+}
+
 void
 httpc_token_set(const char *token)
 {

@@ -494,6 +494,8 @@ scen_kafka_raw(struct bench_opts *o)
 	    rd_kafka_conf_set(conf, "enable.idempotence", "true", err,
 			      sizeof(err)) ||
 	    rd_kafka_conf_set(conf, "linger.ms", linger, err, sizeof(err)) ||
+	    rd_kafka_conf_set(conf, "socket.nagle.disable", "true", err,
+			      sizeof(err)) ||
 	    rd_kafka_conf_set(conf, "message.timeout.ms", "0", err,
 			      sizeof(err)) ||
 	    rd_kafka_conf_set(conf, "queue.buffering.max.messages", "200000",

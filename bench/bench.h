@@ -185,6 +185,13 @@ int ledger_id(const struct ledger *l, size_t seq, char *buf, size_t len);
 /* ------------------------------------------------------------ kafka --- */
 
 /* Creates the topic unless it exists; waits until it has partitions. */
+/* librdkafka properties ("key=value" lines, as kcat -F reads) for every
+ * Kafka client of this run: a secure cluster's security settings. */
+void kafka_conf_file_set(const char *path);
+/* A bearer token sent with every API request ("": none). */
+void httpc_token_set(const char *token);
+/* "Authorization: Bearer <token>\r\n", or "" without a token. */
+const char *httpc_auth_header(void);
 int kafka_topic_ensure(const char *brokers, const char *topic, char *err,
 		       size_t errlen);
 /* Deletes every topic whose name starts with prefix (non-empty). */

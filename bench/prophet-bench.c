@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "bench.h"
+#include "secret.h"
 
 volatile int bench_stop;
 
@@ -108,6 +109,10 @@ usage(FILE *f)
 	      "options:\n"
 	      "  --api URL            manager API (http://127.0.0.1:7070)\n"
 	      "  --brokers LIST       Kafka (127.0.0.1:9092)\n"
+	      "  --kafka-conf FILE    librdkafka key=value lines for every "
+	      "Kafka client\n"
+	      "                       (a secure cluster's, as kcat -F)\n"
+	      "  --token-file FILE    API bearer token (mode 600)\n"
 	      "  --topic-prefix P     the cluster's kafka.topic_prefix\n"
 	      "  --topic T            task topic (bench-<scenario>-<tag>)\n"
 	      "  --db URL             mysql://user:pass@host:port/db\n"
@@ -192,11 +197,15 @@ enum {
 	OPT_SESSION,
 	OPT_PAUSE,
 	OPT_CLIENTS,
+	OPT_KAFKA_CONF,
+	OPT_TOKEN_FILE,
 };
 
 static const struct option long_opts[] = {
 	{"api", required_argument, NULL, OPT_API},
 	{"brokers", required_argument, NULL, OPT_BROKERS},
+	{"kafka-conf", required_argument, NULL, OPT_KAFKA_CONF},
+	{"token-file", required_argument, NULL, OPT_TOKEN_FILE},
 	{"topic-prefix", required_argument, NULL, OPT_PREFIX},
 	{"topic", required_argument, NULL, OPT_TOPIC},
 	{"db", required_argument, NULL, OPT_DB},
@@ -306,6 +315,20 @@ main(int argc, char **argv)
 		switch (c) {
 		case OPT_API: o.api = optarg; break;
 		case OPT_BROKERS: o.brokers = optarg; break;
+		case OPT_KAFKA_CONF: kafka_conf_file_set(optarg); break;
+		case OPT_TOKEN_FILE: {
+			char err[512];
+			char *t = secret_read_file(optarg, "a token", err,
+						   sizeof(err));
+
+			if (t == NULL) {
+				fprintf(stderr, "prophet-bench: %s\n", err);
+				return 2;
+			}
+			httpc_token_set(t);
+			secret_free(t);
+			break;
+		}
 		case OPT_PREFIX: o.topic_prefix = optarg; break;
 		case OPT_TOPIC: o.topic = optarg; break;
 		case OPT_DB: o.db = optarg; break;

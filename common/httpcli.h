@@ -73,5 +73,9 @@ void httpcli_destroy(struct httpcli *h);
 void httpcli_request(struct httpcli *h, const struct httpcli_req *rq,
 		     httpcli_done_fn done_cb, void *arg);
 size_t httpcli_running(const struct httpcli *h);
+/* The same request made at once, blocking (startup checks); res->body
+ * is NULL. */
+void httpcli_request_blocking(struct httpcli *h, const struct httpcli_req *rq,
+			      struct httpcli_result *res);
 
 #endif

@@ -13,6 +13,23 @@ struct cfg;
 #define KAFKA_TOPIC_NAME_MAX 249
 
 /*
+ * Every client takes kafka.brokers, the security keys (security_protocol,
+ * sasl_*, tls_*) and [kafka.client]; producers [kafka.producer] too,
+ * consumers [kafka.consumer]. Creating one waits (at most a few seconds)
+ * for the first broker to answer: a refused password or an untrusted
+ * certificate is then an error (the daemons stop at start), brokers that
+ * are down are not (they are waited for, as at any time).
+ */
+
+/*
+ * Pass-through property key of section ([kafka.client], [kafka.producer],
+ * [kafka.consumer]) may be set: -1 naming it if Prophet sets it itself,
+ * a safety setting or what one of its keys sets.
+ */
+int kafka_passthrough_check(const char *section, const char *key, char *err,
+			    size_t errlen);
+
+/*
  * An idempotent librdkafka producer whose delivery reports are served on
  * the libevent loop (the main queue wakes the loop through a pipe).
  */

@@ -241,19 +241,18 @@ main(int argc, char **argv)
 	mg.daemon = daemon_create(mg.base, stop_cb, reload_cb, &mg);
 	register_metrics(&mg);
 
+	mg.dsn = db_dsn_create(mg.cfg, err, sizeof(err));
+	if (mg.dsn == NULL)
+		log_fatal("bad config", "error=\"%s\"", err);
 	log_info("database", "url=%s",
-		 log_mask_url(cfg_str(mg.cfg, CFG_DB_URL), masked,
-			      sizeof(masked)));
-	if (migrate_apply(cfg_str(mg.cfg, CFG_DB_URL), 30, err, sizeof(err)) <
-	    0)
+		 db_dsn_describe(mg.dsn, masked, sizeof(masked)));
+	if (migrate_apply(mg.dsn, 30, err, sizeof(err)) < 0)
 		log_fatal("database migration failed", "error=\"%s\"", err);
 	if (guard_start(&mg, 30, err, sizeof(err)) < 0)
 		log_fatal("cannot read the cluster secret", "error=\"%s\"",
 			  err);
 
-	mg.zk = zk_create(mg.base, cfg_str(mg.cfg, CFG_ZK_HOSTS),
-			  (int)cfg_int(mg.cfg, CFG_ZK_SESSION_TIMEOUT_MS),
-			  zk_event_cb, &mg);
+	mg.zk = zk_create(mg.base, mg.cfg, zk_event_cb, &mg);
 	if (mg.zk == NULL || zk_wait_connected(mg.zk, 30000) < 0)
 		log_fatal("cannot connect to zookeeper", "hosts=%s",
 			  cfg_str(mg.cfg, CFG_ZK_HOSTS));
@@ -261,11 +260,9 @@ main(int argc, char **argv)
 			  err, sizeof(err)) < 0)
 		log_fatal("zookeeper tree", "error=\"%s\"", err);
 
-	mg.db = db_pool_create(mg.base, cfg_str(mg.cfg, CFG_DB_URL),
+	mg.db = db_pool_create(mg.base, mg.dsn,
 			       (int)cfg_int(mg.cfg, CFG_DB_POOL_SIZE), "api");
-	mg.redis = redis_create(mg.base, cfg_str(mg.cfg, CFG_REDIS_URL),
-				(int)cfg_int(mg.cfg, CFG_REDIS_TIMEOUT_MS),
-				redis_state_cb, &mg);
+	mg.redis = redis_create(mg.base, mg.cfg, redis_state_cb, &mg);
 	mg.ingest = ingest_create(&mg);
 	if (cfg_str(mg.cfg, CFG_KAFKA_INGEST_TOPIC)[0] != '\0' &&
 	    (mg.kingest = kingest_create(&mg, err, sizeof(err))) == NULL)
@@ -322,6 +319,7 @@ main(int argc, char **argv)
 	/* Commits in flight complete (their answers are lost with the
 	 * connections, but what was committed stays committed). */
 	db_pool_destroy(mg.db);
+	db_dsn_destroy(mg.dsn);
 	kingest_destroy(mg.kingest);
 	ingest_destroy(mg.ingest);
 	event_free(gauges);

@@ -79,6 +79,7 @@ struct manager {
 	struct daemon *daemon;
 	struct evhttp *http;
 	struct db_pool *db;
+	struct db_dsn *dsn; /* where db connects, read at start */
 	struct redis *redis;
 	struct zk *zk;
 	struct ingest *ingest;
@@ -108,7 +109,8 @@ struct manager {
 };
 
 /* migrate.c: applies pending schema migrations (blocking, startup). */
-int migrate_apply(const char *db_url, int wait_s, char *err, size_t errlen);
+int migrate_apply(const struct db_dsn *dsn, int wait_s, char *err,
+		  size_t errlen);
 
 /* guard.c: the checks of a valid task's topic against the cluster (the
  * allow-list, Kafka's name length, the notifier's reserved topics; a retry

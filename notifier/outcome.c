@@ -349,7 +349,7 @@ submit_retry(struct nmsg *m)
 	struct callback_retry rr;
 	json_t *o, *body;
 	int64_t delay;
-	const char *token = cfg_str(n->cfg, CFG_HTTP_TOKEN);
+	const char *token = n->token;
 
 	body = json_stringn(m->body, m->body_len);
 	if (body == NULL) {

@@ -261,7 +261,7 @@ db_dsn_destroy(struct db_dsn *d)
 const char *
 db_dsn_describe(const struct db_dsn *d, char *buf, size_t len)
 {
-	snprintf(buf, len, "mysql://%s@%s:%d/%s (TLS %s)", d->user, d->host,
+	snprintf(buf, len, "url=mysql://%s@%s:%d/%s tls=%s", d->user, d->host,
 		 d->port, d->database, cfg_tls_mode_name(d->tls.mode));
 	return buf;
 }

@@ -27,7 +27,7 @@ struct db_conn;
 struct db_dsn;
 struct db_dsn *db_dsn_create(const struct cfg *cfg, char *err, size_t errlen);
 void db_dsn_destroy(struct db_dsn *d);
-/* "mysql://user@host:port/db (TLS VERIFY_IDENTITY)", for the log. */
+/* "url=mysql://user@host:port/db tls=VERIFY_IDENTITY": log fields. */
 const char *db_dsn_describe(const struct db_dsn *d, char *buf, size_t len);
 
 struct db_job {

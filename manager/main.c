@@ -244,7 +244,7 @@ main(int argc, char **argv)
 	mg.dsn = db_dsn_create(mg.cfg, err, sizeof(err));
 	if (mg.dsn == NULL)
 		log_fatal("bad config", "error=\"%s\"", err);
-	log_info("database", "url=%s",
+	log_info("database", "%s",
 		 db_dsn_describe(mg.dsn, masked, sizeof(masked)));
 	if (migrate_apply(mg.dsn, 30, err, sizeof(err)) < 0)
 		log_fatal("database migration failed", "error=\"%s\"", err);

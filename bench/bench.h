@@ -36,6 +36,7 @@ struct bench_opts {
 	long count;		    /* tasks */
 	long near_count;	    /* far: tasks inside the horizon */
 	int conns;	   /* HTTP connections / DB or producer threads */
+	int clients;	   /* pull: pull clients (threads) */
 	int batch;	   /* tasks per POST /v1/tasks/batch */
 	int single;	   /* use POST /v1/tasks */
 	int preload;	   /* steady: submit everything first */
@@ -197,6 +198,13 @@ int ledger_id(const struct ledger *l, size_t seq, char *buf, size_t len);
 /* ------------------------------------------------------------ kafka --- */
 
 /* Creates the topic unless it exists; waits until it has partitions. */
+/* librdkafka properties ("key=value" lines, as kcat -F reads) for every
+ * Kafka client of this run: a secure cluster's security settings. */
+void kafka_conf_file_set(const char *path);
+/* A bearer token sent with every API request ("": none). */
+void httpc_token_set(const char *token);
+/* "Authorization: Bearer <token>\r\n", or "" without a token. */
+const char *httpc_auth_header(void);
 int kafka_topic_ensure(const char *brokers, const char *topic, char *err,
 		       size_t errlen);
 /* Deletes every topic whose name starts with prefix (non-empty). */
@@ -301,6 +309,7 @@ void db_sampler_report(struct db_sampler *s, struct report *r);
 /* Fired-at lateness p50/p99 per window of due time. */
 void lateness_windows(struct report *r, const struct ledger *l,
 		      double window_s);
+int scen_pull(struct bench_opts *o);
 
 /* ------------------------------------------------------------- stores --- */
 

@@ -384,12 +384,30 @@ read_answer(struct httpc *c, int *got_any)
 	}
 }
 
+static char auth_header[600];
+
+const char *
+httpc_auth_header(void)
+{
+	return auth_header;
+}
+
+void
+httpc_token_set(const char *token)
+{
+	if (token != NULL && token[0] != '\0')
+		snprintf(auth_header, sizeof(auth_header),
+			 "Authorization: Bearer %s\r\n", token);
+	else
+		auth_header[0] = '\0';
+}
+
 int
 httpc_request(struct httpc *c, const char *method, const char *path,
 	      const char *body, size_t len, const char **resp, size_t *resp_len,
 	      char *err, size_t errlen)
 {
-	char head[512];
+	char head[1280];
 	struct iovec iov[2];
 
 	for (int attempt = 0; attempt < 2; attempt++) {
@@ -402,10 +420,10 @@ httpc_request(struct httpc *c, const char *method, const char *path,
 			fresh = 1;
 		}
 		hn = snprintf(head, sizeof(head),
-			      "%s %s HTTP/1.1\r\nHost: %s:%d\r\n"
+			      "%s %s HTTP/1.1\r\nHost: %s:%d\r\n%s"
 			      "Content-Type: application/json\r\n"
 			      "Content-Length: %zu\r\n\r\n",
-			      method, path, c->host, c->port,
+			      method, path, c->host, c->port, auth_header,
 			      body ? len : (size_t)0);
 		iov[0].iov_base = head;
 		iov[0].iov_len = (size_t)hn;

@@ -4,6 +4,7 @@
  */
 #include "config.h"
 
+#include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -51,6 +52,50 @@ ledger_id(const struct ledger *l, size_t seq, char *buf, size_t len)
 	return snprintf(buf, len, "%s%zu", l->prefix, seq);
 }
 
+/* ------------------------------------------------------ --kafka-conf --- */
+
+static const char *conf_file;
+
+void
+kafka_conf_file_set(const char *path)
+{
+	conf_file = path;
+}
+
+/* The --kafka-conf properties, then bootstrap.servers. */
+static int
+conf_base(rd_kafka_conf_t *conf, const char *brokers, char *err, size_t errlen)
+{
+	char line[1024];
+	FILE *fp;
+
+	if (conf_file != NULL) {
+		if ((fp = fopen(conf_file, "r")) == NULL) {
+			snprintf(err, errlen, "%s: %s", conf_file,
+				 strerror(errno));
+			return -1;
+		}
+		while (fgets(line, sizeof(line), fp) != NULL) {
+			char *eq = strchr(line, '=');
+
+			line[strcspn(line, "\r\n")] = '\0';
+			if (line[0] == '#' || eq == NULL)
+				continue;
+			*eq = '\0';
+			if (rd_kafka_conf_set(conf, line, eq + 1, err, errlen) !=
+			    RD_KAFKA_CONF_OK) {
+				fclose(fp);
+				return -1;
+			}
+		}
+		fclose(fp);
+	}
+	return rd_kafka_conf_set(conf, "bootstrap.servers", brokers, err,
+				 errlen) == RD_KAFKA_CONF_OK
+		       ? 0
+		       : -1;
+}
+
 /* ------------------------------------------------------------- topics --- */
 
 static rd_kafka_t *
@@ -59,8 +104,7 @@ admin_client(const char *brokers, char *err, size_t errlen)
 	rd_kafka_conf_t *conf = rd_kafka_conf_new();
 	rd_kafka_t *rk;
 
-	if (rd_kafka_conf_set(conf, "bootstrap.servers", brokers, err,
-			      errlen) != RD_KAFKA_CONF_OK) {
+	if (conf_base(conf, brokers, err, errlen) < 0) {
 		rd_kafka_conf_destroy(conf);
 		return NULL;
 	}
@@ -315,8 +359,7 @@ consumer_start(const char *brokers, const char *topic, struct ledger *l,
 	c->plen = strlen(l->prefix);
 	conf = rd_kafka_conf_new();
 	snprintf(group, sizeof(group), "prophet-bench-%s", topic);
-	if (rd_kafka_conf_set(conf, "bootstrap.servers", brokers, err,
-			      errlen) != RD_KAFKA_CONF_OK ||
+	if (conf_base(conf, brokers, err, errlen) < 0 ||
 	    rd_kafka_conf_set(conf, "group.id", group, err, errlen) !=
 		    RD_KAFKA_CONF_OK)
 		goto fail_conf;
@@ -447,11 +490,12 @@ scen_kafka_raw(struct bench_opts *o)
 	}
 	snprintf(linger, sizeof(linger), "%d", o->linger_ms);
 	/* The worker's producer settings (common/kafka.c). */
-	if (rd_kafka_conf_set(conf, "bootstrap.servers", o->brokers, err,
-			      sizeof(err)) ||
+	if (conf_base(conf, o->brokers, err, sizeof(err)) < 0 ||
 	    rd_kafka_conf_set(conf, "enable.idempotence", "true", err,
 			      sizeof(err)) ||
 	    rd_kafka_conf_set(conf, "linger.ms", linger, err, sizeof(err)) ||
+	    rd_kafka_conf_set(conf, "socket.nagle.disable", "true", err,
+			      sizeof(err)) ||
 	    rd_kafka_conf_set(conf, "message.timeout.ms", "0", err,
 			      sizeof(err)) ||
 	    rd_kafka_conf_set(conf, "queue.buffering.max.messages", "200000",

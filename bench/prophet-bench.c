@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "bench.h"
+#include "secret.h"
 
 volatile int bench_stop;
 
@@ -103,12 +104,23 @@ usage(FILE *f)
 	      "  horizon    waits for --count tasks to reach the Redis index\n"
 	      "             (the horizon loader), with --flush then flushes\n"
 	      "             the Redis db and times the rebuild\n"
+	      "  pull       tasks taken over HTTP by --clients pull clients\n"
+	      "             of one group (next + ack, up to --batch a "
+	      "request):\n"
+	      "             without --rate --count tasks fired first, then\n"
+	      "             drained (tasks/s, beside a raw Kafka consumer's);\n"
+	      "             with --rate R for --duration s, due -> handed out\n"
+	      "             (and due -> a raw Kafka consumer alongside)\n"
 	      "  cleanup    delete Kafka topics starting with --topic-prefix\n"
 	      "             and the ZooKeeper tree --zk-root (with --zk)\n"
 	      "\n"
 	      "options:\n"
 	      "  --api URL            manager API (http://127.0.0.1:7070)\n"
 	      "  --brokers LIST       Kafka (127.0.0.1:9092)\n"
+	      "  --kafka-conf FILE    librdkafka key=value lines for every "
+	      "Kafka client\n"
+	      "                       (a secure cluster's, as kcat -F)\n"
+	      "  --token-file FILE    API bearer token (mode 600)\n"
 	      "  --topic-prefix P     the cluster's kafka.topic_prefix\n"
 	      "  --topic T            task topic (bench-<scenario>-<tag>)\n"
 	      "  --db URL             mysql://user:pass@host:port/db\n"
@@ -122,6 +134,7 @@ usage(FILE *f)
 	      "  --count N            tasks / messages / rows\n"
 	      "  --near-count N       far: tasks inside the horizon (=count)\n"
 	      "  --conns N            HTTP connections or client threads\n"
+	      "  --clients N          pull: pull clients (1)\n"
 	      "  --batch N            tasks per POST /v1/tasks/batch\n"
 	      "  --single             POST /v1/tasks, one task per request\n"
 	      "  --body-size B        task body bytes (100)\n"
@@ -203,11 +216,16 @@ enum {
 	OPT_WINDOW,
 	OPT_ALTER,
 	OPT_FLUSH,
+	OPT_CLIENTS,
+	OPT_KAFKA_CONF,
+	OPT_TOKEN_FILE,
 };
 
 static const struct option long_opts[] = {
 	{"api", required_argument, NULL, OPT_API},
 	{"brokers", required_argument, NULL, OPT_BROKERS},
+	{"kafka-conf", required_argument, NULL, OPT_KAFKA_CONF},
+	{"token-file", required_argument, NULL, OPT_TOKEN_FILE},
 	{"topic-prefix", required_argument, NULL, OPT_PREFIX},
 	{"topic", required_argument, NULL, OPT_TOPIC},
 	{"db", required_argument, NULL, OPT_DB},
@@ -247,6 +265,7 @@ static const struct option long_opts[] = {
 	{"window", required_argument, NULL, OPT_WINDOW},
 	{"alter-index", no_argument, NULL, OPT_ALTER},
 	{"flush", no_argument, NULL, OPT_FLUSH},
+	{"clients", required_argument, NULL, OPT_CLIENTS},
 	{"help", no_argument, NULL, 'h'},
 	{NULL, 0, NULL, 0},
 };
@@ -279,6 +298,7 @@ static const struct {
 	{"cleanup", scen_cleanup},     {"notifier", scen_notifier},
 	{"failover", scen_failover},   {"storage", scen_storage},
 	{"backlog", scen_backlog},     {"horizon", scen_horizon},
+	{"pull", scen_pull},
 };
 
 int
@@ -321,6 +341,20 @@ main(int argc, char **argv)
 		switch (c) {
 		case OPT_API: o.api = optarg; break;
 		case OPT_BROKERS: o.brokers = optarg; break;
+		case OPT_KAFKA_CONF: kafka_conf_file_set(optarg); break;
+		case OPT_TOKEN_FILE: {
+			char err[512];
+			char *t = secret_read_file(optarg, "a token", err,
+						   sizeof(err));
+
+			if (t == NULL) {
+				fprintf(stderr, "prophet-bench: %s\n", err);
+				return 2;
+			}
+			httpc_token_set(t);
+			secret_free(t);
+			break;
+		}
 		case OPT_PREFIX: o.topic_prefix = optarg; break;
 		case OPT_TOPIC: o.topic = optarg; break;
 		case OPT_DB: o.db = optarg; break;
@@ -418,6 +452,9 @@ main(int argc, char **argv)
 			break;
 		case OPT_ALTER: o.alter_index = 1; break;
 		case OPT_FLUSH: o.flush = 1; break;
+		case OPT_CLIENTS:
+			o.clients = (int)num_arg("clients", optarg, 1, 1024);
+			break;
 		case 'h': usage(stdout); return 0;
 		default: usage(stderr); return 2;
 		}

@@ -139,7 +139,7 @@ struct sconn {
 	int64_t send_at; /* CONN_WAIT: planned send time */
 	int64_t t1;	 /* request start */
 	int64_t io_by;	 /* deadline of the next progress */
-	char head[512];
+	char head[1024];
 	size_t head_len;
 	char *body;
 	size_t body_len, body_cap;
@@ -383,10 +383,11 @@ conn_send(struct sconn *c)
 	}
 	c->body_len = build(s, c->first, c->n, &c->body, &c->body_cap);
 	c->head_len = (size_t)snprintf(c->head, sizeof(c->head),
-				       "POST %s HTTP/1.1\r\nHost: %s:%d\r\n"
+				       "POST %s HTTP/1.1\r\nHost: %s:%d\r\n%s"
 				       "Content-Type: application/json\r\n"
 				       "Content-Length: %zu\r\n\r\n",
-				       s->path, s->host, s->port, c->body_len);
+				       s->path, s->host, s->port,
+				       httpc_auth_header(), c->body_len);
 	c->t1 = t1;
 	if (t1 < st->first_send_mono)
 		st->first_send_mono = t1;

@@ -7,9 +7,11 @@ struct cfg;
 
 struct cli {
 	struct cfg *cfg;
-	char url[512];	 /* API base, no trailing slash */
-	int json;	 /* --json: print the server's JSON */
-	char token[300]; /* --token, PROPHET_TOKEN or http.token */
+	char url[512];	  /* API base, no trailing slash */
+	int json;	  /* --json: print the server's JSON */
+	char token[300];  /* --token, PROPHET_TOKEN or http.token */
+	char cacert[512]; /* --cacert or http.tls_ca; "": the system's */
+	int insecure;	  /* --insecure: no certificate check */
 };
 
 struct cli_cmd {

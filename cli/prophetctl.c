@@ -83,6 +83,13 @@ cli_request(const struct cli *c, const char *method, const char *path,
 	curl_easy_setopt(h, CURLOPT_WRITEDATA, &b);
 	curl_easy_setopt(h, CURLOPT_TIMEOUT, 30L);
 	curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
+	curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, "http,https");
+	if (c->cacert[0] != '\0')
+		curl_easy_setopt(h, CURLOPT_CAINFO, c->cacert);
+	if (c->insecure) {
+		curl_easy_setopt(h, CURLOPT_SSL_VERIFYPEER, 0L);
+		curl_easy_setopt(h, CURLOPT_SSL_VERIFYHOST, 0L);
+	}
 	if (body != NULL) {
 		hdrs = curl_slist_append(hdrs,
 					 "Content-Type: application/json");
@@ -178,14 +185,18 @@ static void
 usage(FILE *fp)
 {
 	fprintf(fp, "usage: prophetctl [-c FILE] [--set K=V] [--url URL] "
-		    "[--token T] [--json] COMMAND [ARGS]\n\ncommands:\n");
+		    "[--token T] [--cacert FILE] [--insecure] [--json]\n"
+		    "                  COMMAND [ARGS]\n\ncommands:\n");
 	for (size_t i = 0; i < NCOMMANDS; i++)
 		fprintf(fp, "  %-58s %s\n", commands[i].usage,
 			commands[i].help);
 	fprintf(fp, "\nThe API address is http.listen of the configuration "
 		    "(default /etc/prophet/prophet.conf)\nunless --url is "
 		    "given; the token is --token, else PROPHET_TOKEN, else\n"
-		    "http.token. --json prints the server's answers as JSON.\n"
+		    "http.token. It is HTTPS when http.tls_cert is set; the "
+		    "server's certificate is\nchecked against --cacert, else "
+		    "http.tls_ca, else the system's CAs (--insecure:\nnot at "
+		    "all). --json prints the server's answers as JSON.\n"
 		    "Exit status: 0 done, 1 refused or failed, 2 usage.\n");
 }
 
@@ -205,8 +216,11 @@ main(int argc, char **argv)
 	log_init("prophetctl", PLOG_WARN);
 	c.cfg = cfg_from_args(&argc, argv, "prophetctl",
 			      "Prophet command-line client.");
-	snprintf(c.url, sizeof(c.url), "http://%s",
+	snprintf(c.url, sizeof(c.url), "%s://%s",
+		 cfg_str(c.cfg, CFG_HTTP_TLS_CERT)[0] ? "https" : "http",
 		 cfg_str(c.cfg, CFG_HTTP_LISTEN));
+	snprintf(c.cacert, sizeof(c.cacert), "%s",
+		 cfg_str(c.cfg, CFG_HTTP_TLS_CA));
 	snprintf(c.token, sizeof(c.token), "%s",
 		 getenv("PROPHET_TOKEN") ? getenv("PROPHET_TOKEN")
 					 : cfg_str(c.cfg, CFG_HTTP_TOKEN));
@@ -226,6 +240,10 @@ main(int argc, char **argv)
 			c.json = 1;
 		} else if (!strcmp(argv[i], "--token") && i + 1 < argc) {
 			snprintf(c.token, sizeof(c.token), "%s", argv[++i]);
+		} else if (!strcmp(argv[i], "--cacert") && i + 1 < argc) {
+			snprintf(c.cacert, sizeof(c.cacert), "%s", argv[++i]);
+		} else if (!strcmp(argv[i], "--insecure")) {
+			c.insecure = 1;
 		} else if (!strcmp(argv[i], "--url") && i + 1 < argc) {
 			snprintf(c.url, sizeof(c.url), "%s", argv[++i]);
 			if (c.url[0] && c.url[strlen(c.url) - 1] == '/')

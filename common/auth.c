@@ -8,10 +8,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-#include <sys/stat.h>
 
 #include "auth.h"
 #include "crypto.h"
+#include "secret.h"
 #include "xmalloc.h"
 
 #define AUTH_TOKEN_MAX 256
@@ -88,31 +88,6 @@ strip_comment(char *line)
 	}
 }
 
-/* The file holds secrets: refused unless only its owner may read and
- * write it. */
-static int
-check_mode(FILE *fp, const char *path, char *err, size_t errlen)
-{
-	struct stat st;
-
-	if (fstat(fileno(fp), &st) < 0) {
-		snprintf(err, errlen, "%s: %s", path, strerror(errno));
-		return -1;
-	}
-	if (!S_ISREG(st.st_mode)) {
-		snprintf(err, errlen, "%s: not a regular file", path);
-		return -1;
-	}
-	if (st.st_mode & 077) {
-		snprintf(err, errlen,
-			 "%s: mode %04o lets group or others read or write "
-			 "the tokens: chmod 600 it (owner only)",
-			 path, (unsigned)(st.st_mode & 07777));
-		return -1;
-	}
-	return 0;
-}
-
 static int
 parse_roles(char *s, int *roles)
 {
@@ -149,7 +124,8 @@ auth_load(const char *path, char *err, size_t errlen)
 		xfree(a);
 		return NULL;
 	}
-	if (check_mode(fp, path, err, errlen) < 0) {
+	if (secret_fd_private(fileno(fp), path, "the tokens", err, errlen) <
+	    0) {
 		fclose(fp);
 		xfree(a);
 		return NULL;

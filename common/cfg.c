@@ -18,6 +18,7 @@
 #include "kafka.h"
 #include "log.h"
 #include "netguard.h"
+#include "secret.h"
 #include "url.h"
 #include "xmalloc.h"
 
@@ -44,7 +45,26 @@ static const struct cfg_def cfg_defs[CFG__COUNT] = {
 
 /* Sections whose keys pass through verbatim to a library. */
 static const char *const cfg_extra_sections[] = {
-	"kafka.producer", "kafka.consumer", "notifier.routes"};
+	"kafka.client", "kafka.producer", "kafka.consumer", "notifier.routes"};
+
+/* What [section@program] may name. */
+static const char *const cfg_programs[] = {"manager", "worker", "notifier",
+					   "prophetctl"};
+
+/* The *_file keys holding secrets, and the programs that read them
+ * (--check-config reads them there). */
+static const struct {
+	enum cfg_id id;
+	const char *what;
+	const char *programs;
+} cfg_secret_files[] = {
+	{CFG_ZK_AUTH_FILE, "ZooKeeper credentials", ",manager,worker,"},
+	{CFG_REDIS_PASSWORD_FILE, "a password", ",manager,worker,"},
+	{CFG_DB_PASSWORD_FILE, "a password", ",manager,worker,notifier,"},
+	{CFG_KAFKA_SASL_PASSWORD_FILE, "a password",
+	 ",manager,worker,notifier,"},
+	{CFG_HTTP_TOKEN_FILE, "a token", ",notifier,prophetctl,"},
+};
 
 struct cfg_extra {
 	char *section;
@@ -58,6 +78,7 @@ struct cfg {
 	struct cfg_extra *extra;
 	size_t n_extra;
 	char *path;
+	char *prog; /* whose [section@program] keys apply; NULL: nobody's */
 };
 
 static int
@@ -244,15 +265,73 @@ cfg_destroy(struct cfg *cfg)
 	}
 	xfree(cfg->extra);
 	xfree(cfg->path);
+	xfree(cfg->prog);
 	xfree(cfg);
+}
+
+void
+cfg_set_program(struct cfg *cfg, const char *prog)
+{
+	xfree(cfg->prog);
+	cfg->prog = prog ? xstrdup(prog) : NULL;
+}
+
+/*
+ * "db@worker": 1 with the section ("db") in base and the program in
+ * *prog; 0 without '@'; -1 for a program that does not exist.
+ */
+static int
+split_program(const char *section, char *base, size_t blen, const char **prog,
+	      char *err, size_t errlen)
+{
+	const char *at = strchr(section, '@');
+
+	if (at == NULL)
+		return 0;
+	for (size_t i = 0; i < sizeof(cfg_programs) / sizeof(cfg_programs[0]);
+	     i++) {
+		if (strcmp(at + 1, cfg_programs[i]))
+			continue;
+		if ((size_t)(at - section) >= blen || at == section)
+			break;
+		memcpy(base, section, (size_t)(at - section));
+		base[at - section] = '\0';
+		*prog = cfg_programs[i];
+		return 1;
+	}
+	snprintf(err, errlen,
+		 "[%.64s]: a section for one program is [section@program], "
+		 "program one of manager, worker, notifier, prophetctl",
+		 section);
+	return -1;
 }
 
 int
 cfg_set(struct cfg *cfg, const char *section, const char *key,
 	const char *value, char *err, size_t errlen)
 {
-	int id;
+	const char *prog;
+	char base[64];
+	int id, r;
 
+	r = split_program(section, base, sizeof(base), &prog, err, errlen);
+	if (r < 0)
+		return -1;
+	if (r > 0) {
+		/* Another program's key is checked all the same: one
+		 * --check-config finds the mistakes of every section. */
+		struct cfg *c = cfg->prog && !strcmp(cfg->prog, prog)
+					? cfg
+					: cfg_create();
+		char why[512];
+
+		r = cfg_set(c, base, key, value, why, sizeof(why));
+		if (c != cfg)
+			cfg_destroy(c);
+		if (r < 0)
+			snprintf(err, errlen, "[%s] %s", section, why);
+		return r;
+	}
 	if (is_extra_section(section)) {
 		for (size_t i = 0; i < cfg->n_extra; i++) {
 			struct cfg_extra *e = &cfg->extra[i];
@@ -311,7 +390,8 @@ cfg_set_arg(struct cfg *cfg, const char *arg, char *err, size_t errlen)
 	}
 	slen = (size_t)(dot - arg);
 	if (slen >= sizeof(section) || (size_t)(eq - dot - 1) >= sizeof(key)) {
-		snprintf(err, errlen, "--set '%s': name too long", arg);
+		snprintf(err, errlen, "--set '%.*s=...': name too long",
+			 (int)(eq - arg > 200 ? 200 : eq - arg), arg);
 		return -1;
 	}
 	memcpy(section, arg, slen);
@@ -330,6 +410,10 @@ struct ini_ctx {
 	int lines;   /* newline-terminated lines read so far */
 	int partial; /* the last read had no newline */
 	int fail_line;
+	/* This program's [section@program] keys, applied after the file
+	 * so that they win wherever they stand. */
+	struct cfg_extra *later;
+	size_t n_later;
 };
 
 /* Counts lines so a value error can be told apart from an earlier
@@ -354,9 +438,36 @@ cfg_ini_cb(void *user, const char *section, const char *name, const char *value)
 	struct ini_ctx *ctx = user;
 	char why[512];
 
+	struct cfg *c = ctx->cfg;
+	const char *prog = NULL;
+	char base[64];
+	int r;
+
 	if (ctx->failed)
 		return 0;
-	if (cfg_set(ctx->cfg, section, name, value, why, sizeof(why)) < 0) {
+	r = split_program(section, base, sizeof(base), &prog, why, sizeof(why));
+	if (r > 0 && c->prog != NULL && !strcmp(c->prog, prog)) {
+		/* checked now (the error has its line), applied later */
+		struct cfg *scratch = cfg_create();
+
+		r = cfg_set(scratch, base, name, value, why, sizeof(why));
+		cfg_destroy(scratch);
+		if (r == 0) {
+			ctx->later = xrealloc(ctx->later,
+					      (ctx->n_later + 1) *
+						      sizeof(*ctx->later));
+			ctx->later[ctx->n_later].section = xstrdup(base);
+			ctx->later[ctx->n_later].key = xstrdup(name);
+			ctx->later[ctx->n_later].value = xstrdup(value);
+			ctx->n_later++;
+			return 1;
+		}
+		snprintf(why + strlen(why), sizeof(why) - strlen(why),
+			 " (in [%s])", section);
+	} else if (r >= 0) {
+		r = cfg_set(c, section, name, value, why, sizeof(why));
+	}
+	if (r < 0) {
 		snprintf(ctx->err, ctx->errlen, "%s", why);
 		ctx->failed = 1;
 		ctx->fail_line = ctx->lines + ctx->partial;
@@ -368,7 +479,7 @@ cfg_ini_cb(void *user, const char *section, const char *name, const char *value)
 int
 cfg_load_file(struct cfg *cfg, const char *path, char *err, size_t errlen)
 {
-	struct ini_ctx ctx = {cfg, err, errlen, 0, NULL, 0, 0, 0};
+	struct ini_ctx ctx = {cfg, err, errlen, 0, NULL, 0, 0, 0, NULL, 0};
 	char why[512] = "";
 	int r;
 
@@ -381,6 +492,18 @@ cfg_load_file(struct cfg *cfg, const char *path, char *err, size_t errlen)
 		r = ini_parse_stream(cfg_ini_reader, &ctx, cfg_ini_cb, &ctx);
 	if (ctx.fp != NULL)
 		fclose(ctx.fp);
+	for (size_t i = 0; i < ctx.n_later; i++) {
+		struct cfg_extra *e = &ctx.later[i];
+
+		if (r == 0 && cfg_set(cfg, e->section, e->key, e->value, why,
+				      sizeof(why)) < 0)
+			log_fatal("config key checked but not applied",
+				  "error=\"%s\"", why);
+		xfree(e->section);
+		xfree(e->key);
+		xfree(e->value);
+	}
+	xfree(ctx.later);
 	if (r == -1) {
 		snprintf(err, errlen, "%s: cannot open: %s", path,
 			 strerror(errno));
@@ -443,6 +566,36 @@ cfg_extra_get(const struct cfg *cfg, const char *section, size_t i,
 	*key = *value = NULL;
 }
 
+char *
+cfg_secret(const struct cfg *cfg, enum cfg_id file_id, char *err, size_t errlen)
+{
+	const struct cfg_def *d = &cfg_defs[file_id];
+	const char *what = "a secret";
+	char why[512];
+	char *s;
+
+	err[0] = '\0';
+	if (cfg->str[file_id][0] == '\0')
+		return NULL;
+	for (size_t i = 0;
+	     i < sizeof(cfg_secret_files) / sizeof(cfg_secret_files[0]); i++)
+		if (cfg_secret_files[i].id == file_id)
+			what = cfg_secret_files[i].what;
+	s = secret_read_file(cfg->str[file_id], what, why, sizeof(why));
+	if (s == NULL)
+		snprintf(err, errlen, "%s.%s: %s", d->section, d->key, why);
+	return s;
+}
+
+char *
+cfg_http_token(const struct cfg *cfg, char *err, size_t errlen)
+{
+	if (cfg->str[CFG_HTTP_TOKEN_FILE][0] != '\0')
+		return cfg_secret(cfg, CFG_HTTP_TOKEN_FILE, err, errlen);
+	err[0] = '\0';
+	return xstrdup(cfg->str[CFG_HTTP_TOKEN]);
+}
+
 int
 cfg_reload(struct cfg *cfg, char *err, size_t errlen)
 {
@@ -454,6 +607,7 @@ cfg_reload(struct cfg *cfg, char *err, size_t errlen)
 		return -1;
 	}
 	fresh = cfg_create();
+	cfg_set_program(fresh, cfg->prog);
 	if (cfg_load_file(fresh, cfg->path, why, sizeof(why)) < 0) {
 		snprintf(err, errlen, "%s", why);
 		cfg_destroy(fresh);
@@ -491,10 +645,27 @@ fmt_duration(char *buf, size_t len, int64_t ms)
 	snprintf(buf, len, "%" PRId64 "ms", ms);
 }
 
+/* "; " lines of at most 78 columns (inih reads lines of 200 at most). */
 static void
 write_wrapped(FILE *fp, const char *help)
 {
-	fprintf(fp, "; %s\n", help);
+	const char *p = help;
+
+	while (*p != '\0') {
+		size_t n = strlen(p), cut = n;
+
+		if (n > 76) {
+			cut = 76;
+			while (cut > 0 && p[cut] != ' ')
+				cut--;
+			if (cut == 0)
+				cut = strcspn(p, " ");
+		}
+		fprintf(fp, "; %.*s\n", (int)cut, p);
+		p += cut;
+		while (*p == ' ')
+			p++;
+	}
 }
 
 void
@@ -516,33 +687,67 @@ cfg_write_example(FILE *fp)
 			section = d->section;
 			fprintf(fp, "\n[%s]\n", section);
 		}
-		if (d->type == CFG_INT)
-			fprintf(fp,
-				"; %s (integer %" PRId64 "..%" PRId64 "%s)\n",
-				d->help, d->min, d->max,
-				d->reload ? ", reload" : "");
-		else if (d->type == CFG_DURATION) {
-			char lo[32], hi[32];
+		if (d->type == CFG_INT) {
+			char *h = xasprintf("%s (integer %" PRId64 "..%" PRId64
+					    "%s)",
+					    d->help, d->min, d->max,
+					    d->reload ? ", reload" : "");
+
+			write_wrapped(fp, h);
+			xfree(h);
+		} else if (d->type == CFG_DURATION) {
+			char lo[32], hi[32], *h;
 
 			fmt_duration(lo, sizeof(lo), d->min);
 			fmt_duration(hi, sizeof(hi), d->max);
-			fprintf(fp, "; %s (duration %s..%s%s)\n", d->help, lo,
-				hi, d->reload ? ", reload" : "");
-		} else if (d->reload)
-			fprintf(fp, "; %s (reload)\n", d->help);
-		else
+			h = xasprintf("%s (duration %s..%s%s)", d->help, lo, hi,
+				      d->reload ? ", reload" : "");
+			write_wrapped(fp, h);
+			xfree(h);
+		} else if (d->reload) {
+			char *h = xasprintf("%s (reload)", d->help);
+
+			write_wrapped(fp, h);
+			xfree(h);
+		} else {
 			write_wrapped(fp, d->help);
+		}
 		fprintf(fp, "%s = %s\n", d->key, d->def);
 	}
-	fprintf(fp, "\n[kafka.producer]\n"
-		    "; any librdkafka producer property, passed through "
-		    "verbatim, e.g.\n"
-		    "; compression.type = lz4\n");
+	fprintf(fp,
+		"\n[kafka.client]\n"
+		"; any librdkafka property, passed through verbatim to every "
+		"producer and\n"
+		"; consumer; [kafka.producer] and [kafka.consumer] to one kind "
+		"only. What\n"
+		"; Prophet sets itself is refused with the key's name: its "
+		"safety settings\n"
+		"; (enable.idempotence, acks, message.timeout.ms, "
+		"enable.auto.commit, ...)\n"
+		"; and what a key above sets (bootstrap.servers, "
+		"security.protocol, sasl.*,\n"
+		"; ssl.ca.location, linger.ms, ...). E.g.\n"
+		"; client.rack = eu-west-1a\n"
+		"\n[kafka.producer]\n"
+		"; e.g. compression.type = lz4\n"
+		"\n[kafka.consumer]\n"
+		"; e.g. session.timeout.ms = 10000\n");
 	fprintf(fp, "\n[notifier.routes]\n"
 		    "; <task topic> = <URL>: tasks of that topic without a "
 		    "callback of their\n"
 		    "; own are POSTed there by the notifier, e.g.\n"
 		    "; orders = https://orders.internal/prophet\n");
+	fprintf(fp, "\n; [section@program] (program: manager, worker, "
+		    "notifier, prophetctl):\n"
+		    "; keys for one program only, over the section's own, "
+		    "e.g. a Kafka principal\n"
+		    "; and a database user for each:\n"
+		    "; [kafka@worker]\n"
+		    "; sasl_username = prophet-worker\n"
+		    "; sasl_password_file = /etc/prophet/kafka-worker.pass\n"
+		    "; [db@worker]\n"
+		    "; url = mysql://prophet_worker@db.internal:3306/prophet\n"
+		    "; password_file = /etc/prophet/db-worker.pass\n");
 }
 
 int
@@ -594,9 +799,28 @@ cfg_check_redis_url(const char *v, char *err, size_t errlen)
 {
 	struct url u;
 
-	if (check_url(v, "redis", err, errlen) < 0)
+	if (!strncmp(v, "rediss://", 9)) {
+#ifndef HAVE_HIREDIS_SSL
+		snprintf(err, errlen,
+			 "rediss:// needs hiredis with TLS (hiredis_ssl), and "
+			 "this build has none (Debian 12's hiredis 0.14 lacks "
+			 "it): see docs/security.md for encrypting the link");
 		return -1;
+#else
+		if (check_url(v, "rediss", err, errlen) < 0)
+			return -1;
+#endif
+	} else if (check_url(v, "redis", err, errlen) < 0) {
+		return -1;
+	}
 	url_parse(v, &u, err, errlen);
+	if (u.query != NULL) {
+		snprintf(err, errlen,
+			 "no parameters after '?' (redis.tls_* "
+			 "are keys)");
+		url_clear(&u);
+		return -1;
+	}
 	if (u.path != NULL) {
 		int64_t db;
 
@@ -611,22 +835,203 @@ cfg_check_redis_url(const char *v, char *err, size_t errlen)
 	return 0;
 }
 
+/* The parameters db.url may carry after '?', as MySQL's URIs name them. */
+static const char *const db_url_params[] = {"ssl-mode", "ssl-ca", "ssl-cert",
+					    "ssl-key", NULL};
+
 int
 cfg_check_db_url(const char *v, char *err, size_t errlen)
 {
 	struct url u;
+	char *mode;
+	int rc = 0;
 
 	if (check_url(v, "mysql", err, errlen) < 0)
 		return -1;
 	url_parse(v, &u, err, errlen);
 	if (u.path == NULL || u.user == NULL) {
 		snprintf(err, errlen,
-			 "expected mysql://user:password@host:port/database");
+			 "expected mysql://user[:password]@host:port/database");
 		url_clear(&u);
 		return -1;
 	}
+	if (url_query_check(u.query, db_url_params, err, errlen) < 0) {
+		url_clear(&u);
+		return -1;
+	}
+	mode = url_query_get(u.query, "ssl-mode");
+	if (mode != NULL &&
+	    (mode[0] == '\0' || cfg_check_tls_mode(mode, err, errlen) < 0)) {
+		if (mode[0] == '\0')
+			snprintf(err, errlen, "ssl-mode is empty");
+		rc = -1;
+	}
+	xfree(mode);
 	url_clear(&u);
+	return rc;
+}
+
+static const char *const tls_mode_names[] = {"DISABLED", "REQUIRED",
+					     "VERIFY_CA", "VERIFY_IDENTITY"};
+
+const char *
+cfg_tls_mode_name(enum cfg_tls_mode m)
+{
+	return tls_mode_names[m];
+}
+
+static int
+tls_mode_parse(const char *v, enum cfg_tls_mode *m)
+{
+	for (size_t i = 0;
+	     i < sizeof(tls_mode_names) / sizeof(tls_mode_names[0]); i++) {
+		if (!strcasecmp(v, tls_mode_names[i])) {
+			*m = (enum cfg_tls_mode)i;
+			return 0;
+		}
+	}
+	return -1;
+}
+
+int
+cfg_check_tls_mode(const char *v, char *err, size_t errlen)
+{
+	enum cfg_tls_mode m;
+
+	if (*v == '\0' || tls_mode_parse(v, &m) == 0)
+		return 0;
+	if (!strcasecmp(v, "PREFERRED"))
+		snprintf(err, errlen,
+			 "PREFERRED would fall back to plain text unnoticed: "
+			 "REQUIRED, VERIFY_CA, VERIFY_IDENTITY or DISABLED");
+	else
+		snprintf(err, errlen,
+			 "'%.40s' is not DISABLED, REQUIRED, VERIFY_CA or "
+			 "VERIFY_IDENTITY",
+			 v);
+	return -1;
+}
+
+int
+cfg_check_kafka_protocol(const char *v, char *err, size_t errlen)
+{
+	static const char *const ok[] = {"plaintext", "ssl", "sasl_plaintext",
+					 "sasl_ssl"};
+
+	for (size_t i = 0; i < sizeof(ok) / sizeof(ok[0]); i++)
+		if (!strcasecmp(v, ok[i]))
+			return 0;
+	snprintf(err, errlen,
+		 "'%.40s' is not plaintext, ssl, sasl_plaintext or sasl_ssl",
+		 v);
+	return -1;
+}
+
+int
+cfg_check_sasl_mechanism(const char *v, char *err, size_t errlen)
+{
+	static const char *const ok[] = {"SCRAM-SHA-512", "SCRAM-SHA-256",
+					 "PLAIN"};
+
+	for (size_t i = 0; i < sizeof(ok) / sizeof(ok[0]); i++)
+		if (!strcmp(v, ok[i]))
+			return 0;
+	snprintf(err, errlen,
+		 "'%.40s' is not SCRAM-SHA-512, SCRAM-SHA-256 or PLAIN", v);
+	return -1;
+}
+
+/* One of db.url's ssl-* parameters and its db.tls_* key: the value they
+ * agree on (new, NULL if neither), or -1 if they differ. */
+static int
+db_tls_pick(const struct cfg *cfg, const struct url *u, const char *param,
+	    enum cfg_id id, char **out, char *err, size_t errlen)
+{
+	char *p = url_query_get(u->query, param);
+	const char *k = cfg->str[id];
+
+	*out = NULL;
+	if (p != NULL && k[0] != '\0' && strcasecmp(p, k)) {
+		snprintf(err, errlen,
+			 "db.%s: '%.200s', but db.url says %s=%.200s: give it "
+			 "in one place",
+			 cfg_defs[id].key, k, param, p);
+		xfree(p);
+		return -1;
+	}
+	if (p != NULL)
+		*out = p;
+	else if (k[0] != '\0')
+		*out = xstrdup(k);
 	return 0;
+}
+
+int
+cfg_db_tls(const struct cfg *cfg, struct cfg_db_tls *t, char *err,
+	   size_t errlen)
+{
+	struct url u;
+	char *mode = NULL;
+	int rc = -1;
+
+	memset(t, 0, sizeof(*t));
+	if (url_parse(cfg->str[CFG_DB_URL], &u, err, errlen) < 0)
+		return -1;
+	if (db_tls_pick(cfg, &u, "ssl-mode", CFG_DB_TLS_MODE, &mode, err,
+			errlen) < 0 ||
+	    db_tls_pick(cfg, &u, "ssl-ca", CFG_DB_TLS_CA, &t->ca, err, errlen) <
+		    0 ||
+	    db_tls_pick(cfg, &u, "ssl-cert", CFG_DB_TLS_CERT, &t->cert, err,
+			errlen) < 0 ||
+	    db_tls_pick(cfg, &u, "ssl-key", CFG_DB_TLS_KEY, &t->key, err,
+			errlen) < 0)
+		goto out;
+	if (mode != NULL)
+		tls_mode_parse(mode, &t->mode); /* checked by its key */
+	else
+		t->mode = t->ca ? CFG_TLS_VERIFY_IDENTITY : CFG_TLS_DISABLED;
+	if (t->mode == CFG_TLS_DISABLED && (t->ca || t->cert || t->key)) {
+		snprintf(err, errlen,
+			 "db.tls_mode: DISABLED, but a CA or client "
+			 "certificate is set (db.tls_ca, db.tls_cert, "
+			 "db.tls_key or db.url's ssl-*)");
+		goto out;
+	}
+	if (t->mode == CFG_TLS_REQUIRED && t->ca != NULL) {
+		snprintf(err, errlen,
+			 "db.tls_mode: REQUIRED does not verify the server, "
+			 "yet db.tls_ca is set: VERIFY_CA or VERIFY_IDENTITY "
+			 "to use it");
+		goto out;
+	}
+	if (t->mode == CFG_TLS_VERIFY_CA && t->ca == NULL) {
+		snprintf(err, errlen,
+			 "db.tls_mode: VERIFY_CA needs db.tls_ca (the CA "
+			 "certificates to verify with)");
+		goto out;
+	}
+	if (!t->cert != !t->key) {
+		snprintf(err, errlen,
+			 "db.tls_cert and db.tls_key go together (a client "
+			 "certificate and its key)");
+		goto out;
+	}
+	rc = 0;
+out:
+	xfree(mode);
+	url_clear(&u);
+	if (rc < 0)
+		cfg_db_tls_clear(t);
+	return rc;
+}
+
+void
+cfg_db_tls_clear(struct cfg_db_tls *t)
+{
+	xfree(t->ca);
+	xfree(t->cert);
+	xfree(t->key);
+	memset(t, 0, sizeof(*t));
 }
 
 int
@@ -731,6 +1136,128 @@ cfg_check_cidr_list(const char *v, char *err, size_t errlen)
 	return 0;
 }
 
+/* A listener's certificate comes with its key, a client CA with both. */
+static int
+check_tls(const struct cfg *cfg, enum cfg_id cert, enum cfg_id key,
+	  enum cfg_id ca, char *err, size_t errlen)
+{
+	int c = cfg->str[cert][0] != '\0', k = cfg->str[key][0] != '\0';
+	enum cfg_id missing = !c ? cert : key;
+
+	if (c == k && (c || cfg->str[ca][0] == '\0'))
+		return 0;
+	snprintf(err, errlen, "%s.%s: needed with %s.%s",
+		 cfg_defs[missing].section, cfg_defs[missing].key,
+		 cfg_defs[c == k ? ca
+			  : c	 ? cert
+				 : key]
+			 .section,
+		 cfg_defs[c == k ? ca
+			  : c	 ? cert
+				 : key]
+			 .key);
+	return -1;
+}
+
+/* A password in a URL and in a file: which one would win is a guess. */
+static int
+url_password_once(const struct cfg *cfg, enum cfg_id url, enum cfg_id file,
+		  char *err, size_t errlen)
+{
+	struct url u;
+	int twice;
+
+	if (cfg->str[file][0] == '\0' ||
+	    url_parse(cfg->str[url], &u, err, errlen) < 0)
+		return 0;
+	twice = u.password != NULL;
+	url_clear(&u);
+	if (twice) {
+		snprintf(err, errlen,
+			 "%s.%s: %s.%s holds a password too: give it in one "
+			 "place (the file)",
+			 cfg_defs[file].section, cfg_defs[file].key,
+			 cfg_defs[url].section, cfg_defs[url].key);
+		return -1;
+	}
+	return 0;
+}
+
+/* TLS files set for a link that does not use TLS: a mistake that would
+ * send in plain text what the operator meant to protect. */
+static int
+tls_keys_unused(const struct cfg *cfg, const enum cfg_id *ids, size_t n,
+		const char *why, char *err, size_t errlen)
+{
+	for (size_t i = 0; i < n; i++) {
+		if (cfg->str[ids[i]][0] == '\0')
+			continue;
+		snprintf(err, errlen, "%s.%s is set, but %s",
+			 cfg_defs[ids[i]].section, cfg_defs[ids[i]].key, why);
+		return -1;
+	}
+	return 0;
+}
+
+static int
+validate_links(const struct cfg *cfg, char *err, size_t errlen)
+{
+	static const enum cfg_id redis_tls[] = {
+		CFG_REDIS_TLS_CA, CFG_REDIS_TLS_CERT, CFG_REDIS_TLS_KEY};
+	static const enum cfg_id kafka_tls[] = {
+		CFG_KAFKA_TLS_CA, CFG_KAFKA_TLS_CERT, CFG_KAFKA_TLS_KEY};
+	const char *proto = cfg->str[CFG_KAFKA_SECURITY_PROTOCOL];
+	struct cfg_db_tls t;
+
+	if (url_password_once(cfg, CFG_DB_URL, CFG_DB_PASSWORD_FILE, err,
+			      errlen) < 0 ||
+	    url_password_once(cfg, CFG_REDIS_URL, CFG_REDIS_PASSWORD_FILE, err,
+			      errlen) < 0)
+		return -1;
+	if (cfg_db_tls(cfg, &t, err, errlen) < 0)
+		return -1;
+	cfg_db_tls_clear(&t);
+	if (strncmp(cfg->str[CFG_REDIS_URL], "rediss://", 9) &&
+	    tls_keys_unused(cfg, redis_tls, 3, "redis.url is not rediss://",
+			    err, errlen) < 0)
+		return -1;
+	if (!!cfg->str[CFG_REDIS_TLS_CERT][0] !=
+	    !!cfg->str[CFG_REDIS_TLS_KEY][0]) {
+		snprintf(err, errlen,
+			 "redis.tls_cert and redis.tls_key go "
+			 "together");
+		return -1;
+	}
+	if (strcasecmp(proto, "ssl") && strcasecmp(proto, "sasl_ssl") &&
+	    tls_keys_unused(cfg, kafka_tls, 3,
+			    "kafka.security_protocol is not ssl or sasl_ssl",
+			    err, errlen) < 0)
+		return -1;
+	if (!!cfg->str[CFG_KAFKA_TLS_CERT][0] !=
+	    !!cfg->str[CFG_KAFKA_TLS_KEY][0]) {
+		snprintf(err, errlen,
+			 "kafka.tls_cert and kafka.tls_key go "
+			 "together");
+		return -1;
+	}
+	if (cfg->str[CFG_HTTP_TOKEN][0] != '\0' &&
+	    cfg->str[CFG_HTTP_TOKEN_FILE][0] != '\0') {
+		snprintf(err, errlen,
+			 "http.token_file: http.token is set too: give the "
+			 "token in one place (the file)");
+		return -1;
+	}
+	for (size_t i = 0; i < cfg->n_extra; i++) {
+		const struct cfg_extra *e = &cfg->extra[i];
+
+		if (strncmp(e->section, "kafka.", 6) == 0 &&
+		    kafka_passthrough_check(e->section, e->key, err, errlen) <
+			    0)
+			return -1;
+	}
+	return 0;
+}
+
 int
 cfg_validate(const struct cfg *cfg, char *err, size_t errlen)
 {
@@ -760,12 +1287,42 @@ cfg_validate(const struct cfg *cfg, char *err, size_t errlen)
 			return -1;
 		}
 	}
+	if (check_tls(cfg, CFG_HTTP_TLS_CERT, CFG_HTTP_TLS_KEY,
+		      CFG_HTTP_TLS_CLIENT_CA, err, errlen) < 0 ||
+	    check_tls(cfg, CFG_WORKER_HTTP_TLS_CERT, CFG_WORKER_HTTP_TLS_KEY,
+		      CFG_WORKER_HTTP_TLS_CLIENT_CA, err, errlen) < 0 ||
+	    check_tls(cfg, CFG_NOTIFIER_HTTP_TLS_CERT,
+		      CFG_NOTIFIER_HTTP_TLS_KEY,
+		      CFG_NOTIFIER_HTTP_TLS_CLIENT_CA, err, errlen) < 0)
+		return -1;
 	if (!strcmp(cfg->str[CFG_NOTIFIER_RETRY_TOPIC],
 		    cfg->str[CFG_NOTIFIER_DEAD_LETTER_TOPIC])) {
 		snprintf(err, errlen,
 			 "notifier.dead_letter_topic: the same topic as "
 			 "notifier.retry_topic");
 		return -1;
+	}
+	return validate_links(cfg, err, errlen);
+}
+
+/* --check-config: the secret files this program reads can be read, and
+ * only by their owner. */
+static int
+check_secret_files(const struct cfg *cfg, char *err, size_t errlen)
+{
+	char want[32];
+
+	snprintf(want, sizeof(want), ",%s,", cfg->prog ? cfg->prog : "");
+	for (size_t i = 0;
+	     i < sizeof(cfg_secret_files) / sizeof(cfg_secret_files[0]); i++) {
+		char *s;
+
+		if (strstr(cfg_secret_files[i].programs, want) == NULL)
+			continue;
+		s = cfg_secret(cfg, cfg_secret_files[i].id, err, errlen);
+		if (s == NULL && err[0] != '\0')
+			return -1;
+		secret_free(s);
 	}
 	return 0;
 }
@@ -831,6 +1388,7 @@ cfg_from_args(int *argcp, char **argv, const char *prog, const char *summary)
 	*argcp = out;
 
 	cfg = cfg_create();
+	cfg_set_program(cfg, strncmp(prog, "prophet-", 8) ? prog : prog + 8);
 	if (path != NULL) {
 		if (cfg_load_file(cfg, path, err, sizeof(err)) < 0) {
 			fprintf(stderr, "%s: config: %s\n", prog, err);
@@ -851,6 +1409,10 @@ cfg_from_args(int *argcp, char **argv, const char *prog, const char *summary)
 	}
 	xfree(sets);
 	if (cfg_validate(cfg, err, sizeof(err)) < 0) {
+		fprintf(stderr, "%s: config: %s\n", prog, err);
+		exit(1);
+	}
+	if (check && check_secret_files(cfg, err, sizeof(err)) < 0) {
 		fprintf(stderr, "%s: config: %s\n", prog, err);
 		exit(1);
 	}

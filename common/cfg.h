@@ -22,15 +22,53 @@
 	  "10000", 2000, 120000, NULL, 0,                                      \
 	  "ZooKeeper session timeout; a worker stops claiming after 2/3 of "   \
 	  "it disconnected")                                                   \
+	X(ZK_AUTH_FILE, "zookeeper", "auth_file", CFG_STR, "", 0, 0, NULL, 0,  \
+	  "digest credentials user:password on one line, mode 600: the "       \
+	  "session authenticates with them and every node Prophet creates "    \
+	  "gets all rights for this identity and read for everyone (the "      \
+	  "manager also repairs the ACLs of the tree); empty: no "             \
+	  "authentication, nodes open to anyone (insecure)")                   \
 	X(REDIS_URL, "redis", "url", CFG_STR, "redis://127.0.0.1:6379/0", 0,   \
 	  0, cfg_check_redis_url, 0,                                           \
-	  "Redis index: redis://[:password@]host:port/db")                     \
+	  "Redis index: redis://[user[:password]@]host:port/db (an ACL user "  \
+	  "sends AUTH user password); rediss:// for TLS where built with "     \
+	  "hiredis_ssl (docs/security.md); the password better in "            \
+	  "password_file")                                                     \
+	X(REDIS_PASSWORD_FILE, "redis", "password_file", CFG_STR, "", 0, 0,    \
+	  NULL, 0,                                                             \
+	  "file holding the password of redis.url's user (one line, mode "     \
+	  "600); empty: the URL's, if any")                                    \
+	X(REDIS_TLS_CA, "redis", "tls_ca", CFG_STR, "", 0, 0, NULL, 0,         \
+	  "rediss://: CA certificates (PEM) the server's certificate must "    \
+	  "chain to; empty: the system's")                                     \
+	X(REDIS_TLS_CERT, "redis", "tls_cert", CFG_STR, "", 0, 0, NULL, 0,     \
+	  "rediss://: client certificate (PEM), for a server with "            \
+	  "tls-auth-clients")                                                  \
+	X(REDIS_TLS_KEY, "redis", "tls_key", CFG_STR, "", 0, 0, NULL, 0,       \
+	  "rediss://: the client certificate's private key (PEM, mode 600)")   \
 	X(REDIS_TIMEOUT_MS, "redis", "timeout_ms", CFG_INT, "2000", 100,       \
 	  60000, NULL, 0, "Redis connect and command timeout")                 \
 	X(DB_URL, "db", "url", CFG_STR,                                        \
-	  "mysql://prophet:secret@127.0.0.1:3306/prophet", 0, 0,               \
-	  cfg_check_db_url, 0,                                                 \
-	  "database (MySQL protocol): mysql://user:password@host:port/db")     \
+	  "mysql://prophet@127.0.0.1:3306/prophet", 0, 0, cfg_check_db_url, 0, \
+	  "database (MySQL protocol): "                                        \
+	  "mysql://user[:password]@host:port/db[?ssl-mode=M&ssl-ca=FILE] "     \
+	  "(ssl-cert, ssl-key too: the tls_* keys); the password better in "   \
+	  "password_file")                                                     \
+	X(DB_PASSWORD_FILE, "db", "password_file", CFG_STR, "", 0, 0, NULL, 0, \
+	  "file holding the password of db.url's user (one line, mode 600); "  \
+	  "empty: the URL's, if any")                                          \
+	X(DB_TLS_MODE, "db", "tls_mode", CFG_STR, "", 0, 0,                    \
+	  cfg_check_tls_mode, 0,                                               \
+	  "TLS to the database, as MySQL's ssl-mode: DISABLED, REQUIRED "      \
+	  "(encrypted, server not verified), VERIFY_CA (its certificate "      \
+	  "chains to tls_ca), VERIFY_IDENTITY (and names db.url's host); "     \
+	  "empty: VERIFY_IDENTITY with a tls_ca, else DISABLED")               \
+	X(DB_TLS_CA, "db", "tls_ca", CFG_STR, "", 0, 0, NULL, 0,               \
+	  "CA certificates (PEM) the database's certificate must chain to")    \
+	X(DB_TLS_CERT, "db", "tls_cert", CFG_STR, "", 0, 0, NULL, 0,           \
+	  "client certificate (PEM), for users created REQUIRE X509")          \
+	X(DB_TLS_KEY, "db", "tls_key", CFG_STR, "", 0, 0, NULL, 0,             \
+	  "the client certificate's private key (PEM, mode 600)")              \
 	X(DB_POOL_SIZE, "db", "pool_size", CFG_INT, "4", 1, 64, NULL, 0,       \
 	  "database connections (each on its own thread)")                     \
 	X(DB_BATCH_MAX, "db", "batch_max", CFG_INT, "1000", 1, 10000, NULL, 0, \
@@ -60,6 +98,29 @@
 	X(KAFKA_QUEUE_MAX, "kafka", "queue_max", CFG_INT, "200000", 1000,      \
 	  10000000, NULL, 0,                                                   \
 	  "most messages waiting in the producer before claiming pauses")      \
+	X(KAFKA_SECURITY_PROTOCOL, "kafka", "security_protocol", CFG_STR,      \
+	  "plaintext", 0, 0, cfg_check_kafka_protocol, 0,                      \
+	  "plaintext, ssl, sasl_plaintext or sasl_ssl, for every producer "    \
+	  "and consumer")                                                      \
+	X(KAFKA_SASL_MECHANISM, "kafka", "sasl_mechanism", CFG_STR,            \
+	  "SCRAM-SHA-512", 0, 0, cfg_check_sasl_mechanism, 0,                  \
+	  "sasl_*: SCRAM-SHA-512, SCRAM-SHA-256 or PLAIN")                     \
+	X(KAFKA_SASL_USERNAME, "kafka", "sasl_username", CFG_STR, "", 0, 0,    \
+	  NULL, 0,                                                             \
+	  "sasl_*: the principal; one per program with [kafka@worker], "       \
+	  "[kafka@notifier], [kafka@manager] (ingest) sections")               \
+	X(KAFKA_SASL_PASSWORD_FILE, "kafka", "sasl_password_file", CFG_STR,    \
+	  "", 0, 0, NULL, 0,                                                   \
+	  "sasl_*: file holding the principal's password (one line, mode "     \
+	  "600)")                                                              \
+	X(KAFKA_TLS_CA, "kafka", "tls_ca", CFG_STR, "", 0, 0, NULL, 0,         \
+	  "ssl, sasl_ssl: CA certificates (PEM) the brokers' certificates "    \
+	  "must chain to (their names are checked too); empty: the system's")  \
+	X(KAFKA_TLS_CERT, "kafka", "tls_cert", CFG_STR, "", 0, 0, NULL, 0,     \
+	  "ssl, sasl_ssl: client certificate (PEM), for brokers with "         \
+	  "ssl.client.auth")                                                   \
+	X(KAFKA_TLS_KEY, "kafka", "tls_key", CFG_STR, "", 0, 0, NULL, 0,       \
+	  "the client certificate's private key (PEM, mode 600)")              \
 	X(HTTP_LISTEN, "http", "listen", CFG_STR, "127.0.0.1:7070", 0, 0,      \
 	  cfg_check_listen, 0, "manager API address (loopback by default)")    \
 	X(HTTP_MAX_BODY_BYTES, "http", "max_body_bytes", CFG_INT, "4194304",   \
@@ -72,7 +133,11 @@
 	  "sha256:<hex>), mode 600; empty: no authentication")                 \
 	X(HTTP_TOKEN, "http", "token", CFG_STR, "", 0, 0, NULL, 0,             \
 	  "the token prophetctl sends (or PROPHET_TOKEN in its environment) "  \
-	  "and the notifier submits retry tasks with (role submit)")           \
+	  "and the notifier submits retry tasks with (role submit); better "   \
+	  "in token_file")                                                     \
+	X(HTTP_TOKEN_FILE, "http", "token_file", CFG_STR, "", 0, 0, NULL, 0,   \
+	  "file holding http.token (one line, mode 600), instead of the "      \
+	  "token in this file")                                                \
 	X(HTTP_TOPICS_ALLOWED, "http", "topics_allowed", CFG_STR, "", 0, 0,    \
 	  NULL, 1,                                                             \
 	  "comma-separated topics tasks may use; empty: any valid topic")      \
@@ -88,10 +153,60 @@
 	  CFG_INT, "268435456", 0, 68719476736LL, NULL, 0,                     \
 	  "request bodies being received at once (their Content-Length); "     \
 	  "beyond it 503; 0 no limit")                                         \
+	X(HTTP_TLS_CERT, "http", "tls_cert", CFG_STR, "", 0, 0, NULL, 0,       \
+	  "PEM certificate chain: the API and console serve HTTPS only "       \
+	  "(TLS 1.2+); re-read on SIGHUP; empty: plain HTTP")                  \
+	X(HTTP_TLS_KEY, "http", "tls_key", CFG_STR, "", 0, 0, NULL, 0,         \
+	  "PEM private key of http.tls_cert (readable by the service only)")   \
+	X(HTTP_TLS_CLIENT_CA, "http", "tls_client_ca", CFG_STR, "", 0, 0,      \
+	  NULL, 0,                                                             \
+	  "PEM CA bundle: clients must present a certificate it signed "       \
+	  "(mutual TLS); empty: none asked")                                   \
+	X(HTTP_TLS_CA, "http", "tls_ca", CFG_STR, "", 0, 0, NULL, 0,           \
+	  "PEM CA bundle Prophet's own HTTPS clients trust (prophetctl, the "  \
+	  "notifier's retry submissions, the manager reading worker "          \
+	  "metrics); empty: the system's")                                     \
 	X(HTTP_CALLBACK_HOSTS_ALLOWED, "http", "callback_hosts_allowed",       \
 	  CFG_STR, "", 0, 0, NULL, 0,                                          \
 	  "comma-separated hosts callback URLs may name ('.example.com' "      \
 	  "also allows its subdomains); empty: any host")                      \
+	X(PULL_MAX_GROUPS, "pull", "max_groups", CFG_INT, "64", 1, 10000,      \
+	  NULL, 0,                                                             \
+	  "pull consumer groups (a group on a topic) a manager serves at "     \
+	  "once, one Kafka consumer each; a request for another answers 429")  \
+	X(PULL_MAX_WAITING, "pull", "max_waiting", CFG_INT, "512", 1, 1000000, \
+	  NULL, 0,                                                             \
+	  "pull requests waiting for a task at once (long polls); more are "   \
+	  "answered 429; never more than half of http.max_connections")        \
+	X(PULL_MAX_WAIT_MS, "pull", "max_wait_ms", CFG_INT, "20000", 0,        \
+	  300000, NULL, 0,                                                     \
+	  "longest a pull request waits for a task (a longer wait_ms is cut "  \
+	  "to it); also how long mykit's GET /get/{topic} waits")              \
+	X(PULL_VISIBILITY_MS, "pull", "visibility_ms", CFG_INT, "30000", 100,  \
+	  43200000, NULL, 0,                                                   \
+	  "a task handed out and not acknowledged within this is handed out "  \
+	  "again (a request may ask for another with visibility_ms)")          \
+	X(PULL_IDLE_GROUP_S, "pull", "idle_group_s", CFG_INT, "300", 1, 86400, \
+	  NULL, 0,                                                             \
+	  "a group without requests for this long is closed: its consumer "    \
+	  "leaves the Kafka group, its offsets stay in Kafka")                 \
+	X(PULL_MAX_BATCH, "pull", "max_batch", CFG_INT, "100", 1, 10000, NULL, \
+	  0, "most tasks one pull request takes (a larger max is cut to it)")  \
+	X(PULL_MAX_IN_HAND, "pull", "max_in_hand", CFG_INT, "10000", 10,       \
+	  10000000, NULL, 0,                                                   \
+	  "messages a group holds (waiting to be handed out, or handed out "   \
+	  "and not acknowledged) before its consumer stops fetching")          \
+	X(PULL_MAX_IN_HAND_BYTES, "pull", "max_in_hand_bytes", CFG_INT,        \
+	  "67108864", 65536, 68719476736LL, NULL, 0,                           \
+	  "bytes of message bodies a group holds before its consumer stops "   \
+	  "fetching")                                                          \
+	X(PULL_GROUP_PREFIX, "pull", "group_prefix", CFG_STR, "prophet-pull.", \
+	  0, 0, cfg_check_nonempty, 0,                                         \
+	  "Kafka group.id of pull group G on topic T: <prefix>G:<kafka "       \
+	  "topic of T>, apart from the users' own consumer groups")            \
+	X(PULL_MYKIT_GROUP, "pull", "mykit_group", CFG_STR, "mykit", 0, 0,     \
+	  cfg_check_topic, 0,                                                  \
+	  "the pull group of mykit-delay's GET /get/{topic}")                  \
 	X(TASK_MAX_BODY_BYTES, "task", "max_body_bytes", CFG_INT, "65536", 1,  \
 	  16777215, NULL, 0, "largest task body")                              \
 	X(TASK_MAX_HEADERS_BYTES, "task", "max_headers_bytes", CFG_INT,        \
@@ -139,6 +254,12 @@
 	X(WORKER_HTTP_LISTEN, "worker", "http_listen", CFG_STR,                \
 	  "127.0.0.1:7071", 0, 0, cfg_check_listen, 0,                         \
 	  "worker /metrics and /healthz address")                              \
+	X(WORKER_HTTP_TLS_CERT, "worker", "http_tls_cert", CFG_STR, "", 0, 0,  \
+	  NULL, 0, "as http.tls_cert, for worker.http_listen")                 \
+	X(WORKER_HTTP_TLS_KEY, "worker", "http_tls_key", CFG_STR, "", 0, 0,    \
+	  NULL, 0, "as http.tls_key, for worker.http_listen")                  \
+	X(WORKER_HTTP_TLS_CLIENT_CA, "worker", "http_tls_client_ca", CFG_STR,  \
+	  "", 0, 0, NULL, 0, "as http.tls_client_ca, for worker.http_listen")  \
 	X(WORKER_LOOKAHEAD_MS, "worker", "lookahead_ms", CFG_INT, "1500", 100, \
 	  60000, NULL, 0,                                                      \
 	  "due ids read this far ahead into the in-memory timing wheel")       \
@@ -162,6 +283,13 @@
 	X(NOTIFIER_HTTP_LISTEN, "notifier", "http_listen", CFG_STR,            \
 	  "127.0.0.1:7072", 0, 0, cfg_check_listen, 0,                         \
 	  "notifier /metrics and /healthz address")                            \
+	X(NOTIFIER_HTTP_TLS_CERT, "notifier", "http_tls_cert", CFG_STR, "", 0, \
+	  0, NULL, 0, "as http.tls_cert, for notifier.http_listen")            \
+	X(NOTIFIER_HTTP_TLS_KEY, "notifier", "http_tls_key", CFG_STR, "", 0,   \
+	  0, NULL, 0, "as http.tls_key, for notifier.http_listen")             \
+	X(NOTIFIER_HTTP_TLS_CLIENT_CA, "notifier", "http_tls_client_ca",       \
+	  CFG_STR, "", 0, 0, NULL, 0,                                          \
+	  "as http.tls_client_ca, for notifier.http_listen")                   \
 	X(NOTIFIER_GROUP, "notifier", "group", CFG_STR, "prophet-notifier", 0, \
 	  0, cfg_check_nonempty, 0, "Kafka consumer group of the notifiers")   \
 	X(NOTIFIER_TOPICS, "notifier", "topics", CFG_STR, "", 0, 0, NULL, 0,   \
@@ -255,7 +383,10 @@ const char *cfg_str(const struct cfg *cfg, enum cfg_id id);
 int64_t cfg_int(const struct cfg *cfg, enum cfg_id id);
 const char *cfg_path(const struct cfg *cfg);
 
-/* Pass-through settings of [kafka.producer] / [kafka.consumer]. */
+/*
+ * Pass-through settings of [kafka.client] (every Kafka client),
+ * [kafka.producer], [kafka.consumer] and [notifier.routes].
+ */
 size_t cfg_extra_count(const struct cfg *cfg, const char *section);
 void cfg_extra_get(const struct cfg *cfg, const char *section, size_t i,
 		   const char **key, const char **value);
@@ -263,6 +394,41 @@ void cfg_extra_get(const struct cfg *cfg, const char *section, size_t i,
 /* The rules between keys (a timeout bound, Kafka's topic name length):
  * -1 with err naming the key. cfg_from_args applies them. */
 int cfg_validate(const struct cfg *cfg, char *err, size_t errlen);
+
+/* The database's TLS: db.tls_* merged with db.url's ssl-* parameters
+ * (cfg_validate made sure they agree). */
+enum cfg_tls_mode {
+	CFG_TLS_DISABLED,
+	CFG_TLS_REQUIRED,
+	CFG_TLS_VERIFY_CA,
+	CFG_TLS_VERIFY_IDENTITY
+};
+struct cfg_db_tls {
+	enum cfg_tls_mode mode;
+	char *ca, *cert, *key; /* NULL if not set */
+};
+int cfg_db_tls(const struct cfg *cfg, struct cfg_db_tls *t, char *err,
+	       size_t errlen);
+void cfg_db_tls_clear(struct cfg_db_tls *t);
+const char *cfg_tls_mode_name(enum cfg_tls_mode m);
+
+/*
+ * The program reading the configuration ("manager", "worker", "notifier",
+ * "prophetctl"): the keys of its [section@program] sections override the
+ * [section] ones; set before loading (cfg_from_args does).
+ */
+void cfg_set_program(struct cfg *cfg, const char *prog);
+
+/*
+ * The secret a *_file key names (file_id), read now (a new string, free
+ * it with secret_free): NULL with err naming the key if it cannot be
+ * read or others may read it, NULL without error if the key is empty.
+ */
+char *cfg_secret(const struct cfg *cfg, enum cfg_id file_id, char *err,
+		 size_t errlen);
+/* The token the notifier and prophetctl send: http.token_file's, else
+ * http.token ("" if none); free it with secret_free. */
+char *cfg_http_token(const struct cfg *cfg, char *err, size_t errlen);
 
 /* Re-reads the file and applies the keys marked reloadable. */
 int cfg_reload(struct cfg *cfg, char *err, size_t errlen);
@@ -293,5 +459,9 @@ int cfg_check_topic(const char *v, char *err, size_t errlen);
 int cfg_check_topic_or_empty(const char *v, char *err, size_t errlen);
 /* CIDRs separated by commas or spaces (common/netguard.h). */
 int cfg_check_cidr_list(const char *v, char *err, size_t errlen);
+/* "" or DISABLED, REQUIRED, VERIFY_CA, VERIFY_IDENTITY (any case). */
+int cfg_check_tls_mode(const char *v, char *err, size_t errlen);
+int cfg_check_kafka_protocol(const char *v, char *err, size_t errlen);
+int cfg_check_sasl_mechanism(const char *v, char *err, size_t errlen);
 
 #endif

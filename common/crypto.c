@@ -23,6 +23,23 @@ crypto_sha256(const void *data, size_t len, unsigned char *out)
 }
 
 void
+crypto_sha1(const void *data, size_t len, unsigned char *out)
+{
+	unsigned int outlen = CRYPTO_SHA1_LEN;
+
+	/* only fails on allocation or a missing digest: a broken install */
+	if (EVP_Digest(data, len, out, &outlen, EVP_sha1(), NULL) != 1 ||
+	    outlen != CRYPTO_SHA1_LEN)
+		abort();
+}
+
+void
+crypto_base64(const void *in, size_t n, char *out)
+{
+	EVP_EncodeBlock((unsigned char *)out, in, (int)n);
+}
+
+void
 crypto_hmac_sha256(const void *key, size_t keylen, const void *data, size_t len,
 		   unsigned char *out)
 {

@@ -13,8 +13,10 @@
 #include <event2/event.h>
 #include <mysql.h>
 
+#include "cfg.h"
 #include "db.h"
 #include "log.h"
+#include "secret.h"
 #include "url.h"
 #include "utf8.h"
 #include "xmalloc.h"
@@ -28,6 +30,12 @@ struct db_stmt_entry {
 	struct db_stmt_entry *next;
 };
 
+struct db_dsn {
+	char *host, *user, *password, *database;
+	int port;
+	struct cfg_db_tls tls;
+};
+
 struct db_conn {
 	MYSQL *my;
 	int up;
@@ -35,11 +43,13 @@ struct db_conn {
 	size_t nstmts;
 	char err[256];
 	unsigned int errnum;
-	char *host, *user, *password, *database;
-	int port;
+	const struct db_dsn *dsn;
 	int64_t next_try_ms;
 	size_t max_packet; /* the server's max_allowed_packet */
 };
+
+/* Not a MySQL error number: the server offered no TLS. */
+#define DB_ERR_NO_TLS 100001
 
 /* What a server that does not say takes at least (MySQL 5.7's default). */
 #define DB_MAX_PACKET_DEFAULT 4194304
@@ -130,9 +140,34 @@ conn_read_max_packet(struct db_conn *c)
 	mysql_free_result(res);
 }
 
+/*
+ * Connector/C verifies the chain when a CA is given and the host name
+ * with MYSQL_OPT_SSL_VERIFY_SERVER_CERT; without either it encrypts but
+ * believes any certificate. It falls back to plain text when the server
+ * offers no TLS unless the name is verified: conn_connect checks.
+ */
+static void
+conn_tls_options(MYSQL *my, const struct cfg_db_tls *t)
+{
+	my_bool on = 1, verify = t->mode == CFG_TLS_VERIFY_IDENTITY;
+
+	if (t->mode == CFG_TLS_DISABLED)
+		return;
+	mysql_options(my, MYSQL_OPT_SSL_ENFORCE, &on);
+	mysql_options(my, MYSQL_OPT_SSL_VERIFY_SERVER_CERT, &verify);
+	mysql_options(my, MARIADB_OPT_TLS_VERSION, "TLSv1.2,TLSv1.3");
+	if (t->ca != NULL && t->mode != CFG_TLS_REQUIRED)
+		mysql_options(my, MYSQL_OPT_SSL_CA, t->ca);
+	if (t->cert != NULL) {
+		mysql_options(my, MYSQL_OPT_SSL_CERT, t->cert);
+		mysql_options(my, MYSQL_OPT_SSL_KEY, t->key);
+	}
+}
+
 static int
 conn_connect(struct db_conn *c)
 {
+	const struct db_dsn *d = c->dsn;
 	unsigned int timeout = 5, rw_timeout = 30;
 	my_bool off = 0;
 
@@ -143,10 +178,20 @@ conn_connect(struct db_conn *c)
 	mysql_options(c->my, MYSQL_OPT_WRITE_TIMEOUT, &rw_timeout);
 	mysql_options(c->my, MYSQL_OPT_RECONNECT, &off);
 	mysql_options(c->my, MYSQL_SET_CHARSET_NAME, "utf8mb4");
-	if (mysql_real_connect(c->my, c->host, c->user, c->password,
-			       c->database, (unsigned)c->port, NULL,
+	conn_tls_options(c->my, &d->tls);
+	if (mysql_real_connect(c->my, d->host, d->user, d->password,
+			       d->database, (unsigned)d->port, NULL,
 			       0) == NULL) {
 		conn_seterr(c, mysql_errno(c->my), mysql_error(c->my));
+		mysql_close(c->my);
+		c->my = NULL;
+		return -1;
+	}
+	if (d->tls.mode != CFG_TLS_DISABLED &&
+	    mysql_get_ssl_cipher(c->my) == NULL) {
+		conn_seterr(c, DB_ERR_NO_TLS,
+			    "the server offers no TLS, and db.tls_mode asks "
+			    "for it");
 		mysql_close(c->my);
 		c->my = NULL;
 		return -1;
@@ -172,50 +217,115 @@ conn_connect(struct db_conn *c)
 	return 0;
 }
 
-static int
-conn_init(struct db_conn *c, const char *url, char *err, size_t errlen)
+struct db_dsn *
+db_dsn_create(const struct cfg *cfg, char *err, size_t errlen)
 {
+	struct db_dsn *d = xcalloc(1, sizeof(*d));
 	struct url u;
 
-	memset(c, 0, sizeof(*c));
-	if (url_parse(url, &u, err, errlen) < 0)
-		return -1;
-	c->host = xstrdup(u.host);
-	c->user = xstrdup(u.user ? u.user : "");
-	c->password = u.password ? xstrdup(u.password) : NULL;
-	c->database = xstrdup(u.path ? u.path : "");
-	c->port = u.port ? u.port : 3306;
+	if (url_parse(cfg_str(cfg, CFG_DB_URL), &u, err, errlen) < 0) {
+		xfree(d);
+		return NULL;
+	}
+	d->host = xstrdup(u.host);
+	d->user = xstrdup(u.user ? u.user : "");
+	d->database = xstrdup(u.path ? u.path : "");
+	d->port = u.port ? u.port : 3306;
+	if (u.password != NULL)
+		d->password = xstrdup(u.password);
 	url_clear(&u);
-	return 0;
+	if ((d->password == NULL &&
+	     (d->password = cfg_secret(cfg, CFG_DB_PASSWORD_FILE, err,
+				       errlen)) == NULL &&
+	     err[0] != '\0') ||
+	    cfg_db_tls(cfg, &d->tls, err, errlen) < 0) {
+		db_dsn_destroy(d);
+		return NULL;
+	}
+	return d;
+}
+
+void
+db_dsn_destroy(struct db_dsn *d)
+{
+	if (d == NULL)
+		return;
+	xfree(d->host);
+	xfree(d->user);
+	secret_free(d->password);
+	xfree(d->database);
+	cfg_db_tls_clear(&d->tls);
+	xfree(d);
+}
+
+const char *
+db_dsn_describe(const struct db_dsn *d, char *buf, size_t len)
+{
+	snprintf(buf, len, "url=mysql://%s@%s:%d/%s tls=%s", d->user, d->host,
+		 d->port, d->database, cfg_tls_mode_name(d->tls.mode));
+	return buf;
+}
+
+/* The server refused us: credentials, account, TLS. Retrying is futile. */
+static int
+error_is_refusal(unsigned int e)
+{
+	return e == 1044 /* ER_DBACCESS_DENIED_ERROR */ ||
+	       e == 1045 /* ER_ACCESS_DENIED_ERROR */ ||
+	       e == 1698 /* ER_ACCESS_DENIED_NO_PASSWORD_ERROR */ ||
+	       e == 1130 /* ER_HOST_NOT_PRIVILEGED */ || e == 1820 ||
+	       e == 1862 /* ER_MUST_CHANGE_PASSWORD* */ ||
+	       e == 4151 /* ER_ACCOUNT_HAS_BEEN_LOCKED */ || e == 4036 ||
+	       e == 3159 /* insecure transport prohibited */ ||
+	       e == CR_SSL_CONNECTION_ERROR || e == DB_ERR_NO_TLS;
+}
+
+/* What to check after a refusal. */
+static const char *
+refusal_hint(const struct db_conn *c)
+{
+	if (c->errnum == CR_SSL_CONNECTION_ERROR || c->errnum == DB_ERR_NO_TLS)
+		return "check db.tls_mode, db.tls_ca and the server's "
+		       "certificate";
+	if (c->errnum == 4036 || c->errnum == 3159)
+		return "the server requires TLS: set db.tls_mode and db.tls_ca";
+	/* an account created REQUIRE SSL is refused like a wrong password */
+	if (c->dsn->tls.mode == CFG_TLS_DISABLED)
+		return "check db.url's user and db.password_file, and whether "
+		       "the server requires TLS (db.tls_mode, db.tls_ca)";
+	return "check db.url's user and db.password_file";
+}
+
+struct db_conn *
+db_conn_open(const struct db_dsn *dsn, int *refused, char *err, size_t errlen)
+{
+	struct db_conn *c = xcalloc(1, sizeof(*c));
+
+	mysql_library_init(0, NULL, NULL);
+	c->dsn = dsn;
+	if (refused != NULL)
+		*refused = 0;
+	if (conn_connect(c) < 0) {
+		if (error_is_refusal(c->errnum)) {
+			snprintf(err, errlen,
+				 "database refused the connection: %s (%s)",
+				 c->err, refusal_hint(c));
+			if (refused != NULL)
+				*refused = 1;
+		} else {
+			snprintf(err, errlen, "%s", c->err);
+		}
+		conn_drop(c);
+		xfree(c);
+		return NULL;
+	}
+	return c;
 }
 
 static void
 conn_fini(struct db_conn *c)
 {
 	conn_drop(c);
-	xfree(c->host);
-	xfree(c->user);
-	xfree(c->password);
-	xfree(c->database);
-}
-
-struct db_conn *
-db_conn_open(const char *url, char *err, size_t errlen)
-{
-	struct db_conn *c = xcalloc(1, sizeof(*c));
-
-	mysql_library_init(0, NULL, NULL);
-	if (conn_init(c, url, err, errlen) < 0) {
-		xfree(c);
-		return NULL;
-	}
-	if (conn_connect(c) < 0) {
-		snprintf(err, errlen, "%s", c->err);
-		conn_fini(c);
-		xfree(c);
-		return NULL;
-	}
-	return c;
 }
 
 void
@@ -751,11 +861,10 @@ pool_thread(void *arg)
 }
 
 struct db_pool *
-db_pool_create(struct event_base *base, const char *url, int nconns,
+db_pool_create(struct event_base *base, const struct db_dsn *dsn, int nconns,
 	       const char *name)
 {
 	struct db_pool *p = xcalloc(1, sizeof(*p));
-	char err[256];
 
 	mysql_library_init(0, NULL, NULL);
 	p->base = base;
@@ -769,13 +878,17 @@ db_pool_create(struct event_base *base, const char *url, int nconns,
 	for (int i = 0; i < nconns; i++) {
 		void **arg = xcalloc(2, sizeof(void *));
 
-		if (conn_init(&p->conns[i], url, err, sizeof(err)) < 0)
-			log_fatal("bad database url", "error=\"%s\"", err);
-		if (conn_connect(&p->conns[i]) == 0)
+		p->conns[i].dsn = dsn;
+		if (conn_connect(&p->conns[i]) == 0) {
 			p->connected++;
-		else if (i == 0)
+		} else if (i == 0 && error_is_refusal(p->conns[i].errnum)) {
+			log_fatal("database refused the connection",
+				  "pool=%s error=\"%s\" hint=\"%s\"", name,
+				  p->conns[i].err, refusal_hint(&p->conns[i]));
+		} else if (i == 0) {
 			log_warn("database connect failed",
 				 "pool=%s error=\"%s\"", name, p->conns[i].err);
+		}
 		arg[0] = p;
 		arg[1] = &p->conns[i];
 		if (pthread_create(&p->threads[i], NULL, pool_thread, arg) != 0)

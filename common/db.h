@@ -7,6 +7,7 @@
 #include <mysql.h>
 
 struct event_base;
+struct cfg;
 
 /*
  * MariaDB Connector/C calls block, so they run on a small pool of threads,
@@ -16,6 +17,18 @@ struct event_base;
  */
 struct db_pool;
 struct db_conn;
+
+/*
+ * Where and how to connect: db.url, its password or db.password_file's,
+ * and TLS (db.tls_* or the URL's ssl-*), read once at start. With TLS the
+ * session is refused unless it is encrypted (and, VERIFY_CA and
+ * VERIFY_IDENTITY, the certificate checked).
+ */
+struct db_dsn;
+struct db_dsn *db_dsn_create(const struct cfg *cfg, char *err, size_t errlen);
+void db_dsn_destroy(struct db_dsn *d);
+/* "url=mysql://user@host:port/db tls=VERIFY_IDENTITY": log fields. */
+const char *db_dsn_describe(const struct db_dsn *d, char *buf, size_t len);
 
 struct db_job {
 	/* On a pool thread. Returns 0 or -1 (set db_conn_error() text). */
@@ -28,8 +41,12 @@ struct db_job {
 	char err[256];
 };
 
-struct db_pool *db_pool_create(struct event_base *base, const char *url,
-			       int nconns, const char *name);
+/* dsn is borrowed: it outlives the pool. Fatal at start if the server
+ * refuses the credentials or the TLS handshake; a server that is down is
+ * waited for (every job fails until it is back). */
+struct db_pool *db_pool_create(struct event_base *base,
+			       const struct db_dsn *dsn, int nconns,
+			       const char *name);
 void db_pool_destroy(struct db_pool *p);
 void db_pool_submit(struct db_pool *p, struct db_job *job);
 /* Connections currently up (a gauge for /readyz and metrics). */
@@ -94,8 +111,13 @@ int db_exec_rows_suffix(struct db_conn *c, const char *prefix, const char *row,
 					 void *arg),
 			void *arg, unsigned long long *affected);
 
-/* One blocking connection for startup work (migrations) and tools. */
-struct db_conn *db_conn_open(const char *url, char *err, size_t errlen);
+/*
+ * One blocking connection for startup work (migrations) and tools; dsn
+ * is borrowed. *refused (may be NULL) is 1 when the server refused the
+ * credentials or TLS failed: no retry will help.
+ */
+struct db_conn *db_conn_open(const struct db_dsn *dsn, int *refused, char *err,
+			     size_t errlen);
 void db_conn_close(struct db_conn *c);
 
 #endif

@@ -8,15 +8,19 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <sys/socket.h>
-#include <sys/uio.h>
 
 #include <event2/buffer.h>
 #include <event2/bufferevent.h>
+#include <event2/bufferevent_ssl.h>
 #include <event2/event.h>
 #include <event2/http.h>
 #include <event2/keyvalq_struct.h>
 #include <event2/listener.h>
+#include <openssl/err.h>
+#include <openssl/ssl.h>
 
 #include "daemon.h"
 #include "http.h"
@@ -81,6 +85,7 @@ http_reason(int code)
 #define SWEEP_IDLE_MS 1000
 #define SWEEP_FULL_MS 20
 #define EVICT_MIN_AGE_MS 100
+#define TLS_COALESCE_MAX 16384 /* a TLS record's payload */
 
 enum conn_state {
 	CS_HEAD,    /* reading a head (head_len 0: idle, nothing yet) */
@@ -109,8 +114,12 @@ struct http_conn {
 	int closing;
 	int last; /* the request in hand closes the connection */
 	int closecb_set;
+	int close_after_answer;	    /* a refusal: close once it is written */
+	bufferevent_event_cb ev_cb; /* evhttp's, while the gate answers */
+	void *ev_arg;
 	struct event *timer;	/* the request's deadline, or the linger */
 	struct event *close_ev; /* deferred close */
+	struct event *kick;	/* deferred: on with what waited */
 };
 
 struct http_server {
@@ -118,6 +127,8 @@ struct http_server {
 	struct event_base *base;
 	struct evconnlistener *listener;
 	struct http_limits lim;
+	SSL_CTX *tls; /* NULL: plain HTTP */
+	char *tls_cert, *tls_key, *tls_client_ca;
 	struct http_conn *conns;
 	size_t nconns;
 	struct http_conn **by_bev; /* bufferevent -> connection */
@@ -317,18 +328,44 @@ conn_drop_input(struct http_conn *c)
 	c->approved = 0;
 }
 
+/* The gate's answer is written: half-close (plain HTTP), maybe close. */
+static void
+refused_written_cb(struct bufferevent *bev, void *arg)
+{
+	struct http_conn *c = arg;
+
+	if (c->s->tls == NULL)
+		shutdown(bufferevent_getfd(bev), SHUT_WR);
+	if (c->close_after_answer)
+		conn_close(c);
+}
+
+/* While the gate answers, evhttp still learns of errors and EOF. */
+static void
+refused_event_cb(struct bufferevent *bev, short what, void *arg)
+{
+	struct http_conn *c = arg;
+
+	c->ev_cb(bev, what, c->ev_arg);
+}
+
 /*
- * The gate's own answer, written to the socket at once (evhttp is not
- * writing: the gate refuses only outside a request in service); the
- * connection closes after it.
+ * The gate's own answer (the gate refuses only outside a request in
+ * service, so evhttp is not writing). It goes out through the
+ * connection's bufferevent (and so through TLS) with the gate's callbacks
+ * in place of evhttp's, which is not told of it: it would take the end of
+ * the write for the end of one of its answers. The connection closes
+ * after it, at once with close_after, else after a linger that drops what
+ * the client still sends, so that the client reads the answer rather than
+ * a reset.
  */
 static void
 conn_refuse(struct http_conn *c, enum http_shape shape, int status,
-	    const char *code, const char *message)
+	    const char *code, const char *message, int close_after)
 {
-	char *body = error_text(shape, status, code, message), head[256];
-	int fd = (int)bufferevent_getfd(c->bev), in_gate = c->in_gate;
-	int n;
+	char *body = error_text(shape, status, code, message);
+	struct evbuffer *out = bufferevent_get_output(c->bev);
+	int in_gate = c->in_gate;
 
 	metric_inc(status == 408 ? c->s->m_timeouts : c->s->m_refused);
 	body_release(c);
@@ -336,27 +373,22 @@ conn_refuse(struct http_conn *c, enum http_shape shape, int status,
 	c->in_gate = 1;
 	conn_drop_input(c);
 	c->in_gate = in_gate;
-	n = snprintf(head, sizeof(head),
-		     "HTTP/1.1 %d %s\r\n"
-		     "Content-Type: application/json\r\n"
-		     "Content-Length: %zu\r\n"
-		     "%s"
-		     "Connection: close\r\n\r\n",
-		     status, http_reason(status), strlen(body) + 1,
-		     status == 401 ? "WWW-Authenticate: Bearer\r\n" : "");
-	if (fd >= 0) {
-		struct iovec iov[3] = {{head, (size_t)n},
-				       {body, strlen(body)},
-				       {(char *)"\n", 1}};
-		struct msghdr mh = {.msg_iov = iov, .msg_iovlen = 3};
-
-		/* A few hundred bytes on a socket that is not sending: they
-		 * fit; if not, the client was not reading anyway. */
-		if (sendmsg(fd, &mh, MSG_DONTWAIT | MSG_NOSIGNAL) > 0)
-			shutdown(fd, SHUT_WR);
-	}
+	c->close_after_answer = close_after;
+	bufferevent_getcb(c->bev, NULL, NULL, &c->ev_cb, &c->ev_arg);
+	if (c->ev_cb != NULL)
+		bufferevent_setcb(c->bev, NULL, refused_written_cb,
+				  refused_event_cb, c);
+	evbuffer_add_printf(out,
+			    "HTTP/1.1 %d %s\r\n"
+			    "Content-Type: application/json\r\n"
+			    "Content-Length: %zu\r\n"
+			    "%s"
+			    "Connection: close\r\n\r\n%s\n",
+			    status, http_reason(status), strlen(body) + 1,
+			    status == 401 ? "WWW-Authenticate: Bearer\r\n" : "",
+			    body);
 	free(body);
-	/* Dropping what the client still sends, for a while. */
+	bufferevent_enable(c->bev, EV_WRITE);
 	timer_in(c->timer, LINGER_MS);
 }
 
@@ -378,8 +410,7 @@ conn_timer_cb(evutil_socket_t fd, short what, void *arg)
 		snprintf(msg, sizeof(msg),
 			 "the request took longer than %d s to arrive",
 			 c->s->lim.timeout_s);
-		conn_refuse(c, c->shape, 408, "timeout", msg);
-		conn_close(c); /* the socket is half-closed: done */
+		conn_refuse(c, c->shape, 408, "timeout", msg, 1);
 	}
 }
 
@@ -437,7 +468,8 @@ conn_head(struct http_conn *c, const char *buf, size_t len)
 	char *target;
 
 	if (httpgate_parse(buf, len, &h, &e) < 0) {
-		conn_refuse(c, HTTP_SHAPE_NATIVE, e.status, e.code, e.message);
+		conn_refuse(c, HTTP_SHAPE_NATIVE, e.status, e.code, e.message,
+			    0);
 		return -1;
 	}
 	/* What evhttp would refuse with its own page is refused here. A
@@ -450,7 +482,7 @@ conn_head(struct http_conn *c, const char *buf, size_t len)
 		xfree(target);
 		if (uri == NULL) {
 			conn_refuse(c, HTTP_SHAPE_NATIVE, 400, "bad_request",
-				    "the request target is not a valid URI");
+				    "the request target is not a valid URI", 0);
 			return -1;
 		}
 		evhttp_uri_free(uri);
@@ -463,7 +495,7 @@ conn_head(struct http_conn *c, const char *buf, size_t len)
 
 		snprintf(msg, sizeof(msg), "the body is larger than %zu bytes",
 			 s->lim.max_body);
-		conn_refuse(c, c->shape, 413, "too_large", msg);
+		conn_refuse(c, c->shape, 413, "too_large", msg, 0);
 		return -1;
 	}
 	/* A body is read only for a caller the route would take. */
@@ -482,7 +514,8 @@ conn_head(struct http_conn *c, const char *buf, size_t len)
 				    rc == 401
 					    ? "a valid bearer token is required"
 					    : "this token's roles do not allow "
-					      "this call");
+					      "this call",
+				    0);
 			return -1;
 		}
 	}
@@ -494,7 +527,8 @@ conn_head(struct http_conn *c, const char *buf, size_t len)
 		    s->lim.max_body_memory) {
 		conn_refuse(c, c->shape, 503, "busy",
 			    "too many request bodies are arriving at once; "
-			    "try again");
+			    "try again",
+			    0);
 		return -1;
 	}
 	if (h.content_length > 0) {
@@ -649,7 +683,8 @@ gate_run(struct http_conn *c)
 				conn_refuse(c, HTTP_SHAPE_NATIVE, 431,
 					    "headers_too_large",
 					    "the request line and headers are "
-					    "too large");
+					    "too large",
+					    0);
 			break;
 		}
 		if (conn_head(c, p, end) < 0)
@@ -695,10 +730,18 @@ conn_free(struct http_conn *c)
 		c->next->prev = c->prev;
 	s->nconns--;
 	evbuffer_remove_cb(bufferevent_get_input(c->bev), input_cb, c);
-	bufferevent_decref(c->bev);
+	if (s->tls != NULL) {
+		SSL *ssl = bufferevent_openssl_get_ssl(c->bev);
+
+		bufferevent_decref(c->bev);
+		SSL_free(ssl);
+	} else {
+		bufferevent_decref(c->bev);
+	}
 	evbuffer_free(c->hold);
 	event_free(c->timer);
 	event_free(c->close_ev);
+	event_free(c->kick);
 	xfree(c);
 }
 
@@ -740,8 +783,8 @@ server_sweep(struct http_server *s)
 		} else if (v->state != CS_REFUSED) {
 			conn_refuse(v, v->shape, 408, "timeout",
 				    "the server is at its connection limit "
-				    "and this request was the slowest");
-			conn_close(v);
+				    "and this request was the slowest",
+				    1);
 		} else {
 			conn_close(v);
 		}
@@ -787,6 +830,144 @@ sweep_cb(evutil_socket_t fd, short what, void *arg)
 	server_update(s);
 }
 
+static void conn_kick_cb(evutil_socket_t fd, short what, void *arg);
+
+/*
+ * TLS 1.2 and 1.3 only; for 1.2, forward-secret AEAD suites only (Mozilla's
+ * "intermediate" list); 1.3's suites are all fine. No renegotiation, no
+ * compression, the server's order of preference.
+ */
+#define TLS12_CIPHERS                                                \
+	"ECDHE-ECDSA-AES128-GCM-SHA256:ECDHE-RSA-AES128-GCM-SHA256:" \
+	"ECDHE-ECDSA-AES256-GCM-SHA384:ECDHE-RSA-AES256-GCM-SHA384:" \
+	"ECDHE-ECDSA-CHACHA20-POLY1305:ECDHE-RSA-CHACHA20-POLY1305:" \
+	"DHE-RSA-AES128-GCM-SHA256:DHE-RSA-AES256-GCM-SHA384"
+
+static void
+tls_error(char *err, size_t errlen, const char *what, const char *path)
+{
+	char ssl[256] = "";
+	unsigned long e = ERR_get_error();
+
+	if (e != 0)
+		ERR_error_string_n(e, ssl, sizeof(ssl));
+	ERR_clear_error();
+	snprintf(err, errlen, "%s %s: %s", what, path, ssl[0] ? ssl : "failed");
+}
+
+static SSL_CTX *
+tls_context(const SSL_METHOD *method, char *err, size_t errlen)
+{
+	SSL_CTX *ctx = SSL_CTX_new(method);
+
+	if (ctx == NULL) {
+		tls_error(err, errlen, "TLS", "context");
+		return NULL;
+	}
+	SSL_CTX_set_min_proto_version(ctx, TLS1_2_VERSION);
+	SSL_CTX_set_options(ctx, SSL_OP_NO_COMPRESSION |
+					 SSL_OP_NO_RENEGOTIATION |
+					 SSL_OP_CIPHER_SERVER_PREFERENCE);
+	SSL_CTX_set_cipher_list(ctx, TLS12_CIPHERS);
+	return ctx;
+}
+
+/* The server context of cert, key and client CA; NULL with err filled. */
+static SSL_CTX *
+tls_server_context(const char *cert, const char *key, const char *ca, char *err,
+		   size_t errlen)
+{
+	SSL_CTX *ctx = tls_context(TLS_server_method(), err, errlen);
+
+	if (ctx == NULL)
+		return NULL;
+	if (SSL_CTX_use_certificate_chain_file(ctx, cert) != 1) {
+		tls_error(err, errlen, "cannot load the certificate", cert);
+		goto fail;
+	}
+	if (SSL_CTX_use_PrivateKey_file(ctx, key, SSL_FILETYPE_PEM) != 1) {
+		tls_error(err, errlen, "cannot load the private key", key);
+		goto fail;
+	}
+	if (SSL_CTX_check_private_key(ctx) != 1) {
+		tls_error(err, errlen, "the private key does not match", cert);
+		goto fail;
+	}
+	if (ca != NULL && ca[0] != '\0') {
+		STACK_OF(X509_NAME) *names = SSL_load_client_CA_file(ca);
+
+		if (names == NULL ||
+		    SSL_CTX_load_verify_locations(ctx, ca, NULL) != 1) {
+			if (names != NULL)
+				sk_X509_NAME_pop_free(names, X509_NAME_free);
+			tls_error(err, errlen, "cannot load the client CA", ca);
+			goto fail;
+		}
+		SSL_CTX_set_client_CA_list(ctx, names);
+		SSL_CTX_set_verify(
+			ctx, SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT,
+			NULL);
+	}
+	return ctx;
+fail:
+	SSL_CTX_free(ctx);
+	return NULL;
+}
+
+SSL_CTX *
+http_tls_client_context(const char *ca_file, char *err, size_t errlen)
+{
+	SSL_CTX *ctx = tls_context(TLS_client_method(), err, errlen);
+
+	if (ctx == NULL)
+		return NULL;
+	if (ca_file != NULL && ca_file[0] != '\0'
+		    ? SSL_CTX_load_verify_locations(ctx, ca_file, NULL) != 1
+		    : SSL_CTX_set_default_verify_paths(ctx) != 1) {
+		tls_error(err, errlen, "cannot load the CA",
+			  ca_file && ca_file[0] ? ca_file : "(system)");
+		SSL_CTX_free(ctx);
+		return NULL;
+	}
+	SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER, NULL);
+	return ctx;
+}
+
+void
+http_server_reload_tls(struct evhttp *h)
+{
+	struct http_server *s = server_of(h);
+	SSL_CTX *ctx;
+	char err[512];
+
+	if (s == NULL || s->tls == NULL)
+		return;
+	ctx = tls_server_context(s->tls_cert, s->tls_key, s->tls_client_ca, err,
+				 sizeof(err));
+	if (ctx == NULL) {
+		log_error("TLS reload failed; keeping the running certificate",
+			  "error=\"%s\"", err);
+		return;
+	}
+	/* Open connections hold references to the old one. */
+	SSL_CTX_free(s->tls);
+	s->tls = ctx;
+	log_info("TLS certificate reloaded", "cert=%s", s->tls_cert);
+}
+
+/*
+ * An answer is written as one TLS record, not one a buffer chunk (its head
+ * and its body would be two records and two packets).
+ */
+static void
+tls_coalesce_cb(struct evbuffer *buf, const struct evbuffer_cb_info *info,
+		void *arg)
+{
+	(void)arg;
+	if (info->n_added > 0 && evbuffer_get_length(buf) <= TLS_COALESCE_MAX)
+		evbuffer_pullup(buf, -1);
+}
+
 static struct bufferevent *
 conn_bev(struct event_base *base, void *arg)
 {
@@ -795,8 +976,26 @@ conn_bev(struct event_base *base, void *arg)
 	struct bufferevent *bev;
 
 	/* No BEV_OPT_CLOSE_ON_FREE: evhttp then closes the socket itself
-	 * when the connection ends, not when we drop our reference. */
-	bev = bufferevent_socket_new(base, -1, 0);
+	 * when the connection ends, not when we drop our reference (which
+	 * frees the SSL too). */
+	if (s->tls != NULL) {
+		SSL *ssl = SSL_new(s->tls);
+
+		if (ssl == NULL)
+			return NULL;
+		bev = bufferevent_openssl_socket_new(
+			base, -1, ssl, BUFFEREVENT_SSL_ACCEPTING, 0);
+		if (bev == NULL) {
+			SSL_free(ssl);
+			return NULL;
+		}
+		/* A client closing without close_notify is EOF for HTTP. */
+		bufferevent_openssl_set_allow_dirty_shutdown(bev, 1);
+		evbuffer_add_cb(bufferevent_get_output(bev), tls_coalesce_cb,
+				NULL);
+	} else {
+		bev = bufferevent_socket_new(base, -1, 0);
+	}
 	if (bev == NULL)
 		return NULL;
 	bufferevent_incref(bev);
@@ -811,6 +1010,7 @@ conn_bev(struct event_base *base, void *arg)
 	c->since_ms = clock_mono_ms();
 	c->timer = evtimer_new(base, conn_timer_cb, c);
 	c->close_ev = event_new(base, -1, 0, conn_close_cb, c);
+	c->kick = event_new(base, -1, 0, conn_kick_cb, c);
 	bev_map_put(s, c);
 	c->next = s->conns;
 	if (s->conns != NULL)
@@ -837,8 +1037,32 @@ conn_closed_cb(struct evhttp_connection *evcon, void *arg)
 	bufferevent_disable(c->bev, EV_READ | EV_WRITE);
 }
 
-/* The answer was written: the next request may come (evhttp reads what
- * the gate puts back as soon as it starts reading again). */
+/*
+ * The next request, held while the last one was served, goes on: from a
+ * fresh loop turn, once evhttp has finished with the last one (it resets
+ * the connection's callbacks and starts reading after on_complete).
+ */
+static void
+conn_kick_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct http_conn *c = arg;
+	bufferevent_data_cb rcb = NULL;
+
+	(void)fd;
+	(void)what;
+	if (conn_ended(c) || c->closing || c->state != CS_HEAD)
+		return;
+	c->in_gate = 1;
+	gate_run(c);
+	c->in_gate = 0;
+	bufferevent_getcb(c->bev, &rcb, NULL, NULL, NULL);
+	if (c->state != CS_REFUSED && rcb != NULL &&
+	    (bufferevent_get_enabled(c->bev) & EV_READ) &&
+	    evbuffer_get_length(bufferevent_get_input(c->bev)) > 0)
+		bufferevent_trigger(c->bev, EV_READ, 0);
+}
+
+/* The answer was written: the next request may come. */
 static void
 request_done_cb(struct evhttp_request *req, void *arg)
 {
@@ -851,9 +1075,8 @@ request_done_cb(struct evhttp_request *req, void *arg)
 		return; /* evhttp closes the connection now */
 	c->state = CS_HEAD;
 	c->since_ms = clock_mono_ms();
-	c->in_gate = 1;
-	gate_run(c);
-	c->in_gate = 0;
+	if (evbuffer_get_length(c->hold) > 0)
+		event_active(c->kick, EV_TIMEOUT, 0);
 }
 
 /* Whether pattern (with {} segments) matches path[0..len). */
@@ -1088,12 +1311,33 @@ http_server_create(struct event_base *base, const char *listen,
 		return NULL;
 	}
 	memset(s, 0, sizeof(*s));
+	if (lim->tls_cert != NULL && lim->tls_cert[0] != '\0') {
+		s->tls = tls_server_context(lim->tls_cert, lim->tls_key,
+					    lim->tls_client_ca, err, errlen);
+		if (s->tls == NULL) {
+			evhttp_free(h);
+			return NULL;
+		}
+		s->tls_cert = xstrdup(lim->tls_cert);
+		s->tls_key = xstrdup(lim->tls_key);
+		s->tls_client_ca =
+			xstrdup(lim->tls_client_ca ? lim->tls_client_ca : "");
+	}
 	s->evh = h;
 	s->base = base;
 	s->lim = *lim;
+	s->lim.tls_cert = s->lim.tls_key = s->lim.tls_client_ca = NULL;
 	if (s->lim.max_headers == 0)
 		s->lim.max_headers = 16384;
 	s->listener = evhttp_bound_socket_get_listener(bound);
+	/* Accepted sockets inherit it: an answer's TLS records (one per
+	 * buffer chunk) must not wait for the client's delayed ACK. */
+	{
+		int one = 1;
+
+		setsockopt(evhttp_bound_socket_get_fd(bound), IPPROTO_TCP,
+			   TCP_NODELAY, &one, sizeof(one));
+	}
 	s->sweep = evtimer_new(base, sweep_cb, s);
 	s->m_open = metrics_register(METRIC_GAUGE, "prophet_http_connections",
 				     "open HTTP connections", NULL, 0);
@@ -1147,6 +1391,10 @@ http_server_free(struct evhttp *h)
 	while (s->conns != NULL)
 		conn_free(s->conns);
 	event_free(s->sweep);
+	SSL_CTX_free(s->tls);
+	xfree(s->tls_cert);
+	xfree(s->tls_key);
+	xfree(s->tls_client_ca);
 	xfree(s->by_bev);
 	memset(s, 0, sizeof(*s));
 }

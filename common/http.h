@@ -5,6 +5,7 @@
 
 #include <event2/http.h>
 #include <jansson.h>
+#include <openssl/ssl.h>
 
 /*
  * HTTP servers (libevent's evhttp) behind a gate of our own: every byte a
@@ -23,6 +24,9 @@ struct http_limits {
 	int timeout_s;		/* to receive a request; idle keep-alive */
 	long max_connections;	/* 0: no limit */
 	size_t max_body_memory; /* bodies being received at once; 0: no limit */
+	const char *tls_cert;	/* PEM chain: HTTPS; NULL or "": plain HTTP */
+	const char *tls_key;	/* its PEM private key */
+	const char *tls_client_ca; /* clients must show a cert it signed */
 };
 
 struct evhttp *http_server_create(struct event_base *base, const char *listen,
@@ -30,6 +34,18 @@ struct evhttp *http_server_create(struct event_base *base, const char *listen,
 				  size_t errlen);
 /* Instead of evhttp_free for servers made by http_server_create. */
 void http_server_free(struct evhttp *h);
+/*
+ * Reads the certificate, key and client CA files again (SIGHUP): new
+ * connections use them, open ones keep theirs; on an error (logged) the
+ * old ones stay. Nothing for a plain server.
+ */
+void http_server_reload_tls(struct evhttp *h);
+/*
+ * A client context for Prophet's own HTTPS calls: TLS 1.2 or newer, peers
+ * verified against ca_file (NULL or "": the system's store). NULL with err
+ * filled if ca_file cannot be read.
+ */
+SSL_CTX *http_tls_client_context(const char *ca_file, char *err, size_t errlen);
 
 /* The shape of a route's answers: the contract's JSON, or mykit-delay's
  * {"success","data"|"message","code"}. */

@@ -257,6 +257,15 @@ error_class(CURLcode c, const struct hreq *r)
 }
 
 static void
+hreq_destroy(struct hreq *r)
+{
+	curl_easy_cleanup(r->easy);
+	curl_slist_free_all(r->hdrs);
+	xfree(r->body);
+	xfree(r);
+}
+
+static void
 hreq_free(struct hreq *r)
 {
 	struct httpcli *h = r->h;
@@ -268,11 +277,44 @@ hreq_free(struct hreq *r)
 	if (r->next != NULL)
 		r->next->prev = r->prev;
 	curl_multi_remove_handle(h->multi, r->easy);
-	curl_easy_cleanup(r->easy);
-	curl_slist_free_all(r->hdrs);
-	xfree(r->body);
-	xfree(r);
+	hreq_destroy(r);
 	h->running--;
+}
+
+/* What became of r, which curl finished with rc; res->body points into
+ * r. */
+static void
+hreq_result(struct hreq *r, CURLcode rc, struct httpcli_result *res)
+{
+	long status = 0;
+
+	memset(res, 0, sizeof(*res));
+	res->seconds = (double)(clock_mono_us() - r->start_us) / 1e6;
+	curl_easy_getinfo(r->easy, CURLINFO_RESPONSE_CODE, &status);
+	/* An answer whose status line arrived: complete, or cut at the
+	 * cap, or the last of too many redirects. */
+	if (status > 0 &&
+	    (rc == CURLE_OK || r->capped || rc == CURLE_TOO_MANY_REDIRECTS)) {
+		res->status = status;
+		res->cls = status_class(status);
+		res->capped = r->capped;
+		if (res->cls != HTTPCLI_OK)
+			snprintf(res->error, sizeof(res->error), "HTTP %ld",
+				 status);
+	} else {
+		res->transport = 1;
+		res->cls = rc == CURLE_OK ? HTTPCLI_ERROR : error_class(rc, r);
+		if (r->blocked)
+			snprintf(res->error, sizeof(res->error),
+				 "address %s not allowed", r->blocked_ip);
+		else
+			snprintf(res->error, sizeof(res->error), "%s",
+				 r->errbuf[0] ? r->errbuf
+					      : curl_easy_strerror(rc));
+	}
+	r->got[r->got_len] = '\0';
+	res->body = r->got;
+	res->body_len = r->got_len;
 }
 
 static void
@@ -284,44 +326,11 @@ check_done(struct httpcli *h)
 	while ((msg = curl_multi_info_read(h->multi, &left)) != NULL) {
 		struct httpcli_result res;
 		struct hreq *r;
-		long status = 0;
 
 		if (msg->msg != CURLMSG_DONE)
 			continue;
 		curl_easy_getinfo(msg->easy_handle, CURLINFO_PRIVATE, &r);
-		memset(&res, 0, sizeof(res));
-		res.seconds = (double)(clock_mono_us() - r->start_us) / 1e6;
-		curl_easy_getinfo(r->easy, CURLINFO_RESPONSE_CODE, &status);
-		/* An answer whose status line arrived: complete, or cut at the
-		 * cap, or the last of too many redirects. */
-		if (status > 0 &&
-		    (msg->data.result == CURLE_OK || r->capped ||
-		     msg->data.result == CURLE_TOO_MANY_REDIRECTS)) {
-			res.status = status;
-			res.cls = status_class(status);
-			res.capped = r->capped;
-			if (res.cls != HTTPCLI_OK)
-				snprintf(res.error, sizeof(res.error),
-					 "HTTP %ld", status);
-		} else {
-			res.transport = 1;
-			res.cls = msg->data.result == CURLE_OK
-					  ? HTTPCLI_ERROR
-					  : error_class(msg->data.result, r);
-			if (r->blocked)
-				snprintf(res.error, sizeof(res.error),
-					 "address %s not allowed",
-					 r->blocked_ip);
-			else
-				snprintf(res.error, sizeof(res.error), "%s",
-					 r->errbuf[0]
-						 ? r->errbuf
-						 : curl_easy_strerror(
-							   msg->data.result));
-		}
-		r->got[r->got_len] = '\0';
-		res.body = r->got;
-		res.body_len = r->got_len;
+		hreq_result(r, msg->data.result, &res);
 		r->done_cb(&res, r->arg);
 		hreq_free(r);
 	}
@@ -361,9 +370,9 @@ httpcli_destroy(struct httpcli *h)
 	curl_global_cleanup();
 }
 
-void
-httpcli_request(struct httpcli *h, const struct httpcli_req *rq,
-		httpcli_done_fn done_cb, void *arg)
+/* A request made ready for curl, not started. */
+static struct hreq *
+hreq_new(struct httpcli *h, const struct httpcli_req *rq)
 {
 	struct hreq *r = xcalloc(1, sizeof(*r));
 	CURL *e = curl_easy_init();
@@ -372,8 +381,6 @@ httpcli_request(struct httpcli *h, const struct httpcli_req *rq,
 		log_fatal("curl_easy_init failed", "");
 	r->h = h;
 	r->easy = e;
-	r->done_cb = done_cb;
-	r->arg = arg;
 	r->start_us = clock_mono_us();
 	r->guard = rq->guard;
 	r->max = rq->max_response_bytes;
@@ -418,6 +425,8 @@ httpcli_request(struct httpcli *h, const struct httpcli_req *rq,
 #endif
 		curl_easy_setopt(e, CURLOPT_PROXY, "");
 	}
+	if (rq->ca_file != NULL && rq->ca_file[0] != '\0')
+		curl_easy_setopt(e, CURLOPT_CAINFO, rq->ca_file);
 	curl_easy_setopt(e, CURLOPT_ERRORBUFFER, r->errbuf);
 	curl_easy_setopt(e, CURLOPT_PRIVATE, r);
 	if (!strcmp(rq->method, "POST") || !strcmp(rq->method, "PUT") ||
@@ -435,12 +444,35 @@ httpcli_request(struct httpcli *h, const struct httpcli_req *rq,
 	} else if (!strcmp(rq->method, "DELETE")) {
 		curl_easy_setopt(e, CURLOPT_CUSTOMREQUEST, "DELETE");
 	}
+	return r;
+}
+
+void
+httpcli_request(struct httpcli *h, const struct httpcli_req *rq,
+		httpcli_done_fn done_cb, void *arg)
+{
+	struct hreq *r = hreq_new(h, rq);
+
+	r->done_cb = done_cb;
+	r->arg = arg;
 	r->next = h->all;
 	if (h->all != NULL)
 		h->all->prev = r;
 	h->all = r;
 	h->running++;
-	curl_multi_add_handle(h->multi, e);
+	curl_multi_add_handle(h->multi, r->easy);
+}
+
+void
+httpcli_request_blocking(struct httpcli *h, const struct httpcli_req *rq,
+			 struct httpcli_result *res)
+{
+	struct hreq *r = hreq_new(h, rq);
+
+	hreq_result(r, curl_easy_perform(r->easy), res);
+	res->body = NULL;
+	res->body_len = 0;
+	hreq_destroy(r);
 }
 
 size_t

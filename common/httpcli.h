@@ -20,7 +20,8 @@ struct httpcli_req {
 	const void *body;     /* sent for POST, PUT, PATCH */
 	size_t body_len;
 	long timeout_ms;
-	long max_redirects; /* 0: redirects are not followed */
+	long max_redirects;  /* 0: redirects are not followed */
+	const char *ca_file; /* https peers verified by it; NULL/"": system's */
 	/*
 	 * NULL: any address. Else every connection, new or reused, first
 	 * or after a redirect, must be to an address it allows, and no
@@ -72,5 +73,9 @@ void httpcli_destroy(struct httpcli *h);
 void httpcli_request(struct httpcli *h, const struct httpcli_req *rq,
 		     httpcli_done_fn done_cb, void *arg);
 size_t httpcli_running(const struct httpcli *h);
+/* The same request made at once, blocking (startup checks); res->body
+ * is NULL. */
+void httpcli_request_blocking(struct httpcli *h, const struct httpcli_req *rq,
+			      struct httpcli_result *res);
 
 #endif

@@ -3,9 +3,11 @@
 #endif
 
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <unistd.h>
 
 #include <event2/event.h>
@@ -15,9 +17,90 @@
 #include "daemon.h"
 #include "kafka.h"
 #include "log.h"
+#include "secret.h"
 #include "xmalloc.h"
 
 #define KAFKA_CLOSE_MS 5000
+/* How long creating a client waits for a broker's first answer. */
+#define KAFKA_PROBE_MS 10000
+
+/* librdkafka properties Prophet sets, and why a pass-through may not. */
+enum { FOR_ALL = 3, FOR_PRODUCER = 1, FOR_CONSUMER = 2 };
+static const struct {
+	const char *name;
+	int kinds;
+	const char *why;
+} kafka_own[] = {
+	{"bootstrap.servers", FOR_ALL, "set with kafka.brokers"},
+	{"metadata.broker.list", FOR_ALL, "set with kafka.brokers"},
+	{"security.protocol", FOR_ALL, "set with kafka.security_protocol"},
+	{"sasl.mechanism", FOR_ALL, "set with kafka.sasl_mechanism"},
+	{"sasl.mechanisms", FOR_ALL, "set with kafka.sasl_mechanism"},
+	{"sasl.username", FOR_ALL, "set with kafka.sasl_username"},
+	{"sasl.password", FOR_ALL, "set with kafka.sasl_password_file"},
+	{"ssl.ca.location", FOR_ALL, "set with kafka.tls_ca"},
+	{"ssl.certificate.location", FOR_ALL, "set with kafka.tls_cert"},
+	{"ssl.key.location", FOR_ALL, "set with kafka.tls_key"},
+	{"enable.idempotence", FOR_PRODUCER,
+	 "a safety setting: no duplicates or reordering on retries"},
+	{"acks", FOR_PRODUCER,
+	 "a safety setting: acks=all, a message is delivered once every "
+	 "in-sync replica has it"},
+	{"request.required.acks", FOR_PRODUCER,
+	 "a safety setting: acks=all, a message is delivered once every "
+	 "in-sync replica has it"},
+	{"message.timeout.ms", FOR_PRODUCER,
+	 "a safety setting: 0, a message waits for Kafka however long it is "
+	 "down, never dropped"},
+	{"delivery.timeout.ms", FOR_PRODUCER,
+	 "a safety setting: 0, a message waits for Kafka however long it is "
+	 "down, never dropped"},
+	{"linger.ms", FOR_PRODUCER, "set with kafka.linger_ms"},
+	{"queue.buffering.max.ms", FOR_PRODUCER, "set with kafka.linger_ms"},
+	{"queue.buffering.max.messages", FOR_PRODUCER,
+	 "set with kafka.queue_max"},
+	{"statistics.interval.ms", FOR_PRODUCER,
+	 "Prophet reads the statistics to tell that brokers are back"},
+	{"group.id", FOR_CONSUMER,
+	 "set with kafka.ingest_group or notifier.group"},
+	{"enable.auto.commit", FOR_CONSUMER,
+	 "a safety setting: offsets are committed once what was read is "
+	 "handled (at-least-once)"},
+	{"enable.auto.offset.store", FOR_CONSUMER,
+	 "a safety setting: offsets are committed once what was read is "
+	 "handled (at-least-once)"},
+	{"auto.offset.reset", FOR_CONSUMER,
+	 "a safety setting: a new group starts at the earliest message, "
+	 "nothing is skipped"},
+};
+
+int
+kafka_passthrough_check(const char *section, const char *key, char *err,
+			size_t errlen)
+{
+	int kind = !strcmp(section, "kafka.producer")	? FOR_PRODUCER
+		   : !strcmp(section, "kafka.consumer") ? FOR_CONSUMER
+							: FOR_ALL;
+
+	for (size_t i = 0; i < sizeof(kafka_own) / sizeof(kafka_own[0]); i++) {
+		if (strcmp(key, kafka_own[i].name) ||
+		    !(kafka_own[i].kinds & kind))
+			continue;
+		snprintf(err, errlen,
+			 "%s.%s: Prophet sets it itself (%s); it cannot be "
+			 "overridden",
+			 section, key, kafka_own[i].why);
+		return -1;
+	}
+	return 0;
+}
+
+/* What the first answers of the brokers said, while a client is made. */
+struct kafka_probe {
+	int probing;
+	int all_down;
+	char failed[512]; /* authentication or TLS refused */
+};
 
 struct kafka_producer {
 	rd_kafka_t *rk;
@@ -27,7 +110,100 @@ struct kafka_producer {
 	kafka_dr_fn dr_cb;
 	void *arg;
 	int all_down;
+	struct kafka_probe probe;
 };
+
+/* A refusal no retry will change: a password, a certificate. */
+static int
+is_auth_error(int err)
+{
+	return err == RD_KAFKA_RESP_ERR__AUTHENTICATION ||
+	       err == RD_KAFKA_RESP_ERR__SSL ||
+	       err == RD_KAFKA_RESP_ERR_SASL_AUTHENTICATION_FAILED ||
+	       err == RD_KAFKA_RESP_ERR_ILLEGAL_SASL_STATE ||
+	       err == RD_KAFKA_RESP_ERR_UNSUPPORTED_SASL_MECHANISM;
+}
+
+/* Called from error callbacks: 1 if the probe took the error. */
+static int
+probe_error(struct kafka_probe *pr, int err, const char *reason)
+{
+	if (!pr->probing)
+		return 0;
+	if (is_auth_error(err) && pr->failed[0] == '\0')
+		snprintf(pr->failed, sizeof(pr->failed), "%s: %s",
+			 err == RD_KAFKA_RESP_ERR__SSL ? "TLS"
+						       : "authentication",
+			 reason);
+	if (err == RD_KAFKA_RESP_ERR__ALL_BROKERS_DOWN)
+		pr->all_down = 1;
+	return 1;
+}
+
+/* librdkafka before 2.6.1 sends a SCRAM proof Kafka 4 brokers refuse
+ * (confluentinc/librdkafka#4895): a correct password fails too. */
+static const char *
+scram_hint(const struct cfg *cfg)
+{
+	if (strncasecmp(cfg_str(cfg, CFG_KAFKA_SECURITY_PROTOCOL), "sasl_",
+			5) ||
+	    strncmp(cfg_str(cfg, CFG_KAFKA_SASL_MECHANISM), "SCRAM", 5) ||
+	    rd_kafka_version() >= 0x020601ff)
+		return "";
+	return "; this librdkafka (before 2.6.1) cannot do SCRAM with Kafka 4 "
+	       "brokers: use kafka.sasl_mechanism PLAIN (inside sasl_ssl), see "
+	       "docs/security.md";
+}
+
+/*
+ * Serves rk's main queue until a broker answers a metadata request, one
+ * refuses the credentials or the certificate (-1), every broker is
+ * unreachable or KAFKA_PROBE_MS pass (0: degraded, the brokers are waited
+ * for later).
+ */
+static int
+probe_run(rd_kafka_t *rk, struct kafka_probe *pr, const struct cfg *cfg,
+	  char *err, size_t errlen)
+{
+	int64_t until = clock_mono_ms() + KAFKA_PROBE_MS;
+	const struct rd_kafka_metadata *md;
+	int rc = 0;
+
+	pr->probing = 1;
+	for (;;) {
+		rd_kafka_poll(rk, 50);
+		if (pr->failed[0] != '\0') {
+			snprintf(err, errlen,
+				 "kafka refused the connection: %s (check "
+				 "kafka.security_protocol %s, "
+				 "kafka.sasl_username "
+				 "'%s' and its kafka.sasl_password_file, "
+				 "kafka.tls_ca)%s",
+				 pr->failed,
+				 cfg_str(cfg, CFG_KAFKA_SECURITY_PROTOCOL),
+				 cfg_str(cfg, CFG_KAFKA_SASL_USERNAME),
+				 scram_hint(cfg));
+			rc = -1;
+			break;
+		}
+		if (rd_kafka_metadata(rk, 0, NULL, &md, 200) ==
+		    RD_KAFKA_RESP_ERR_NO_ERROR) {
+			rd_kafka_metadata_destroy(md);
+			break;
+		}
+		rd_kafka_poll(rk, 0);
+		if (pr->failed[0] != '\0')
+			continue;
+		if (pr->all_down || clock_mono_ms() >= until) {
+			log_warn("kafka brokers not answering at start; "
+				 "waiting for them",
+				 "brokers=%s", cfg_str(cfg, CFG_KAFKA_BROKERS));
+			break;
+		}
+	}
+	pr->probing = 0;
+	return rc;
+}
 
 static void
 dr_msg_cb(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaque)
@@ -42,6 +218,17 @@ error_cb(rd_kafka_t *rk, int err, const char *reason, void *opaque)
 {
 	struct kafka_producer *p = opaque;
 
+	if (probe_error(&p->probe, err, reason)) {
+		if (err == RD_KAFKA_RESP_ERR__ALL_BROKERS_DOWN)
+			p->all_down = 1;
+		return;
+	}
+	if (is_auth_error(err)) {
+		log_error("kafka refused the connection",
+			  "code=%s reason=\"%s\"", rd_kafka_err2name(err),
+			  reason);
+		return;
+	}
 	if (err == RD_KAFKA_RESP_ERR__ALL_BROKERS_DOWN) {
 		if (!p->all_down)
 			log_warn("kafka brokers down", "reason=\"%s\"", reason);
@@ -114,6 +301,109 @@ set(rd_kafka_conf_t *conf, const char *k, const char *v, char *err,
 	return 0;
 }
 
+/* The properties of one pass-through section. */
+static int
+set_section(rd_kafka_conf_t *conf, const struct cfg *cfg, const char *section,
+	    char *err, size_t errlen)
+{
+	size_t n = cfg_extra_count(cfg, section);
+
+	for (size_t i = 0; i < n; i++) {
+		const char *k, *v;
+		char why[256];
+
+		cfg_extra_get(cfg, section, i, &k, &v);
+		if (kafka_passthrough_check(section, k, err, errlen) < 0)
+			return -1;
+		if (set(conf, k, v, why, sizeof(why))) {
+			snprintf(err, errlen, "%s.%s: %s", section, k, why);
+			return -1;
+		}
+	}
+	return 0;
+}
+
+/* kafka.security_protocol, sasl_* and tls_*: with an error naming the
+ * key that is missing or wrong. */
+static int
+set_security(rd_kafka_conf_t *conf, const struct cfg *cfg, char *err,
+	     size_t errlen)
+{
+	const char *proto = cfg_str(cfg, CFG_KAFKA_SECURITY_PROTOCOL);
+	const char *mech = cfg_str(cfg, CFG_KAFKA_SASL_MECHANISM);
+	static const struct {
+		enum cfg_id id;
+		const char *prop;
+	} files[] = {{CFG_KAFKA_TLS_CA, "ssl.ca.location"},
+		     {CFG_KAFKA_TLS_CERT, "ssl.certificate.location"},
+		     {CFG_KAFKA_TLS_KEY, "ssl.key.location"}};
+	char why[256];
+	char *pw;
+	int rc;
+
+	if (set(conf, "security.protocol", proto, why, sizeof(why))) {
+		snprintf(err, errlen, "kafka.security_protocol: %s", why);
+		return -1;
+	}
+	for (size_t i = 0; i < sizeof(files) / sizeof(files[0]); i++) {
+		const char *v = cfg_str(cfg, files[i].id);
+
+		if (v[0] != '\0' &&
+		    set(conf, files[i].prop, v, why, sizeof(why))) {
+			snprintf(err, errlen, "kafka.%s: %s", files[i].prop,
+				 why);
+			return -1;
+		}
+	}
+	if (strncasecmp(proto, "sasl_", 5))
+		return 0;
+	if (cfg_str(cfg, CFG_KAFKA_SASL_USERNAME)[0] == '\0' ||
+	    cfg_str(cfg, CFG_KAFKA_SASL_PASSWORD_FILE)[0] == '\0') {
+		snprintf(err, errlen,
+			 "kafka.security_protocol is %s: kafka.sasl_username "
+			 "and kafka.sasl_password_file are needed (in [kafka], "
+			 "or [kafka@<program>] for a principal per program)",
+			 proto);
+		return -1;
+	}
+	pw = cfg_secret(cfg, CFG_KAFKA_SASL_PASSWORD_FILE, err, errlen);
+	if (pw == NULL)
+		return -1;
+	rc = set(conf, "sasl.mechanism", mech, why, sizeof(why)) ||
+	     set(conf, "sasl.username", cfg_str(cfg, CFG_KAFKA_SASL_USERNAME),
+		 why, sizeof(why)) ||
+	     set(conf, "sasl.password", pw, why, sizeof(why));
+	secret_free(pw);
+	if (rc) {
+		snprintf(err, errlen, "kafka.sasl_*: %s", why);
+		return -1;
+	}
+	if (!strcasecmp(proto, "sasl_plaintext") && !strcmp(mech, "PLAIN"))
+		log_warn("kafka: PLAIN over sasl_plaintext sends the password "
+			 "in clear text: use sasl_ssl",
+			 "user=%s", cfg_str(cfg, CFG_KAFKA_SASL_USERNAME));
+	return 0;
+}
+
+/*
+ * What every client has: brokers, security, [kafka.client]. No Nagle:
+ * over TLS a request leaves in several records, and Nagle's wait for the
+ * ACK of the first (which the broker delays) added 20-40 ms to every
+ * produce (scripts/bench --secure: p50 25 ms instead of 3).
+ */
+static int
+set_common(rd_kafka_conf_t *conf, const struct cfg *cfg, char *err,
+	   size_t errlen)
+{
+	if (set(conf, "bootstrap.servers", cfg_str(cfg, CFG_KAFKA_BROKERS), err,
+		errlen) ||
+	    set(conf, "socket.nagle.disable", "true", err, errlen) ||
+	    set_security(conf, cfg, err, errlen) < 0 ||
+	    set_section(conf, cfg, "kafka.client", err, errlen) < 0)
+		return -1;
+	return 0;
+}
+
 struct kafka_producer *
 kafka_producer_create(struct event_base *base, const struct cfg *cfg,
 		      kafka_dr_fn dr_cb, void *arg, char *err, size_t errlen)
@@ -121,15 +411,14 @@ kafka_producer_create(struct event_base *base, const struct cfg *cfg,
 	struct kafka_producer *p = xcalloc(1, sizeof(*p));
 	rd_kafka_conf_t *conf = rd_kafka_conf_new();
 	char num[32];
-	size_t n;
 
 	p->dr_cb = dr_cb;
 	p->arg = arg;
 	snprintf(num, sizeof(num), "%lld",
 		 (long long)cfg_int(cfg, CFG_KAFKA_LINGER_MS));
-	if (set(conf, "bootstrap.servers", cfg_str(cfg, CFG_KAFKA_BROKERS), err,
-		errlen) ||
+	if (set_common(conf, cfg, err, errlen) < 0 ||
 	    set(conf, "enable.idempotence", "true", err, errlen) ||
+	    set(conf, "acks", "all", err, errlen) ||
 	    set(conf, "linger.ms", num, err, errlen) ||
 	    set(conf, "message.timeout.ms", "0", err, errlen) ||
 	    set(conf, "socket.keepalive.enable", "true", err, errlen) ||
@@ -137,19 +426,9 @@ kafka_producer_create(struct event_base *base, const struct cfg *cfg,
 		goto fail;
 	snprintf(num, sizeof(num), "%lld",
 		 (long long)cfg_int(cfg, CFG_KAFKA_QUEUE_MAX));
-	if (set(conf, "queue.buffering.max.messages", num, err, errlen))
+	if (set(conf, "queue.buffering.max.messages", num, err, errlen) ||
+	    set_section(conf, cfg, "kafka.producer", err, errlen) < 0)
 		goto fail;
-	n = cfg_extra_count(cfg, "kafka.producer");
-	for (size_t i = 0; i < n; i++) {
-		const char *k, *v;
-		char why[256];
-
-		cfg_extra_get(cfg, "kafka.producer", i, &k, &v);
-		if (set(conf, k, v, why, sizeof(why))) {
-			snprintf(err, errlen, "kafka.producer.%s: %s", k, why);
-			goto fail;
-		}
-	}
 	rd_kafka_conf_set_opaque(conf, p);
 	rd_kafka_conf_set_dr_msg_cb(conf, dr_msg_cb);
 	rd_kafka_conf_set_error_cb(conf, error_cb);
@@ -159,6 +438,11 @@ kafka_producer_create(struct event_base *base, const struct cfg *cfg,
 		goto fail;
 	p->rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, err, errlen);
 	if (p->rk == NULL) {
+		xfree(p);
+		return NULL;
+	}
+	if (probe_run(p->rk, &p->probe, cfg, err, errlen) < 0) {
+		rd_kafka_destroy(p->rk);
 		xfree(p);
 		return NULL;
 	}
@@ -239,15 +523,27 @@ struct kafka_consumer {
 	struct event *ev;
 	int pipefd[2];
 	kafka_msg_fn msg_cb;
+	kafka_rebalance_fn rebalance_cb;
 	void *arg;
-	int held; /* the caller has enough in hand: do not poll */
+	int held;   /* the caller has enough in hand: do not poll */
+	int paused; /* fetching stopped, polling goes on */
+	struct kafka_probe probe;
 };
 
 static void
 consumer_error_cb(rd_kafka_t *rk, int err, const char *reason, void *opaque)
 {
-	log_warn("kafka consumer error", "code=%s reason=\"%s\"",
-		 rd_kafka_err2name(err), reason);
+	struct kafka_consumer *c = opaque;
+
+	if (probe_error(&c->probe, err, reason))
+		return;
+	if (is_auth_error(err))
+		log_error("kafka refused the consumer's connection",
+			  "code=%s reason=\"%s\"", rd_kafka_err2name(err),
+			  reason);
+	else
+		log_warn("kafka consumer error", "code=%s reason=\"%s\"",
+			 rd_kafka_err2name(err), reason);
 }
 
 static void
@@ -266,8 +562,96 @@ void
 kafka_consumer_hold(struct kafka_consumer *c, int held)
 {
 	c->held = held;
+	/* Polled from the loop, not from inside the caller's work. */
 	if (!held)
-		kafka_consumer_poll(c, 1000);
+		event_active(c->ev, EV_READ, 0);
+}
+
+/* Pauses or resumes fetching the partitions of l (NULL: the assignment). */
+static void
+pause_parts(struct kafka_consumer *c, rd_kafka_topic_partition_list_t *l,
+	    int paused)
+{
+	rd_kafka_topic_partition_list_t *mine = NULL;
+
+	if (l == NULL) {
+		if (rd_kafka_assignment(c->rk, &mine) !=
+		    RD_KAFKA_RESP_ERR_NO_ERROR)
+			return;
+		l = mine;
+	}
+	if (paused)
+		rd_kafka_pause_partitions(c->rk, l);
+	else
+		rd_kafka_resume_partitions(c->rk, l);
+	if (mine != NULL)
+		rd_kafka_topic_partition_list_destroy(mine);
+}
+
+void
+kafka_consumer_pause(struct kafka_consumer *c, int paused)
+{
+	if (c->paused == paused)
+		return;
+	c->paused = paused;
+	pause_parts(c, NULL, paused);
+	/* Polled from the loop, not from inside the caller's work. */
+	if (!paused)
+		event_active(c->ev, EV_READ, 0);
+}
+
+int64_t
+kafka_consumer_high_watermark(struct kafka_consumer *c, const char *topic,
+			      int32_t partition)
+{
+	int64_t lo, hi;
+
+	if (rd_kafka_get_watermark_offsets(c->rk, topic, partition, &lo, &hi) !=
+		    RD_KAFKA_RESP_ERR_NO_ERROR ||
+	    hi == RD_KAFKA_OFFSET_INVALID)
+		return -1;
+	return hi;
+}
+
+/* Applies a rebalance to the assignment (eager or cooperative). */
+static void
+rebalance_apply(rd_kafka_t *rk, rd_kafka_resp_err_t err,
+		rd_kafka_topic_partition_list_t *l)
+{
+	int coop = !strcmp(rd_kafka_rebalance_protocol(rk), "COOPERATIVE");
+	int assign = err == RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS;
+	rd_kafka_error_t *e = NULL;
+
+	if (coop && assign)
+		e = rd_kafka_incremental_assign(rk, l);
+	else if (coop && err == RD_KAFKA_RESP_ERR__REVOKE_PARTITIONS)
+		e = rd_kafka_incremental_unassign(rk, l);
+	else
+		rd_kafka_assign(rk, assign ? l : NULL);
+	if (e != NULL) {
+		log_warn("kafka rebalance not applied", "error=\"%s\"",
+			 rd_kafka_error_string(e));
+		rd_kafka_error_destroy(e);
+	}
+}
+
+/* Served by rd_kafka_consumer_poll, hence on the loop. */
+static void
+rebalance_cb(rd_kafka_t *rk, rd_kafka_resp_err_t err,
+	     rd_kafka_topic_partition_list_t *l, void *opaque)
+{
+	struct kafka_consumer *c = opaque;
+	int assigned = err == RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS;
+
+	if (!assigned && c->rebalance_cb != NULL)
+		c->rebalance_cb(l, 0, c->arg);
+	rebalance_apply(rk, err, l);
+	if (assigned) {
+		if (c->paused)
+			pause_parts(c, l, 1);
+		if (c->rebalance_cb != NULL)
+			c->rebalance_cb(l, 1, c->arg);
+	}
 }
 
 struct kafka_consumer *
@@ -275,35 +659,50 @@ kafka_consumer_create(struct event_base *base, const struct cfg *cfg,
 		      const char *group, const char *topic, kafka_msg_fn msg_cb,
 		      void *arg, char *err, size_t errlen)
 {
+	return kafka_consumer_create_opts(base, cfg, group, topic, msg_cb, arg,
+					  NULL, err, errlen);
+}
+
+struct kafka_consumer *
+kafka_consumer_create_opts(struct event_base *base, const struct cfg *cfg,
+			   const char *group, const char *topic,
+			   kafka_msg_fn msg_cb, void *arg,
+			   const struct kafka_consumer_opts *opts, char *err,
+			   size_t errlen)
+{
 	struct kafka_consumer *c = xcalloc(1, sizeof(*c));
 	rd_kafka_conf_t *conf = rd_kafka_conf_new();
 	rd_kafka_topic_partition_list_t *topics;
-	size_t n;
 
-	if (set(conf, "bootstrap.servers", cfg_str(cfg, CFG_KAFKA_BROKERS), err,
-		errlen) ||
+	if (set_common(conf, cfg, err, errlen) < 0 ||
 	    set(conf, "group.id", group, err, errlen) ||
 	    set(conf, "enable.auto.commit", "false", err, errlen) ||
 	    set(conf, "enable.auto.offset.store", "false", err, errlen) ||
-	    set(conf, "auto.offset.reset", "earliest", err, errlen))
+	    set(conf, "auto.offset.reset", "earliest", err, errlen) ||
+	    set_section(conf, cfg, "kafka.consumer", err, errlen) < 0)
 		goto fail;
-	n = cfg_extra_count(cfg, "kafka.consumer");
-	for (size_t i = 0; i < n; i++) {
-		const char *k, *v;
-		char why[256];
-
-		cfg_extra_get(cfg, "kafka.consumer", i, &k, &v);
-		if (set(conf, k, v, why, sizeof(why))) {
-			snprintf(err, errlen, "kafka.consumer.%s: %s", k, why);
+	for (const char *const *p = opts ? opts->props : NULL; p && p[0];
+	     p += 2)
+		if (set(conf, p[0], p[1], err, errlen))
 			goto fail;
-		}
-	}
+	rd_kafka_conf_set_opaque(conf, c);
 	rd_kafka_conf_set_error_cb(conf, consumer_error_cb);
 	rd_kafka_conf_set_log_cb(conf, log_cb);
+	if (opts != NULL && opts->rebalance_cb != NULL) {
+		rd_kafka_conf_set_rebalance_cb(conf, rebalance_cb);
+		c->rebalance_cb = opts->rebalance_cb;
+	}
 	c->msg_cb = msg_cb;
 	c->arg = arg;
 	c->rk = rd_kafka_new(RD_KAFKA_CONSUMER, conf, err, errlen);
 	if (c->rk == NULL) {
+		xfree(c);
+		return NULL;
+	}
+	/* Before the main queue is forwarded to the consumer's: the probe
+	 * serves it with rd_kafka_poll. */
+	if (probe_run(c->rk, &c->probe, cfg, err, errlen) < 0) {
+		rd_kafka_destroy(c->rk);
 		xfree(c);
 		return NULL;
 	}
@@ -353,6 +752,10 @@ kafka_consumer_poll(struct kafka_consumer *c, int max)
 			break;
 		if (m->err == RD_KAFKA_RESP_ERR_NO_ERROR)
 			c->msg_cb(m, c->arg);
+		else if (m->err == RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART)
+			/* A topic nothing was published to yet. */
+			log_info("kafka topic not there (yet)", "error=\"%s\"",
+				 rd_kafka_message_errstr(m));
 		else if (m->err != RD_KAFKA_RESP_ERR__PARTITION_EOF)
 			log_warn("kafka consume error", "error=\"%s\"",
 				 rd_kafka_message_errstr(m));
@@ -405,6 +808,14 @@ consumer_close(rd_kafka_t *rk)
 		       clock_mono_ms() < until) {
 			rd_kafka_event_t *ev = rd_kafka_queue_poll(q, 100);
 
+			/* With a rebalance callback, the last revocation
+			 * comes here and is ours to apply. */
+			if (ev != NULL &&
+			    rd_kafka_event_type(ev) == RD_KAFKA_EVENT_REBALANCE)
+				rebalance_apply(
+					rk, rd_kafka_event_error(ev),
+					rd_kafka_event_topic_partition_list(
+						ev));
 			if (ev != NULL)
 				rd_kafka_event_destroy(ev);
 		}
@@ -420,18 +831,75 @@ consumer_close(rd_kafka_t *rk)
 		rd_kafka_destroy(rk);
 }
 
+/* Off the loop from here: the caller is done with it. */
+static void
+consumer_detach(struct kafka_consumer *c)
+{
+	c->rebalance_cb = NULL;
+	rd_kafka_queue_io_event_enable(c->q, -1, NULL, 0);
+	rd_kafka_queue_destroy(c->q);
+	event_free(c->ev);
+}
+
+static void
+consumer_free(struct kafka_consumer *c)
+{
+	consumer_close(c->rk);
+	close(c->pipefd[0]);
+	close(c->pipefd[1]);
+	xfree(c);
+}
+
 void
 kafka_consumer_destroy(struct kafka_consumer *c)
 {
 	if (c == NULL)
 		return;
-	rd_kafka_queue_io_event_enable(c->q, -1, NULL, 0);
-	rd_kafka_queue_destroy(c->q);
-	consumer_close(c->rk);
-	event_free(c->ev);
-	close(c->pipefd[0]);
-	close(c->pipefd[1]);
-	xfree(c);
+	consumer_detach(c);
+	consumer_free(c);
+}
+
+/* Consumers being closed by threads of their own. */
+static pthread_mutex_t closing_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t closing_cv = PTHREAD_COND_INITIALIZER;
+static int closing;
+
+static void *
+close_main(void *arg)
+{
+	consumer_free(arg);
+	pthread_mutex_lock(&closing_mu);
+	if (--closing == 0)
+		pthread_cond_broadcast(&closing_cv);
+	pthread_mutex_unlock(&closing_mu);
+	return NULL;
+}
+
+void
+kafka_consumer_destroy_async(struct kafka_consumer *c)
+{
+	pthread_t t;
+
+	if (c == NULL)
+		return;
+	consumer_detach(c);
+	pthread_mutex_lock(&closing_mu);
+	closing++;
+	pthread_mutex_unlock(&closing_mu);
+	if (pthread_create(&t, NULL, close_main, c) != 0) {
+		close_main(c); /* no thread: here, then */
+		return;
+	}
+	pthread_detach(t);
+}
+
+void
+kafka_consumer_wait_closed(void)
+{
+	pthread_mutex_lock(&closing_mu);
+	while (closing > 0)
+		pthread_cond_wait(&closing_cv, &closing_mu);
+	pthread_mutex_unlock(&closing_mu);
 }
 
 /* Transactional producer ----------------------------------------------- */
@@ -456,26 +924,6 @@ txn_dr_cb(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaque)
 	r->offset = m->offset;
 }
 
-/* Sets the [kafka.producer] pass-through keys on conf. */
-static int
-set_extra(rd_kafka_conf_t *conf, const struct cfg *cfg, const char *section,
-	  char *err, size_t errlen)
-{
-	size_t n = cfg_extra_count(cfg, section);
-
-	for (size_t i = 0; i < n; i++) {
-		const char *k, *v;
-		char why[256];
-
-		cfg_extra_get(cfg, section, i, &k, &v);
-		if (set(conf, k, v, why, sizeof(why))) {
-			snprintf(err, errlen, "%s.%s: %s", section, k, why);
-			return -1;
-		}
-	}
-	return 0;
-}
-
 static int
 txn_error(rd_kafka_error_t *e, const char *what, char *err, size_t errlen)
 {
@@ -493,13 +941,12 @@ kafka_txn_create(const struct cfg *cfg, const char *txn_id, int timeout_ms,
 	struct kafka_txn *t = xcalloc(1, sizeof(*t));
 	rd_kafka_conf_t *conf = rd_kafka_conf_new();
 
-	if (set(conf, "bootstrap.servers", cfg_str(cfg, CFG_KAFKA_BROKERS), err,
-		errlen) ||
+	if (set_common(conf, cfg, err, errlen) < 0 ||
 	    set(conf, "transactional.id", txn_id, err, errlen) ||
 	    set(conf, "linger.ms", "5", err, errlen) ||
 	    set(conf, "socket.keepalive.enable", "true", err, errlen) ||
 	    set(conf, "reconnect.backoff.max.ms", "1000", err, errlen) ||
-	    set_extra(conf, cfg, "kafka.producer", err, errlen) < 0) {
+	    set_section(conf, cfg, "kafka.producer", err, errlen) < 0) {
 		rd_kafka_conf_destroy(conf);
 		xfree(t);
 		return NULL;
@@ -622,13 +1069,12 @@ kafka_read_committed(const struct cfg *cfg, const char *topic,
 
 	*ends = NULL;
 	*nends = 0;
-	if (set(conf, "bootstrap.servers", cfg_str(cfg, CFG_KAFKA_BROKERS), err,
-		errlen) ||
+	if (set_common(conf, cfg, err, errlen) < 0 ||
 	    set(conf, "group.id", "prophet-archive-readback", err, errlen) ||
 	    set(conf, "isolation.level", "read_committed", err, errlen) ||
 	    set(conf, "enable.auto.commit", "false", err, errlen) ||
 	    set(conf, "enable.partition.eof", "true", err, errlen) ||
-	    set_extra(conf, cfg, "kafka.consumer", err, errlen) < 0) {
+	    set_section(conf, cfg, "kafka.consumer", err, errlen) < 0) {
 		rd_kafka_conf_destroy(conf);
 		return -1;
 	}

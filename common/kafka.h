@@ -2,6 +2,7 @@
 #define PROPHET_KAFKA_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include <librdkafka/rdkafka.h>
 
@@ -10,6 +11,23 @@ struct cfg;
 
 /* Longest Kafka topic name (the broker refuses longer ones). */
 #define KAFKA_TOPIC_NAME_MAX 249
+
+/*
+ * Every client takes kafka.brokers, the security keys (security_protocol,
+ * sasl_*, tls_*) and [kafka.client]; producers [kafka.producer] too,
+ * consumers [kafka.consumer]. Creating one waits (at most a few seconds)
+ * for the first broker to answer: a refused password or an untrusted
+ * certificate is then an error (the daemons stop at start), brokers that
+ * are down are not (they are waited for, as at any time).
+ */
+
+/*
+ * Pass-through property key of section ([kafka.client], [kafka.producer],
+ * [kafka.consumer]) may be set: -1 naming it if Prophet sets it itself,
+ * a safety setting or what one of its keys sets.
+ */
+int kafka_passthrough_check(const char *section, const char *key, char *err,
+			    size_t errlen);
 
 /*
  * An idempotent librdkafka producer whose delivery reports are served on
@@ -53,16 +71,50 @@ int kafka_brokers_down(const struct kafka_producer *p);
  */
 struct kafka_consumer;
 typedef void (*kafka_msg_fn)(const rd_kafka_message_t *m, void *arg);
+/* Partitions given to this member (assigned 1) or taken from it (0, also
+ * when they were lost); the list is borrowed for the call. */
+typedef void (*kafka_rebalance_fn)(const rd_kafka_topic_partition_list_t *l,
+				   int assigned, void *arg);
+
+struct kafka_consumer_opts {
+	/* librdkafka properties as key, value pairs ending with NULL, set
+	 * before the [kafka.consumer] pass-through (which may override). */
+	const char *const *props;
+	/* Told of every assignment change (NULL: none). */
+	kafka_rebalance_fn rebalance_cb;
+};
 
 struct kafka_consumer *
 kafka_consumer_create(struct event_base *base, const struct cfg *cfg,
 		      const char *group, const char *topic, kafka_msg_fn msg_cb,
 		      void *arg, char *err, size_t errlen);
+/* The same with properties of its own and a rebalance callback (served
+ * on the loop, from kafka_consumer_poll like the messages). */
+struct kafka_consumer *kafka_consumer_create_opts(
+	struct event_base *base, const struct cfg *cfg, const char *group,
+	const char *topic, kafka_msg_fn msg_cb, void *arg,
+	const struct kafka_consumer_opts *opts, char *err, size_t errlen);
 void kafka_consumer_destroy(struct kafka_consumer *c);
+/*
+ * The same without blocking the loop: the consumer leaves its group on a
+ * thread of its own (up to KAFKA_CLOSE_MS, in parallel with others).
+ * kafka_consumer_wait_closed() waits for every such close (at exit).
+ */
+void kafka_consumer_destroy_async(struct kafka_consumer *c);
+void kafka_consumer_wait_closed(void);
 /* Delivers at most max messages now; returns how many. */
 int kafka_consumer_poll(struct kafka_consumer *c, int max);
 /* held=1: stop delivering (the caller has enough in hand); 0: resume. */
 void kafka_consumer_hold(struct kafka_consumer *c, int held);
+/*
+ * paused=1: stop fetching the partitions assigned now and later, but keep
+ * polling (group membership, rebalances); 0: fetch again. Unlike a hold,
+ * the member stays within max.poll.interval.ms however long it lasts.
+ */
+void kafka_consumer_pause(struct kafka_consumer *c, int paused);
+/* The last high watermark seen for a partition, or -1. */
+int64_t kafka_consumer_high_watermark(struct kafka_consumer *c,
+				      const char *topic, int32_t partition);
 /* Marks (topic, partition, offset) handled; commits asynchronously. */
 void kafka_consumer_commit(struct kafka_consumer *c, const char *topic,
 			   int32_t partition, int64_t next_offset);

@@ -21,6 +21,7 @@ struct metric {
 	char *help;
 	char *label;
 	const char *const *label_values; /* NULL: the index */
+	const char *const *label_sets;	 /* whole label sets, NULL: none */
 	size_t nvalues;
 	double *values; /* nvalues, or 1 */
 	double *bounds; /* histogram */
@@ -91,6 +92,12 @@ metric_set_label_values(struct metric *m, const char *const *values)
 }
 
 void
+metric_set_label_sets(struct metric *m, const char *const *sets)
+{
+	m->label_sets = sets;
+}
+
+void
 metric_vec_inc(struct metric *m, size_t i)
 {
 	if (i < m->nvalues)
@@ -157,7 +164,14 @@ metrics_render(struct evbuffer *out)
 			render_value(out, m->count);
 		} else if (m->label != NULL) {
 			for (size_t i = 0; i < m->nvalues; i++) {
-				if (m->label_values != NULL)
+				if (m->label_sets != NULL &&
+				    m->label_sets[i] == NULL)
+					continue;
+				if (m->label_sets != NULL)
+					evbuffer_add_printf(out, "%s{%s} ",
+							    m->name,
+							    m->label_sets[i]);
+				else if (m->label_values != NULL)
 					evbuffer_add_printf(
 						out, "%s{%s=\"%s\"} ", m->name,
 						m->label, m->label_values[i]);

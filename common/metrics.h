@@ -22,6 +22,11 @@ struct metric *metrics_register(enum metric_type type, const char *name,
 /* Label values by index (nvalues strings, borrowed for the metric's
  * life) instead of the index itself, e.g. an outcome class. */
 void metric_set_label_values(struct metric *m, const char *const *values);
+/* Whole label sets by index instead, each written between the braces as
+ * it is (k="v",k2="v2": the caller's values need no escaping); an index
+ * whose set is NULL is not written (a series that is not there now).
+ * Borrowed; the caller may change them between renders. */
+void metric_set_label_sets(struct metric *m, const char *const *sets);
 /* Histogram bucket bounds (upper, ascending); default: latency seconds. */
 void metric_set_buckets(struct metric *m, const double *bounds, size_t n);
 void metric_inc(struct metric *m);

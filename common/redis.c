@@ -10,9 +10,14 @@
 
 #include <event2/event.h>
 #include <hiredis/adapters/libevent.h>
+#ifdef HAVE_HIREDIS_SSL
+#include <hiredis/hiredis_ssl.h>
+#endif
 
+#include "cfg.h"
 #include "log.h"
 #include "redis.h"
+#include "secret.h"
 #include "url.h"
 #include "xmalloc.h"
 
@@ -26,8 +31,14 @@ struct redis {
 	int timeout_ms;
 	char *host;
 	int port;
-	char *password;
+	char *user;	/* an ACL user, NULL: AUTH password alone */
+	char *password; /* NULL: no AUTH */
 	int db;
+	int tls; /* rediss:// */
+#ifdef HAVE_HIREDIS_SSL
+	redisSSLContext *ssl;
+#endif
+	int auth_refused; /* said once until AUTH passes again */
 	size_t pending;
 	redis_state_fn state_cb;
 	void *arg;
@@ -202,6 +213,26 @@ policy_cb(redisAsyncContext *ac, void *reply, void *privdata)
 }
 
 static void
+auth_cb(redisAsyncContext *ac, void *reply, void *privdata)
+{
+	struct redis *r = privdata;
+	redisReply *rep = reply;
+
+	if (rep == NULL || rep->type != REDIS_REPLY_ERROR) {
+		if (rep != NULL)
+			r->auth_refused = 0;
+		return;
+	}
+	if (!r->auth_refused)
+		log_error("redis refused the credentials",
+			  "host=%s port=%d user=%s error=\"%s\" hint=\"check "
+			  "redis.url's user and redis.password_file\"",
+			  r->host, r->port, r->user ? r->user : "default",
+			  rep->str);
+	r->auth_refused = 1;
+}
+
+static void
 setup_done_cb(redisAsyncContext *ac, void *reply, void *privdata)
 {
 	struct redis *r = privdata;
@@ -209,6 +240,10 @@ setup_done_cb(redisAsyncContext *ac, void *reply, void *privdata)
 
 	if (rep == NULL)
 		return;
+	if (rep->type == REDIS_REPLY_ERROR && r->auth_refused) {
+		redisAsyncDisconnect(ac);
+		return;
+	}
 	if (rep->type == REDIS_REPLY_ERROR) {
 		log_error("redis setup failed", "error=\"%s\"", rep->str);
 		redisAsyncDisconnect(ac);
@@ -238,8 +273,11 @@ connect_cb(const redisAsyncContext *ac, int status)
 		schedule_retry(r);
 		return;
 	}
-	if (r->password != NULL)
-		redisAsyncCommand(r->ac, NULL, NULL, "AUTH %s", r->password);
+	if (r->password != NULL && r->user != NULL)
+		redisAsyncCommand(r->ac, auth_cb, r, "AUTH %s %s", r->user,
+				  r->password);
+	else if (r->password != NULL)
+		redisAsyncCommand(r->ac, auth_cb, r, "AUTH %s", r->password);
 	/* The reply to SELECT (or PING) marks the connection usable. */
 	redisAsyncCommand(r->ac, setup_done_cb, r, "SELECT %d", r->db);
 }
@@ -270,6 +308,16 @@ redis_connect(struct redis *r)
 		schedule_retry(r);
 		return;
 	}
+#ifdef HAVE_HIREDIS_SSL
+	if (r->ssl != NULL &&
+	    redisInitiateSSLWithContext(&ac->c, r->ssl) != REDIS_OK) {
+		log_warn("redis TLS failed", "host=%s port=%d error=\"%s\"",
+			 r->host, r->port, ac->c.errstr);
+		redisAsyncFree(ac);
+		schedule_retry(r);
+		return;
+	}
+#endif
 	ac->data = r;
 	r->ac = ac;
 	redisLibeventAttach(ac, r->base);
@@ -277,23 +325,117 @@ redis_connect(struct redis *r)
 	redisAsyncSetDisconnectCallback(ac, disconnect_cb);
 }
 
+/* An AUTH error: the credentials, not the server's health. */
+static int
+auth_refusal(const char *msg)
+{
+	return !strncmp(msg, "WRONGPASS", 9) || !strncmp(msg, "NOAUTH", 6) ||
+	       !strncmp(msg, "NOPERM", 6) || strstr(msg, "password") != NULL;
+}
+
+/*
+ * Once at start, blocking: AUTH on a connection of its own, so that a
+ * refused password stops the daemon with a clear message instead of a
+ * reconnect loop. A server that does not answer is not an error here.
+ */
+static void
+redis_probe(struct redis *r)
+{
+	struct timeval tv = {r->timeout_ms / 1000,
+			     (r->timeout_ms % 1000) * 1000};
+	redisContext *c = redisConnectWithTimeout(r->host, r->port, tv);
+	redisReply *rep = NULL;
+
+	if (c == NULL || c->err) {
+		log_debug("redis not reachable at start", "error=\"%s\"",
+			  c ? c->errstr : "out of memory");
+		redisFree(c);
+		return;
+	}
+	redisSetTimeout(c, tv);
+#ifdef HAVE_HIREDIS_SSL
+	if (r->ssl != NULL &&
+	    redisInitiateSSLWithContext(c, r->ssl) != REDIS_OK)
+		log_fatal("redis TLS failed",
+			  "host=%s port=%d error=\"%s\" hint=\"check "
+			  "redis.tls_ca and the server's certificate\"",
+			  r->host, r->port, c->errstr);
+#endif
+	if (r->password != NULL && r->user != NULL)
+		rep = redisCommand(c, "AUTH %s %s", r->user, r->password);
+	else if (r->password != NULL)
+		rep = redisCommand(c, "AUTH %s", r->password);
+	else
+		rep = redisCommand(c, "PING");
+	if (rep != NULL && rep->type == REDIS_REPLY_ERROR &&
+	    auth_refusal(rep->str))
+		log_fatal("redis refused the credentials",
+			  "host=%s port=%d user=%s error=\"%s\" hint=\"check "
+			  "redis.url's user and redis.password_file\"",
+			  r->host, r->port, r->user ? r->user : "default",
+			  rep->str);
+	freeReplyObject(rep);
+	redisFree(c);
+}
+
+#ifdef HAVE_HIREDIS_SSL
+static void
+redis_tls_init(struct redis *r, const struct cfg *cfg)
+{
+	static int inited;
+	redisSSLContextError e = REDIS_SSL_CTX_NONE;
+	const char *ca = cfg_str(cfg, CFG_REDIS_TLS_CA);
+	const char *cert = cfg_str(cfg, CFG_REDIS_TLS_CERT);
+	const char *key = cfg_str(cfg, CFG_REDIS_TLS_KEY);
+
+	if (!inited++)
+		redisInitOpenSSL();
+	r->ssl = redisCreateSSLContext(ca[0] ? ca : NULL, NULL,
+				       cert[0] ? cert : NULL,
+				       key[0] ? key : NULL, r->host, &e);
+	if (r->ssl == NULL)
+		log_fatal("redis TLS setup failed",
+			  "error=\"%s\" hint=\"check redis.tls_ca, "
+			  "redis.tls_cert and redis.tls_key\"",
+			  redisSSLContextGetError(e));
+}
+#endif
+
 struct redis *
-redis_create(struct event_base *base, const char *url, int timeout_ms,
+redis_create(struct event_base *base, const struct cfg *cfg,
 	     redis_state_fn state_cb, void *arg)
 {
 	struct redis *r = xcalloc(1, sizeof(*r));
-	char err[256];
+	char err[512];
 	struct url u;
 
-	if (url_parse(url, &u, err, sizeof(err)) < 0)
+	if (url_parse(cfg_str(cfg, CFG_REDIS_URL), &u, err, sizeof(err)) < 0)
 		log_fatal("bad redis url", "error=\"%s\"", err);
 	r->base = base;
 	r->host = xstrdup(u.host);
 	r->port = u.port ? u.port : 6379;
+	r->tls = !strcmp(u.scheme, "rediss");
+	/* "redis://:pw@h": no user, as before ACLs */
+	r->user = u.user && u.user[0] ? xstrdup(u.user) : NULL;
 	r->password = u.password ? xstrdup(u.password) : NULL;
 	r->db = u.path ? atoi(u.path) : 0;
 	url_clear(&u);
-	r->timeout_ms = timeout_ms;
+	if (r->password == NULL &&
+	    (r->password = cfg_secret(cfg, CFG_REDIS_PASSWORD_FILE, err,
+				      sizeof(err))) == NULL &&
+	    err[0] != '\0')
+		log_fatal("bad config", "error=\"%s\"", err);
+	if (r->user != NULL && r->password == NULL)
+		log_fatal("bad config",
+			  "error=\"redis.url names user %s but no password: "
+			  "set redis.password_file\"",
+			  r->user);
+#ifdef HAVE_HIREDIS_SSL
+	if (r->tls)
+		redis_tls_init(r, cfg);
+#endif
+	r->timeout_ms = (int)cfg_int(cfg, CFG_REDIS_TIMEOUT_MS);
+	redis_probe(r);
 	r->backoff_ms = 50;
 	r->state_cb = state_cb;
 	r->arg = arg;
@@ -325,7 +467,11 @@ redis_destroy(struct redis *r)
 	xfree(r->sent);
 	xfree(r->sub_channel);
 	xfree(r->host);
-	xfree(r->password);
+	xfree(r->user);
+	secret_free(r->password);
+#ifdef HAVE_HIREDIS_SSL
+	redisFreeSSLContext(r->ssl);
+#endif
 	xfree(r);
 }
 

@@ -7,20 +7,24 @@
 #include <hiredis/hiredis.h>
 
 struct event_base;
+struct cfg;
 
 /*
- * One hiredis async connection on the loop, with AUTH/SELECT from the URL
- * and automatic reconnect (backoff up to 1 s). While disconnected, commands
- * are refused (-1) rather than queued, so callers can fall back at once.
- * A command's callback gets reply NULL if the connection dropped under it.
+ * One hiredis async connection on the loop, to redis.url (AUTH [user]
+ * password, with redis.password_file's, then SELECT; TLS for rediss://
+ * where hiredis has it) and automatic reconnect (backoff up to 1 s). While
+ * disconnected, commands are refused (-1) rather than queued, so callers
+ * can fall back at once. A command's callback gets reply NULL if the
+ * connection dropped under it. Creating one is fatal when the server
+ * refuses the credentials (a server that is down is waited for).
  */
 struct redis;
 
 typedef void (*redis_state_fn)(struct redis *r, int up, void *arg);
 typedef void (*redis_reply_fn)(struct redis *r, redisReply *reply, void *arg);
 
-struct redis *redis_create(struct event_base *base, const char *url,
-			   int timeout_ms, redis_state_fn state_cb, void *arg);
+struct redis *redis_create(struct event_base *base, const struct cfg *cfg,
+			   redis_state_fn state_cb, void *arg);
 void redis_destroy(struct redis *r);
 int redis_up(const struct redis *r);
 int redis_command(struct redis *r, redis_reply_fn cb, void *arg,

@@ -67,7 +67,7 @@ url_parse(const char *s, struct url *u, char *err, size_t errlen)
 	memset(u, 0, sizeof(*u));
 	p = strstr(s, "://");
 	if (p == NULL || p == s) {
-		snprintf(err, errlen, "missing scheme:// in '%s'", s);
+		snprintf(err, errlen, "not a URL: missing scheme://");
 		return -1;
 	}
 	u->scheme = xstrndup(s, (size_t)(p - s));
@@ -115,8 +115,11 @@ url_parse(const char *s, struct url *u, char *err, size_t errlen)
 	if (hostend < slash && *hostend == ':') {
 		if (port_parse(hostend + 1, (size_t)(slash - hostend - 1),
 			       &u->port) < 0) {
-			snprintf(err, errlen, "bad port in '%.*s'",
-				 (int)(slash - hostend), hostend);
+			/* Not quoted: a password with an unencoded '/' ends
+			 * up here. */
+			snprintf(err, errlen,
+				 "bad port (1-65535; in a password, write '/' "
+				 "as %%2F, '@' as %%40, ':' as %%3A)");
 			url_clear(u);
 			return -1;
 		}
@@ -125,8 +128,19 @@ url_parse(const char *s, struct url *u, char *err, size_t errlen)
 		url_clear(u);
 		return -1;
 	}
-	if (*slash == '/' && slash[1] != '\0')
-		u->path = xstrdup(slash + 1);
+	if (*slash == '/' && slash[1] != '\0') {
+		const char *q = strchr(slash + 1, '?');
+
+		if (q == NULL) {
+			u->path = xstrdup(slash + 1);
+		} else {
+			if (q > slash + 1)
+				u->path = xstrndup(slash + 1,
+						   (size_t)(q - slash - 1));
+			if (q[1] != '\0')
+				u->query = xstrdup(q + 1);
+		}
+	}
 	return 0;
 }
 
@@ -138,6 +152,7 @@ url_clear(struct url *u)
 	xfree(u->password);
 	xfree(u->host);
 	xfree(u->path);
+	xfree(u->query);
 	memset(u, 0, sizeof(*u));
 }
 
@@ -160,4 +175,67 @@ hostport_parse(const char *s, char *host, size_t hostlen, int *port)
 	memcpy(host, h, n);
 	host[n] = '\0';
 	return port_parse(colon + 1, strlen(colon + 1), port);
+}
+
+/* The next "name=value" of *q: name and value spans, *q moved past it. */
+static int
+query_next(const char **q, const char **name, size_t *nlen, const char **value,
+	   size_t *vlen)
+{
+	const char *p = *q, *end, *eq;
+
+	while (*p == '&')
+		p++;
+	if (*p == '\0')
+		return 0;
+	end = p + strcspn(p, "&");
+	eq = memchr(p, '=', (size_t)(end - p));
+	*name = p;
+	*nlen = (size_t)((eq ? eq : end) - p);
+	*value = eq ? eq + 1 : end;
+	*vlen = (size_t)(end - *value);
+	*q = end;
+	return 1;
+}
+
+char *
+url_query_get(const char *query, const char *name)
+{
+	const char *n, *v;
+	size_t nl, vl;
+
+	while (query != NULL && query_next(&query, &n, &nl, &v, &vl))
+		if (nl == strlen(name) && !memcmp(n, name, nl))
+			return pct_decode(v, vl);
+	return NULL;
+}
+
+int
+url_query_check(const char *query, const char *const *names, char *err,
+		size_t errlen)
+{
+	const char *q = query, *n, *v;
+	size_t nl, vl;
+	unsigned seen = 0;
+
+	while (q != NULL && query_next(&q, &n, &nl, &v, &vl)) {
+		size_t i;
+
+		for (i = 0; names[i] != NULL; i++)
+			if (nl == strlen(names[i]) && !memcmp(n, names[i], nl))
+				break;
+		if (names[i] == NULL || nl == 0) {
+			snprintf(err, errlen,
+				 "unknown parameter '%.*s' after '?'",
+				 (int)(nl > 64 ? 64 : nl), n);
+			return -1;
+		}
+		if (seen & (1u << i)) {
+			snprintf(err, errlen, "parameter '%s' given twice",
+				 names[i]);
+			return -1;
+		}
+		seen |= 1u << i;
+	}
+	return 0;
 }

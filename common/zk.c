@@ -11,7 +11,10 @@
 
 #include <event2/event.h>
 
+#include "cfg.h"
+#include "crypto.h"
 #include "log.h"
+#include "secret.h"
 #include "xmalloc.h"
 #include "zk.h"
 
@@ -53,7 +56,11 @@ struct zk {
 	pthread_mutex_t mu;
 	pthread_cond_t cond;
 	struct zk_ev *head, *tail;
-	int connected; /* written on the client thread, under mu */
+	int connected;	     /* written on the client thread, under mu */
+	char *auth;	     /* "user:password" (digest), NULL: none */
+	char digest_id[256]; /* what ACLs record for auth */
+	struct ACL acl_items[2];
+	struct ACL_vector acl;
 };
 
 static FILE *zk_null_stream;
@@ -270,9 +277,9 @@ zk_acreate(struct zk *z, const char *path, const char *data, int flags,
 {
 	struct zk_ev *e = call_new(z, ZK_STRING, (void *)cb, arg);
 
-	return call_sent(
-		e, zoo_acreate(z->zh, path, data, data ? (int)strlen(data) : -1,
-			       &ZOO_OPEN_ACL_UNSAFE, flags, string_done, e));
+	return call_sent(e, zoo_acreate(z->zh, path, data,
+					data ? (int)strlen(data) : -1, &z->acl,
+					flags, string_done, e));
 }
 
 int
@@ -329,12 +336,195 @@ zk_open(struct zk *z)
 			  z->hosts, strerror(errno));
 		return -1;
 	}
+	/* Queued at the head of what is sent on connect (and sent again by
+	 * the client on every reconnect), so no request goes out before. */
+	if (z->auth != NULL &&
+	    zoo_add_auth(z->zh, "digest", z->auth, (int)strlen(z->auth), NULL,
+			 NULL) != ZOK) {
+		log_error("zookeeper authentication could not be queued", "");
+		zookeeper_close(z->zh);
+		z->zh = NULL;
+		return -1;
+	}
 	return 0;
 }
 
+void
+zk_digest_id(const char *userpass, char *out, size_t outlen)
+{
+	const char *colon = strchr(userpass, ':');
+	unsigned char sha[CRYPTO_SHA1_LEN];
+	char b64[4 * ((CRYPTO_SHA1_LEN + 2) / 3) + 1];
+	size_t ulen = colon ? (size_t)(colon - userpass) : strlen(userpass);
+
+	crypto_sha1(userpass, strlen(userpass), sha);
+	crypto_base64(sha, sizeof(sha), b64);
+	snprintf(out, outlen, "%.*s:%s", (int)ulen, userpass, b64);
+}
+
+/* zookeeper.auth_file: "user:password", as zkCli's addauth takes it. */
+static void
+zk_load_auth(struct zk *z, const struct cfg *cfg)
+{
+	char err[512];
+	char *a = cfg_secret(cfg, CFG_ZK_AUTH_FILE, err, sizeof(err));
+	const char *colon;
+
+	if (a == NULL && err[0] != '\0')
+		log_fatal("bad config", "error=\"%s\"", err);
+	if (a == NULL) {
+		z->acl = ZOO_OPEN_ACL_UNSAFE;
+		return;
+	}
+	colon = strchr(a, ':');
+	if (colon == NULL || colon == a || colon[1] == '\0') {
+		secret_free(a);
+		log_fatal("bad config", "error=\"zookeeper.auth_file: expected "
+					"user:password on one line\"");
+	}
+	z->auth = a;
+	zk_digest_id(a, z->digest_id, sizeof(z->digest_id));
+	z->acl_items[0].perms = ZOO_PERM_ALL;
+	z->acl_items[0].id = ZOO_AUTH_IDS;
+	z->acl_items[1].perms = ZOO_PERM_READ;
+	z->acl_items[1].id = ZOO_ANYONE_ID_UNSAFE;
+	z->acl.count = 2;
+	z->acl.data = z->acl_items;
+}
+
+struct ACL_vector *
+zk_acl(struct zk *z)
+{
+	return &z->acl;
+}
+
+static int
+acl_is(const struct ACL *a, int perms, const char *scheme, const char *id)
+{
+	return a->perms == perms && !strcmp(a->id.scheme, scheme) &&
+	       !strcmp(a->id.id, id);
+}
+
+/* The ACL zk_acl() gives a node, as the server records it. */
+static int
+acl_is_ours(const struct zk *z, const struct ACL_vector *v)
+{
+	if (z->auth == NULL)
+		return v->count == 1 &&
+		       acl_is(&v->data[0], ZOO_PERM_ALL, "world", "anyone");
+	if (v->count != 2)
+		return 0;
+	for (int i = 0; i < 2; i++)
+		if (acl_is(&v->data[i], ZOO_PERM_ALL, "digest", z->digest_id) &&
+		    acl_is(&v->data[1 - i], ZOO_PERM_READ, "world", "anyone"))
+			return 1;
+	return 0;
+}
+
+/* The digest user names an ACL grants rights beyond reading to. */
+static void
+acl_users(const struct ACL_vector *v, char *buf, size_t len)
+{
+	size_t n = 0;
+
+	buf[0] = '\0';
+	for (int i = 0; i < v->count && n < len; i++) {
+		const struct ACL *a = &v->data[i];
+		size_t ul = strcspn(a->id.id, ":");
+
+		if (strcmp(a->id.scheme, "digest") || a->perms == ZOO_PERM_READ)
+			continue;
+		n += (size_t)snprintf(buf + n, len - n, "%s%.*s", n ? ", " : "",
+				      (int)ul, a->id.id);
+	}
+	if (buf[0] == '\0')
+		snprintf(buf, len, "none");
+}
+
+int
+zk_check_access(struct zk *z, const char *path, char *err, size_t errlen)
+{
+	struct ACL_vector v;
+	struct Stat st;
+	char users[256];
+	int rc = zoo_get_acl(z->zh, path, &v, &st), ok = 0;
+
+	if (rc == ZNONODE)
+		return 0;
+	if (rc != ZOK) {
+		snprintf(err, errlen,
+			 "zookeeper: cannot read the ACL of %s: %s", path,
+			 zerror(rc));
+		return -1;
+	}
+	for (int i = 0; i < v.count; i++) {
+		const struct ACL *a = &v.data[i];
+
+		if (!strcmp(a->id.scheme, "world") &&
+		    (a->perms & ZOO_PERM_WRITE))
+			ok = 1;
+		if (z->auth != NULL &&
+		    acl_is(a, ZOO_PERM_ALL, "digest", z->digest_id))
+			ok = 1;
+	}
+	acl_users(&v, users, sizeof(users));
+	deallocate_ACL_vector(&v);
+	if (ok)
+		return 0;
+	if (z->auth != NULL)
+		snprintf(err, errlen,
+			 "zookeeper refused the credentials: %s grants its "
+			 "rights to digest user(s) %s, not to zookeeper."
+			 "auth_file's %.*s with this password (wrong "
+			 "password?)",
+			 path, users, (int)strcspn(z->auth, ":"), z->auth);
+	else
+		snprintf(err, errlen,
+			 "zookeeper: %s is protected by an ACL (digest user(s) "
+			 "%s): set zookeeper.auth_file",
+			 path, users);
+	return -1;
+}
+
+int
+zk_repair_acl(struct zk *z, const char *path, char *err, size_t errlen)
+{
+	struct ACL_vector v;
+	struct Stat st;
+	int rc = zoo_get_acl(z->zh, path, &v, &st), ours;
+
+	if (rc == ZNONODE)
+		return 0;
+	if (rc != ZOK) {
+		snprintf(err, errlen,
+			 "zookeeper: cannot read the ACL of %s: %s", path,
+			 zerror(rc));
+		return -1;
+	}
+	ours = acl_is_ours(z, &v);
+	deallocate_ACL_vector(&v);
+	if (ours)
+		return 0;
+	rc = zoo_set_acl(z->zh, path, st.aversion, &z->acl);
+	if (rc == ZNONODE)
+		return 0;
+	if (rc != ZOK) {
+		snprintf(err, errlen,
+			 "zookeeper: cannot set the ACL of %s: %s%s", path,
+			 zerror(rc),
+			 rc == ZNOAUTH
+				 ? (z->auth ? " (zookeeper.auth_file: "
+					      "wrong password?)"
+					    : " (set zookeeper.auth_file)")
+				 : "");
+		return -1;
+	}
+	return 1;
+}
+
 struct zk *
-zk_create(struct event_base *base, const char *hosts, int timeout_ms,
-	  zk_event_fn cb, void *arg)
+zk_create(struct event_base *base, const struct cfg *cfg, zk_event_fn cb,
+	  void *arg)
 {
 	struct zk *z = xcalloc(1, sizeof(*z));
 
@@ -346,8 +536,9 @@ zk_create(struct event_base *base, const char *hosts, int timeout_ms,
 	if (zk_null_stream != NULL)
 		zoo_set_log_stream(zk_null_stream);
 	z->base = base;
-	z->hosts = xstrdup(hosts);
-	z->timeout_ms = timeout_ms;
+	z->hosts = xstrdup(cfg_str(cfg, CFG_ZK_HOSTS));
+	z->timeout_ms = (int)cfg_int(cfg, CFG_ZK_SESSION_TIMEOUT_MS);
+	zk_load_auth(z, cfg);
 	z->cb = cb;
 	z->arg = arg;
 	pthread_mutex_init(&z->mu, NULL);
@@ -377,6 +568,7 @@ zk_destroy(struct zk *z)
 	pthread_mutex_destroy(&z->mu);
 	pthread_cond_destroy(&z->cond);
 	xfree(z->hosts);
+	secret_free(z->auth);
 	xfree(z);
 }
 
@@ -434,9 +626,14 @@ zk_is_connected(struct zk *z)
 int
 zk_ensure(struct zk *z, const char *path, const char *data, int flags)
 {
-	int rc = zoo_create(z->zh, path, data, data ? (int)strlen(data) : -1,
-			    &ZOO_OPEN_ACL_UNSAFE, flags, NULL, 0);
+	int rc = zoo_exists(z->zh, path, 0, NULL);
 
+	/* Looked up first: creating an existing node fails ZNOAUTH when
+	 * the parent's ACL does not let us create. */
+	if (rc == ZOK)
+		return 0;
+	rc = zoo_create(z->zh, path, data, data ? (int)strlen(data) : -1,
+			&z->acl, flags, NULL, 0);
 	if (rc == ZOK || rc == ZNODEEXISTS)
 		return 0;
 	log_error("zookeeper create failed", "path=%s error=\"%s\"", path,

@@ -7,6 +7,7 @@
 #include <zookeeper/zookeeper.h>
 
 struct event_base;
+struct cfg;
 
 /*
  * A zookeeper_mt session whose watcher events are handed to the libevent
@@ -19,7 +20,14 @@ struct zk;
 typedef void (*zk_event_fn)(struct zk *z, int type, int state, const char *path,
 			    void *arg);
 
-struct zk *zk_create(struct event_base *base, const char *hosts, int timeout_ms,
+/*
+ * A session to zookeeper.hosts. With zookeeper.auth_file ("user:password")
+ * it authenticates (digest, again on every reconnect and new session) and
+ * every node it creates gets zk_acl(): all rights for that identity, read
+ * for everyone; without, nodes are open to anyone. A bad auth file is
+ * fatal.
+ */
+struct zk *zk_create(struct event_base *base, const struct cfg *cfg,
 		     zk_event_fn cb, void *arg);
 void zk_destroy(struct zk *z);
 /* Blocks until connected or timeout. 0 when connected. */
@@ -61,6 +69,23 @@ int zk_amulti(struct zk *z, int count, const zoo_op_t *ops,
 	      zoo_op_result_t *results, zk_void_fn cb, void *arg);
 /* The session id (changes when zk_reopen opens a new session). */
 int64_t zk_session_id(struct zk *z);
+
+/* The ACL of the nodes this session creates. */
+struct ACL_vector *zk_acl(struct zk *z);
+/* "user:<base64 SHA-1 of user:password>", the digest identity ZooKeeper
+ * records for userpass ("user:password") in ACLs. out: 256 bytes. */
+void zk_digest_id(const char *userpass, char *out, size_t outlen);
+/*
+ * Whether this session may change path (its ACL grants write to anyone,
+ * or all rights to our identity): -1 with err saying which credentials
+ * are missing or wrong. A node that does not exist passes.
+ */
+int zk_check_access(struct zk *z, const char *path, char *err, size_t errlen);
+/*
+ * Sets path's ACL to zk_acl() unless it has it already: 1 changed, 0
+ * already so (or no such node), -1 with err (not ours to change).
+ */
+int zk_repair_acl(struct zk *z, const char *path, char *err, size_t errlen);
 
 /* Creates path with data if it does not exist (ZNODEEXISTS is success). */
 int zk_ensure(struct zk *z, const char *path, const char *data, int flags);

@@ -629,6 +629,18 @@ r_prune_post(void *ctx, struct evhttp_request *req, const char *a, size_t n)
 }
 
 static void
+r_pull_next(void *ctx, struct evhttp_request *req, const char *a, size_t n)
+{
+	pull_next(ctx, req, a, n);
+}
+
+static void
+r_pull_ack(void *ctx, struct evhttp_request *req, const char *a, size_t n)
+{
+	pull_ack(ctx, req, a, n);
+}
+
+static void
 r_cluster(void *ctx, struct evhttp_request *req, const char *a, size_t n)
 {
 	(void)a;
@@ -705,6 +717,11 @@ static const struct http_route routes[] = {
 	{GET, "/v1/admin/prune", AUTH_ADMIN, NATIVE, 0, r_prune_get},
 	{POST, "/v1/admin/prune", AUTH_ADMIN, NATIVE, STATE | JSON,
 	 r_prune_post},
+	/* Pull consumption: taking leases tasks (state); role read takes,
+	 * submit acknowledges. */
+	{GET, "/v1/topics/{}/next", AUTH_READ, NATIVE, STATE, r_pull_next},
+	{POST, "/v1/topics/{}/ack", AUTH_SUBMIT, NATIVE, STATE | JSON,
+	 r_pull_ack},
 	{GET, "/v1/cluster", AUTH_READ, NATIVE, 0, r_cluster},
 	{GET, "/v1/cluster/lateness", AUTH_READ, NATIVE, 0, r_lateness},
 	{GET, "/metrics", 0, NATIVE, 0, http_route_metrics},
@@ -718,6 +735,7 @@ static const struct http_route routes[] = {
 	{GET, "/reStore", AUTH_ADMIN, MYKIT, STATE, mykit_restore},
 	{GET, "/reStoreJob", AUTH_ADMIN, MYKIT, STATE, mykit_restore_job},
 	{GET, "/clearAll", AUTH_ADMIN, MYKIT, STATE, mykit_clear_all},
+	{GET, "/get/{}", AUTH_READ, MYKIT, STATE, mykit_get},
 };
 
 #undef GET

@@ -147,11 +147,13 @@ db_error:
 int
 guard_start(struct manager *mg, int wait_s, char *err, size_t errlen)
 {
-	const char *url = cfg_str(mg->cfg, CFG_DB_URL);
-
 	for (int i = 0; i <= wait_s; i++) {
-		struct db_conn *c = db_conn_open(url, err, errlen);
+		int refused;
+		struct db_conn *c =
+			db_conn_open(mg->dsn, &refused, err, errlen);
 
+		if (refused)
+			return -1;
 		if (c != NULL) {
 			int rc = load_key(c, mg, err, errlen);
 

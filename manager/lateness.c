@@ -9,11 +9,16 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <arpa/inet.h>
+
 #include <event2/buffer.h>
+#include <event2/bufferevent_ssl.h>
 #include <event2/dns.h>
 #include <event2/event.h>
 #include <event2/http.h>
 #include <jansson.h>
+#include <openssl/ssl.h>
+#include <openssl/x509v3.h>
 
 #include "cfg.h"
 #include "daemon.h"
@@ -188,8 +193,40 @@ dns_base(struct manager *mg)
 	return mg->dns;
 }
 
+/*
+ * The connection to a worker that serves its metrics over HTTPS: its
+ * certificate verified against http.tls_ca, for its host name or address.
+ */
+static struct evhttp_connection *
+tls_connection(struct manager *mg, const char *host, int port)
+{
+	SSL *ssl = SSL_new(mg->tls_client);
+	struct bufferevent *bev;
+	unsigned char ip[16];
+
+	if (ssl == NULL)
+		return NULL;
+	if (inet_pton(AF_INET, host, ip) == 1 ||
+	    inet_pton(AF_INET6, host, ip) == 1) {
+		X509_VERIFY_PARAM_set1_ip_asc(SSL_get0_param(ssl), host);
+	} else {
+		SSL_set_tlsext_host_name(ssl, host);
+		SSL_set1_host(ssl, host);
+	}
+	bev = bufferevent_openssl_socket_new(
+		mg->base, -1, ssl, BUFFEREVENT_SSL_CONNECTING,
+		BEV_OPT_CLOSE_ON_FREE | BEV_OPT_DEFER_CALLBACKS);
+	if (bev == NULL) {
+		SSL_free(ssl);
+		return NULL;
+	}
+	bufferevent_openssl_set_allow_dirty_shutdown(bev, 1);
+	return evhttp_connection_base_bufferevent_new(
+		mg->base, dns_base(mg), bev, host, (ev_uint16_t)port);
+}
+
 static int
-scrape(struct late_worker *w, const char *addr)
+scrape(struct late_worker *w, const char *addr, int tls)
 {
 	struct manager *mg = w->l->mg;
 	struct evhttp_connection *conn;
@@ -201,8 +238,9 @@ scrape(struct late_worker *w, const char *addr)
 		worker_failed(w, "bad metrics address '%s'", addr);
 		return -1;
 	}
-	conn = evhttp_connection_base_new(mg->base, dns_base(mg), host,
-					  (ev_uint16_t)port);
+	conn = tls ? tls_connection(mg, host, port)
+		   : evhttp_connection_base_new(mg->base, dns_base(mg), host,
+						(ev_uint16_t)port);
 	if (conn == NULL) {
 		worker_failed(w, "cannot connect to %s", addr);
 		return -1;
@@ -270,7 +308,10 @@ node_cb(struct zk *z, int rc, const char *data, int len, const struct Stat *st,
 			      "host (worker.http_listen)");
 	} else {
 		json_object_set_new(w->entry, "metrics", utf8_json_str(addr));
-		if (!l->replied && scrape(w, addr) == 0) {
+		if (!l->replied &&
+		    scrape(w, addr,
+			   json_is_true(json_object_get(j, "metrics_tls"))) ==
+			    0) {
 			/* scrape_cb frees w and drops the reference */
 			json_decref(j);
 			return;

@@ -161,6 +161,7 @@ reload_cb(void *arg)
 	}
 	log_level_parse(cfg_str(mg->cfg, CFG_LOG_LEVEL), &lvl);
 	log_set_level(lvl);
+	http_server_reload_tls(mg->http);
 	if (load_access(mg, err, sizeof(err)) < 0)
 		log_error("reload of tokens/topics failed; keeping the "
 			  "running ones",
@@ -184,6 +185,7 @@ stop_cb(int count, void *arg)
 	mg->stopping = 1;
 	kingest_stop(mg->kingest);
 	prune_stop(mg->prune);
+	pull_stop(mg->pull);
 	mg->stop_deadline_ms = clock_mono_ms() + 10000;
 	mg->stop_ev = event_new(mg->base, -1, EV_PERSIST, drain_cb, mg);
 	event_add(mg->stop_ev, &tick);
@@ -241,19 +243,18 @@ main(int argc, char **argv)
 	mg.daemon = daemon_create(mg.base, stop_cb, reload_cb, &mg);
 	register_metrics(&mg);
 
-	log_info("database", "url=%s",
-		 log_mask_url(cfg_str(mg.cfg, CFG_DB_URL), masked,
-			      sizeof(masked)));
-	if (migrate_apply(cfg_str(mg.cfg, CFG_DB_URL), 30, err, sizeof(err)) <
-	    0)
+	mg.dsn = db_dsn_create(mg.cfg, err, sizeof(err));
+	if (mg.dsn == NULL)
+		log_fatal("bad config", "error=\"%s\"", err);
+	log_info("database", "%s",
+		 db_dsn_describe(mg.dsn, masked, sizeof(masked)));
+	if (migrate_apply(mg.dsn, 30, err, sizeof(err)) < 0)
 		log_fatal("database migration failed", "error=\"%s\"", err);
 	if (guard_start(&mg, 30, err, sizeof(err)) < 0)
 		log_fatal("cannot read the cluster secret", "error=\"%s\"",
 			  err);
 
-	mg.zk = zk_create(mg.base, cfg_str(mg.cfg, CFG_ZK_HOSTS),
-			  (int)cfg_int(mg.cfg, CFG_ZK_SESSION_TIMEOUT_MS),
-			  zk_event_cb, &mg);
+	mg.zk = zk_create(mg.base, mg.cfg, zk_event_cb, &mg);
 	if (mg.zk == NULL || zk_wait_connected(mg.zk, 30000) < 0)
 		log_fatal("cannot connect to zookeeper", "hosts=%s",
 			  cfg_str(mg.cfg, CFG_ZK_HOSTS));
@@ -261,11 +262,9 @@ main(int argc, char **argv)
 			  err, sizeof(err)) < 0)
 		log_fatal("zookeeper tree", "error=\"%s\"", err);
 
-	mg.db = db_pool_create(mg.base, cfg_str(mg.cfg, CFG_DB_URL),
+	mg.db = db_pool_create(mg.base, mg.dsn,
 			       (int)cfg_int(mg.cfg, CFG_DB_POOL_SIZE), "api");
-	mg.redis = redis_create(mg.base, cfg_str(mg.cfg, CFG_REDIS_URL),
-				(int)cfg_int(mg.cfg, CFG_REDIS_TIMEOUT_MS),
-				redis_state_cb, &mg);
+	mg.redis = redis_create(mg.base, mg.cfg, redis_state_cb, &mg);
 	mg.ingest = ingest_create(&mg);
 	if (cfg_str(mg.cfg, CFG_KAFKA_INGEST_TOPIC)[0] != '\0' &&
 	    (mg.kingest = kingest_create(&mg, err, sizeof(err))) == NULL)
@@ -279,6 +278,10 @@ main(int argc, char **argv)
 				(long)cfg_int(mg.cfg, CFG_HTTP_MAX_CONNECTIONS),
 			.max_body_memory = (size_t)cfg_int(
 				mg.cfg, CFG_HTTP_MAX_BODY_MEMORY_BYTES),
+			.tls_cert = cfg_str(mg.cfg, CFG_HTTP_TLS_CERT),
+			.tls_key = cfg_str(mg.cfg, CFG_HTTP_TLS_KEY),
+			.tls_client_ca =
+				cfg_str(mg.cfg, CFG_HTTP_TLS_CLIENT_CA),
 		};
 
 		mg.http = http_server_create(mg.base,
@@ -287,7 +290,12 @@ main(int argc, char **argv)
 	}
 	if (mg.http == NULL)
 		log_fatal("http", "error=\"%s\"", err);
+	mg.pull = pull_create(&mg);
 	api_register(&mg);
+	mg.tls_client = http_tls_client_context(
+		cfg_str(mg.cfg, CFG_HTTP_TLS_CA), err, sizeof(err));
+	if (mg.tls_client == NULL)
+		log_fatal("bad config", "key=http.tls_ca error=\"%s\"", err);
 	cluster_sampler_start(&mg);
 	mg.prune = prune_create(&mg);
 	gauges = event_new(mg.base, -1, EV_PERSIST, gauges_cb, &mg);
@@ -305,13 +313,17 @@ main(int argc, char **argv)
 			 mg.inflight);
 		return 1;
 	}
+	/* Before the connections go: nothing may still wait on them. */
+	pull_destroy(mg.pull);
 	http_server_free(mg.http);
+	SSL_CTX_free(mg.tls_client);
 	if (mg.stop_ev != NULL)
 		event_free(mg.stop_ev);
 	/* Commits in flight complete (their answers are lost with the
 	 * connections, but what was committed stays committed). */
 	prune_destroy(mg.prune);
 	db_pool_destroy(mg.db);
+	db_dsn_destroy(mg.dsn);
 	kingest_destroy(mg.kingest);
 	ingest_destroy(mg.ingest);
 	event_free(gauges);

@@ -22,6 +22,7 @@ struct daemon;
 struct metric;
 struct auth;
 struct evdns_base;
+struct pull;
 
 #define MANAGER_METRICS(X)                                                  \
 	X(accepted, COUNTER, "prophet_tasks_accepted_total",                \
@@ -98,10 +99,12 @@ struct index_slot {
 
 struct manager {
 	struct cfg *cfg;
+	struct ssl_ctx_st *tls_client; /* SSL_CTX: reading worker metrics */
 	struct event_base *base;
 	struct daemon *daemon;
 	struct evhttp *http;
 	struct db_pool *db;
+	struct db_dsn *dsn; /* where db connects, read at start */
 	struct redis *redis;
 	struct zk *zk;
 	struct ingest *ingest;
@@ -127,11 +130,13 @@ struct manager {
 	struct event *sample_ev; /* backlog gauges, cluster.c */
 	int sampling;		 /* backlog reads out */
 	struct evdns_base *dns;	 /* lateness.c scrapes workers */
+	struct pull *pull;	 /* pull.c */
 	struct manager_metrics m;
 };
 
 /* migrate.c: applies pending schema migrations (blocking, startup). */
-int migrate_apply(const char *db_url, int wait_s, char *err, size_t errlen);
+int migrate_apply(const struct db_dsn *dsn, int wait_s, char *err,
+		  size_t errlen);
 
 /* guard.c: the checks of a valid task's topic against the cluster (the
  * allow-list, Kafka's name length, the notifier's reserved topics; a retry
@@ -249,6 +254,21 @@ struct kingest *kingest_create(struct manager *mg, char *err, size_t errlen);
 void kingest_stop(struct kingest *k);
 void kingest_destroy(struct kingest *k);
 
+/* pull.c: pull consumption over HTTP (GET /v1/topics/{topic}/next, POST
+ * /v1/topics/{topic}/ack, mykit's GET /get/{topic}) from a Kafka consumer
+ * per pull group and topic. */
+struct pull *pull_create(struct manager *mg);
+/* SIGTERM: answers the waiting requests; new ones get 503. */
+void pull_stop(struct pull *p);
+/* Leaves every Kafka group (their offsets stay committed) and frees. */
+void pull_destroy(struct pull *p);
+void pull_next(struct manager *mg, struct evhttp_request *req,
+	       const char *topic, size_t tlen);
+void pull_ack(struct manager *mg, struct evhttp_request *req, const char *topic,
+	      size_t tlen);
+void pull_mykit_get(struct manager *mg, struct evhttp_request *req,
+		    const char *topic, size_t tlen);
+
 /* api.c */
 void api_register(struct manager *mg);
 /* The route table, a line a route (--print-routes). */
@@ -275,6 +295,7 @@ void mykit_restore_job(void *ctx, struct evhttp_request *req, const char *a,
 		       size_t n);
 void mykit_clear_all(void *ctx, struct evhttp_request *req, const char *a,
 		     size_t n);
+void mykit_get(void *ctx, struct evhttp_request *req, const char *a, size_t n);
 /* DELETE the Redis index of every slot (workers rebuild it from the DB). */
 void restore_clear_all(struct manager *mg, struct evhttp_request *req);
 

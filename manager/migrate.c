@@ -54,15 +54,15 @@ apply_one(struct db_conn *c, const struct schema_migration *m)
 /* Several managers may start at once: a named lock serialises them, and
  * each step is idempotent anyway. */
 int
-migrate_apply(const char *db_url, int wait_s, char *err, size_t errlen)
+migrate_apply(const struct db_dsn *dsn, int wait_s, char *err, size_t errlen)
 {
 	struct db_conn *c = NULL;
 	struct db_rows rows;
-	int version, rc = -1;
+	int version, refused, rc = -1;
 
 	for (int i = 0; i <= wait_s; i++) {
-		c = db_conn_open(db_url, err, errlen);
-		if (c != NULL)
+		c = db_conn_open(dsn, &refused, err, errlen);
+		if (c != NULL || refused)
 			break;
 		if (i == 0 || i % 10 == 0)
 			log_warn("waiting for the database", "error=\"%s\"",

@@ -23,6 +23,8 @@
  *   GET  /reStore?expire= restore the index (expire=true: expired tasks too)
  *   GET  /reStoreJob?jobId=
  *   GET  /clearAll        drop the Redis index (rebuilt from the DB)
+ *   GET  /get/{topic}     the next due task of the topic (long poll; group
+ *                         pull.mykit_group, acknowledged when handed out)
  * Answers: {"success":true,"data":"<id>","code":200} or
  * {"success":false,"message":"...","code":500}: the route table marks these
  * routes HTTP_SHAPE_MYKIT and http_reply_json renders every answer so.
@@ -190,4 +192,10 @@ mykit_clear_all(void *ctx, struct evhttp_request *req, const char *a, size_t n)
 	(void)a;
 	(void)n;
 	restore_clear_all(ctx, req);
+}
+
+void
+mykit_get(void *ctx, struct evhttp_request *req, const char *a, size_t n)
+{
+	pull_mykit_get(ctx, req, a, n);
 }

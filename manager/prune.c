@@ -1537,7 +1537,7 @@ prune_create(struct manager *mg)
 	snprintf(p->path, sizeof(p->path), "%s%s",
 		 cfg_str(cfg, CFG_CLUSTER_ROOT), ZPATH_PRUNER);
 	p->after_at = INT64_MIN;
-	p->db = db_pool_create(mg->base, cfg_str(cfg, CFG_DB_URL), 1, "prune");
+	p->db = db_pool_create(mg->base, mg->dsn, 1, "prune");
 	p->step_ev = evtimer_new(mg->base, step_cb, p);
 	/* A pass starts at a tick: at most the interval apart. */
 	tick.tv_sec = (p->interval_ms < PRUNE_TICK_MS ? p->interval_ms

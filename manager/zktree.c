@@ -51,6 +51,83 @@ check_config_node(struct zk *z, const char *path, int nslots, char *err,
 	return rc;
 }
 
+/* Repairs path's ACL; counts what it changed. */
+static int
+repair_one(struct zk *z, const char *path, int *repaired, char *err,
+	   size_t errlen)
+{
+	int r = zk_repair_acl(z, path, err, errlen);
+
+	if (r > 0)
+		(*repaired)++;
+	return r < 0 ? -1 : 0;
+}
+
+/* The ephemeral children of dir (workers, election candidates). */
+static int
+repair_children(struct zk *z, const char *dir, int *repaired, char *err,
+		size_t errlen)
+{
+	struct String_vector kids = {0, NULL};
+	char path[1024];
+	int rc = zoo_get_children(zk_handle(z), dir, 0, &kids);
+
+	if (rc == ZNONODE)
+		return 0;
+	if (rc != ZOK) {
+		snprintf(err, errlen, "cannot list %s: %s", dir, zerror(rc));
+		return -1;
+	}
+	for (int i = 0; i < kids.count && rc == ZOK; i++) {
+		snprintf(path, sizeof(path), "%s/%s", dir, kids.data[i]);
+		if (repair_one(z, path, repaired, err, errlen) < 0)
+			rc = -1;
+	}
+	deallocate_String_vector(&kids);
+	return rc == ZOK ? 0 : -1;
+}
+
+/*
+ * Every node of the tree gets the session's ACL (zookeeper.auth_file's
+ * identity: all rights, everyone: read; or open without one): a tree made
+ * before auth_file was set, or whose ACLs someone changed, is put right.
+ */
+static int
+repair_acls(struct zk *z, const char *root, int nslots, char *err,
+	    size_t errlen)
+{
+	static const char *const fixed[] = {"",
+					    ZPATH_CONFIG,
+					    ZPATH_SLOTS,
+					    ZPATH_WORKERS,
+					    ZPATH_ELECTION,
+					    ZPATH_MASTER};
+	char path[1024];
+	int repaired = 0;
+
+	for (size_t i = 0; i < sizeof(fixed) / sizeof(fixed[0]); i++) {
+		snprintf(path, sizeof(path), "%s%s", root, fixed[i]);
+		if (repair_one(z, path, &repaired, err, errlen) < 0)
+			return -1;
+	}
+	for (int i = 0; i < nslots; i++) {
+		snprintf(path, sizeof(path), "%s%s%d", root, ZPATH_SLOT_PREFIX,
+			 i);
+		if (repair_one(z, path, &repaired, err, errlen) < 0)
+			return -1;
+	}
+	snprintf(path, sizeof(path), "%s%s", root, ZPATH_WORKERS);
+	if (repair_children(z, path, &repaired, err, errlen) < 0)
+		return -1;
+	snprintf(path, sizeof(path), "%s%s", root, ZPATH_ELECTION);
+	if (repair_children(z, path, &repaired, err, errlen) < 0)
+		return -1;
+	if (repaired > 0)
+		log_warn("zookeeper ACLs repaired", "root=%s nodes=%d", root,
+			 repaired);
+	return 0;
+}
+
 int
 zktree_ensure(struct zk *z, const char *root, int nslots, char *err,
 	      size_t errlen)
@@ -58,6 +135,9 @@ zktree_ensure(struct zk *z, const char *root, int nslots, char *err,
 	char path[1024], *data;
 	int created = 0;
 
+	/* A clear word on credentials before any create fails with them. */
+	if (zk_check_access(z, root, err, errlen) < 0)
+		return -1;
 	if (ensure_parents(z, root) < 0 || zk_ensure(z, root, NULL, 0) < 0) {
 		snprintf(err, errlen, "cannot create %s", root);
 		return -1;
@@ -66,8 +146,8 @@ zktree_ensure(struct zk *z, const char *root, int nslots, char *err,
 	data = xasprintf("{\"slots\":%d,\"created_at\":%lld}", nslots,
 			 (long long)clock_now_ms());
 	/* Whoever creates /config first fixes the slot count for good. */
-	if (zoo_create(zk_handle(z), path, data, (int)strlen(data),
-		       &ZOO_OPEN_ACL_UNSAFE, 0, NULL, 0) == ZOK)
+	if (zoo_create(zk_handle(z), path, data, (int)strlen(data), zk_acl(z),
+		       0, NULL, 0) == ZOK)
 		created = 1;
 	xfree(data);
 	if (check_config_node(z, path, nslots, err, errlen) < 0)
@@ -86,8 +166,11 @@ zktree_ensure(struct zk *z, const char *root, int nslots, char *err,
 		data = xasprintf("{\"slot\":%d,\"owner\":null,\"requested\":"
 				 "null,\"epoch\":0,\"updated_at\":%lld}",
 				 i, (long long)clock_now_ms());
-		rc = zoo_create(zk_handle(z), path, data, (int)strlen(data),
-				&ZOO_OPEN_ACL_UNSAFE, 0, NULL, 0);
+		rc = zoo_exists(zk_handle(z), path, 0, NULL) == ZOK
+			     ? ZNODEEXISTS
+			     : zoo_create(zk_handle(z), path, data,
+					  (int)strlen(data), zk_acl(z), 0, NULL,
+					  0);
 		xfree(data);
 		if (rc == ZOK && !created)
 			log_warn("slot node repaired", "path=%s", path);
@@ -100,6 +183,8 @@ zktree_ensure(struct zk *z, const char *root, int nslots, char *err,
 	snprintf(path, sizeof(path), "%s%s", root, ZPATH_ELECTION);
 	if (zk_ensure(z, path, NULL, 0) < 0)
 		goto fail;
+	if (repair_acls(z, root, nslots, err, errlen) < 0)
+		return -1;
 	log_info("zookeeper tree ready", "root=%s slots=%d", root, nslots);
 	return 0;
 fail:

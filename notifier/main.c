@@ -20,6 +20,7 @@
 #include "metrics.h"
 #include "netguard.h"
 #include "notifier.h"
+#include "secret.h"
 #include "utf8.h"
 #include "xmalloc.h"
 
@@ -107,6 +108,7 @@ reload_cb(void *arg)
 	}
 	log_level_parse(cfg_str(n->cfg, CFG_LOG_LEVEL), &lvl);
 	log_set_level(lvl);
+	http_server_reload_tls(n->http);
 	log_info("config reloaded", "");
 }
 
@@ -197,6 +199,55 @@ default_poll_interval(struct cfg *cfg)
 		sizeof(err));
 }
 
+/*
+ * The manager takes retry tasks from us: a refused token or an untrusted
+ * certificate stops the notifier at start, naming the key. An empty batch
+ * asks nothing of the manager: a token it takes gets 400, one it refuses
+ * 401 before the body is read. A manager that is down is waited for.
+ */
+static void
+check_manager(struct notifier *n)
+{
+	static const char body[] = "{\"tasks\":[]}";
+	char url[1024], auth[600];
+	char *hdrs[3] = {"Content-Type: application/json", NULL, NULL};
+	const char *mu = cfg_str(n->cfg, CFG_NOTIFIER_MANAGER_URL);
+	struct httpcli_req rq = {
+		.method = "POST",
+		.url = url,
+		.headers = hdrs,
+		.body = body,
+		.body_len = sizeof(body) - 1,
+		.timeout_ms = 5000,
+		.ca_file = cfg_str(n->cfg, CFG_HTTP_TLS_CA)};
+	struct httpcli_result r;
+	char masked[512];
+
+	snprintf(url, sizeof(url), "%s/batch", n->submit_url);
+	if (n->token[0] != '\0') {
+		snprintf(auth, sizeof(auth), "Authorization: Bearer %s",
+			 n->token);
+		hdrs[1] = auth;
+	}
+	httpcli_request_blocking(n->httpc, &rq, &r);
+	explicit_bzero(auth, sizeof(auth));
+	log_mask_url(mu, masked, sizeof(masked));
+	if (r.cls == HTTPCLI_TLS)
+		log_fatal("the manager's TLS certificate is not trusted",
+			  "manager=%s error=\"%s\" hint=\"check "
+			  "http.tls_ca\"",
+			  masked, r.error);
+	if (r.status == 401 || r.status == 403)
+		log_fatal("the manager refuses the notifier's token",
+			  "manager=%s status=%ld hint=\"http.token_file (or "
+			  "http.token) needs a token with the submit role\"",
+			  masked, r.status);
+	if (r.transport || r.status >= 500)
+		log_warn("manager not answering at start; retry tasks wait "
+			 "for it",
+			 "manager=%s error=\"%s\"", masked, r.error);
+}
+
 int
 main(int argc, char **argv)
 {
@@ -239,6 +290,9 @@ main(int argc, char **argv)
 	n.dlq_ktopic =
 		xasprintf("%s%s", n.topic_prefix,
 			  cfg_str(n.cfg, CFG_NOTIFIER_DEAD_LETTER_TOPIC));
+	n.token = cfg_http_token(n.cfg, err, sizeof(err));
+	if (n.token == NULL)
+		log_fatal("bad config", "error=\"%s\"", err);
 	log_info("starting", "version=%s id=%s config=%s manager=%s",
 		 PACKAGE_VERSION, n.id, cfg_path(n.cfg),
 		 log_mask_url(cfg_str(n.cfg, CFG_NOTIFIER_MANAGER_URL), masked,
@@ -253,10 +307,14 @@ main(int argc, char **argv)
 				      sizeof(err));
 	if (n.dlq == NULL)
 		log_fatal("kafka producer", "error=\"%s\"", err);
-	n.db = db_pool_create(n.base, cfg_str(n.cfg, CFG_DB_URL),
+	n.dsn = db_dsn_create(n.cfg, err, sizeof(err));
+	if (n.dsn == NULL)
+		log_fatal("bad config", "error=\"%s\"", err);
+	n.db = db_pool_create(n.base, n.dsn,
 			      (int)cfg_int(n.cfg, CFG_DB_POOL_SIZE),
 			      "notifier");
 	n.httpc = httpcli_create(n.base);
+	check_manager(&n);
 	n.guard = netguard_create(
 		cfg_str(n.cfg, CFG_NOTIFIER_CALLBACK_NETWORKS_ALLOWED), err,
 		sizeof(err));
@@ -265,9 +323,15 @@ main(int argc, char **argv)
 			  "key=notifier.callback_networks_allowed error=\"%s\"",
 			  err);
 	{
-		struct http_limits lim = {.max_body = 65536,
-					  .timeout_s = 30,
-					  .max_connections = 64};
+		struct http_limits lim = {
+			.max_body = 65536,
+			.timeout_s = 30,
+			.max_connections = 64,
+			.tls_cert = cfg_str(n.cfg, CFG_NOTIFIER_HTTP_TLS_CERT),
+			.tls_key = cfg_str(n.cfg, CFG_NOTIFIER_HTTP_TLS_KEY),
+			.tls_client_ca =
+				cfg_str(n.cfg, CFG_NOTIFIER_HTTP_TLS_CLIENT_CA),
+		};
 
 		n.http = http_server_create(
 			n.base, cfg_str(n.cfg, CFG_NOTIFIER_HTTP_LISTEN), &lim,
@@ -295,6 +359,7 @@ main(int argc, char **argv)
 	kafka_producer_destroy(n.dlq, 2000);
 	n.stopping = 2; /* the pool drains: record nothing more */
 	db_pool_destroy(n.db);
+	db_dsn_destroy(n.dsn);
 	consume_stop(&n);
 	flow_stop(&n);
 	outcome_stop(&n);
@@ -309,6 +374,7 @@ main(int argc, char **argv)
 	xfree(n.retry_ktopic);
 	xfree(n.dlq_ktopic);
 	xfree(n.submit_url);
+	secret_free(n.token);
 	cfg_destroy(n.cfg);
 	log_info("stopped", "");
 	return 0;

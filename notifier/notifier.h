@@ -137,6 +137,7 @@ struct notifier {
 	struct daemon *daemon;
 	struct evhttp *http;
 	struct db_pool *db;
+	struct db_dsn *dsn; /* where db connects, read at start */
 	struct httpcli *httpc;
 	struct kafka_consumer *consumer;
 	struct kafka_producer *dlq;
@@ -145,6 +146,7 @@ struct notifier {
 	char *retry_ktopic; /* <prefix><retry_topic> */
 	char *dlq_ktopic;
 	char *submit_url;	/* <notifier.manager_url>/v1/tasks */
+	char *token;		/* http.token_file's or http.token, or "" */
 	struct netguard *guard; /* callbacks' addresses */
 	struct notifier_metrics m;
 

@@ -349,7 +349,7 @@ submit_retry(struct nmsg *m)
 	struct callback_retry rr;
 	json_t *o, *body;
 	int64_t delay;
-	const char *token = cfg_str(n->cfg, CFG_HTTP_TOKEN);
+	const char *token = n->token;
 
 	body = json_stringn(m->body, m->body_len);
 	if (body == NULL) {
@@ -423,13 +423,15 @@ submit_retry(struct nmsg *m)
 		hdrs[1] = auth;
 	}
 	{
-		struct httpcli_req rq = {.method = "POST",
-					 .url = n->submit_url,
-					 .headers = hdrs,
-					 .body = text,
-					 .body_len = strlen(text),
-					 .timeout_ms = 10000,
-					 .max_redirects = 0};
+		struct httpcli_req rq = {
+			.method = "POST",
+			.url = n->submit_url,
+			.headers = hdrs,
+			.body = text,
+			.body_len = strlen(text),
+			.timeout_ms = 10000,
+			.max_redirects = 0,
+			.ca_file = cfg_str(n->cfg, CFG_HTTP_TLS_CA)};
 
 		httpcli_request(n->httpc, &rq, submit_done_cb, m);
 	}

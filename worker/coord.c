@@ -980,6 +980,9 @@ member_json(const struct worker *w)
 	json_object_set_new(j, "started_at", json_integer(clock_now_ms()));
 	json_object_set_new(j, "version", json_string(PACKAGE_VERSION));
 	json_object_set_new(j, "metrics", utf8_json_str(metrics));
+	/* The manager reads it over HTTPS then (its lateness chart). */
+	if (cfg_str(w->cfg, CFG_WORKER_HTTP_TLS_CERT)[0] != '\0')
+		json_object_set_new(j, "metrics_tls", json_true());
 	s = json_dumps(j, JSON_COMPACT | JSON_PRESERVE_ORDER);
 	json_decref(j);
 	if (s == NULL)
@@ -1001,7 +1004,7 @@ register_node(struct worker *w, char *err, size_t errlen)
 
 	snprintf(path, sizeof(path), "%s%s/%s", w->root, ZPATH_WORKERS, w->id);
 	rc = zoo_create(zk_handle(w->zk), path, data, (int)strlen(data),
-			&ZOO_OPEN_ACL_UNSAFE, ZOO_EPHEMERAL, NULL, 0);
+			zk_acl(w->zk), ZOO_EPHEMERAL, NULL, 0);
 	free(data);
 	if (rc == ZNODEEXISTS) {
 		struct Stat st;
@@ -1193,15 +1196,15 @@ coord_start(struct worker *w, char *err, size_t errlen)
 				      "Epoch under which this worker owns the "
 				      "slot (0: not owned)",
 				      "slot", (size_t)w->nslots);
-	w->zk = zk_create(w->base, cfg_str(w->cfg, CFG_ZK_HOSTS),
-			  (int)w->session_timeout_ms, zk_event_cb, w);
+	w->zk = zk_create(w->base, w->cfg, zk_event_cb, w);
 	if (w->zk == NULL || zk_wait_connected(w->zk, 30000) < 0) {
 		snprintf(err, errlen, "cannot connect to zookeeper at %s",
 			 cfg_str(w->cfg, CFG_ZK_HOSTS));
 		return -1;
 	}
 	w->last_zk_ok_ms = clock_mono_ms();
-	if (check_cluster_config(w, err, errlen) < 0)
+	if (zk_check_access(w->zk, w->root, err, errlen) < 0 ||
+	    check_cluster_config(w, err, errlen) < 0)
 		return -1;
 	/* A crashed predecessor with our id keeps its node until its session
 	 * expires: wait that long before calling the id a duplicate. */

@@ -80,6 +80,7 @@ reload_cb(void *arg)
 	}
 	log_level_parse(cfg_str(w->cfg, CFG_LOG_LEVEL), &lvl);
 	log_set_level(lvl);
+	http_server_reload_tls(w->http);
 }
 
 static void
@@ -176,18 +177,23 @@ main(int argc, char **argv)
 					sizeof(err));
 	if (w.kafka == NULL)
 		log_fatal("kafka producer", "error=\"%s\"", err);
-	w.db = db_pool_create(w.base, cfg_str(w.cfg, CFG_DB_URL),
+	w.dsn = db_dsn_create(w.cfg, err, sizeof(err));
+	if (w.dsn == NULL)
+		log_fatal("bad config", "error=\"%s\"", err);
+	w.db = db_pool_create(w.base, w.dsn,
 			      (int)cfg_int(w.cfg, CFG_DB_POOL_SIZE), "worker");
-	w.redis = redis_create(w.base, cfg_str(w.cfg, CFG_REDIS_URL),
-			       (int)cfg_int(w.cfg, CFG_REDIS_TIMEOUT_MS),
-			       redis_state_cb, &w);
-	w.redis_sub = redis_create(w.base, cfg_str(w.cfg, CFG_REDIS_URL),
-				   (int)cfg_int(w.cfg, CFG_REDIS_TIMEOUT_MS),
-				   NULL, NULL);
+	w.redis = redis_create(w.base, w.cfg, redis_state_cb, &w);
+	w.redis_sub = redis_create(w.base, w.cfg, NULL, NULL);
 	{
-		struct http_limits lim = {.max_body = 65536,
-					  .timeout_s = 30,
-					  .max_connections = 64};
+		struct http_limits lim = {
+			.max_body = 65536,
+			.timeout_s = 30,
+			.max_connections = 64,
+			.tls_cert = cfg_str(w.cfg, CFG_WORKER_HTTP_TLS_CERT),
+			.tls_key = cfg_str(w.cfg, CFG_WORKER_HTTP_TLS_KEY),
+			.tls_client_ca =
+				cfg_str(w.cfg, CFG_WORKER_HTTP_TLS_CLIENT_CA),
+		};
 
 		w.http = http_server_create(
 			w.base, cfg_str(w.cfg, CFG_WORKER_HTTP_LISTEN), &lim,
@@ -216,6 +222,7 @@ main(int argc, char **argv)
 	coord_stop(&w);
 	kafka_producer_destroy(w.kafka, 2000);
 	db_pool_destroy(w.db);
+	db_dsn_destroy(w.dsn);
 	firing_stop(&w);
 	recovery_stop(&w);
 	dbmode_stop(&w);

@@ -195,6 +195,7 @@ struct worker {
 	struct daemon *daemon;
 	struct evhttp *http;
 	struct db_pool *db;
+	struct db_dsn *dsn; /* where db connects, read at start */
 	struct redis *redis;
 	struct redis *redis_sub; /* wake-ups from the manager */
 	struct zk *zk;

@@ -26,14 +26,14 @@ clang $flags $incs $(pkg-config --cflags jansson libmariadb libevent libcrypto) 
 	"$src/common/crypto.c" "$src/common/utf8.c" \
 	$(pkg-config --libs jansson libmariadb libevent libcrypto) -lpthread -o "$out/fuzz_task"
 # shellcheck disable=SC2046,SC2086
-clang $flags $incs $(pkg-config --cflags jansson libevent libsystemd libcrypto) \
+clang $flags $incs $(pkg-config --cflags jansson libevent libsystemd libcrypto libssl libevent_openssl) \
 	"$src/tests/fuzz/fuzz_http.c" "$src/common/http.c" \
 	"$src/common/httpgate.c" "$src/common/utf8.c" "$src/common/hmap.c" \
 	"$src/common/metrics.c" "$src/common/daemon.c" "$src/common/url.c" \
 	"$src/common/xmalloc.c" "$src/common/log.c" "$src/proto/task.c" \
 	"$src/proto/callback.c" "$src/proto/cron.c" "$src/common/tz.c" \
 	"$src/common/crypto.c" \
-	$(pkg-config --libs jansson libevent libsystemd libcrypto) -lpthread -o "$out/fuzz_http"
+	$(pkg-config --libs jansson libevent libsystemd libcrypto libssl libevent_openssl) -lpthread -o "$out/fuzz_http"
 n=0
 for t in task http; do
 	n=$((n + 1))

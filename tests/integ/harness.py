@@ -14,6 +14,15 @@ other people) can use the same servers at once.
         c.workers[1].kill(); c.start_worker(1)
         c.mysql("SELECT status FROM tasks WHERE id = 'x'")
 
+With secure=True the cluster runs on the secure dev cluster instead
+(scripts/devcluster up --secure, run dir PROPHET_SECURE_RUN_DIR, default
+<repo>/run-secure): TLS to MariaDB and Kafka, passwords from files, a
+database user and a Kafka principal per program, ZooKeeper ACLs, API
+tokens (c.api() sends the admin token); https=True also serves the API
+over HTTPS (c.api() verifies it with the dev CA).
+
+    with h.Cluster(workers=2, secure=True) as c: ...
+
 A test file is a script: define test_* functions and end with
 `h.main(globals())` (or call run_tests() with a shared cluster); it prints
 `ok N - name` / `not ok N - name` lines and a summary, and exits 0 only if
@@ -32,6 +41,7 @@ import shlex
 import shutil
 import signal
 import socket
+import ssl
 import struct
 import subprocess
 import sys
@@ -113,13 +123,92 @@ def percentile(values, p):
 # --------------------------------------------------------------- cluster ---
 
 _ENV = None
+_SECURE_ENV = None
+SECURE_RUN_DIR = os.environ.get("PROPHET_SECURE_RUN_DIR") or \
+    os.path.join(REPO, "run-secure")
 
 
-def ensure_cluster():
-    """Starts (or adopts) the dev cluster and returns its env as a dict.
+def read_secret(path):
+    """The one line a secret file holds."""
+    with open(path) as f:
+        return f.read().rstrip("\r\n")
+
+
+def _read_env(run):
+    env = {}
+    with open(os.path.join(run, "devcluster.env")) as f:
+        for line in f:
+            line = line.strip()
+            if not line or line.startswith("#") or "=" not in line:
+                continue
+            k, v = line.split("=", 1)
+            parts = shlex.split(v)
+            env[k] = parts[0] if parts else ""
+    return env
+
+
+def ensure_secure_cluster():
+    """Starts (or adopts) the secure dev cluster (its own run dir and
+    ports, beside the plain one) and returns its env as a dict."""
+    global _SECURE_ENV
+    if _SECURE_ENV is not None:
+        return _SECURE_ENV
+    for b in (MANAGER_BIN, WORKER_BIN):
+        if not os.access(b, os.X_OK):
+            raise TestFailure("%s is missing: build first (make), or set "
+                              "PROPHET_BUILDDIR" % b)
+    script = os.path.join(REPO, "scripts", "devcluster")
+    p = subprocess.run([script, "up", "--secure"], stdout=subprocess.PIPE,
+                       stderr=subprocess.STDOUT, text=True,
+                       env=dict(os.environ, PROPHET_RUN_DIR=SECURE_RUN_DIR))
+    if p.returncode != 0:
+        log(p.stdout)
+        raise TestFailure("scripts/devcluster up --secure failed (exit %d)"
+                          % p.returncode)
+    env = _read_env(SECURE_RUN_DIR)
+    for k in ("PROPHET_ZK", "PROPHET_REDIS_URL", "PROPHET_DB_URL",
+              "PROPHET_KAFKA_BROKERS", "PROPHET_TLS_CA",
+              "PROPHET_KAFKA_ADMIN_CONF", "PROPHET_ZK_SUPER_AUTH_FILE",
+              "PROPHET_API_ADMIN_TOKEN_FILE"):
+        if not env.get(k):
+            raise TestFailure("secure devcluster.env lacks %s" % k)
+    _SECURE_ENV = env
+    return env
+
+
+def kafka_secure_acls(prefix, ingest_topic=None):
+    """The Kafka ACLs of a secure cluster with that topic prefix
+    (scripts/devcluster kafka-acls)."""
+    script = os.path.join(REPO, "scripts", "devcluster")
+    argv = [script, "kafka-acls", prefix] + ([ingest_topic] if ingest_topic
+                                             else [])
+    p = subprocess.run(argv, stdout=subprocess.PIPE,
+                       stderr=subprocess.STDOUT, text=True,
+                       env=dict(os.environ, PROPHET_RUN_DIR=SECURE_RUN_DIR))
+    if p.returncode != 0:
+        log(p.stdout[-3000:])
+        raise TestFailure("scripts/devcluster kafka-acls %s failed" % prefix)
+
+
+def https_conf(c):
+    """The keys that serve a Cluster(https=True)'s API over HTTPS with
+    the dev CA's certificate, and point the notifier at it."""
+    return {
+        "http.tls_cert": c.env["PROPHET_TLS_CERT"],
+        "http.tls_key": c.env["PROPHET_TLS_KEY"],
+        "notifier.manager_url": "https://" + c.manager_addr,
+        "http.tls_ca": c.ca,
+    }
+
+
+def ensure_cluster(secure=False):
+    """Starts (or adopts) the dev cluster and returns its env as a dict;
+    secure=True the secure one (ensure_secure_cluster).
 
     A server that cannot be started is a test failure, never a skip."""
     global _ENV
+    if secure:
+        return ensure_secure_cluster()
     if _ENV is not None:
         return _ENV
     for b in (MANAGER_BIN, WORKER_BIN):
@@ -161,6 +250,17 @@ def _parse_db_url(url):
     return user, password, host, int(port), db
 
 
+def _parse_db_url_user(url):
+    """mysql://user[:password]@host:port/db -> (user, password or None,
+    host, port, db)."""
+    rest = url.split("://", 1)[1]
+    cred, rest = rest.rsplit("@", 1)
+    user, _, password = cred.partition(":")
+    hostport, db = rest.split("/", 1)
+    host, port = hostport.rsplit(":", 1)
+    return user, password or None, host, int(port), db
+
+
 def _parse_redis_url(url):
     rest = url.split("://", 1)[1]
     if "@" in rest:
@@ -175,9 +275,12 @@ def _parse_redis_url(url):
 class Redis:
     """A minimal blocking RESP client."""
 
-    def __init__(self, host, port, db=0, timeout=5):
+    def __init__(self, host, port, db=0, timeout=5, password=None,
+                 user=None):
         self.sock = socket.create_connection((host, port), timeout=timeout)
         self.buf = b""
+        if password is not None:
+            self.cmd(*(["AUTH"] + ([user] if user else []) + [password]))
         if db:
             self.cmd("SELECT", db)
 
@@ -237,7 +340,9 @@ class Redis:
 class ZK:
     """A minimal ZooKeeper client: get, children, delete (jute protocol)."""
 
-    def __init__(self, hosts, timeout_ms=10000):
+    def __init__(self, hosts, timeout_ms=10000, auth=None):
+        """auth: "user:password", a digest identity added to the
+        session (as zkCli's addauth digest)."""
         host, port = hosts.split(",")[0].rsplit(":", 1)
         self.sock = socket.create_connection((host, int(port)), timeout=10)
         self.xid = 0
@@ -245,6 +350,17 @@ class ZK:
                           b"\0" * 16, 0)
         self._send(req)
         self._recv()
+        if auth is not None:
+            a = auth.encode()
+            self._send(struct.pack(">iii", -4, 100, 0) + self._str("digest")
+                       + struct.pack(">i", len(a)) + a)
+            while True:
+                r = self._recv()
+                xid, _zxid, err = struct.unpack(">iqi", r[:16])
+                if xid == -4:
+                    if err != 0:
+                        raise RuntimeError("zookeeper auth: error %d" % err)
+                    break
 
     def _send(self, data):
         self.sock.sendall(struct.pack(">i", len(data)) + data)
@@ -328,6 +444,45 @@ class ZK:
         if err not in (0, -101):
             raise RuntimeError("zookeeper delete %s: error %d" % (path, err))
 
+    def set_data(self, path, data, version=-1):
+        """0, or ZooKeeper's error (-102 ZNOAUTH, -101 ZNONODE, ...)."""
+        err, _ = self._call(5, self._str(path) + struct.pack(
+            ">i", len(data)) + data + struct.pack(">i", version))
+        return err
+
+    def delete(self, path, version=-1):
+        """0, or ZooKeeper's error (-102 ZNOAUTH, -111 ZNOTEMPTY, ...)."""
+        err, _ = self._call(2, self._str(path) + struct.pack(">i", version))
+        return err
+
+    def get_acl(self, path):
+        """[(perms, scheme, id)] of a node, None if it does not exist."""
+        err, r = self._call(6, self._str(path))
+        if err == -101:
+            return None
+        if err != 0:
+            raise RuntimeError("zookeeper getACL %s: error %d" % (path, err))
+        (n,) = struct.unpack(">i", r[:4])
+        out, off = [], 4
+        for _ in range(n):
+            (perms, ls) = struct.unpack(">ii", r[off:off + 8])
+            scheme = r[off + 8:off + 8 + ls].decode()
+            off += 8 + ls
+            (li,) = struct.unpack(">i", r[off:off + 4])
+            ident = r[off + 4:off + 4 + li].decode()
+            off += 4 + li
+            out.append((perms, scheme, ident))
+        return out
+
+    def set_acl(self, path, acl, version=-1):
+        """acl: [(perms, scheme, id)]; 0 or ZooKeeper's error."""
+        body = self._str(path) + struct.pack(">i", len(acl))
+        for perms, scheme, ident in acl:
+            body += struct.pack(">i", perms) + self._str(scheme) + \
+                self._str(ident)
+        err, _ = self._call(7, body + struct.pack(">i", version))
+        return err
+
     def close(self):
         try:
             self._call(-11, b"")
@@ -358,12 +513,23 @@ class Response:
 
 class Api:
     """HTTP/1.1 client on one kept-alive connection (not thread-safe:
-    one Api per thread)."""
+    one Api per thread). token: sent as a bearer token with every
+    request; cafile: HTTPS, the server's certificate verified against
+    that CA (and its name against the address)."""
 
-    def __init__(self, addr, timeout=30):
+    def __init__(self, addr, timeout=30, cafile=None, cert=None, token=None):
+        """cafile: HTTPS, the server verified against it; cert: a
+        (certificate, key) pair to present (mutual TLS); token: sent as
+        a bearer token."""
         host, port = addr.rsplit(":", 1)
         self.host, self.port, self.timeout = host, int(port), timeout
         self.conn = None
+        self.token = token
+        self.ssl = None
+        if cafile is not None:
+            self.ssl = ssl.create_default_context(cafile=cafile)
+            if cert is not None:
+                self.ssl.load_cert_chain(*cert)
 
     def close(self):
         if self.conn is not None:
@@ -377,12 +543,19 @@ class Api:
             hdrs["Content-Type"] = "application/json"
         elif isinstance(body, str):
             body = body.encode()
+        if self.token:
+            hdrs["Authorization"] = "Bearer " + self.token
         hdrs.update(headers or {})
         for attempt in (0, 1):
             fresh = self.conn is None
             if fresh:
-                self.conn = http.client.HTTPConnection(
-                    self.host, self.port, timeout=self.timeout)
+                if self.ssl is not None:
+                    self.conn = http.client.HTTPSConnection(
+                        self.host, self.port, timeout=self.timeout,
+                        context=self.ssl)
+                else:
+                    self.conn = http.client.HTTPConnection(
+                        self.host, self.port, timeout=self.timeout)
             try:
                 self.conn.request(method, path, body=body, headers=hdrs)
                 r = self.conn.getresponse()
@@ -410,11 +583,11 @@ class Api:
         return self.request("POST", path, body)
 
 
-def metrics(addr, labelled=False):
+def metrics(addr, labelled=False, cafile=None):
     """A daemon's metrics as a dict, read on a connection of its own: the
     unlabelled ones (histogram _sum/_count included) by name, and with
     labelled=True also the others as name{labels}."""
-    api = Api(addr, timeout=5)
+    api = Api(addr, timeout=5, cafile=cafile)
     try:
         text = api.get("/metrics").text
     finally:
@@ -494,9 +667,11 @@ class KafkaReader:
     partition and offset) are skipped."""
 
     def __init__(self, brokers, topics, kcat_args=()):
+        """kcat_args: e.g. ["-F", conf] for a secure broker, or
+        ["-X", "isolation.level=read_committed"]."""
         self.brokers = brokers
+        self.kcat_args = list(kcat_args)
         self.topics = list(topics)
-        self.kcat_args = list(kcat_args)  # e.g. isolation.level
         self.messages = []
         self.by_id = {}
         self.cond = threading.Condition()
@@ -518,9 +693,10 @@ class KafkaReader:
             pre = [_SETPRIV, "--pdeathsig", "KILL", "--"] if _SETPRIV else []
             errf = tempfile.TemporaryFile()
             p = subprocess.Popen(
-                pre + ["kcat", "-C", "-b", self.brokers, "-t", topic,
+                pre + ["kcat"] + self.kcat_args +
+                ["-C", "-b", self.brokers, "-t", topic,
                        "-o", "beginning", "-J", "-q", "-u",
-                       "-X", "fetch.wait.max.ms=20"] + self.kcat_args,
+                       "-X", "fetch.wait.max.ms=20"],
                 stdout=subprocess.PIPE, stderr=errf)
             self.procs[topic] = p
             for line in p.stdout:
@@ -586,7 +762,7 @@ class KafkaReader:
             th.join(timeout=5)
 
 
-def create_topics(brokers, topics, timeout=20):
+def create_topics(brokers, topics, timeout=20, kcat_args=()):
     """Asks the broker to auto-create topics (a metadata request with
     auto-creation, as a producer sends) and waits until they have
     partitions."""
@@ -594,7 +770,8 @@ def create_topics(brokers, topics, timeout=20):
     pending = set(topics)
     while pending:
         for t in list(pending):
-            p = subprocess.run(["kcat", "-L", "-b", brokers, "-t", t],
+            p = subprocess.run(["kcat"] + list(kcat_args) +
+                               ["-L", "-b", brokers, "-t", t],
                                stdout=subprocess.PIPE,
                                stderr=subprocess.STDOUT, text=True)
             if p.returncode == 0 and "partitions:" in p.stdout and \
@@ -747,8 +924,12 @@ class Proc:
             self._note("killed (SIGKILL)")
 
     def _note(self, what):
-        with open(self.log_path, "ab") as f:
-            f.write(("=== harness: %s at %d\n" % (what, now_ms())).encode())
+        try:
+            with open(self.log_path, "ab") as f:
+                f.write(("=== harness: %s at %d\n" % (what, now_ms()))
+                        .encode())
+        except OSError:
+            pass  # its directory is gone with its cluster
 
     def tail(self, n=40):
         try:
@@ -847,8 +1028,10 @@ class Cluster:
     the logs, when the block failed or PROPHET_INTEG_KEEP=1)."""
 
     def __init__(self, workers=2, conf=None, slots=16, name="t",
-                 zk_hosts=None):
-        self.env = ensure_cluster()
+                 zk_hosts=None, secure=False, https=False):
+        self.secure = secure or https
+        self.https = https
+        self.env = ensure_cluster(secure=self.secure)
         if zk_hosts:
             # A private ZooKeeper (e.g. PrivateZooKeeper) instead of the
             # dev cluster's: conf, zk() and cleanup use it.
@@ -861,8 +1044,25 @@ class Cluster:
         self.db_name = "prophet_t" + self.tag
         self.topic_prefix = "t%s." % self.tag
         self.brokers = self.env["PROPHET_KAFKA_BROKERS"]
-        (self.db_user, self.db_password, self.db_host, self.db_port,
-         _) = _parse_db_url(self.env["PROPHET_DB_URL"])
+        if self.secure:
+            # the operator's accounts for the harness; the daemons get
+            # their own (conf_dict)
+            (self.db_user, _, self.db_host, self.db_port,
+             _) = _parse_db_url_user(self.env["PROPHET_DB_URL"])
+            self.db_password = read_secret(
+                self.env["PROPHET_DB_PASSWORD_FILE"])
+            self.redis_password = read_secret(
+                self.env["PROPHET_REDIS_ADMIN_PASSWORD_FILE"])
+            self.kcat_args = ["-F", self.env["PROPHET_KAFKA_ADMIN_CONF"]]
+            self.token = read_secret(self.env["PROPHET_API_ADMIN_TOKEN_FILE"])
+            self.ca = self.env["PROPHET_TLS_CA"]
+        else:
+            (self.db_user, self.db_password, self.db_host, self.db_port,
+             _) = _parse_db_url(self.env["PROPHET_DB_URL"])
+            self.redis_password = None
+            self.kcat_args = []
+            self.token = None
+            self.ca = None
         self.redis_host, self.redis_port = _parse_redis_url(
             self.env["PROPHET_REDIS_URL"])
         self.redis_db = None
@@ -875,6 +1075,10 @@ class Cluster:
         self.workers = []
         self.readers = []
         self.created_db = False
+        # HTTPS to the manager (a test that sets http.tls_cert sets these):
+        # the CA to verify it, and a (cert, key) for mutual TLS.
+        self.tls_ca = self.ca if self.https else None
+        self.tls_client = None
 
     # -- setup / teardown ------------------------------------------------
     def __enter__(self):
@@ -882,6 +1086,9 @@ class Cluster:
             self._pick_redis_db()
             self.mysql("CREATE DATABASE `%s`" % self.db_name, db="")
             self.created_db = True
+            if self.secure:
+                kafka_secure_acls(self.topic_prefix,
+                                  self.extra_conf.get("kafka.ingest_topic"))
             self.write_conf()
             self.manager = Proc("manager", [MANAGER_BIN, "-c", self.conf_path],
                                 os.path.join(self.dir, "manager.log"))
@@ -917,7 +1124,8 @@ class Cluster:
         os.makedirs(LOCK_DIR, exist_ok=True)
         deadline = time.monotonic() + 120
         while self.redis_db is None:
-            r = Redis(self.redis_host, self.redis_port)
+            r = Redis(self.redis_host, self.redis_port,
+                      password=self.redis_password)
             try:
                 cands = list(range(1, 16))
                 random.shuffle(cands)
@@ -977,7 +1185,7 @@ class Cluster:
         except Exception as e:
             log("cleanup: drop database failed: %s" % e)
         try:
-            z = ZK(self.env["PROPHET_ZK"])
+            z = self.zk()
             z.delete_all(self.zk_root)
             z.close()
         except Exception as e:
@@ -1023,7 +1231,53 @@ class Cluster:
             "kafka.topic_prefix": self.topic_prefix,
             "http.listen": self.manager_addr,
         }
+        if self.secure:
+            c.update(self.secure_conf())
         c.update(self.extra_conf)
+        return c
+
+    def secure_conf(self):
+        """The keys of every link on the secure dev cluster: a password
+        file each, a database user and a Kafka principal per program
+        ([section@program]), TLS, tokens."""
+        e = self.env
+        db = "mysql://%%s@%s:%d/%s" % (self.db_host, self.db_port,
+                                       self.db_name)
+        c = {
+            "zookeeper.auth_file": e["PROPHET_ZK_AUTH_FILE"],
+            "redis.url": "redis://prophet@%s:%d/%d" % (
+                self.redis_host, self.redis_port, self.redis_db),
+            "redis.password_file": e["PROPHET_REDIS_PASSWORD_FILE"],
+            "db.url": db % e["PROPHET_DB_MANAGER_USER"],
+            "db.password_file": e["PROPHET_DB_MANAGER_PASSWORD_FILE"],
+            "db.tls_mode": "VERIFY_IDENTITY",
+            "db.tls_ca": self.ca,
+            "db@worker.url": db % e["PROPHET_DB_WORKER_USER"],
+            "db@worker.password_file": e["PROPHET_DB_WORKER_PASSWORD_FILE"],
+            "db@notifier.url": db % e["PROPHET_DB_NOTIFIER_USER"],
+            "db@notifier.password_file":
+                e["PROPHET_DB_NOTIFIER_PASSWORD_FILE"],
+            "kafka.security_protocol": "sasl_ssl",
+            # Debian 12's librdkafka cannot do SCRAM with Kafka 4
+            "kafka.sasl_mechanism": "PLAIN",
+            "kafka.tls_ca": self.ca,
+            "kafka.ingest_group": self.topic_prefix + "ingest",
+            "kafka@manager.sasl_username": e["PROPHET_KAFKA_INGEST_USER"],
+            "kafka@manager.sasl_password_file":
+                e["PROPHET_KAFKA_INGEST_PASSWORD_FILE"],
+            "kafka@worker.sasl_username": e["PROPHET_KAFKA_WORKER_USER"],
+            "kafka@worker.sasl_password_file":
+                e["PROPHET_KAFKA_WORKER_PASSWORD_FILE"],
+            "kafka@notifier.sasl_username": e["PROPHET_KAFKA_NOTIFIER_USER"],
+            "kafka@notifier.sasl_password_file":
+                e["PROPHET_KAFKA_NOTIFIER_PASSWORD_FILE"],
+            "notifier.group": self.topic_prefix + "notifier",
+            "http.tokens_file": e["PROPHET_API_TOKENS_FILE"],
+            "http@notifier.token_file": e["PROPHET_API_NOTIFIER_TOKEN_FILE"],
+            "notifier.manager_url": "http://" + self.manager_addr,
+        }
+        if self.https:
+            c.update(https_conf(self))
         return c
 
     def write_conf(self, path=None, conf=None):
@@ -1055,7 +1309,8 @@ class Cluster:
         return p
 
     def _wait_http(self, proc, addr, path, timeout):
-        api = Api(addr, timeout=2)
+        api = Api(addr, timeout=2, cafile=self.tls_ca if addr ==
+                  self.manager_addr else None, cert=self.tls_client)
         last = [None]
 
         def ok():
@@ -1132,10 +1387,12 @@ class Cluster:
 
     # -- clients ---------------------------------------------------------
     def api(self):
-        return Api(self.manager_addr)
+        return Api(self.manager_addr, cafile=self.tls_ca,
+                   cert=self.tls_client, token=self.token)
 
     def redis(self):
-        return Redis(self.redis_host, self.redis_port, self.redis_db)
+        return Redis(self.redis_host, self.redis_port, self.redis_db,
+                     password=self.redis_password)
 
     def topic(self, t):
         return self.topic_prefix + t
@@ -1143,7 +1400,7 @@ class Cluster:
     def reader(self, topics, kcat_args=()):
         """A started KafkaReader over the Kafka topics of task topics."""
         r = KafkaReader(self.brokers, [self.topic(t) for t in topics],
-                        kcat_args)
+                        kcat_args=list(self.kcat_args) + list(kcat_args))
         self.readers.append(r)
         return r.start()
 
@@ -1151,14 +1408,18 @@ class Cluster:
         """Runs constant SQL (test-generated values only) with the mariadb
         client; returns rows as lists of strings (NULL -> None)."""
         argv = ["mariadb", "--no-defaults", "-N", "-B", "-u" + self.db_user,
-                "-p" + self.db_password, "-h" + self.db_host,
-                "-P%d" % self.db_port, "--connect-timeout=10"]
+                "-h" + self.db_host, "-P%d" % self.db_port,
+                "--connect-timeout=10"]
+        if self.secure:
+            argv += ["--ssl-ca=" + self.ca, "--ssl-verify-server-cert"]
         d = self.db_name if db is None else db
         if d:
             argv.append(d)
         argv += ["-e", sql]
+        # the password in the environment, not on a command line
         p = subprocess.run(argv, stdout=subprocess.PIPE,
-                           stderr=subprocess.PIPE)
+                           stderr=subprocess.PIPE,
+                           env=dict(os.environ, MYSQL_PWD=self.db_password))
         if p.returncode != 0:
             raise TestFailure("mariadb failed (%s): %s" % (
                 sql[:200], p.stderr.decode("utf-8", "replace").strip()))
@@ -1171,7 +1432,11 @@ class Cluster:
         return rows
 
     def zk(self):
-        return ZK(self.env["PROPHET_ZK"])
+        """A ZooKeeper session; on the secure cluster as digest user
+        super (every right everywhere, as an operator's)."""
+        auth = read_secret(self.env["PROPHET_ZK_SUPER_AUTH_FILE"]) \
+            if self.secure else None
+        return ZK(self.env["PROPHET_ZK"], auth=auth)
 
 
 # ---------------------------------------------------------------- runner ---

@@ -159,6 +159,46 @@ def test_mykit_delay_endpoints():
     h.check(not missing, "task pushed before clearAll never published")
 
 
+def test_pull_roles_and_topics():
+    """Pull consumption: taking tasks needs the read role, acknowledging
+    the submit role; http.topics_allowed applies as to submissions."""
+    r = call("POST", "/v1/tasks", {"id": "acc-pull", "topic": "orders",
+                                   "body": "p", "delay_ms": 0},
+             TOKENS["submit"])
+    h.check_eq(r.status, 201, "submit: %r" % r)
+    nxt = "/v1/topics/orders/next?group=acc&max=10&wait_ms=3000"
+    h.check_eq(call("GET", nxt).status, 401, "next without a token")
+    h.check_eq(call("GET", nxt, None, TOKENS["submit"]).status, 403,
+               "a submit token cannot take tasks")
+    got, deadline = [], time.monotonic() + 20
+    while not any(t["id"] == "acc-pull" for t in got) and \
+            time.monotonic() < deadline:
+        r = call("GET", nxt, None, TOKENS["read"])
+        h.check_eq(r.status, 200, "a read token takes tasks: %r" % r)
+        got += r.json["tasks"]
+    mine = [t for t in got if t["id"] == "acc-pull"]
+    h.check(mine, "acc-pull never handed out: %r" % got)
+    ack = {"group": "acc", "receipts": [mine[0]["receipt"]]}
+    h.check_eq(call("POST", "/v1/topics/orders/ack", ack,
+                    TOKENS["read"]).status, 403,
+               "a read token cannot acknowledge")
+    r = call("POST", "/v1/topics/orders/ack", ack, TOKENS["submit"])
+    h.check_eq(r.json, {"acked": 1, "unknown": []}, "a submit token acks")
+    r = call("GET", "/v1/topics/other/next?group=acc", None, TOKENS["read"])
+    h.check_eq((r.status, r.json["error"]["field"]), (400, "topic"),
+               "next on a topic outside the allow-list: %r" % r)
+    r = call("POST", "/v1/topics/other/ack", ack, TOKENS["submit"])
+    h.check_eq((r.status, r.json["error"]["field"]), (400, "topic"),
+               "ack on a topic outside the allow-list: %r" % r)
+    r = call("GET", "/get/other", None, TOKENS["read"])
+    h.check_eq((r.status, r.json["success"], r.json["code"]),
+               (200, False, 500), "mykit /get outside the allow-list")
+    h.check("http.topics_allowed" in r.json["message"], r.json["message"])
+    r = call("GET", "/get/orders", None, TOKENS["submit"])
+    h.check_eq((r.status, r.json["code"]), (403, 403),
+               "mykit /get with a submit token")
+
+
 def test_prophetctl_token():
     ctl = os.path.join(h.BUILDDIR, "prophetctl")
     base = [ctl, "--url", "http://" + C.manager_addr]

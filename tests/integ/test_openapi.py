@@ -18,7 +18,11 @@ for the token runs; PROPHET_OPENAPI_SEED (default 20261201) the seed.
 
 The worker publishes with allow.auto.create.topics=false: the fuzz submits
 tasks on hundreds of random topics, which must not become topics of the
-shared Kafka broker (those tasks just stay firing).
+shared Kafka broker (those tasks just stay firing). Pull requests wait at
+most pull.max_wait_ms, set to 200 ms here so that the long polls of the
+fuzz (and mykit's /get, which always waits that long) end within
+schemathesis' request timeout; the random group names it sends open at
+most pull.max_groups (16 here) Kafka consumers.
 """
 
 import collections
@@ -103,7 +107,8 @@ def setup():
         for m in METHODS:
             if m in item:
                 OPS.append((m, path, item[m]))
-    C = h.Cluster(workers=1, name="openapi")
+    C = h.Cluster(workers=1, name="openapi",
+                  conf={"pull.max_wait_ms": 200, "pull.max_groups": 16})
     C.open()
     write_conf()
     C.start()
@@ -193,7 +198,8 @@ def test_route_table_matches_spec():
 
 def sample_path(path, tag):
     return (path.replace("{id}", "openapi-probe-" + tag)
-            .replace("{job}", "1").replace("{file}", "index.html"))
+            .replace("{job}", "1").replace("{file}", "index.html")
+            .replace("{topic}", "openapi-probe-" + tag))
 
 
 def sample_body(op):
@@ -208,7 +214,8 @@ def sample_body(op):
     return {}
 
 
-MYKIT_PATHS = ("/push", "/delete", "/reStore", "/reStoreJob", "/clearAll")
+MYKIT_PATHS = ("/push", "/delete", "/reStore", "/reStoreJob", "/clearAll",
+               "/get/{topic}")
 
 
 def test_routes():
@@ -223,6 +230,8 @@ def test_routes():
         if op["operationId"] == "mykitDelete" or \
                 op["operationId"] == "mykitReStoreJob":
             url += "?jobId=openapi-probe-" + tag
+        if op["operationId"] == "pullNext":
+            url += "?group=probe"
         r = call(m.upper(), url, sample_body(op))
         if m == "get":
             hr = call("HEAD", url)
@@ -383,6 +392,39 @@ def test_answers_match_schemas():
     for f in ("index.html", "console.css", "console.js"):
         rec("getConsoleFile", "GET", "/console/" + f, None, 200)
     rec("getConsoleFile", "GET", "/console/nope.png", None, 404)
+    # Pull: tasks handed out, acknowledged, mykit's /get with a job and
+    # without.
+    pulled = "pulled-" + tag
+    h.create_topics(C.brokers, [C.topic(pulled)])
+    rec("submitTask", "POST", "/v1/tasks", {
+        "id": "pull-" + tag, "topic": pulled, "body": "p", "delay_ms": 0,
+        "headers": {"x": "y"}}, 201)
+    rec("mykitPush", "POST", "/push", {
+        "id": "pullmk-" + tag, "topic": pulled, "body": "{m}", "delay": 0,
+        "subtopic": "s", "bizKey": "b"}, 200)
+    got = []
+    deadline = time.monotonic() + 20
+    while len(got) < 2 and time.monotonic() < deadline:
+        r = rec("pullNext", "GET", "/v1/topics/%s/next?group=schema&max=5"
+                "&wait_ms=200&visibility_ms=60000" % pulled, None, 200)
+        got += r.json["tasks"]
+    h.check_eq(sorted(t["id"] for t in got),
+               sorted(["pull-" + tag, "pullmk-" + tag]), "tasks pulled")
+    rec("pullAck", "POST", "/v1/topics/%s/ack" % pulled,
+        {"group": "schema", "receipts": [t["receipt"] for t in got] +
+         ["7:7"]}, 200)
+    rec("pullAck", "POST", "/v1/topics/%s/ack" % pulled,
+        {"group": "schema", "receipts": "x"}, 400)
+    rec("pullNext", "GET", "/v1/topics/%s/next?group=a%%20b" % pulled, None,
+        400)
+    job = None
+    while job is None and time.monotonic() < deadline + 10:
+        r = rec("mykitGet", "GET", "/get/" + pulled, None, 200)
+        job = r.json["data"]
+    h.check(job is not None, "no job from /get")
+    for _ in range(2):
+        rec("mykitGet", "GET", "/get/" + pulled, None, 200)
+    rec("mykitGet", "GET", "/get/a%20b", None, 200)
     mk = "mk-" + tag
     rec("mykitPush", "POST", "/push", {
         "id": mk, "topic": "ces", "body": "{hello}", "delay": 3600000,

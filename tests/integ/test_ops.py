@@ -265,6 +265,14 @@ def exposed():
 
 
 def test_metric_names():
+    # A pull group exists, so the per-group family has its sample (a
+    # labelled family with no group has only HELP and TYPE).
+    api = C.api()
+    try:
+        r = api.get("/v1/topics/ops/next?group=ops-metrics&wait_ms=0")
+        h.check_eq(r.status, 200, "pull next: %r" % r)
+    finally:
+        api.close()
     p = h.Problems()
     for daemon, fams in exposed().items():
         for name, f in fams.items():
@@ -288,6 +296,9 @@ def test_metric_names():
             p.check(name in fams, "%s: %s missing" % (daemon, name))
     p.raise_if_any("metric names")
     fams = exposed()
+    lag = fams["manager"]["prophet_pull_group_lag_messages"]["samples"]
+    h.check_eq([s[1] for s in lag], ['{group="ops-metrics",topic="ops"}'],
+               "a lag sample per pull group, labelled with its name and topic")
     h.check_eq(sorted(slot_values(fams["worker"], "prophet_slot_epoch")),
                list(range(C.slots)), "an epoch gauge per slot")
     h.check_eq(fams["worker"]["prophet_slots_owned"]["samples"][0][2],

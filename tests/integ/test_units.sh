@@ -86,6 +86,10 @@ mkdir -p "$root/etc/prophet"
 chmod 644 "$root/etc/prophet/prophet.conf"
 : >"$root/etc/prophet/tokens"
 chmod 644 "$root/etc/prophet/tokens"
+mkdir -p "$root/etc/prophet/secrets"
+chmod 755 "$root/etc/prophet/secrets"
+: >"$root/etc/prophet/secrets/db.pass"
+chmod 644 "$root/etc/prophet/secrets/db.pass"
 if ! out=$(systemd-tmpfiles --root="$root" --create \
 	"$src/deploy/tmpfiles.d/prophet.conf" 2>&1); then
 	echo "$out" | sed 's/^/# /'
@@ -93,10 +97,11 @@ if ! out=$(systemd-tmpfiles --root="$root" --create \
 	exit 1
 fi
 got=$(stat -c '%a %u:%g' "$root/var/lib/prophet" "$root/etc/prophet" \
-	"$root/etc/prophet/prophet.conf" "$root/etc/prophet/tokens" | tr '\n' ' ')
-want="750 $uid:$gid 750 0:$gid 640 0:$gid 600 $uid:$gid "
+	"$root/etc/prophet/prophet.conf" "$root/etc/prophet/tokens" \
+	"$root/etc/prophet/secrets" "$root/etc/prophet/secrets/db.pass" | tr '\n' ' ')
+want="750 $uid:$gid 750 0:$gid 640 0:$gid 600 $uid:$gid 750 0:$gid 600 $uid:$gid "
 if [ "$got" != "$want" ]; then
 	echo "not ok 4 - tmpfiles.d: modes/owners '$got', want '$want'"
 	exit 1
 fi
-echo "ok 4 - tmpfiles.d/prophet.conf: home 750, config readable by prophet only, tokens by the manager's user only"
+echo "ok 4 - tmpfiles.d/prophet.conf: home 750, config readable by prophet only, tokens and secret files by the daemons' user only"

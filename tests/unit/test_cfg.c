@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <setjmp.h>
@@ -14,8 +15,11 @@
 #include <cmocka.h>
 
 #include "cfg.h"
+#include "kafka.h"
+#include "secret.h"
 #include "url.h"
 #include "xmalloc.h"
+#include "zk.h"
 
 struct tmpconf {
 	char path[64];
@@ -104,7 +108,7 @@ test_defaults(void **state)
 	assert_string_equal(cfg_str(cfg, CFG_REDIS_URL),
 			    "redis://127.0.0.1:6379/0");
 	assert_string_equal(cfg_str(cfg, CFG_DB_URL),
-			    "mysql://prophet:secret@127.0.0.1:3306/prophet");
+			    "mysql://prophet@127.0.0.1:3306/prophet");
 	assert_string_equal(cfg_str(cfg, CFG_KAFKA_BROKERS), "127.0.0.1:9092");
 	assert_string_equal(cfg_str(cfg, CFG_KAFKA_TOPIC_PREFIX), "");
 	assert_string_equal(cfg_str(cfg, CFG_KAFKA_INGEST_TOPIC), "");
@@ -784,6 +788,450 @@ test_hostport_parse(void **state)
 	assert_string_equal(host, "abc");
 }
 
+/* A secret file of mode 0600 (or mode) holding text; returns its path. */
+static void
+secret_write(struct tmpconf *tc, const char *text, mode_t mode)
+{
+	tmpconf_write(tc, text);
+	assert_int_equal(chmod(tc->path, mode), 0);
+}
+
+static void
+test_url_query(void **state)
+{
+	static const char *const names[] = {"ssl-mode", "ssl-ca", NULL};
+	char err[256] = "";
+	struct url u;
+	char *v;
+
+	(void)state;
+	assert_int_equal(url_parse("mysql://u@h:3306/db?ssl-mode=REQUIRED&"
+				   "ssl-ca=%2Fetc%2Fca.pem",
+				   &u, err, sizeof(err)),
+			 0);
+	assert_string_equal(u.path, "db");
+	assert_string_equal(u.query,
+			    "ssl-mode=REQUIRED&ssl-ca=%2Fetc%2Fca.pem");
+	v = url_query_get(u.query, "ssl-ca");
+	assert_string_equal(v, "/etc/ca.pem");
+	xfree(v);
+	v = url_query_get(u.query, "ssl-mode");
+	assert_string_equal(v, "REQUIRED");
+	xfree(v);
+	assert_null(url_query_get(u.query, "ssl"));
+	assert_int_equal(url_query_check(u.query, names, err, sizeof(err)), 0);
+	url_clear(&u);
+	assert_null(u.query);
+
+	assert_int_equal(url_query_check("ssl-mode=a&sslmode=b", names, err,
+					 sizeof(err)),
+			 -1);
+	assert_contains(err, "'sslmode'");
+	assert_int_equal(
+		url_query_check("ssl-ca=a&ssl-ca=b", names, err, sizeof(err)),
+		-1);
+	assert_contains(err, "twice");
+	assert_int_equal(url_query_check(NULL, names, err, sizeof(err)), 0);
+
+	/* a '?' in the credentials is not a query: only after the path */
+	assert_int_equal(url_parse("redis://:p?w@h:1/0", &u, err, sizeof(err)),
+			 0);
+	assert_string_equal(u.password, "p?w");
+	assert_string_equal(u.path, "0");
+	assert_null(u.query);
+	url_clear(&u);
+}
+
+/* A URL that does not parse: the message must not quote the password. */
+static void
+test_url_errors_hide_password(void **state)
+{
+	static const char *const bad[] = {
+		"mysql//prophet:hunter2@h:3306/db",
+		"mysql://prophet:hun/ter2@h:3306/db",
+		"mysql://prophet:hunter2@h:99999/db",
+	};
+	char err[256];
+
+	(void)state;
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		struct cfg *cfg = cfg_create();
+
+		err[0] = '\0';
+		assert_int_equal(
+			cfg_set(cfg, "db", "url", bad[i], err, sizeof(err)),
+			-1);
+		assert_contains(err, "db.url");
+		if (strstr(err, "hunter2") || strstr(err, "hun") ||
+		    strstr(err, "ter2"))
+			fail_msg("'%s' quotes the password", err);
+		cfg_destroy(cfg);
+	}
+}
+
+/* cfg_validate after setting section.key=value: 0, or -1 naming what. */
+static void
+validate_with(const char *const *kv, const char *what)
+{
+	struct cfg *cfg = cfg_create();
+	char err[512] = "";
+	int rc;
+
+	for (size_t i = 0; kv[i] != NULL; i += 3)
+		if (cfg_set(cfg, kv[i], kv[i + 1], kv[i + 2], err,
+			    sizeof(err)) < 0)
+			fail_msg("%s.%s rejected: %s", kv[i], kv[i + 1], err);
+	rc = cfg_validate(cfg, err, sizeof(err));
+	cfg_destroy(cfg);
+	if (what == NULL && rc != 0)
+		fail_msg("refused: %s", err);
+	if (what != NULL && rc == 0)
+		fail_msg("accepted, want an error naming %s", what);
+	if (what != NULL)
+		assert_contains(err, what);
+}
+
+static void
+db_tls_of(const char *url, const char *mode, const char *ca,
+	  enum cfg_tls_mode want, const char *want_ca)
+{
+	struct cfg *cfg = cfg_create();
+	struct cfg_db_tls t;
+	char err[512] = "";
+
+	assert_int_equal(cfg_set(cfg, "db", "url", url, err, sizeof(err)), 0);
+	assert_int_equal(cfg_set(cfg, "db", "tls_mode", mode, err, sizeof(err)),
+			 0);
+	assert_int_equal(cfg_set(cfg, "db", "tls_ca", ca, err, sizeof(err)), 0);
+	if (cfg_db_tls(cfg, &t, err, sizeof(err)) < 0)
+		fail_msg("%s mode '%s' ca '%s': %s", url, mode, ca, err);
+	assert_int_equal(t.mode, want);
+	if (want_ca == NULL)
+		assert_null(t.ca);
+	else
+		assert_string_equal(t.ca, want_ca);
+	cfg_db_tls_clear(&t);
+	cfg_destroy(cfg);
+}
+
+static void
+test_db_tls(void **state)
+{
+	(void)state;
+
+	set_ok("db", "url", "mysql://u@h/db?ssl-mode=VERIFY_IDENTITY");
+	set_ok("db", "url", "mysql://u@h/db?ssl-mode=verify_ca&ssl-ca=/ca.pem");
+	set_ok("db", "url",
+	       "mysql://u@h/db?ssl-mode=REQUIRED&ssl-cert=/c&ssl-key=/k");
+	set_bad("db", "url", "mysql://u@h/db?ssl-mode=PREFERRED");
+	set_bad("db", "url", "mysql://u@h/db?ssl-mode=");
+	set_bad("db", "url", "mysql://u@h/db?ssl-mode=ON");
+	set_bad("db", "url", "mysql://u@h/db?sslmode=REQUIRED");
+	set_bad("db", "url", "mysql://u@h/db?ssl-ca=/a&ssl-ca=/b");
+	set_ok("db", "tls_mode", "");
+	set_ok("db", "tls_mode", "VERIFY_IDENTITY");
+	set_ok("db", "tls_mode", "disabled");
+	set_bad("db", "tls_mode", "PREFERRED");
+	set_bad("db", "tls_mode", "yes");
+
+	db_tls_of("mysql://u@h/db", "", "", CFG_TLS_DISABLED, NULL);
+	/* a CA alone: verified, name included */
+	db_tls_of("mysql://u@h/db", "", "/ca.pem", CFG_TLS_VERIFY_IDENTITY,
+		  "/ca.pem");
+	db_tls_of("mysql://u@h/db?ssl-ca=/u.pem", "", "",
+		  CFG_TLS_VERIFY_IDENTITY, "/u.pem");
+	db_tls_of("mysql://u@h/db?ssl-mode=VERIFY_CA", "", "/ca.pem",
+		  CFG_TLS_VERIFY_CA, "/ca.pem");
+	db_tls_of("mysql://u@h/db", "required", "", CFG_TLS_REQUIRED, NULL);
+	/* the same in both places is no conflict */
+	db_tls_of("mysql://u@h/db?ssl-mode=VERIFY_CA&ssl-ca=/ca.pem",
+		  "VERIFY_CA", "/ca.pem", CFG_TLS_VERIFY_CA, "/ca.pem");
+
+	{
+		const char *const conflict[] = {
+			"db", "url",	  "mysql://u@h/db?ssl-mode=REQUIRED",
+			"db", "tls_mode", "VERIFY_IDENTITY",
+			NULL};
+		const char *const disabled_ca[] = {"db", "tls_mode", "DISABLED",
+						   "db", "tls_ca",   "/ca.pem",
+						   NULL};
+		const char *const required_ca[] = {
+			"db", "url",	"mysql://u@h/db?ssl-mode=REQUIRED",
+			"db", "tls_ca", "/ca.pem",
+			NULL};
+		const char *const verify_ca_alone[] = {"db", "tls_mode",
+						       "VERIFY_CA", NULL};
+		const char *const cert_alone[] = {"db", "tls_mode", "REQUIRED",
+						  "db", "tls_cert", "/c",
+						  NULL};
+		const char *const ca_conflict[] = {
+			"db", "url",	"mysql://u@h/db?ssl-ca=/a.pem",
+			"db", "tls_ca", "/b.pem",
+			NULL};
+
+		validate_with(conflict, "db.tls_mode");
+		validate_with(disabled_ca, "db.tls_mode");
+		validate_with(required_ca, "db.tls_ca");
+		validate_with(verify_ca_alone, "db.tls_ca");
+		validate_with(cert_alone, "db.tls_key");
+		validate_with(ca_conflict, "db.tls_ca");
+	}
+}
+
+static void
+test_links_validate(void **state)
+{
+	const char *const db_pw_twice[] = {
+		"db", "url", "mysql://u:pw@h/db", "db", "password_file",
+		"/f", NULL};
+	const char *const db_pw_file[] = {
+		"db", "url", "mysql://u@h/db", "db", "password_file",
+		"/f", NULL};
+	const char *const redis_pw_twice[] = {
+		"redis", "url",		  "redis://u:pw@h:6379/0",
+		"redis", "password_file", "/f",
+		NULL};
+	const char *const redis_tls_plain[] = {"redis", "tls_ca", "/ca.pem",
+					       NULL};
+	const char *const kafka_tls_plain[] = {"kafka", "tls_ca", "/ca.pem",
+					       NULL};
+	const char *const kafka_tls[] = {
+		"kafka",  "security_protocol", "sasl_ssl", "kafka",
+		"tls_ca", "/ca.pem",	       NULL};
+	const char *const kafka_cert_alone[] = {"kafka",    "security_protocol",
+						"ssl",	    "kafka",
+						"tls_cert", "/c.pem",
+						NULL};
+	const char *const token_twice[] = {"http",	 "token", "abc", "http",
+					   "token_file", "/f",	  NULL};
+
+	(void)state;
+	validate_with(db_pw_twice, "db.password_file");
+	validate_with(db_pw_file, NULL);
+	validate_with(redis_pw_twice, "redis.password_file");
+	validate_with(redis_tls_plain, "redis.tls_ca");
+	validate_with(kafka_tls_plain, "kafka.tls_ca");
+	validate_with(kafka_tls, NULL);
+	validate_with(kafka_cert_alone, "kafka.tls_key");
+	validate_with(token_twice, "http.token_file");
+
+	set_ok("redis", "url", "redis://prophet@h:6379/0");
+	set_ok("redis", "url", "redis://prophet:pw@h:6379/0");
+	set_bad("redis", "url", "redis://h:6379/0?tls=1");
+#ifndef HAVE_HIREDIS_SSL
+	{
+		struct cfg *cfg = cfg_create();
+		char err[512] = "";
+
+		assert_int_equal(cfg_set(cfg, "redis", "url",
+					 "rediss://h:6380/0", err, sizeof(err)),
+				 -1);
+		assert_contains(err, "redis.url");
+		assert_contains(err, "hiredis_ssl");
+		cfg_destroy(cfg);
+	}
+#endif
+	set_ok("kafka", "security_protocol", "sasl_ssl");
+	set_ok("kafka", "security_protocol", "SSL");
+	set_bad("kafka", "security_protocol", "tls");
+	set_ok("kafka", "sasl_mechanism", "SCRAM-SHA-256");
+	set_ok("kafka", "sasl_mechanism", "PLAIN");
+	set_bad("kafka", "sasl_mechanism", "GSSAPI");
+}
+
+/* [kafka.client], [kafka.producer], [kafka.consumer] pass librdkafka
+ * properties through, except those Prophet sets: refused by name. */
+static void
+test_kafka_passthrough(void **state)
+{
+	static const char *const refused[][3] = {
+		{"kafka.producer", "enable.idempotence", "safety"},
+		{"kafka.producer", "message.timeout.ms", "never dropped"},
+		{"kafka.producer", "delivery.timeout.ms", "never dropped"},
+		{"kafka.producer", "acks", "acks=all"},
+		{"kafka.client", "request.required.acks", "acks=all"},
+		{"kafka.client", "enable.idempotence", "safety"},
+		{"kafka.producer", "linger.ms", "kafka.linger_ms"},
+		{"kafka.producer", "queue.buffering.max.messages",
+		 "kafka.queue_max"},
+		{"kafka.consumer", "enable.auto.commit", "at-least-once"},
+		{"kafka.client", "enable.auto.offset.store", "at-least-once"},
+		{"kafka.consumer", "auto.offset.reset", "skipped"},
+		{"kafka.consumer", "group.id", "notifier.group"},
+		{"kafka.client", "bootstrap.servers", "kafka.brokers"},
+		{"kafka.consumer", "security.protocol",
+		 "kafka.security_protocol"},
+		{"kafka.producer", "sasl.password", "kafka.sasl_password_file"},
+		{"kafka.client", "sasl.mechanisms", "kafka.sasl_mechanism"},
+		{"kafka.client", "ssl.ca.location", "kafka.tls_ca"},
+	};
+	static const char *const allowed[][2] = {
+		{"kafka.producer", "compression.type"},
+		{"kafka.client", "client.rack"},
+		{"kafka.client", "ssl.endpoint.identification.algorithm"},
+		{"kafka.consumer", "session.timeout.ms"},
+		{"kafka.consumer", "max.poll.interval.ms"},
+		/* a consumer property among producers is not Prophet's */
+		{"kafka.producer", "enable.auto.commit"},
+		{"kafka.consumer", "message.timeout.ms"},
+	};
+	char err[512], name[128];
+
+	(void)state;
+	for (size_t i = 0; i < sizeof(refused) / sizeof(refused[0]); i++) {
+		const char *const kv[] = {refused[i][0], refused[i][1], "x",
+					  NULL};
+
+		snprintf(name, sizeof(name), "%s.%s", refused[i][0],
+			 refused[i][1]);
+		validate_with(kv, name);
+		validate_with(kv, refused[i][2]);
+		assert_int_equal(kafka_passthrough_check(refused[i][0],
+							 refused[i][1], err,
+							 sizeof(err)),
+				 -1);
+	}
+	for (size_t i = 0; i < sizeof(allowed) / sizeof(allowed[0]); i++) {
+		const char *const kv[] = {allowed[i][0], allowed[i][1], "1",
+					  NULL};
+
+		validate_with(kv, NULL);
+	}
+	/* and --set reaches the new section too */
+	{
+		struct cfg *cfg = cfg_create();
+		const char *k, *v;
+
+		assert_int_equal(cfg_set_arg(cfg, "kafka.client.client.rack=a",
+					     err, sizeof(err)),
+				 0);
+		assert_int_equal(cfg_extra_count(cfg, "kafka.client"), 1);
+		cfg_extra_get(cfg, "kafka.client", 0, &k, &v);
+		assert_string_equal(k, "client.rack");
+		assert_string_equal(v, "a");
+		cfg_destroy(cfg);
+	}
+}
+
+/* [section@program]: one program's keys over the section's own, wherever
+ * they stand; the others' checked all the same. */
+static void
+test_program_sections(void **state)
+{
+	static const char text[] = "[db@worker]\n"
+				   "url = mysql://w@h/db\n"
+				   "[db]\n"
+				   "url = mysql://m@h/db\n"
+				   "[kafka@notifier]\n"
+				   "sasl_username = prophet-notifier\n"
+				   "[kafka.producer@worker]\n"
+				   "compression.type = lz4\n";
+	static const char *const progs[][3] = {
+		{"worker", "mysql://w@h/db", ""},
+		{"manager", "mysql://m@h/db", ""},
+		{"notifier", "mysql://m@h/db", "prophet-notifier"},
+	};
+	char err[512] = "";
+	struct tmpconf tc;
+
+	(void)state;
+	tmpconf_write(&tc, text);
+	for (size_t i = 0; i < sizeof(progs) / sizeof(progs[0]); i++) {
+		struct cfg *cfg = cfg_create();
+
+		cfg_set_program(cfg, progs[i][0]);
+		if (cfg_load_file(cfg, tc.path, err, sizeof(err)) < 0)
+			fail_msg("%s: %s", progs[i][0], err);
+		assert_string_equal(cfg_str(cfg, CFG_DB_URL), progs[i][1]);
+		assert_string_equal(cfg_str(cfg, CFG_KAFKA_SASL_USERNAME),
+				    progs[i][2]);
+		assert_int_equal(cfg_extra_count(cfg, "kafka.producer"),
+				 !strcmp(progs[i][0], "worker"));
+		cfg_destroy(cfg);
+	}
+	tmpconf_remove(&tc);
+
+	expect_load_error("[db@wroker]\nurl = mysql://w@h/db\n", "2",
+			  "[section@program]");
+	/* another program's bad value is an error here too, with its line */
+	expect_load_error("[cluster]\nslots = 16\n[db@notifier]\n"
+			  "url = nope\n",
+			  "4", "db@notifier");
+	expect_load_error("[kafka@worker]\nnope = 1\n", "2",
+			  "unknown key 'kafka.nope'");
+}
+
+static void
+test_secret_files(void **state)
+{
+	struct cfg *cfg = cfg_create();
+	struct tmpconf tc;
+	char err[512] = "";
+	char *s;
+
+	(void)state;
+	assert_null(cfg_secret(cfg, CFG_DB_PASSWORD_FILE, err, sizeof(err)));
+	assert_string_equal(err, "");
+
+	secret_write(&tc, "s3cr:t pass\n", 0600);
+	assert_int_equal(
+		cfg_set(cfg, "db", "password_file", tc.path, err, sizeof(err)),
+		0);
+	s = cfg_secret(cfg, CFG_DB_PASSWORD_FILE, err, sizeof(err));
+	assert_non_null(s);
+	assert_string_equal(s, "s3cr:t pass");
+	secret_free(s);
+
+	assert_int_equal(chmod(tc.path, 0640), 0);
+	assert_null(cfg_secret(cfg, CFG_DB_PASSWORD_FILE, err, sizeof(err)));
+	assert_contains(err, "db.password_file");
+	assert_contains(err, "chmod 600");
+	assert_true(strstr(err, "s3cr") == NULL);
+	tmpconf_remove(&tc);
+
+	secret_write(&tc, "", 0600);
+	assert_int_equal(cfg_set(cfg, "zookeeper", "auth_file", tc.path, err,
+				 sizeof(err)),
+			 0);
+	assert_null(cfg_secret(cfg, CFG_ZK_AUTH_FILE, err, sizeof(err)));
+	assert_contains(err, "zookeeper.auth_file");
+	tmpconf_remove(&tc);
+
+	secret_write(&tc, "two\nlines\n", 0600);
+	assert_int_equal(
+		cfg_set(cfg, "http", "token_file", tc.path, err, sizeof(err)),
+		0);
+	assert_null(cfg_http_token(cfg, err, sizeof(err)));
+	assert_contains(err, "http.token_file");
+	tmpconf_remove(&tc);
+
+	assert_int_equal(
+		cfg_set(cfg, "http", "token_file", "", err, sizeof(err)), 0);
+	assert_int_equal(cfg_set(cfg, "http", "token", "tok", err, sizeof(err)),
+			 0);
+	s = cfg_http_token(cfg, err, sizeof(err));
+	assert_string_equal(s, "tok");
+	secret_free(s);
+	assert_null(cfg_secret(cfg, CFG_KAFKA_SASL_PASSWORD_FILE, err,
+			       sizeof(err)));
+	cfg_destroy(cfg);
+}
+
+/* ZooKeeper's digest identity of user:password, as its
+ * DigestAuthenticationProvider computes it. */
+static void
+test_zk_digest(void **state)
+{
+	char id[256];
+
+	(void)state;
+	zk_digest_id("super:admin", id, sizeof(id));
+	assert_string_equal(id, "super:xQJmxLMiHGwaqBvst5y6rkB6HQs=");
+	zk_digest_id("prophet:a:b", id, sizeof(id));
+	assert_int_equal(strncmp(id, "prophet:", 8), 0);
+	assert_int_equal(strlen(id), 8 + 28);
+}
+
 int
 main(void)
 {
@@ -803,6 +1251,14 @@ main(void)
 		cmocka_unit_test(test_url_parse),
 		cmocka_unit_test(test_url_errors),
 		cmocka_unit_test(test_hostport_parse),
+		cmocka_unit_test(test_url_query),
+		cmocka_unit_test(test_url_errors_hide_password),
+		cmocka_unit_test(test_db_tls),
+		cmocka_unit_test(test_links_validate),
+		cmocka_unit_test(test_kafka_passthrough),
+		cmocka_unit_test(test_program_sections),
+		cmocka_unit_test(test_secret_files),
+		cmocka_unit_test(test_zk_digest),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

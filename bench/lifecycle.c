@@ -511,6 +511,14 @@ lateness_windows(struct report *r, const struct ledger *l, double window_s)
 
 /* ------------------------------------------------------------ backlog --- */
 
+static int
+cmp_i64(const void *a, const void *b)
+{
+	int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+
+	return (x > y) - (x < y);
+}
+
 /* A permutation-like spread of due times: the index sees them in
  * random order, as it would from many clients. */
 static uint64_t
@@ -551,7 +559,8 @@ scen_backlog(struct bench_opts *o)
 	char err[256], cell[512] = "";
 	long count = o->count ? o->count : 10000000;
 	long near = o->near_count >= 0 ? o->near_count : count / 10;
-	int64_t now, *seg_us;
+	int64_t now, *acc;
+	size_t nacc = 0;
 	double rates[20], secs;
 	json_t *a = json_array();
 	long long db0, db1;
@@ -594,35 +603,27 @@ scen_backlog(struct bench_opts *o)
 	     o->label, count, near, o->batch, o->conns);
 	load(o, l, nm.topic, o->label, &st);
 	secs = (double)(st.last_done_mono - st.first_send_mono) / 1e6;
-	/* Per 5 % of the tasks, by when the last of them was accepted. */
-	seg_us = xcalloc(21, sizeof(*seg_us));
-	{
-		int64_t run = 0, first = INT64_MAX;
-
-		for (long i = 0; i < count; i++) {
-			if (l->accept_us[i] == 0)
-				continue;
-			if (l->accept_us[i] > run)
-				run = l->accept_us[i];
-			if (l->accept_us[i] < first)
-				first = l->accept_us[i];
-			if ((i + 1) % (count / 20 ? count / 20 : 1) == 0 &&
-			    (i + 1) / (count / 20 ? count / 20 : 1) <= 20)
-				seg_us[(i + 1) /
-				       (count / 20 ? count / 20 : 1)] = run;
-		}
-		seg_us[0] = first;
-	}
+	/* Per 5 % of the tasks in the order they were accepted: batches of
+	 * several connections overlap, so by acceptance time, not by index. */
+	acc = xcalloc((size_t)count + 1, sizeof(*acc));
+	for (long i = 0; i < count; i++)
+		if (l->accept_us[i] != 0)
+			acc[nacc++] = l->accept_us[i];
+	qsort(acc, nacc, sizeof(*acc), cmp_i64);
 	for (int s = 0; s < 20; s++) {
-		double dt = (double)(seg_us[s + 1] - seg_us[s]) / 1e6;
+		size_t a0 = nacc * (size_t)s / 20, a1 = nacc * (size_t)(s + 1) / 20;
+		double dt = a1 > a0 + 1 ? (double)(acc[a1 - 1] - acc[a0]) / 1e6
+					: 0;
 
-		rates[s] = dt > 0 ? (double)(count / 20) / dt : NAN;
-		json_array_append_new(a, json_real(round(rates[s])));
+		rates[s] = dt > 0 ? (double)(a1 - a0 - 1) / dt : NAN;
+		json_array_append_new(a, isnan(rates[s])
+						 ? json_null()
+						 : json_real(round(rates[s])));
 		if (k + 12 < sizeof(cell))
 			k += (size_t)snprintf(cell + k, sizeof(cell) - k,
 					      "%s%.0f", k ? " " : "", rates[s]);
 	}
-	xfree(seg_us);
+	xfree(acc);
 	usleep(2000000);
 	if (redis_mem_sample(o->redis, &m1, 1, err, sizeof(err)) < 0)
 		note("redis: %s", err);

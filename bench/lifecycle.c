@@ -238,6 +238,21 @@ column_report(struct report *r, MYSQL *my, const char *prefix)
 		   db_ll(my, q));
 }
 
+/* The loads' defaults (4 connections, batches of 1,000) and the DB. */
+static MYSQL *
+load_db_open(struct bench_opts *o)
+{
+	char err[256];
+	MYSQL *my;
+
+	if (o->conns == 0)
+		o->conns = 4;
+	if (o->batch == 0)
+		o->batch = 1000;
+	if ((my = bench_db_open(o->db, err, sizeof(err))) == NULL)
+		note("db: %s", err);
+	return my;
+}
 /*
  * DB bytes per task: --count tasks due in 2-3 days (pending, beyond the
  * horizon), then --count due within seconds, fired and recorded
@@ -254,7 +269,6 @@ scen_storage(struct bench_opts *o)
 	struct consumer *c;
 	struct fire_stats fs;
 	struct report *r;
-	char err[256];
 	const char *label = o->label;
 	char lbuf[96];
 	long count = o->count ? o->count : 200000;
@@ -265,14 +279,8 @@ scen_storage(struct bench_opts *o)
 		note("storage: --db URL is required");
 		return -1;
 	}
-	if (o->conns == 0)
-		o->conns = 4;
-	if (o->batch == 0)
-		o->batch = 1000;
-	if ((my = bench_db_open(o->db, err, sizeof(err))) == NULL) {
-		note("db: %s", err);
+	if ((my = load_db_open(o)) == NULL)
 		return -1;
-	}
 	idx_sample(my, &s0);
 	if (s0.n == 0) {
 		mysql_close(my);
@@ -571,14 +579,8 @@ scen_backlog(struct bench_opts *o)
 		note("backlog: --db and --redis are required");
 		return -1;
 	}
-	if (o->conns == 0)
-		o->conns = 4;
-	if (o->batch == 0)
-		o->batch = 1000;
-	if ((my = bench_db_open(o->db, err, sizeof(err))) == NULL) {
-		note("db: %s", err);
+	if ((my = load_db_open(o)) == NULL)
 		return -1;
-	}
 	idx_sample(my, &s0);
 	db0 = db_bytes(my);
 	if (redis_mem_sample(o->redis, &m0, 1, err, sizeof(err)) < 0) {
@@ -611,9 +613,10 @@ scen_backlog(struct bench_opts *o)
 			acc[nacc++] = l->accept_us[i];
 	qsort(acc, nacc, sizeof(*acc), cmp_i64);
 	for (int s = 0; s < 20; s++) {
-		size_t a0 = nacc * (size_t)s / 20, a1 = nacc * (size_t)(s + 1) / 20;
-		double dt = a1 > a0 + 1 ? (double)(acc[a1 - 1] - acc[a0]) / 1e6
-					: 0;
+		size_t a0 = nacc * (size_t)s / 20,
+		       a1 = nacc * (size_t)(s + 1) / 20;
+		double dt =
+			a1 > a0 + 1 ? (double)(acc[a1 - 1] - acc[a0]) / 1e6 : 0;
 
 		rates[s] = dt > 0 ? (double)(a1 - a0 - 1) / dt : NAN;
 		json_array_append_new(a, isnan(rates[s])

@@ -439,6 +439,26 @@ log_add_delivered(json_t *task, json_t *log)
 	json_array_insert_new(log, pos, e);
 }
 
+int
+api_body_object(struct evhttp_request *req, size_t flags, json_t **out)
+{
+	size_t len;
+	char *body = http_body(req, &len);
+
+	*out = NULL;
+	if (len > 0)
+		*out = json_loadb(body, len, flags, NULL);
+	xfree(body);
+	if (len > 0 && !json_is_object(*out)) {
+		json_decref(*out);
+		*out = NULL;
+		http_reply_error(req, 400, "invalid_json", NULL,
+				 "expected a JSON object");
+		return -1;
+	}
+	return 0;
+}
+
 json_t *
 api_task_json(const struct db_rows *task, size_t row, const struct db_rows *log,
 	      size_t first, size_t n, size_t col)

@@ -284,6 +284,9 @@ json_t *api_task_json(const struct db_rows *task, size_t row,
 		      const struct db_rows *log, size_t first, size_t n,
 		      size_t col);
 json_t *api_body_json(struct manager *mg, struct evhttp_request *req);
+/* An optional JSON object body (none: *out NULL); -1 when it is not one,
+ * after the 400 answer. */
+int api_body_object(struct evhttp_request *req, size_t flags, json_t **out);
 
 /* mykit.c: the mykit-delay compatible routes (http_handler_fn). */
 void mykit_push(void *ctx, struct evhttp_request *req, const char *a, size_t n);

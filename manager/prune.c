@@ -1819,22 +1819,11 @@ prune_get(struct manager *mg, struct evhttp_request *req)
 void
 prune_post(struct manager *mg, struct evhttp_request *req)
 {
-	size_t len;
-	char *body = http_body(req, &len);
-	json_t *in = NULL, *v;
+	json_t *in, *v;
 	int dry = 0;
 
-	if (len > 0) {
-		in = json_loadb(body, len, JSON_REJECT_DUPLICATES, NULL);
-		if (!json_is_object(in)) {
-			xfree(body);
-			json_decref(in);
-			http_reply_error(req, 400, "invalid_json", NULL,
-					 "expected a JSON object");
-			return;
-		}
-	}
-	xfree(body);
+	if (api_body_object(req, JSON_REJECT_DUPLICATES, &in) < 0)
+		return;
 	v = json_object_get(in, "dry_run");
 	if (v != NULL && !json_is_boolean(v)) {
 		json_decref(in);

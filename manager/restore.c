@@ -242,23 +242,11 @@ find_job(int id)
 void
 restore_start(struct manager *mg, struct evhttp_request *req)
 {
-	json_error_t jerr;
-	json_t *in = NULL, *v;
-	size_t len;
-	char *body = http_body(req, &len);
+	json_t *in, *v;
 	int slot = -1, expired = 0;
 
-	if (len > 0) {
-		in = json_loadb(body, len, 0, &jerr);
-		if (!json_is_object(in)) {
-			xfree(body);
-			json_decref(in);
-			http_reply_error(req, 400, "invalid_json", NULL,
-					 "expected a JSON object");
-			return;
-		}
-	}
-	xfree(body);
+	if (api_body_object(req, 0, &in) < 0)
+		return;
 	v = json_object_get(in, "slot");
 	if (v != NULL && !json_is_null(v)) {
 		if (!json_is_integer(v) || json_integer_value(v) < 0 ||

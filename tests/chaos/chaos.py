@@ -77,6 +77,8 @@ import servers as s  # noqa: E402
 SESSION_MS = 5000
 LEASE_MS = 2000
 TOPIC = "chaos"
+ARCHIVE = "chaos.archive"  # task.archive_topic with --retention
+FINAL = ("delivered", "cancelled", "expired")
 # After a fault ends, the system may still be recovering for this long
 # (session expiry + lease + a margin); lateness inside is not counted.
 RECOVERY_MS = SESSION_MS + LEASE_MS + 5000
@@ -500,10 +502,18 @@ class Run:
         self.zk.start()
         for x in (rd, db, kf):
             x.wait_ready()
+        conf = {"zookeeper.session_timeout_ms": SESSION_MS,
+                "worker.lease_ms": LEASE_MS}
+        if self.args.retention:
+            # Both managers prune (one at a time, the lock) and archive
+            # each task first: the archive shows what went, and when.
+            conf.update({"task.retention": self.args.retention,
+                         "task.prune_interval": "1s",
+                         "task.prune_chunk": 50,
+                         "task.archive_topic": ARCHIVE})
         self.c = s.Cluster(workers=0, name="chaos", redis=rd, db=db,
                            kafka=kf, zk_hosts=self.zk.hosts,
-                           conf={"zookeeper.session_timeout_ms": SESSION_MS,
-                                 "worker.lease_ms": LEASE_MS}).open()
+                           conf=conf).open()
         c = self.c
         self.proxy = ZKProxy(self.zk.port)
         self.clock_file = os.path.join(c.dir, "faketime")
@@ -564,6 +574,8 @@ class Run:
             self.notifier.start()
         if self.args.callback_fraction > 0:
             self.sink = CallbackSink()
+        if self.args.retention:
+            topics.append(ARCHIVE)
         h.create_topics(c.brokers, [c.topic(t) for t in topics])
         self.reader = c.reader([TOPIC])
         log("cluster up: 3 workers, 2 managers (%s), logs in %s"
@@ -765,9 +777,10 @@ class Run:
 
 # --------------------------------------------------------------- ledger ---
 
-def read_all(brokers, topic):
+def read_all(brokers, topic, kcat_args=()):
     """The whole topic, from the beginning to its end (kcat -e)."""
-    p = subprocess.run(["kcat", "-C", "-b", brokers, "-t", topic, "-o",
+    p = subprocess.run(["kcat"] + list(kcat_args) +
+                       ["-C", "-b", brokers, "-t", topic, "-o",
                         "beginning", "-e", "-J", "-q", "-u"],
                        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                        timeout=300)
@@ -813,6 +826,45 @@ class Ledger:
                 best, bd = f, d
         return best, bd
 
+    def archived(self):
+        """id -> the statuses of its committed archive records (the
+        pruner's Kafka transactions; aborted ones are not read)."""
+        out = {}
+        if not self.run.args.retention:
+            return out
+        for m in read_all(self.run.c.brokers, self.run.c.topic(ARCHIVE),
+                          ["-X", "isolation.level=read_committed"]):
+            st = m.hdr.get("prophet-status")
+            try:
+                j = json.loads(m.payload)
+                self.archived_due[m.id] = int(j["due_at"])
+            except (TypeError, ValueError, KeyError):
+                pass
+            out.setdefault(m.id, []).append(st)
+        return out
+
+    def final_status(self, ids):
+        """db_status, and for a row gone its archived status: the DB is
+        read first, so a row it misses was archived before (the pruner
+        commits the record, then deletes the row). A row gone without a
+        record shows as "vanished"."""
+        dbst = self.db_status(ids)
+        arch = self.archived()
+        out = dict(dbst)
+        for i in ids:
+            if i in dbst:
+                continue
+            sts = arch.get(i)
+            out[i] = sts[0] if sts else "vanished"
+        pruned = [i for i in ids if i not in dbst]
+        return out, {
+            "pruned": len(pruned),
+            "not_final": sorted(i for i in pruned
+                                if out[i] not in FINAL),
+            "archive_records": sum(len(v) for v in arch.values()),
+            "archived_twice": sorted(i for i, v in arch.items()
+                                     if len(v) > 1)}
+
     def db_status(self, ids):
         out = {}
         ids = sorted(ids)
@@ -828,12 +880,18 @@ class Ledger:
         c, rd = run.c, run.reader
         cancelled = set(st.cancel_ok)
         # Unanswered submissions that were committed are accepted too.
+        self.archived_due = {}
+        arch = self.archived()
         committed_unknown = set(self.db_status(st.unknown)) if st.unknown \
             else set()
+        committed_unknown |= set(i for i in st.unknown if i in arch)
         accepted = dict(st.accepted)
         for tid in committed_unknown:
             accepted.setdefault(tid, None)
         dues = self.db_due(committed_unknown)
+        for tid in committed_unknown:
+            if tid not in dues and tid in self.archived_due:
+                dues[tid] = self.archived_due[tid]
         for tid, due in dues.items():
             accepted[tid] = due
         expected = [i for i in accepted if i not in cancelled
@@ -913,10 +971,11 @@ class Ledger:
             if due and r and not self.in_fault(due):
                 lat.append(min(r) - due)
                 late.append((min(r) - due, tid, due))
-        # DB: every expected task delivered, cancelled ones cancelled.
+        # DB: every expected task delivered, cancelled ones cancelled
+        # (a pruned one by its archive record).
         deadline = time.monotonic() + 60
         while True:
-            dbst = self.db_status(list(accepted))
+            dbst, pruned = self.final_status(list(accepted))
             bad = sorted(i for i in expected if dbst.get(i) != "delivered")
             bad_cancel = sorted(i for i in cancelled
                                 if dbst.get(i) != "cancelled")
@@ -986,6 +1045,14 @@ class Ledger:
             "db": {"statuses": statuses, "not_delivered": len(bad),
                    "not_delivered_ids": bad[:50],
                    "cancelled_not_cancelled": len(bad_cancel)},
+            "prune": {"retention": run.args.retention,
+                      "pruned": pruned["pruned"],
+                      "archive_records": pruned["archive_records"],
+                      "not_final": len(pruned["not_final"]),
+                      "not_final_ids": pruned["not_final"][:50],
+                      "archived_twice": len(pruned["archived_twice"]),
+                      "archived_twice_ids":
+                      pruned["archived_twice"][:50]},
             "sanitizer_reports": sanitizer,
         }
         if run.sink is not None:
@@ -1016,6 +1083,12 @@ class Ledger:
             problems.append("published_after_superseded")
         if rep["db"]["not_delivered"] or rep["db"]["cancelled_not_cancelled"]:
             problems.append("db_not_final")
+        if rep["prune"]["not_final"]:
+            problems.append("pruned_not_final")
+        if rep["prune"]["archived_twice"]:
+            problems.append("archived_twice")
+        if run.args.retention and not rep["prune"]["pruned"]:
+            problems.append("nothing_pruned")
         if sanitizer:
             problems.append("sanitizer")
         if "callbacks" in rep and rep["callbacks"]["checked"] and \
@@ -1091,6 +1164,12 @@ def print_table(rep):
         0)
     row("DB statuses", rep["db"]["statuses"])
     row("DB not delivered (expected ones)", rep["db"]["not_delivered"], 0)
+    pr = rep["prune"]
+    if pr["retention"]:
+        row("pruned (retention %s)" % pr["retention"], "%d (%d archive "
+            "records)" % (pr["pruned"], pr["archive_records"]))
+        row("pruned before final, or unarchived", pr["not_final"], 0)
+        row("archived more than once", pr["archived_twice"], 0)
     if "callbacks" in rep:
         cb = rep["callbacks"]
         row("callbacks (expected/received)", "%d / %d%s" % (
@@ -1118,6 +1197,10 @@ def parse_args(argv):
                     help="prophet-notifier binary (NOTIFIER HOOK)")
     ap.add_argument("--callback-fraction", type=float, default=0.0,
                     help="share of tasks with an HTTP callback to the sink")
+    ap.add_argument("--retention", default=None,
+                    help="task.retention of the managers (e.g. 5s), the "
+                    "pruner archiving every task it deletes; the ledger "
+                    "takes a row gone from its archive record")
     a = ap.parse_args(argv)
     a.faults = [f for f in a.faults.split(",") if f]
     bad = [f for f in a.faults if f not in ALL_FAULTS + ["notifier_kill"]]
@@ -1126,6 +1209,8 @@ def parse_args(argv):
     if "notifier_kill" in a.faults and not a.notifier:
         ap.error("notifier_kill needs --notifier")
     a.gap = tuple(float(x) for x in a.gap.split(","))
+    if a.retention in ("", "0"):
+        a.retention = None
     return a
 
 

@@ -2,8 +2,11 @@
 """The short chaos run of make check (normal build; scripts/test keeps it
 out of the sanitizer build like the other long fault suites): every fault
 kind of tests/chaos/chaos.py at least once within ~150 s at a fixed seed,
-then one TAP line per ledger figure that must hold. Environment:
-PROPHET_CHAOS_DURATION / PROPHET_CHAOS_SEED override the defaults."""
+then one TAP line per ledger figure that must hold. The managers prune
+with a short task.retention (5 s) and archive what they delete: the
+ledger reads a task gone from the DB by its archive record. Environment:
+PROPHET_CHAOS_DURATION / PROPHET_CHAOS_SEED / PROPHET_CHAOS_RETENTION (0:
+no pruner) override the defaults."""
 
 import os
 import sys
@@ -15,6 +18,8 @@ import chaos  # noqa: E402
 
 DURATION = os.environ.get("PROPHET_CHAOS_DURATION", "150s")
 SEED = os.environ.get("PROPHET_CHAOS_SEED", "20261130")
+# Short: most finished tasks are pruned (and archived) during the run.
+RETENTION = os.environ.get("PROPHET_CHAOS_RETENTION", "5s")
 NOTIFIER_BIN = os.path.join(chaos.h.BUILDDIR, "prophet-notifier")
 
 
@@ -25,7 +30,8 @@ def main():
     try:
         rep = chaos.main(["--duration", DURATION, "--seed", SEED,
                           "--notifier", NOTIFIER_BIN,
-                          "--callback-fraction", "0.1", "--json", path])
+                          "--callback-fraction", "0.1",
+                          "--retention", RETENTION, "--json", path])
     except Exception as e:
         import traceback
         for line in traceback.format_exc().splitlines():
@@ -67,6 +73,12 @@ def main():
              rep["callbacks"]["checked"] and
              rep["callbacks"]["expected"] > 0 and
              rep["callbacks"]["missing"] == 0, "%s" % rep["callbacks"]),
+            ("a task is pruned only once delivered, cancelled or "
+             "expired, each archived once, some pruned",
+             (rep["prune"]["retention"] is None or
+              rep["prune"]["pruned"] > 0) and
+             rep["prune"]["not_final"] == 0 and
+             rep["prune"]["archived_twice"] == 0, "%s" % rep["prune"]),
             ("no sanitizer report", not rep["sanitizer_reports"],
              "%s" % rep["sanitizer_reports"]),
         ]

@@ -768,23 +768,24 @@ scen_horizon(struct bench_opts *o)
 		   "%.0f");
 	if (o->flush) {
 		char err[256];
-		long long before = got;
 
+		/* The --count tasks, not all indexed before the flush: the
+		 * horizon keeps moving, a few more come in as it goes. */
 		note("%s: FLUSHDB of the Redis db, then the rebuild", o->label);
 		if (redis_flush(o->redis, err, sizeof(err)) < 0) {
 			note("redis: %s", err);
 		} else {
 			t0 = clock_mono_us();
-			wait_indexed(o, before, t0, 60, rb, &got);
+			wait_indexed(o, n, t0, 60, rb, &got);
 			report_int(r, "rebuilt",
 				   "indexed again after the flush", got);
-			report_num(r, "rebuild_s",
-				   "rebuild: flush -> all indexed again (s)",
-				   rb[2], "%.2f");
+			report_num(
+				r, "rebuild_s",
+				"rebuild: flush -> --count indexed again (s)",
+				rb[2], "%.2f");
 			report_num(r, "rebuild_rate",
-				   "rebuild: tasks/s (flush -> all)",
-				   rb[2] > 0 ? (double)before / rb[2] : NAN,
-				   "%.0f");
+				   "rebuild: tasks/s (flush -> --count)",
+				   rb[2] > 0 ? (double)n / rb[2] : NAN, "%.0f");
 			report_num(r, "rebuild_half_s",
 				   "rebuild: half indexed after (s)", rb[1],
 				   "%.2f");

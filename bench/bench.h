@@ -266,6 +266,13 @@ struct submitter *submitter_start(const struct bench_opts *o, struct ledger *l,
 				  const int64_t *send_mono_us,
 				  double stop_after_s);
 long submitter_sent(struct submitter *s);
+/* A load's progress line: "<what>: sent N/M, accepted K". */
+struct ingest_progress {
+	struct submitter *s;
+	struct ledger *l;
+	const char *what;
+};
+void ingest_progress_cb(void *arg, char *buf, size_t len);
 /* Sends no further batch; submitter_join() still has to be called. */
 void submitter_halt(struct submitter *s);
 /* Waits for the threads; fills st (req_ms is the caller's to free). */

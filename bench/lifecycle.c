@@ -180,32 +180,16 @@ idx_report(struct report *r, const struct idx_sizes *a,
 		"%.0f");
 }
 
-struct load_progress {
-	struct submitter *s;
-	struct ledger *l;
-	const char *what;
-};
-
-static void
-load_progress_cb(void *arg, char *buf, size_t len)
-{
-	struct load_progress *lp = arg;
-
-	snprintf(buf, len, "%s: sent %ld/%zu, accepted %ld", lp->what,
-		 submitter_sent(lp->s), lp->l->n,
-		 atomic_load(&lp->l->accepted));
-}
-
 /* Submits a ledger's tasks as fast as the API takes them. */
 static void
 load(struct bench_opts *o, struct ledger *l, const char *topic,
      const char *what, struct submit_stats *st)
 {
-	struct load_progress lp = {NULL, l, what};
+	struct ingest_progress lp = {NULL, l, what};
 	struct progress *prog;
 
 	lp.s = submitter_start(o, l, topic, o->batch, NULL, 0);
-	prog = progress_start(o, load_progress_cb, &lp);
+	prog = progress_start(o, ingest_progress_cb, &lp);
 	submitter_join(lp.s, st);
 	progress_stop(prog);
 }

@@ -356,13 +356,7 @@ start_consumer(const struct bench_opts *o, const struct names *nm,
 
 /* ------------------------------------------------------------- ingest --- */
 
-struct ingest_progress {
-	struct submitter *s;
-	struct ledger *l;
-	const char *what;
-};
-
-static void
+void
 ingest_progress_cb(void *arg, char *buf, size_t len)
 {
 	struct ingest_progress *ip = arg;

@@ -404,6 +404,15 @@ set_common(rd_kafka_conf_t *conf, const struct cfg *cfg, char *err,
 	return 0;
 }
 
+void
+kafka_header_add_int(rd_kafka_headers_t *h, const char *name, long long v)
+{
+	char buf[32];
+	int n = snprintf(buf, sizeof(buf), "%lld", v);
+
+	rd_kafka_header_add(h, name, -1, buf, n);
+}
+
 struct kafka_producer *
 kafka_producer_create(struct event_base *base, const struct cfg *cfg,
 		      kafka_dr_fn dr_cb, void *arg, char *err, size_t errlen)

@@ -54,6 +54,8 @@ int kafka_produce(struct kafka_producer *p, const char *topic, const void *key,
 		  size_t keylen, const void *value, size_t valuelen,
 		  rd_kafka_headers_t *hdrs, void *opaque,
 		  rd_kafka_resp_err_t *errp);
+/* A header whose value is v in decimal. */
+void kafka_header_add_int(rd_kafka_headers_t *h, const char *name, long long v);
 /* Messages queued or in flight. */
 int kafka_outq_len(const struct kafka_producer *p);
 /* Drops messages not yet sent (their reports fire with an error). */

@@ -376,15 +376,6 @@ status_index(const char *s)
 
 /* Archive ------------------------------------------------------------ */
 
-static void
-add_int_header(rd_kafka_headers_t *h, const char *name, long long v)
-{
-	char buf[32];
-	int n = snprintf(buf, sizeof(buf), "%lld", v);
-
-	rd_kafka_header_add(h, name, -1, buf, n);
-}
-
 /* The log rows of id among the statements' results (each sorted by
  * task_id, seq; a task's rows are all in one). */
 static void
@@ -632,7 +623,7 @@ archive_send(struct db_conn *c, struct prune_job *j, struct db_rows *locked,
 				r->hdrs, "prophet-status", -1,
 				db_rows_get(&locked[s], i, SQL_TC_STATUS, NULL),
 				-1);
-			add_int_header(
+			kafka_header_add_int(
 				r->hdrs, "prophet-updated-at",
 				db_rows_int(&locked[s], i, SQL_TC_UPDATED_AT));
 			*del = xrealloc(*del, (*ndel + 1) * sizeof(**del));

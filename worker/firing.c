@@ -32,15 +32,6 @@
 static void mark_schedule(struct worker *w);
 
 static void
-add_header_int(rd_kafka_headers_t *h, const char *name, long long v)
-{
-	char buf[32];
-	int n = snprintf(buf, sizeof(buf), "%lld", v);
-
-	rd_kafka_header_add(h, name, -1, buf, n);
-}
-
-static void
 mark_enqueue(struct worker *w, struct wtask *t)
 {
 	t->state = WT_MARKING;
@@ -123,13 +114,13 @@ firing_publish_task(struct worker *w, struct wtask *t, const struct task *pt)
 	h = rd_kafka_headers_new(
 		9 + (pt->headers ? json_object_size(pt->headers) : 0));
 	rd_kafka_header_add(h, KHDR_ID, -1, t->id, -1);
-	add_header_int(h, KHDR_DUE_AT, pt->due_at);
-	add_header_int(h, KHDR_FIRED_AT, now);
-	add_header_int(h, KHDR_ATTEMPT, t->attempt);
-	add_header_int(h, KHDR_SLOT, t->slot);
-	add_header_int(h, KHDR_EPOCH, t->epoch);
+	kafka_header_add_int(h, KHDR_DUE_AT, pt->due_at);
+	kafka_header_add_int(h, KHDR_FIRED_AT, now);
+	kafka_header_add_int(h, KHDR_ATTEMPT, t->attempt);
+	kafka_header_add_int(h, KHDR_SLOT, t->slot);
+	kafka_header_add_int(h, KHDR_EPOCH, t->epoch);
 	if (t->recurring)
-		add_header_int(h, KHDR_OCCURRENCE, pt->due_at);
+		kafka_header_add_int(h, KHDR_OCCURRENCE, pt->due_at);
 	if (pt->headers != NULL)
 		json_object_foreach (pt->headers, k, v)
 			rd_kafka_header_add(h, k, -1, json_string_value(v),

@@ -212,14 +212,13 @@ check_manager(struct notifier *n)
 	char url[1024], auth[600];
 	char *hdrs[3] = {"Content-Type: application/json", NULL, NULL};
 	const char *mu = cfg_str(n->cfg, CFG_NOTIFIER_MANAGER_URL);
-	struct httpcli_req rq = {
-		.method = "POST",
-		.url = url,
-		.headers = hdrs,
-		.body = body,
-		.body_len = sizeof(body) - 1,
-		.timeout_ms = 5000,
-		.ca_file = cfg_str(n->cfg, CFG_HTTP_TLS_CA)};
+	struct httpcli_req rq = {.method = "POST",
+				 .url = url,
+				 .headers = hdrs,
+				 .body = body,
+				 .body_len = sizeof(body) - 1,
+				 .timeout_ms = 5000,
+				 .ca_file = cfg_str(n->cfg, CFG_HTTP_TLS_CA)};
 	struct httpcli_result r;
 	char masked[512];
 

@@ -441,13 +441,13 @@ acl_users(const struct ACL_vector *v, char *buf, size_t len)
 		snprintf(buf, len, "none");
 }
 
-int
-zk_check_access(struct zk *z, const char *path, char *err, size_t errlen)
+/* 1 and the node's ACL in *v (deallocate_ACL_vector it) and its stat in
+ * *st, 0 when there is no such node, -1 with err on another error. */
+static int
+get_acl(struct zk *z, const char *path, struct ACL_vector *v, struct Stat *st,
+	char *err, size_t errlen)
 {
-	struct ACL_vector v;
-	struct Stat st;
-	char users[256];
-	int rc = zoo_get_acl(z->zh, path, &v, &st), ok = 0;
+	int rc = zoo_get_acl(z->zh, path, v, st);
 
 	if (rc == ZNONODE)
 		return 0;
@@ -457,6 +457,19 @@ zk_check_access(struct zk *z, const char *path, char *err, size_t errlen)
 			 zerror(rc));
 		return -1;
 	}
+	return 1;
+}
+
+int
+zk_check_access(struct zk *z, const char *path, char *err, size_t errlen)
+{
+	struct ACL_vector v;
+	struct Stat st;
+	char users[256];
+	int rc = get_acl(z, path, &v, &st, err, errlen), ok = 0;
+
+	if (rc <= 0)
+		return rc;
 	for (int i = 0; i < v.count; i++) {
 		const struct ACL *a = &v.data[i];
 
@@ -491,16 +504,10 @@ zk_repair_acl(struct zk *z, const char *path, char *err, size_t errlen)
 {
 	struct ACL_vector v;
 	struct Stat st;
-	int rc = zoo_get_acl(z->zh, path, &v, &st), ours;
+	int rc = get_acl(z, path, &v, &st, err, errlen), ours;
 
-	if (rc == ZNONODE)
-		return 0;
-	if (rc != ZOK) {
-		snprintf(err, errlen,
-			 "zookeeper: cannot read the ACL of %s: %s", path,
-			 zerror(rc));
-		return -1;
-	}
+	if (rc <= 0)
+		return rc;
 	ours = acl_is_ours(z, &v);
 	deallocate_ACL_vector(&v);
 	if (ours)

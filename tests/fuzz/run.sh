@@ -14,17 +14,20 @@ cp "$src"/tests/fuzz/corpus_http/* "$out/corpus_http/" 2>/dev/null || true
 # Requests with multi-byte names cut at every boundary of the fixed
 # buffers that quote them (64-byte field, 256- and 512-byte messages).
 python3 "$src/tests/fuzz/seeds_http.py" "$out/corpus_http"
-flags="-g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -D_GNU_SOURCE"
-incs="-I$src/common -I$src/proto -I$src/tests/unit"
+flags="-g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -D_GNU_SOURCE -DHAVE_CONFIG_H -DSYSCONFDIR=\"/etc\""
+# config.h of the build (the configured paths and version) first.
+incs="-I${PROPHET_BUILDDIR:-$src/build} -I$src/common -I$src/proto -I$src/tests/unit"
 # shellcheck disable=SC2046,SC2086
-clang $flags $incs $(pkg-config --cflags jansson libmariadb libevent libcrypto) \
+clang $flags $incs $(pkg-config --cflags jansson libmariadb libevent libcrypto inih rdkafka libsystemd) \
 	"$src/tests/fuzz/fuzz_task.c" "$src/proto/task.c" "$src/proto/payload.c" \
 	"$src/tests/unit/payload_ref.c" \
 	"$src/proto/callback.c" "$src/proto/cron.c" "$src/common/tz.c" \
 	"$src/proto/slot.c" "$src/proto/zknode.c" "$src/common/url.c" \
 	"$src/common/xmalloc.c" "$src/common/log.c" "$src/common/db.c" \
-	"$src/common/crypto.c" "$src/common/utf8.c" \
-	$(pkg-config --libs jansson libmariadb libevent libcrypto) -lpthread -o "$out/fuzz_task"
+	"$src/common/crypto.c" "$src/common/utf8.c" "$src/common/cfg.c" \
+	"$src/common/secret.c" "$src/common/netguard.c" "$src/common/kafka.c" \
+	"$src/common/daemon.c" \
+	$(pkg-config --libs jansson libmariadb libevent libcrypto inih rdkafka libsystemd) -lpthread -o "$out/fuzz_task"
 # shellcheck disable=SC2046,SC2086
 clang $flags $incs $(pkg-config --cflags jansson libevent libsystemd libcrypto libssl libevent_openssl) \
 	"$src/tests/fuzz/fuzz_http.c" "$src/common/http.c" \

@@ -223,15 +223,7 @@ def ensure_cluster(secure=False):
         raise TestFailure("scripts/devcluster up failed (exit %d)"
                           % p.returncode)
     run = os.environ.get("PROPHET_RUN_DIR") or os.path.join(REPO, "run")
-    env = {}
-    with open(os.path.join(run, "devcluster.env")) as f:
-        for line in f:
-            line = line.strip()
-            if not line or line.startswith("#") or "=" not in line:
-                continue
-            k, v = line.split("=", 1)
-            parts = shlex.split(v)
-            env[k] = parts[0] if parts else ""
+    env = _read_env(run)
     for k in ("PROPHET_ZK", "PROPHET_REDIS_URL", "PROPHET_DB_URL",
               "PROPHET_KAFKA_BROKERS"):
         if not env.get(k):

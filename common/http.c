@@ -86,6 +86,7 @@ http_reason(int code)
 #define SWEEP_FULL_MS 20
 #define EVICT_MIN_AGE_MS 100
 #define TLS_COALESCE_MAX 16384 /* a TLS record's payload */
+#define TLS_SID_CTX "prophet"
 
 enum conn_state {
 	CS_HEAD,    /* reading a head (head_len 0: idle, nothing yet) */
@@ -881,6 +882,10 @@ tls_server_context(const char *cert, const char *key, const char *ca, char *err,
 
 	if (ctx == NULL)
 		return NULL;
+	/* Without a session id context a server that verifies client
+	 * certificates fails every handshake that offers to resume. */
+	SSL_CTX_set_session_id_context(ctx, (const unsigned char *)TLS_SID_CTX,
+				       sizeof(TLS_SID_CTX) - 1);
 	if (SSL_CTX_use_certificate_chain_file(ctx, cert) != 1) {
 		tls_error(err, errlen, "cannot load the certificate", cert);
 		goto fail;

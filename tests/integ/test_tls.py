@@ -14,7 +14,9 @@ openssl CLI. One cluster (manager, worker, notifier) serving HTTPS only:
   6. the notifier submits its retry tasks to the HTTPS API;
   7. SIGHUP makes new connections get a replaced certificate;
   8. with http.tls_client_ca, clients without a certificate of that CA are
-     refused (mutual TLS).
+     refused (mutual TLS);
+  9. a client offering its last session resumes it, over TLS 1.2 and 1.3,
+     with a client certificate too.
 """
 
 import http.server
@@ -407,6 +409,28 @@ def test_certificate_reloaded_on_sighup():
     h.check_eq(C.api().get("/healthz").status, 200, "still serving")
 
 
+def resumed(addr, ctx):
+    """A request on a new connection, then one more on a connection that
+    offers the first one's session: was it resumed?"""
+    session = None
+    for _ in range(2):
+        s = ctx.wrap_socket(socket.create_connection(
+            tuple(addr.split(":")), timeout=5), server_hostname="127.0.0.1",
+            session=session)
+        s.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        got = s.recv(4096)  # TLS 1.3: the session tickets came before it
+        h.check(got.startswith(b"HTTP/1.1 200"), "answer: %r" % got[:80])
+        reused, session = s.session_reused, s.session
+        s.close()
+    return reused
+
+
+def test_sessions_resume():
+    for v in (ssl.TLSVersion.TLSv1_2, ssl.TLSVersion.TLSv1_3):
+        ctx = client_ctx(minimum_version=v, maximum_version=v)
+        h.check(resumed(C.manager_addr, ctx), "%s session resumed" % v.name)
+
+
 def test_mutual_tls():
     cert, key = PKI.issue("mtls-server")
     client = PKI.issue("client-1", server=False)
@@ -418,6 +442,13 @@ def test_mutual_tls():
         m.tls_client = client
         m.start_manager()
         h.check_eq(m.api().get("/healthz").status, 200, "with a client cert")
+        # A server that verifies client certificates needs a session id
+        # context, or every handshake offering a session fails.
+        for v in (ssl.TLSVersion.TLSv1_2, ssl.TLSVersion.TLSv1_3):
+            ctx = client_ctx(minimum_version=v, maximum_version=v)
+            ctx.load_cert_chain(*client)
+            h.check(resumed(m.manager_addr, ctx),
+                    "%s session resumed with a client certificate" % v.name)
         for what, c in (("no client certificate", None),
                         ("a certificate of another CA", other)):
             ctx = client_ctx()

@@ -1199,6 +1199,19 @@ tls_keys_unused(const struct cfg *cfg, const enum cfg_id *ids, size_t n,
 	return 0;
 }
 
+/* A client certificate comes with its key. */
+static int
+cert_with_key(const struct cfg *cfg, enum cfg_id cert, enum cfg_id key,
+	      char *err, size_t errlen)
+{
+	if (!cfg->str[cert][0] == !cfg->str[key][0])
+		return 0;
+	snprintf(err, errlen, "%s.%s and %s.%s go together",
+		 cfg_defs[cert].section, cfg_defs[cert].key,
+		 cfg_defs[key].section, cfg_defs[key].key);
+	return -1;
+}
+
 static int
 validate_links(const struct cfg *cfg, char *err, size_t errlen)
 {
@@ -1221,25 +1234,17 @@ validate_links(const struct cfg *cfg, char *err, size_t errlen)
 	    tls_keys_unused(cfg, redis_tls, 3, "redis.url is not rediss://",
 			    err, errlen) < 0)
 		return -1;
-	if (!!cfg->str[CFG_REDIS_TLS_CERT][0] !=
-	    !!cfg->str[CFG_REDIS_TLS_KEY][0]) {
-		snprintf(err, errlen,
-			 "redis.tls_cert and redis.tls_key go "
-			 "together");
+	if (cert_with_key(cfg, CFG_REDIS_TLS_CERT, CFG_REDIS_TLS_KEY, err,
+			  errlen) < 0)
 		return -1;
-	}
 	if (strcasecmp(proto, "ssl") && strcasecmp(proto, "sasl_ssl") &&
 	    tls_keys_unused(cfg, kafka_tls, 3,
 			    "kafka.security_protocol is not ssl or sasl_ssl",
 			    err, errlen) < 0)
 		return -1;
-	if (!!cfg->str[CFG_KAFKA_TLS_CERT][0] !=
-	    !!cfg->str[CFG_KAFKA_TLS_KEY][0]) {
-		snprintf(err, errlen,
-			 "kafka.tls_cert and kafka.tls_key go "
-			 "together");
+	if (cert_with_key(cfg, CFG_KAFKA_TLS_CERT, CFG_KAFKA_TLS_KEY, err,
+			  errlen) < 0)
 		return -1;
-	}
 	if (cfg->str[CFG_HTTP_TOKEN][0] != '\0' &&
 	    cfg->str[CFG_HTTP_TOKEN_FILE][0] != '\0') {
 		snprintf(err, errlen,

@@ -55,6 +55,7 @@ REPO = os.path.dirname(os.path.dirname(HERE))
 BUILDDIR = os.environ.get("PROPHET_BUILDDIR") or os.path.join(REPO, "build")
 MANAGER_BIN = os.path.join(BUILDDIR, "prophet-manager")
 WORKER_BIN = os.path.join(BUILDDIR, "prophet-worker")
+NOTIFIER_BIN = os.path.join(BUILDDIR, "prophet-notifier")
 LOCK_DIR = os.environ.get("PROPHET_INTEG_LOCKDIR",
                           os.path.join(tempfile.gettempdir(),
                                        "prophet-integ-locks"))
@@ -1287,6 +1288,28 @@ class Cluster:
                     f.write("%s = %s\n" % (k, v))
 
     # -- processes -------------------------------------------------------
+    def notifier_conf(self, scheme="http"):
+        """The notifier's group of this cluster and its manager (scheme
+        https when the API serves HTTPS), written to the config file."""
+        self.extra_conf["notifier.group"] = "prophet-notifier-" + self.tag
+        self.extra_conf["notifier.manager_url"] = "%s://%s" % (
+            scheme, self.manager_addr)
+        self.write_conf()
+
+    def notifier(self, port, args=(), fast_rebalance=True):
+        """notifier_conf(), then a notifier Proc (not started) listening
+        on port, with args after its -c; fast_rebalance: a SIGKILLed
+        member's partitions move after 6 s (Kafka's default 45 s)."""
+        self.notifier_conf()
+        argv = [NOTIFIER_BIN, "-c", self.conf_path]
+        if fast_rebalance:
+            argv += ["--set", "kafka.consumer.session.timeout.ms=6000",
+                     "--set", "kafka.consumer.heartbeat.interval.ms=1000"]
+        p = Proc("notifier", argv + list(args),
+                 os.path.join(self.dir, "notifier.log"))
+        p.addr = "127.0.0.1:%d" % port
+        return p
+
     def add_worker(self):
         i = len(self.workers) + 1
         port = free_port()

@@ -31,7 +31,6 @@ sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness as h  # noqa: E402
 
-NOTIFIER_BIN = os.path.join(h.BUILDDIR, "prophet-notifier")
 TOPIC = "cb"
 ROUTED_TOPIC = "cb.routed"  # no callback in the tasks: a config route
 RETRY_TOPIC = "prophet.callback-retry"
@@ -168,18 +167,9 @@ def setup():
         "log.level": "info",
     })
     C.open()
-    C.extra_conf["notifier.group"] = "prophet-notifier-" + C.tag
-    C.extra_conf["notifier.manager_url"] = "http://" + C.manager_addr
-    C.write_conf()
-    NOTIFIER = h.Proc("notifier", [
-        NOTIFIER_BIN, "-c", C.conf_path,
-        # a SIGKILLed member's partitions move after this (default 45 s)
-        "--set", "kafka.consumer.session.timeout.ms=6000",
-        "--set", "kafka.consumer.heartbeat.interval.ms=1000",
+    NOTIFIER = C.notifier(port, args=[
         "--set", "notifier.routes.%s=%s" % (ROUTED_TOPIC,
-                                            FAST.url("ok", "routed"))],
-        os.path.join(C.dir, "notifier.log"))
-    NOTIFIER.addr = "127.0.0.1:%d" % port
+                                            FAST.url("ok", "routed"))])
     C.workers.append(NOTIFIER)  # so that cleanup and log dumps include it
     h.create_topics(C.brokers, [C.topic(t) for t in
                                 (TOPIC, ROUTED_TOPIC, RETRY_TOPIC,

@@ -129,13 +129,7 @@ def setup():
     C = h.Cluster(workers=1, name="ops", conf={
         "notifier.topics": "ops",
         "notifier.http_listen": "127.0.0.1:%d" % port}).open()
-    C.extra_conf["notifier.group"] = "prophet-notifier-" + C.tag
-    C.extra_conf["notifier.manager_url"] = "http://" + C.manager_addr
-    C.write_conf()
-    NOTIFIER = h.Proc("notifier", [
-        os.path.join(h.BUILDDIR, "prophet-notifier"), "-c", C.conf_path],
-        os.path.join(C.dir, "notifier.log"))
-    NOTIFIER.addr = "127.0.0.1:%d" % port
+    NOTIFIER = C.notifier(port, fast_rebalance=False)
     for name, proc in (("manager", C.manager), ("worker", C.workers[0]),
                        ("notifier", NOTIFIER)):
         NOTIFY[name] = Notify(os.path.join(C.dir, "notify-%s.sock" % name))

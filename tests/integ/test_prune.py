@@ -45,7 +45,6 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness as h  # noqa: E402
 from test_notifier import Endpoint  # noqa: E402
 
-NOTIFIER_BIN = os.path.join(h.BUILDDIR, "prophet-notifier")
 CP_MANAGER = os.path.join(h.BUILDDIR, "tests", "crash", "prophet-manager-cp")
 PROPHETCTL = os.path.join(h.BUILDDIR, "prophetctl")
 RETENTION_MS = 3000
@@ -141,15 +140,7 @@ def setup():
         "notifier.callback_networks_allowed": "127.0.0.0/8",
     })
     A.open()
-    A.extra_conf["notifier.group"] = "prophet-notifier-" + A.tag
-    A.extra_conf["notifier.manager_url"] = "http://" + A.manager_addr
-    A.write_conf()
-    NOTIFIER = h.Proc("notifier", [
-        NOTIFIER_BIN, "-c", A.conf_path,
-        "--set", "kafka.consumer.session.timeout.ms=6000",
-        "--set", "kafka.consumer.heartbeat.interval.ms=1000"],
-        os.path.join(A.dir, "notifier.log"))
-    NOTIFIER.addr = "127.0.0.1:%d" % nport
+    NOTIFIER = A.notifier(nport)
     A.workers.append(NOTIFIER)
     h.create_topics(A.brokers, [A.topic(t) for t in
                                 (TOPIC, CB_TOPIC, "prophet.callback-retry",

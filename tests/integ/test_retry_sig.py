@@ -112,18 +112,10 @@ def setup():
     # 61 characters: a 188-character topic is the longest Kafka takes
     C.topic_prefix = "t%s.%s." % (C.tag, "p" * 50)
     C.open()
-    C.extra_conf["notifier.group"] = "prophet-notifier-" + C.tag
-    C.extra_conf["notifier.manager_url"] = "http://" + C.manager_addr
-    C.write_conf()
+    NOTIFIER = C.notifier(port)
     h.create_topics(C.brokers, [C.topic(t) for t in
                                 (TOPIC, RETRY_TOPIC, DEAD_TOPIC)] +
                     [INGEST, INGEST + ".errors"])
-    NOTIFIER = h.Proc("notifier", [
-        NOTIFIER_BIN, "-c", C.conf_path,
-        "--set", "kafka.consumer.session.timeout.ms=6000",
-        "--set", "kafka.consumer.heartbeat.interval.ms=1000"],
-        os.path.join(C.dir, "notifier.log"))
-    NOTIFIER.addr = "127.0.0.1:%d" % port
     C.workers.append(NOTIFIER)
     RETRIES = C.reader([RETRY_TOPIC])
     C.start_manager()

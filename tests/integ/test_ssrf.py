@@ -297,9 +297,7 @@ def setup():
     })
     C.open()
     C.notifier_addr = "127.0.0.1:%d" % port
-    C.extra_conf["notifier.group"] = "prophet-notifier-" + C.tag
-    C.extra_conf["notifier.manager_url"] = "http://" + C.manager_addr
-    C.write_conf()
+    C.notifier_conf()
     h.create_topics(C.brokers, [C.topic(t) for t in
                                 (TOPIC, RETRY_TOPIC, DEAD_TOPIC)])
     DEAD = C.reader([DEAD_TOPIC])

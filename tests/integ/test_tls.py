@@ -147,11 +147,9 @@ def setup():
     C.open()
     C.tls_ca = PKI.ca
     C.cert_files = (cert, key)
-    C.extra_conf["notifier.group"] = "prophet-notifier-" + C.tag
-    C.extra_conf["notifier.manager_url"] = "https://" + C.manager_addr
     nport = h.free_port()
     C.extra_conf["notifier.http_listen"] = "127.0.0.1:%d" % nport
-    C.write_conf()
+    C.notifier_conf("https")
     C.start_manager()
     for w in C.workers:
         w.start()

@@ -302,17 +302,19 @@ db_count_prefix(const char *db_url, const char *prefix, char *err,
 	" max_attempts INT NOT NULL DEFAULT 0,"                               \
 	" priority INT NOT NULL DEFAULT 0, cron VARCHAR(128) NULL,"           \
 	" timezone VARCHAR(64) NULL,"                                         \
-	" status VARCHAR(10) CHARACTER SET ascii NOT NULL,"                   \
+	" status ENUM('scheduled', 'firing', 'delivered', 'cancelled',"       \
+	"  'expired') CHARACTER SET ascii NOT NULL,"                          \
 	" attempt INT NOT NULL DEFAULT 0, epoch BIGINT NOT NULL DEFAULT 0,"   \
 	" owner VARCHAR(128) NULL, lease_until BIGINT NULL,"                  \
-	" callback_status VARCHAR(10) CHARACTER SET ascii NOT NULL"           \
-	"  DEFAULT 'none',"                                                   \
+	" callback_status ENUM('none', 'ok', 'retrying', 'failed')"           \
+	"  CHARACTER SET ascii NOT NULL DEFAULT 'none',"                      \
 	" content_hash BIGINT UNSIGNED NOT NULL,"                             \
 	" batch_id BIGINT UNSIGNED NOT NULL, created_at BIGINT NOT NULL,"     \
 	" updated_at BIGINT NOT NULL, fired_at BIGINT NULL,"                  \
 	" delivered_at BIGINT NULL, PRIMARY KEY (id),"                        \
 	" KEY due_by_slot (slot, status, due_at),"                            \
-	" KEY by_topic (topic, status, due_at)) ENGINE=InnoDB"
+	" KEY by_topic (topic, status, due_at),"                              \
+	" KEY by_status_updated (status, updated_at)) ENGINE=InnoDB"
 
 #define RAW_INSERT_PREFIX                                                  \
 	"INSERT IGNORE INTO %s (id, slot, topic, msg_key, body, headers, " \

@@ -71,6 +71,11 @@
 	  "the client certificate's private key (PEM, mode 600)")              \
 	X(DB_POOL_SIZE, "db", "pool_size", CFG_INT, "4", 1, 64, NULL, 0,       \
 	  "database connections (each on its own thread)")                     \
+	X(DB_MIGRATE_COPY_MAX_ROWS, "db", "migrate_copy_max_rows", CFG_INT,    \
+	  "100000", 0, 2000000000, NULL, 0,                                    \
+	  "a migration that rebuilds the task table by copy runs at start "    \
+	  "only up to this many rows (InnoDB's estimate); above, the manager " \
+	  "logs its statement for a maintenance window and runs on")           \
 	X(DB_BATCH_MAX, "db", "batch_max", CFG_INT, "1000", 1, 10000, NULL, 0, \
 	  "most rows written by one group-commit INSERT/UPDATE")               \
 	X(DB_GROUP_COMMIT_US, "db", "group_commit_us", CFG_INT, "1000", 0,     \

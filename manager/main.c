@@ -248,7 +248,9 @@ main(int argc, char **argv)
 		log_fatal("bad config", "error=\"%s\"", err);
 	log_info("database", "%s",
 		 db_dsn_describe(mg.dsn, masked, sizeof(masked)));
-	if (migrate_apply(mg.dsn, 30, err, sizeof(err)) < 0)
+	if (migrate_apply(mg.dsn, 30,
+			  cfg_int(mg.cfg, CFG_DB_MIGRATE_COPY_MAX_ROWS), err,
+			  sizeof(err)) < 0)
 		log_fatal("database migration failed", "error=\"%s\"", err);
 	if (guard_start(&mg, 30, err, sizeof(err)) < 0)
 		log_fatal("cannot read the cluster secret", "error=\"%s\"",

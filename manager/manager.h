@@ -135,8 +135,8 @@ struct manager {
 };
 
 /* migrate.c: applies pending schema migrations (blocking, startup). */
-int migrate_apply(const struct db_dsn *dsn, int wait_s, char *err,
-		  size_t errlen);
+int migrate_apply(const struct db_dsn *dsn, int wait_s, long long copy_max,
+		  char *err, size_t errlen);
 
 /* guard.c: the checks of a valid task's topic against the cluster (the
  * allow-list, Kafka's name length, the notifier's reserved topics; a retry

@@ -31,14 +31,11 @@ current_version(struct db_conn *c, int *version)
 }
 
 static int
-apply_one(struct db_conn *c, const struct schema_migration *m)
+record(struct db_conn *c, const struct schema_migration *m)
 {
 	struct db_params p;
 	int r;
 
-	for (const char *const *s = m->stmts; *s != NULL; s++)
-		if (db_simple(c, *s) < 0)
-			return -1;
 	db_params_init(&p, 3);
 	db_params_int(&p, m->version);
 	db_params_str(&p, m->name);
@@ -51,14 +48,87 @@ apply_one(struct db_conn *c, const struct schema_migration *m)
 	return r;
 }
 
+/* The first column of a one-row answer, or -1 on none. */
+static int
+count_of(struct db_conn *c, const char *sql, struct db_params *p, long long *n)
+{
+	struct db_rows rows;
+
+	if (db_query(c, sql, p, &rows) < 0)
+		return -1;
+	*n = rows.nrows ? db_rows_int(&rows, 0, 0) : -1;
+	db_rows_free(&rows);
+	return 0;
+}
+
+/*
+ * Runs one migration: 1 applied, 0 deferred (it copies a table larger
+ * than copy_max rows: the manager runs on the schema it has and says what
+ * to run in a maintenance window), -1 failed.
+ */
+static int
+apply_one(struct db_conn *c, const struct schema_migration *m,
+	  long long copy_max)
+{
+	struct db_params p;
+	long long n = -1;
+
+	if (m->done_sql != NULL) {
+		if (count_of(c, m->done_sql, NULL, &n) < 0)
+			return -1;
+		if (n > 0) {
+			log_info("migration already in place, recorded",
+				 "version=%d", m->version);
+			return record(c, m) < 0 ? -1 : 1;
+		}
+	}
+	if (m->copies != NULL) {
+		db_params_init(&p, 1);
+		db_params_str(&p, m->copies);
+		if (count_of(c,
+			     "SELECT TABLE_ROWS FROM information_schema.TABLES "
+			     "WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = "
+			     "?",
+			     &p, &n) < 0) {
+			db_params_free(&p);
+			return -1;
+		}
+		db_params_free(&p);
+		if (n > copy_max) {
+			log_warn("migration deferred: it rebuilds a table by "
+				 "copy, locking it; run the statements in a "
+				 "maintenance window (or raise "
+				 "db.migrate_copy_max_rows), then restart a "
+				 "manager",
+				 "version=%d name=\"%s\" table=%s rows=%lld "
+				 "max_rows=%lld",
+				 m->version, m->name, m->copies, n, copy_max);
+			for (const char *const *s = m->stmts; *s != NULL; s++)
+				log_warn("deferred migration statement",
+					 "version=%d sql=\"%s\"", m->version,
+					 *s);
+			return 0;
+		}
+		log_info("migration copies a table",
+			 "version=%d table=%s "
+			 "rows=%lld",
+			 m->version, m->copies, n);
+	}
+	for (const char *const *s = m->stmts; *s != NULL; s++)
+		if (db_simple(c, *s) < 0)
+			return -1;
+	return record(c, m) < 0 ? -1 : 1;
+}
+
 /* Several managers may start at once: a named lock serialises them, and
  * each step is idempotent anyway. */
 int
-migrate_apply(const struct db_dsn *dsn, int wait_s, char *err, size_t errlen)
+migrate_apply(const struct db_dsn *dsn, int wait_s, long long copy_max,
+	      char *err, size_t errlen)
 {
 	struct db_conn *c = NULL;
 	struct db_rows rows;
-	int version, refused, rc = -1;
+	int version, refused, r, rc = -1;
 
 	for (int i = 0; i <= wait_s; i++) {
 		c = db_conn_open(dsn, &refused, err, errlen);
@@ -84,8 +154,11 @@ migrate_apply(const struct db_dsn *dsn, int wait_s, char *err, size_t errlen)
 			continue;
 		log_info("applying migration", "version=%d name=\"%s\"",
 			 m->version, m->name);
-		if (apply_one(c, m) < 0)
+		r = apply_one(c, m, copy_max);
+		if (r < 0)
 			goto out;
+		if (r == 0)
+			break; /* versions apply in order */
 		version = m->version;
 	}
 	log_info("database schema ready", "version=%d", version);

@@ -121,13 +121,34 @@ static const char *const v4_stmts[] = {
 	") ENGINE=InnoDB",
 	NULL};
 
+/* Storage (issue 19): status and callback_status as 1-byte ENUMs instead
+ * of VARCHAR(10), in the row and in the three secondary indexes that
+ * start with or hold status (about 36 bytes a task of ~880). Values compare
+ * and bind as the same strings; new values go at the end of a list
+ * (an instant change). Changing a column's type copies the table. */
+static const char *const v5_stmts[] = {
+	"ALTER TABLE tasks"
+	" MODIFY status ENUM('scheduled', 'firing', 'delivered', 'cancelled',"
+	"  'expired') CHARACTER SET ascii NOT NULL,"
+	" MODIFY callback_status ENUM('none', 'ok', 'retrying', 'failed')"
+	"  CHARACTER SET ascii NOT NULL DEFAULT 'none',"
+	" ALGORITHM=COPY",
+	NULL};
+
+#define V5_DONE                                                         \
+	"SELECT COUNT(*) FROM information_schema.COLUMNS WHERE "        \
+	"TABLE_SCHEMA = DATABASE() AND TABLE_NAME = 'tasks' AND "       \
+	"COLUMN_NAME IN ('status', 'callback_status') AND DATA_TYPE = " \
+	"'enum' HAVING COUNT(*) = 2"
+
 const struct schema_migration schema_migrations[] = {
-	{1, "tasks, task_log, slot_state", v1_stmts},
-	{2, "recurring tasks: misfire, start_at, end_at, occurrences",
-	 v2_stmts},
-	{3, "cluster_secret", v3_stmts},
-	{4, "retention: index by status and last change, prune_state",
-	 v4_stmts},
+	{1, "tasks, task_log, slot_state", v1_stmts, NULL, NULL},
+	{2, "recurring tasks: misfire, start_at, end_at, occurrences", v2_stmts,
+	 NULL, NULL},
+	{3, "cluster_secret", v3_stmts, NULL, NULL},
+	{4, "retention: index by status and last change, prune_state", v4_stmts,
+	 NULL, NULL},
+	{5, "status and callback_status as ENUM", v5_stmts, "tasks", V5_DONE},
 };
 
 const size_t schema_migration_count =

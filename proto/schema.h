@@ -12,6 +12,13 @@ struct schema_migration {
 	int version;
 	const char *name;
 	const char *const *stmts; /* NULL-terminated */
+	/* A migration that rebuilds this table by copy (ALGORITHM=COPY: the
+	 * table is locked while it runs), or NULL; such a migration runs at
+	 * start only on a table of at most db.migrate_copy_max_rows rows. */
+	const char *copies;
+	/* A SELECT that counts more than 0 when the change is already in
+	 * place (made by hand in a maintenance window): recorded, not run. */
+	const char *done_sql;
 };
 
 extern const struct schema_migration schema_migrations[];

@@ -137,27 +137,65 @@
  * Index tasks loaded from the DB unless they are in flight, were cancelled
  * meanwhile or were rescheduled to another time (moved). A task whose
  * bucket (width ms of due time, 0: none) starts after edge (now + the
- * near window) is appended to it, the others go to due/task.
+ * near window) is appended to it, the others go to due/task. In bulk: a
+ * command per bucket and per key, not per task (a rebuild sends 2,000
+ * tasks a call), and the in-flight/cancelled/moved lookups only where one
+ * of those keys exists (none does after a rebuild's reset, or on a slot
+ * nobody cancels or reschedules in).
  * KEYS: due, task, inflight, cancelled, bk, bucket prefix, moved
  * ARGV: edge, width, (id, due_ms, payload)...
  */
 #define SCRIPT_INDEX                                                         \
 	LUA_INDEXING                                                         \
 	"local edge, width = tonumber(ARGV[1]), tonumber(ARGV[2])\n"         \
+	"local any = redis.call('EXISTS', KEYS[3], KEYS[4], KEYS[7]) > 0\n"  \
+	"local function batch(cmd, key, opt, t)\n"                           \
+	"  local r = 0\n"                                                    \
+	"  for j = 1, #t, 1000 do\n"                                         \
+	"    local k = math.min(j + 999, #t)\n"                              \
+	"    if opt then\n"                                                  \
+	"      r = r + redis.call(cmd, key, opt, unpack(t, j, k))\n"         \
+	"    else\n"                                                         \
+	"      r = r + redis.call(cmd, key, unpack(t, j, k))\n"              \
+	"    end\n"                                                          \
+	"  end\n"                                                            \
+	"  return r\n"                                                       \
+	"end\n"                                                              \
 	"local n = 0\n"                                                      \
+	"local lists, names, bk, hs, zs = {}, {}, {}, {}, {}\n"              \
 	"for i = 3, #ARGV, 3 do\n"                                           \
 	"  local id, due = ARGV[i], ARGV[i + 1]\n"                           \
-	"  if current(KEYS[3], KEYS[4], KEYS[7], id, due) then\n"            \
-	"    if to_bucket(KEYS[5], KEYS[6], width, edge, id, due, ARGV[i + " \
-	"2]) then\n"                                                         \
+	"  if not any or current(KEYS[3], KEYS[4], KEYS[7], id, due) then\n" \
+	"    local b = edge\n"                                               \
+	"    if width > 0 then\n"                                            \
+	"      local d = tonumber(due)\n"                                    \
+	"      b = d - d % width\n"                                          \
+	"    end\n"                                                          \
+	"    if b > edge then\n"                                             \
+	"      local m = string.format('%d', b)\n"                           \
+	"      local l = lists[m]\n"                                         \
+	"      if not l then\n"                                              \
+	"        l = {}\n"                                                   \
+	"        lists[m] = l\n"                                             \
+	"        names[#names + 1] = m\n"                                    \
+	"        bk[#bk + 1] = m\n"                                          \
+	"        bk[#bk + 1] = m\n"                                          \
+	"      end\n"                                                        \
+	"      l[#l + 1] = due .. ' ' .. id .. ' ' .. ARGV[i + 2]\n"         \
 	"      n = n + 1\n"                                                  \
 	"    else\n"                                                         \
-	"      redis.call('HSET', KEYS[2], id, ARGV[i + 2])\n"               \
-	"      n = n + redis.call('ZADD', KEYS[1], 'NX', due, id)\n"         \
+	"      hs[#hs + 1] = id\n"                                           \
+	"      hs[#hs + 1] = ARGV[i + 2]\n"                                  \
+	"      zs[#zs + 1] = due\n"                                          \
+	"      zs[#zs + 1] = id\n"                                           \
 	"    end\n"                                                          \
 	"  end\n"                                                            \
 	"end\n"                                                              \
-	"return n\n"
+	"for _, m in ipairs(names) do batch('RPUSH', KEYS[6] .. m, nil, "    \
+	"lists[m]) end\n"                                                    \
+	"batch('ZADD', KEYS[5], nil, bk)\n"                                  \
+	"batch('HSET', KEYS[2], nil, hs)\n"                                  \
+	"return n + batch('ZADD', KEYS[1], 'NX', zs)\n"
 
 /*
  * Move the buckets that start at or before ARGV[2] (ms: now + the near

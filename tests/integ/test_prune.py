@@ -593,7 +593,8 @@ def test_upgrade_of_a_populated_schema3_db():
     B.manager.stop()
     B.mysql("DROP TABLE prune_state")
     B.mysql("ALTER TABLE tasks DROP INDEX by_status_updated")
-    B.mysql("DELETE FROM prophet_schema WHERE version = 4")
+    B.mysql("DELETE FROM prophet_schema WHERE version >= 4")
+    B.mysql(TO_VARCHAR)
     old = h.now_ms() - 86400000
     cols = ("id, slot, topic, body, due_at, status, content_hash, batch_id, "
             "created_at, updated_at")
@@ -620,6 +621,87 @@ def test_upgrade_of_a_populated_schema3_db():
     h.check_eq(int(B.mysql("SELECT COUNT(*) FROM tasks WHERE id LIKE "
                            "'keep-%' AND status = 'scheduled'")[0][0]), 200,
                "scheduled tasks kept")
+    h.check(B.manager.grep("applying migration\" version=5"),
+            "migration 5 not applied")
+    h.check_eq(status_types(), ["enum", "enum"], "column types after")
+
+
+# Schema 4's column types (migration 5 makes them ENUMs).
+TO_VARCHAR = ("ALTER TABLE tasks MODIFY status VARCHAR(10) CHARACTER SET "
+              "ascii NOT NULL, MODIFY callback_status VARCHAR(10) CHARACTER "
+              "SET ascii NOT NULL DEFAULT 'none'")
+
+
+def status_types():
+    return [r[0] for r in B.mysql(
+        "SELECT DATA_TYPE FROM information_schema.COLUMNS WHERE "
+        "TABLE_SCHEMA = DATABASE() AND TABLE_NAME = 'tasks' AND COLUMN_NAME "
+        "IN ('callback_status', 'status') ORDER BY COLUMN_NAME")]
+
+
+def schema_version():
+    return int(B.mysql("SELECT MAX(version) FROM prophet_schema")[0][0])
+
+
+def test_enum_migration_deferred_on_a_large_table():
+    """Migration 5 copies the task table: above db.migrate_copy_max_rows
+    the manager defers it (says what to run, serves on schema 4), runs
+    it once allowed, and records a conversion made by hand."""
+    B.manager.stop()
+    B.mysql(TO_VARCHAR)
+    B.mysql("ANALYZE TABLE tasks")
+    B.mysql("DELETE FROM prophet_schema WHERE version = 5")
+    rows = int(B.mysql("SELECT COUNT(*) FROM tasks")[0][0])
+    h.check(rows > 100, "rows in tasks: %d" % rows)
+    before = len(B.manager.grep("migration deferred"))
+    B.manager.argv = B.manager.argv[:3] + [
+        "--set", "db.migrate_copy_max_rows=10"]
+    B.start_manager()
+    lines = B.manager.grep("migration deferred")
+    h.check_eq(len(lines), before + 1, "deferral logged once")
+    h.check("version=5" in lines[-1] and "table=tasks" in lines[-1],
+            "deferral line: %r" % lines[-1])
+    h.check(B.manager.grep("deferred migration statement\" version=5 "
+                           "sql=\"ALTER TABLE tasks"),
+            "the statement to run is logged")
+    h.check_eq(status_types(), ["varchar", "varchar"], "types, deferred")
+    h.check_eq(schema_version(), 4, "schema version, deferred")
+    # The manager serves on schema 4: a task is accepted and fires.
+    tid = "on-schema-4-%d" % h.now_ms()
+    submit(B, [{"id": tid, "topic": TOPIC, "body": "on schema 4",
+               "delay_ms": 0}])
+    h.wait_until(lambda: B.mysql("SELECT status FROM tasks WHERE id = '%s'"
+                                 % tid)[0][0] == "delivered", 30, 0.2,
+                 "the task to be delivered on schema 4")
+
+    # Allowed again (the default limit): applied at the next start.
+    B.manager.stop()
+    B.manager.argv = B.manager.argv[:3]
+    B.start_manager()
+    h.check(B.manager.grep("migration copies a table\" version=5"),
+            "migration 5 run at the default limit")
+    h.check_eq(status_types(), ["enum", "enum"], "types, applied")
+    h.check_eq(schema_version(), 5, "schema version, applied")
+    h.check_eq(int(B.mysql("SELECT COUNT(*) FROM tasks")[0][0]), rows + 1,
+               "rows kept by the copy")
+    h.check_eq(B.mysql("SELECT status FROM tasks WHERE id = '%s'" % tid)
+               [0][0], "delivered", "status kept by the copy")
+
+    # Converted by hand in a maintenance window: recorded, not run.
+    B.manager.stop()
+    B.mysql(TO_VARCHAR)
+    B.mysql(MIGRATION_5)
+    B.mysql("DELETE FROM prophet_schema WHERE version = 5")
+    B.start_manager()
+    h.check(B.manager.grep("migration already in place, recorded\" "
+                           "version=5"), "a hand conversion recorded")
+    h.check_eq(schema_version(), 5, "schema version, recorded")
+
+
+MIGRATION_5 = ("ALTER TABLE tasks MODIFY status ENUM('scheduled', 'firing', "
+               "'delivered', 'cancelled', 'expired') CHARACTER SET ascii NOT "
+               "NULL, MODIFY callback_status ENUM('none', 'ok', 'retrying', "
+               "'failed') CHARACTER SET ascii NOT NULL DEFAULT 'none'")
 
 
 SLOW = None

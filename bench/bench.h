@@ -65,6 +65,7 @@ struct bench_opts {
 	 * per window_s of due time (the soak) */
 	double sample_s;
 	double window_s;
+	const char *ledger_out; /* steady: the per-task ledger, as TSV */
 	/* backlog: drop and re-add the retention index on the loaded table
 	 * (what migration 4 costs); horizon: flush the Redis db after the
 	 * promotion and time the rebuild */

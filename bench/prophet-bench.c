@@ -143,6 +143,9 @@ usage(FILE *f)
 	      "                       (failover: 2000)\n"
 	      "  --preload            steady: submit every task first, then "
 	      "measure firing alone\n"
+	      "  --ledger FILE        steady: write each task's due, accepted, "
+	      "fired-at and\n"
+	      "                       received times to FILE (TSV)\n"
 	      "  --delay-ms MS        ingest: task delay (600000)\n"
 	      "  --spread-ms MS       burst: due times within (1000)\n"
 	      "  --grace S            wait this long for stragglers (15)\n"
@@ -204,6 +207,7 @@ enum {
 	OPT_QUIET,
 	OPT_SLOTS,
 	OPT_PRELOAD,
+	OPT_LEDGER,
 	OPT_WBIN,
 	OPT_WCONF,
 	OPT_WSET,
@@ -253,6 +257,7 @@ static const struct option long_opts[] = {
 	{"quiet", no_argument, NULL, OPT_QUIET},
 	{"slots", required_argument, NULL, OPT_SLOTS},
 	{"preload", no_argument, NULL, OPT_PRELOAD},
+	{"ledger", required_argument, NULL, OPT_LEDGER},
 	{"worker-bin", required_argument, NULL, OPT_WBIN},
 	{"worker-conf", required_argument, NULL, OPT_WCONF},
 	{"worker-set", required_argument, NULL, OPT_WSET},
@@ -382,6 +387,7 @@ main(int argc, char **argv)
 			break;
 		case OPT_SINGLE: o.single = 1; break;
 		case OPT_PRELOAD: o.preload = 1; break;
+		case OPT_LEDGER: o.ledger_out = optarg; break;
 		case OPT_BODY:
 			o.body_size =
 				(int)num_arg("body-size", optarg, 0, 1 << 24);

@@ -1,6 +1,7 @@
 /* The API scenarios: ingest, steady, burst, far. */
 #include "config.h"
 
+#include <errno.h>
 #include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
@@ -433,6 +434,28 @@ scen_ingest(struct bench_opts *o)
 
 /* ------------------------------------------------------------- steady --- */
 
+/* One line per task, for a look at lateness over time (what a percentile
+ * hides: stalls, their period): due ms, accepted us, fired-at ms, received
+ * us, all wall clock (0 or -1: never). */
+static void
+ledger_write(const struct ledger *l, const char *path)
+{
+	FILE *f = fopen(path, "w");
+
+	if (f == NULL) {
+		note("ledger %s: %s", path, strerror(errno));
+		return;
+	}
+	fprintf(f, "due_ms\taccept_us\tfired_ms\trecv_us\n");
+	for (size_t i = 0; i < l->n; i++)
+		fprintf(f,
+			"%" PRId64 "\t%" PRId64 "\t%" PRId64 "\t%" PRId64 "\n",
+			l->due_ms[i], l->accept_us[i], l->fired_ms[i],
+			l->recv_us[i]);
+	if (fclose(f) != 0)
+		note("ledger %s: %s", path, strerror(errno));
+}
+
 int
 scen_steady(struct bench_opts *o)
 {
@@ -549,6 +572,8 @@ scen_steady(struct bench_opts *o)
 	report_destroy(r);
 	xfree(st.req_ms);
 	xfree(send);
+	if (o->ledger_out != NULL)
+		ledger_write(l, o->ledger_out);
 	ledger_destroy(l);
 	return fs.lost == 0 && fs.early == 0 && st.accepted > 0 ? 0 : -1;
 }

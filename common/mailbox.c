@@ -120,7 +120,7 @@ mailbox_destroy(struct mailbox *mb)
 	for (size_t i = 0; i < n; i++)
 		mb->drop_cb(items[i], mb->arg);
 	xfree(items);
-	xfree(mb->spare);
+	xfree(mb->items); /* the spare take() left in its place */
 	event_free(mb->ev);
 	pthread_mutex_destroy(&mb->mu);
 	xfree(mb);

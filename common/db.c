@@ -10,12 +10,12 @@
 #include <time.h>
 
 #include <errmsg.h>
-#include <event2/event.h>
 #include <mysql.h>
 
 #include "cfg.h"
 #include "db.h"
 #include "log.h"
+#include "mailbox.h"
 #include "secret.h"
 #include "url.h"
 #include "utf8.h"
@@ -56,11 +56,10 @@ struct db_conn {
 
 struct db_pool {
 	struct event_base *base;
-	struct event *done_ev;
+	struct mailbox *done; /* finished jobs, to their done_cb */
 	pthread_mutex_t mu;
 	pthread_cond_t cond;
 	struct db_job *queue_head, *queue_tail;
-	struct db_job *done_head, *done_tail;
 	size_t queued;
 	int stopping;
 	int nthreads;
@@ -774,20 +773,11 @@ db_exec_rows_suffix(struct db_conn *c, const char *prefix, const char *row,
 }
 
 static void
-pool_done_cb(evutil_socket_t fd, short what, void *arg)
+job_done_cb(void *item, void *arg)
 {
-	struct db_pool *p = arg;
-	struct db_job *list, *j;
+	struct db_job *j = item;
 
-	pthread_mutex_lock(&p->mu);
-	list = p->done_head;
-	p->done_head = p->done_tail = NULL;
-	pthread_mutex_unlock(&p->mu);
-	while ((j = list) != NULL) {
-		list = j->next;
-		j->next = NULL;
-		j->done_cb(j, j->status, j->err);
-	}
+	j->done_cb(j, j->status, j->err);
 }
 
 static void *
@@ -847,14 +837,7 @@ pool_thread(void *arg)
 			}
 		}
 		j->next = NULL;
-		pthread_mutex_lock(&p->mu);
-		if (p->done_tail != NULL)
-			p->done_tail->next = j;
-		else
-			p->done_head = j;
-		p->done_tail = j;
-		pthread_mutex_unlock(&p->mu);
-		event_active(p->done_ev, EV_READ, 0);
+		mailbox_post(p->done, j);
 	}
 	mysql_thread_end();
 	return NULL;
@@ -872,7 +855,7 @@ db_pool_create(struct event_base *base, const struct db_dsn *dsn, int nconns,
 	p->nthreads = nconns;
 	pthread_mutex_init(&p->mu, NULL);
 	pthread_cond_init(&p->cond, NULL);
-	p->done_ev = event_new(base, -1, 0, pool_done_cb, p);
+	p->done = mailbox_create(base, job_done_cb, NULL, p);
 	p->conns = xcalloc((size_t)nconns, sizeof(*p->conns));
 	p->threads = xcalloc((size_t)nconns, sizeof(*p->threads));
 	for (int i = 0; i < nconns; i++) {
@@ -932,10 +915,10 @@ db_pool_destroy(struct db_pool *p)
 	pthread_mutex_unlock(&p->mu);
 	for (int i = 0; i < p->nthreads; i++)
 		pthread_join(p->threads[i], NULL);
-	pool_done_cb(-1, 0, p);
+	mailbox_drain(p->done);
 	for (int i = 0; i < p->nthreads; i++)
 		conn_fini(&p->conns[i]);
-	event_free(p->done_ev);
+	mailbox_destroy(p->done);
 	pthread_mutex_destroy(&p->mu);
 	pthread_cond_destroy(&p->cond);
 	xfree(p->conns);

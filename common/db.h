@@ -12,8 +12,14 @@ struct cfg;
 /*
  * MariaDB Connector/C calls block, so they run on a small pool of threads,
  * each with its own connection. The loop thread submits jobs; a job's run()
- * executes on a pool thread, then its done_cb() on the loop thread.
+ * executes on a pool thread, then its done_cb() on the loop thread (the
+ * pool hands finished jobs back through a mailbox.h mailbox).
  * Prepared statements only: every value is bound, never spliced into SQL.
+ *
+ * Between submit and done_cb the job belongs to the pool. run() reads and
+ * writes only the job and what the job alone holds: it carries copies of
+ * its inputs and room for its results, and done_cb applies the results to
+ * the loop's objects. run() never writes an object the loop also reads.
  */
 struct db_pool;
 struct db_conn;

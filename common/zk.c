@@ -9,11 +9,10 @@
 #include <string.h>
 #include <time.h>
 
-#include <event2/event.h>
-
 #include "cfg.h"
 #include "crypto.h"
 #include "log.h"
+#include "mailbox.h"
 #include "secret.h"
 #include "xmalloc.h"
 #include "zk.h"
@@ -42,7 +41,6 @@ struct zk_ev {
 	struct String_vector names;
 	void *cb;
 	void *arg;
-	struct zk_ev *next;
 };
 
 struct zk {
@@ -52,10 +50,9 @@ struct zk {
 	int timeout_ms;
 	zk_event_fn cb;
 	void *arg;
-	struct event *ev;
+	struct mailbox *events; /* watcher events and completions */
 	pthread_mutex_t mu;
 	pthread_cond_t cond;
-	struct zk_ev *head, *tail;
 	int connected;	     /* written on the client thread, under mu */
 	char *auth;	     /* "user:password" (digest), NULL: none */
 	char digest_id[256]; /* what ACLs record for auth */
@@ -84,18 +81,13 @@ zk_state_name(int state)
 static void
 enqueue(struct zk *z, struct zk_ev *e)
 {
-	pthread_mutex_lock(&z->mu);
 	if (e->kind == ZK_WATCH && e->type == ZOO_SESSION_EVENT) {
+		pthread_mutex_lock(&z->mu);
 		z->connected = e->state == ZOO_CONNECTED_STATE;
 		pthread_cond_broadcast(&z->cond);
+		pthread_mutex_unlock(&z->mu);
 	}
-	if (z->tail != NULL)
-		z->tail->next = e;
-	else
-		z->head = e;
-	z->tail = e;
-	pthread_mutex_unlock(&z->mu);
-	event_active(z->ev, EV_READ, 0);
+	mailbox_post(z->events, e);
 }
 
 /* Runs on the ZooKeeper client thread: enqueue and wake the loop only. */
@@ -311,20 +303,17 @@ zk_session_id(struct zk *z)
 }
 
 static void
-dispatch_cb(evutil_socket_t fd, short what, void *arg)
+deliver_cb(void *item, void *arg)
 {
-	struct zk *z = arg;
-	struct zk_ev *list, *e;
+	dispatch_one(arg, item);
+	free_ev(item);
+}
 
-	pthread_mutex_lock(&z->mu);
-	list = z->head;
-	z->head = z->tail = NULL;
-	pthread_mutex_unlock(&z->mu);
-	while ((e = list) != NULL) {
-		list = e->next;
-		dispatch_one(z, e);
-		free_ev(e);
-	}
+/* Left queued at zk_destroy: not delivered. */
+static void
+drop_cb(void *item, void *arg)
+{
+	free_ev(item);
 }
 
 static int
@@ -550,7 +539,7 @@ zk_create(struct event_base *base, const struct cfg *cfg, zk_event_fn cb,
 	z->arg = arg;
 	pthread_mutex_init(&z->mu, NULL);
 	pthread_cond_init(&z->cond, NULL);
-	z->ev = event_new(base, -1, 0, dispatch_cb, z);
+	z->events = mailbox_create(base, deliver_cb, drop_cb, z);
 	if (zk_open(z) < 0) {
 		zk_destroy(z);
 		return NULL;
@@ -561,17 +550,11 @@ zk_create(struct event_base *base, const struct cfg *cfg, zk_event_fn cb,
 void
 zk_destroy(struct zk *z)
 {
-	struct zk_ev *e;
-
 	if (z == NULL)
 		return;
 	if (z->zh != NULL)
 		zookeeper_close(z->zh);
-	while ((e = z->head) != NULL) {
-		z->head = e->next;
-		free_ev(e);
-	}
-	event_free(z->ev);
+	mailbox_destroy(z->events);
 	pthread_mutex_destroy(&z->mu);
 	pthread_cond_destroy(&z->cond);
 	xfree(z->hosts);

@@ -85,6 +85,15 @@ enum job_kind {
 	J_REQUEST
 };
 
+/* What the pruner's DB thread keeps between its jobs (they run one at a
+ * time, on the pool's one connection). */
+struct prune_conn {
+	struct kafka_txn *txn;
+	int recover; /* read the archive back before the next chunk */
+	int64_t *offsets;
+	int noffsets;
+};
+
 struct pruner {
 	struct manager *mg;
 	struct db_pool *db; /* a connection of its own */
@@ -118,11 +127,7 @@ struct pruner {
 	int64_t requested_seen;
 	int drop_txn; /* the next job destroys the producer */
 	int64_t err_logged_mono;
-	/* On the DB thread only (jobs run one at a time). */
-	struct kafka_txn *txn;
-	int recover; /* read the archive back before the next chunk */
-	int64_t *offsets;
-	int noffsets;
+	struct prune_conn *conn; /* the DB thread's; the loop never reads it */
 };
 
 struct prune_job {
@@ -426,15 +431,15 @@ archive_value(const struct db_rows *task, size_t row,
 static int
 txn_ready(struct pruner *p, char *err, size_t errlen)
 {
-	if (p->txn != NULL)
+	if (p->conn->txn != NULL)
 		return 0;
-	p->txn = kafka_txn_create(p->mg->cfg, p->txn_id, KAFKA_TIMEOUT_MS, err,
-				  errlen);
-	if (p->txn == NULL)
+	p->conn->txn = kafka_txn_create(p->mg->cfg, p->txn_id, KAFKA_TIMEOUT_MS,
+					err, errlen);
+	if (p->conn->txn == NULL)
 		return -1;
 	/* The producer it fenced may have committed records of rows it did
 	 * not get to delete. */
-	p->recover = 1;
+	p->conn->recover = 1;
 	return 0;
 }
 
@@ -545,11 +550,11 @@ archive_recover(struct db_conn *c, struct prune_job *j)
 	if (progress(c, by, (long long)al, (long long)ndel, text, 0) < 0 ||
 	    db_commit(c) < 0)
 		goto fail;
-	xfree(p->offsets);
-	p->offsets = ends;
-	p->noffsets = nends;
+	xfree(p->conn->offsets);
+	p->conn->offsets = ends;
+	p->conn->noffsets = nends;
 	ends = NULL;
-	p->recover = 0;
+	p->conn->recover = 0;
 	j->deleted += (long long)at;
 	j->logs += (long long)al;
 	j->archived += (long long)ndel;
@@ -631,23 +636,23 @@ archive_send(struct db_conn *c, struct prune_job *j, struct db_rows *locked,
 			nrecs++;
 		}
 	if (nrecs > 0 &&
-	    kafka_txn_send(p->txn, p->archive_topic, recs, nrecs,
+	    kafka_txn_send(p->conn->txn, p->archive_topic, recs, nrecs,
 			   KAFKA_TIMEOUT_MS, &fatal, err, sizeof(err)) < 0) {
 		snprintf(j->why, sizeof(j->why), "archive: %.200s", err);
 		if (fatal) {
-			kafka_txn_destroy(p->txn);
-			p->txn = NULL;
+			kafka_txn_destroy(p->conn->txn);
+			p->conn->txn = NULL;
 		}
 		goto out;
 	}
-	np = p->noffsets;
+	np = p->conn->noffsets;
 	for (size_t i = 0; i < nrecs; i++)
 		if (recs[i].partition >= np)
 			np = recs[i].partition + 1;
 	*newoff = xcalloc((size_t)np + 1, sizeof(**newoff));
 	*nnew = np;
 	for (int i = 0; i < np; i++)
-		(*newoff)[i] = i < p->noffsets ? p->offsets[i] : -1;
+		(*newoff)[i] = i < p->conn->noffsets ? p->conn->offsets[i] : -1;
 	for (size_t i = 0; i < nrecs; i++)
 		if (recs[i].offset + 1 > (*newoff)[recs[i].partition])
 			(*newoff)[recs[i].partition] = recs[i].offset + 1;
@@ -812,8 +817,8 @@ chunk_run(struct db_conn *c, struct prune_job *j)
 				 "archive producer: %.200s", err);
 			return -1;
 		}
-		if (p->recover &&
-		    (archive_recover(c, j) < 0 || j->fenced || p->recover))
+		if (p->conn->recover && (archive_recover(c, j) < 0 ||
+					 j->fenced || p->conn->recover))
 			return j->fenced ? 0 : -1;
 	}
 	db_params_init(&prm, 6);
@@ -870,9 +875,9 @@ chunk_run(struct db_conn *c, struct prune_job *j)
 	    db_commit(c) < 0)
 		goto fail;
 	if (newoff != NULL) {
-		xfree(p->offsets);
-		p->offsets = newoff;
-		p->noffsets = nnew;
+		xfree(p->conn->offsets);
+		p->conn->offsets = newoff;
+		p->conn->noffsets = nnew;
 		newoff = NULL;
 	}
 	j->deleted += (long long)at;
@@ -883,7 +888,7 @@ chunk_run(struct db_conn *c, struct prune_job *j)
 fail:
 	/* Archived, maybe not deleted: the archive is read back first. */
 	if (sent > 0)
-		p->recover = 1;
+		p->conn->recover = 1;
 	db_rollback(c);
 out:
 	rows_free_all(locked, nlocked);
@@ -1063,9 +1068,9 @@ job_run(struct db_conn *c, struct db_job *job)
 	struct prune_job *j = (struct prune_job *)job;
 	struct pruner *p = j->p;
 
-	if (j->drop_txn && p->txn != NULL) {
-		kafka_txn_destroy(p->txn);
-		p->txn = NULL;
+	if (j->drop_txn && p->conn->txn != NULL) {
+		kafka_txn_destroy(p->conn->txn);
+		p->conn->txn = NULL;
 	}
 	switch (j->kind) {
 	case J_ACQUIRE: return acquire_run(c, j);
@@ -1510,6 +1515,7 @@ prune_create(struct manager *mg)
 		return NULL;
 	}
 	p = xcalloc(1, sizeof(*p));
+	p->conn = xcalloc(1, sizeof(*p->conn));
 	p->mg = mg;
 	p->retention_ms = cfg_int(cfg, CFG_TASK_RETENTION);
 	p->log_retention_ms = cfg_int(cfg, CFG_TASK_LOG_RETENTION);
@@ -1577,8 +1583,9 @@ prune_destroy(struct pruner *p)
 	event_free(p->tick_ev);
 	event_free(p->probe_ev);
 	event_free(p->step_ev);
-	kafka_txn_destroy(p->txn);
-	xfree(p->offsets);
+	kafka_txn_destroy(p->conn->txn);
+	xfree(p->conn->offsets);
+	xfree(p->conn);
 	xfree(p->archive_topic);
 	if (the_pruner == p)
 		the_pruner = NULL;

@@ -64,10 +64,16 @@ struct restore_job {
 static struct restore_job *jobs[RESTORE_KEEP];
 static int next_job_id = 1;
 
+/* One step, with a copy of the job's cursor: the pool thread never
+ * reads r, which the loop keeps (and GET /v1/admin/restore shows). */
 struct page_job {
 	struct db_job job;
 	struct restore_job *r;
 	int revive; /* first step of a slot with expired=true */
+	int slot;
+	int64_t end_ms;
+	int64_t after_due;
+	char after_id[TASK_ID_MAX + 1];
 	unsigned long long revived;
 	struct db_rows rows;
 };
@@ -119,14 +125,13 @@ static void
 bind_revive(struct db_params *p, struct page_job *pj)
 {
 	db_params_int(p, clock_now_ms());
-	db_params_int(p, pj->r->slot);
+	db_params_int(p, pj->slot);
 }
 
 static int
 page_run(struct db_conn *c, struct db_job *job)
 {
 	struct page_job *pj = (struct page_job *)job;
-	struct restore_job *r = pj->r;
 	struct db_params p;
 	int rc;
 
@@ -146,11 +151,11 @@ page_run(struct db_conn *c, struct db_job *job)
 		db_params_free(&p);
 		return 0;
 	}
-	db_params_int(&p, r->slot);
-	db_params_int(&p, r->end_ms);
-	db_params_int(&p, r->after_due);
-	db_params_int(&p, r->after_due);
-	db_params_str(&p, r->after_id);
+	db_params_int(&p, pj->slot);
+	db_params_int(&p, pj->end_ms);
+	db_params_int(&p, pj->after_due);
+	db_params_int(&p, pj->after_due);
+	db_params_str(&p, pj->after_id);
 	db_params_int(&p, RESTORE_PAGE);
 	rc = db_query(c, SQL_TASK_SCHEDULED_PAGE, &p, &pj->rows);
 	db_params_free(&p);
@@ -225,6 +230,10 @@ restore_step(struct restore_job *r, int revive)
 		r->end_ms = clock_now_ms() + r->mg->horizon_ms;
 	pj->r = r;
 	pj->revive = revive;
+	pj->slot = r->slot;
+	pj->end_ms = r->end_ms;
+	pj->after_due = r->after_due;
+	memcpy(pj->after_id, r->after_id, sizeof(pj->after_id));
 	pj->job.run = page_run;
 	pj->job.done_cb = page_done_cb;
 	db_pool_submit(r->mg->db, &pj->job);

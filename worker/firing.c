@@ -189,15 +189,44 @@ firing_dr_cb(void *opaque, rd_kafka_resp_err_t err, void *arg)
 /* What a recurring task not updated by its batch does in Redis. */
 enum { MK_FORGET, MK_LEAVE, MK_REINDEX };
 
+/* One task of a batch, as the pool thread sees it: a copy of what the
+ * update needs, taken on the loop, and room for what it finds. */
+struct mark_item {
+	char id[TASK_ID_MAX + 1];
+	int slot;
+	int attempt;
+	int64_t epoch;
+	int64_t due_at;
+	int64_t fired_at;
+	int expire;
+	int from_db;
+	int recurring;
+	int misfired;
+	int skip;
+	/* results, read by mark_done_cb */
+	int updated;
+	int leave;	  /* recurring, not updated: MK_* */
+	int64_t next_due; /* recurring: the next occurrence, -1: ended */
+};
+
+/* A task_log note, bound by pointer until its statement ran. */
+#define MARK_NOTE_MAX 112
+
+/*
+ * mark_run reads and writes the job's own fields only, never w or tasks
+ * (the loop's, parallel to items): mark_done_cb applies the results.
+ */
 struct mark_job {
 	struct db_job job;
 	struct worker *w;
 	struct wtask **tasks;
+	struct mark_item *items;
 	size_t n;
-	int *updated;
 	size_t *order; /* indices of the updated tasks */
-	int *leave;    /* recurring, not updated: MK_* */
+	char (*notes)[MARK_NOTE_MAX];
 	size_t nupdated;
+	int nslots;
+	char owner[128]; /* the worker's id */
 	int64_t now;
 };
 
@@ -205,18 +234,19 @@ static void
 bind_log_row(struct db_params *p, size_t i, void *arg)
 {
 	struct mark_job *mj = arg;
-	struct wtask *t = mj->tasks[mj->order[i]];
+	struct mark_item *t = &mj->items[mj->order[i]];
+	char *note = mj->notes[i];
 
 	if (t->recurring) {
 		if (t->next_due >= 0)
-			snprintf(t->note, sizeof(t->note),
+			snprintf(note, MARK_NOTE_MAX,
 				 "occurrence %lld %s%s, next %lld",
 				 (long long)t->due_at,
 				 t->skip ? "skipped" : "published",
 				 t->misfired ? " (misfire)" : "",
 				 (long long)t->next_due);
 		else
-			snprintf(t->note, sizeof(t->note),
+			snprintf(note, MARK_NOTE_MAX,
 				 "occurrence %lld %s%s, series ended",
 				 (long long)t->due_at,
 				 t->skip ? "skipped" : "published",
@@ -224,17 +254,17 @@ bind_log_row(struct db_params *p, size_t i, void *arg)
 		db_params_str(p, t->id);
 		db_params_str(p, t->from_db ? "firing" : "scheduled");
 		db_params_str(p, t->next_due >= 0 ? "scheduled" : "delivered");
-		db_params_str(p, mj->w->id);
+		db_params_str(p, mj->owner);
 		db_params_int(p, t->epoch);
 		db_params_int(p, t->attempt);
 		db_params_int(p, t->skip ? mj->now : t->fired_at);
-		db_params_str(p, t->note);
+		db_params_str(p, note);
 		return;
 	}
 	db_params_str(p, t->id);
 	db_params_str(p, t->from_db ? "firing" : "scheduled");
 	db_params_str(p, t->expire ? "expired" : "delivered");
-	db_params_str(p, mj->w->id);
+	db_params_str(p, mj->owner);
 	db_params_int(p, t->epoch);
 	db_params_int(p, t->attempt);
 	db_params_int(p, t->expire ? mj->now : t->fired_at);
@@ -299,15 +329,15 @@ mark_chunk(struct db_conn *c, struct mark_job *mj, const size_t *idx, size_t n)
 	off += (size_t)snprintf(sql + off, cap - off, ") FOR UPDATE");
 	db_params_init(&p, n * 7 + 4);
 	for (size_t i = 0; i < n; i++)
-		db_params_str(&p, mj->tasks[idx[i]]->id);
+		db_params_str(&p, mj->items[idx[i]].id);
 	if (db_query(c, sql, &p, &rows) < 0)
 		goto out;
 	for (size_t r = 0; r < rows.nrows; r++) {
 		const char *id = db_rows_get(&rows, r, 0, NULL);
 
 		for (size_t i = 0; i < n; i++)
-			if (!strcmp(mj->tasks[idx[i]]->id, id))
-				mj->updated[idx[i]] = 1;
+			if (!strcmp(mj->items[idx[i]].id, id))
+				mj->items[idx[i]].updated = 1;
 	}
 	db_rows_free(&rows);
 
@@ -325,22 +355,22 @@ mark_chunk(struct db_conn *c, struct mark_job *mj, const size_t *idx, size_t n)
 	snprintf(sql + off, cap - off, ")");
 	p.n = 0;
 	db_params_int(&p, mj->now);
-	db_params_str(&p, mj->w->id);
+	db_params_str(&p, mj->owner);
 	db_params_int(&p, mj->now);
 	for (size_t i = 0; i < n; i++) {
-		db_params_str(&p, mj->tasks[idx[i]]->id);
-		db_params_int(&p, mj->tasks[idx[i]]->fired_at);
+		db_params_str(&p, mj->items[idx[i]].id);
+		db_params_int(&p, mj->items[idx[i]].fired_at);
 	}
 	for (size_t i = 0; i < n; i++) {
-		db_params_str(&p, mj->tasks[idx[i]]->id);
-		db_params_int(&p, mj->tasks[idx[i]]->attempt);
+		db_params_str(&p, mj->items[idx[i]].id);
+		db_params_int(&p, mj->items[idx[i]].attempt);
 	}
 	for (size_t i = 0; i < n; i++) {
-		db_params_str(&p, mj->tasks[idx[i]]->id);
-		db_params_int(&p, mj->tasks[idx[i]]->epoch);
+		db_params_str(&p, mj->items[idx[i]].id);
+		db_params_int(&p, mj->items[idx[i]].epoch);
 	}
 	for (size_t i = 0; i < n; i++)
-		db_params_str(&p, mj->tasks[idx[i]]->id);
+		db_params_str(&p, mj->items[idx[i]].id);
 	rc = db_exec(c, sql, &p, NULL);
 out:
 	db_params_free(&p);
@@ -358,7 +388,7 @@ out:
 static int
 mark_recurring(struct db_conn *c, struct mark_job *mj, size_t i)
 {
-	struct wtask *t = mj->tasks[i];
+	struct mark_item *t = &mj->items[i];
 	struct db_params p;
 	struct db_rows rows;
 	unsigned long long a = 0;
@@ -386,9 +416,9 @@ mark_recurring(struct db_conn *c, struct mark_job *mj, size_t i)
 		if (!strcmp(db_rows_get(&rows, 0, SQL_CC_STATUS, NULL),
 			    "scheduled")) {
 			t->next_due = db_rows_int(&rows, 0, SQL_CC_DUE_AT);
-			mj->leave[i] = MK_REINDEX;
+			t->leave = MK_REINDEX;
 		} else {
-			mj->leave[i] = MK_LEAVE;
+			t->leave = MK_LEAVE;
 		}
 		db_rows_free(&rows);
 		rc = 0;
@@ -428,7 +458,7 @@ mark_recurring(struct db_conn *c, struct mark_job *mj, size_t i)
 	db_params_int(&p, t->due_at);
 	if (db_exec(c, SQL_TASK_CRON_NEXT, &p, &a) < 0)
 		goto out;
-	mj->updated[i] = a > 0;
+	t->updated = a > 0;
 	rc = 0;
 out:
 	db_params_free(&p);
@@ -440,7 +470,7 @@ mark_run(struct db_conn *c, struct db_job *job)
 {
 	static const size_t chunks[] = {256, 64, 16, 4, 1};
 	struct mark_job *mj = (struct mark_job *)job;
-	int nslots = mj->w->nslots;
+	int nslots = mj->nslots;
 	int64_t *fence = xcalloc((size_t)nslots, sizeof(*fence));
 	char *seen = xcalloc((size_t)nslots, 1);
 	size_t *todo = xcalloc(mj->n + 1, sizeof(*todo)), ntodo = 0, done;
@@ -452,11 +482,11 @@ mark_run(struct db_conn *c, struct db_job *job)
 	if (db_begin(c) < 0)
 		goto out;
 	for (size_t i = 0; i < mj->n; i++) {
-		struct wtask *t = mj->tasks[i];
+		struct mark_item *t = &mj->items[i];
 		unsigned long long a = 0;
 
-		mj->updated[i] = 0;
-		mj->leave[i] = MK_FORGET;
+		t->updated = 0;
+		t->leave = MK_FORGET;
 		if (t->expire) {
 			p.n = 0;
 			db_params_int(&p, mj->now);
@@ -464,7 +494,7 @@ mark_run(struct db_conn *c, struct db_job *job)
 			db_params_int(&p, t->epoch);
 			if (db_exec(c, SQL_TASK_MARK_EXPIRED, &p, &a) < 0)
 				goto fail;
-			mj->updated[i] = a > 0;
+			t->updated = a > 0;
 			continue;
 		}
 		if (!seen[t->slot]) {
@@ -474,7 +504,7 @@ mark_run(struct db_conn *c, struct db_job *job)
 		}
 		/* A newer epoch owns the slot: its owner decides. */
 		if (fence[t->slot] > t->epoch) {
-			mj->leave[i] = t->recurring ? MK_LEAVE : MK_FORGET;
+			t->leave = t->recurring ? MK_LEAVE : MK_FORGET;
 		} else if (t->recurring) {
 			if (mark_recurring(c, mj, i) < 0)
 				goto fail;
@@ -494,9 +524,10 @@ mark_run(struct db_conn *c, struct db_job *job)
 	 * them. It was 221 of a finished task's 979 DB bytes and a statement
 	 * per chunk of this, the busiest path to the DB. */
 	for (size_t i = 0; i < mj->n; i++)
-		if (mj->updated[i] &&
-		    (mj->tasks[i]->recurring || mj->tasks[i]->expire))
+		if (mj->items[i].updated &&
+		    (mj->items[i].recurring || mj->items[i].expire))
 			mj->order[mj->nupdated++] = i;
+	mj->notes = xcalloc(mj->nupdated + 1, sizeof(*mj->notes));
 	if (mj->nupdated > 0 &&
 	    db_exec_rows(c, SQL_TASK_LOG_INSERT_PREFIX, SQL_TASK_LOG_INSERT_ROW,
 			 mj->nupdated, SQL_TASK_LOG_INSERT_NCOLS, bind_log_row,
@@ -508,6 +539,8 @@ fail:
 	db_rollback(c);
 out:
 	db_params_free(&p);
+	xfree(mj->notes);
+	mj->notes = NULL;
 	xfree(fence);
 	xfree(seen);
 	xfree(todo);
@@ -592,11 +625,11 @@ recurring_next(struct worker *w, struct mark_job *mj)
 	size_t ngone = 0;
 
 	for (size_t i = 0; i < mj->n; i++) {
-		struct wtask *t = mj->tasks[i];
+		const struct mark_item *it = &mj->items[i];
 
-		if (!t->recurring || (mj->leave[i] == MK_FORGET &&
-				      !(mj->updated[i] && t->next_due >= 0)))
-			gone[ngone++] = t;
+		if (!it->recurring || (it->leave == MK_FORGET &&
+				       !(it->updated && it->next_due >= 0)))
+			gone[ngone++] = mj->tasks[i];
 	}
 	forget(w, gone, ngone);
 	xfree(gone);
@@ -609,20 +642,21 @@ recurring_next(struct worker *w, struct mark_job *mj)
 		redis_args_addint(&ev.a, w->bucket_ms);
 		head = ev.a.argc;
 		for (size_t i = 0; i < mj->n; i++) {
+			const struct mark_item *it = &mj->items[i];
 			struct wtask *t = mj->tasks[i];
 			struct task pt;
 			char *pl = NULL;
 			size_t len = 0;
 
-			if (t->slot != slot || !t->recurring ||
-			    !((mj->updated[i] && t->next_due >= 0) ||
-			      mj->leave[i] == MK_REINDEX))
+			if (it->slot != slot || !it->recurring ||
+			    !((it->updated && it->next_due >= 0) ||
+			      it->leave == MK_REINDEX))
 				continue;
-			if (t->next_due < now + w->horizon_ms + 60000 &&
+			if (it->next_due < now + w->horizon_ms + 60000 &&
 			    t->payload != NULL &&
 			    payload_decode(t->payload, strlen(t->payload),
 					   &pt) == 0) {
-				pt.due_at = t->next_due;
+				pt.due_at = it->next_due;
 				pl = payload_encode(&pt, &len);
 				task_clear(&pt);
 			}
@@ -631,9 +665,9 @@ recurring_next(struct worker *w, struct mark_job *mj)
 			xfree(t->payload);
 			t->payload = pl;
 			redis_args_addstr(&ev.a, t->id);
-			redis_args_addint(&ev.a, t->next_due);
+			redis_args_addint(&ev.a, it->next_due);
 			redis_args_add(&ev.a, pl ? pl : "", len);
-			if (t->next_due < now + w->lookahead_ms)
+			if (it->next_due < now + w->lookahead_ms)
 				soon = 1;
 		}
 		if (ev.a.argc > head) {
@@ -674,13 +708,13 @@ mark_done_cb(struct db_job *job, int status, const char *err)
 		size_t fenced = 0;
 
 		for (size_t i = 0; i < mj->n; i++) {
-			if (!mj->updated[i])
+			if (!mj->items[i].updated)
 				fenced++;
-			else if (mj->tasks[i]->expire)
+			else if (mj->items[i].expire)
 				metric_inc(w->m.expired);
-			else if (!mj->tasks[i]->skip)
+			else if (!mj->items[i].skip)
 				metric_inc(w->m.delivered);
-			if (mj->updated[i] && mj->tasks[i]->recurring)
+			if (mj->items[i].updated && mj->items[i].recurring)
 				metric_inc(w->m.occurrences);
 		}
 		if (fenced > 0) {
@@ -690,7 +724,7 @@ mark_done_cb(struct db_job *job, int status, const char *err)
 			log_info("state updates refused", "count=%zu", fenced);
 		}
 		for (size_t i = 0; i < mj->n; i++)
-			if (mj->updated[i])
+			if (mj->items[i].updated)
 				scanner_task_finished(w, mj->tasks[i]);
 		CRASHPOINT("after_mark_before_forget");
 		recurring_next(w, mj);
@@ -698,12 +732,27 @@ mark_done_cb(struct db_job *job, int status, const char *err)
 			wtask_release(w, mj->tasks[i]);
 	}
 	xfree(mj->tasks);
-	xfree(mj->updated);
+	xfree(mj->items);
 	xfree(mj->order);
-	xfree(mj->leave);
 	xfree(mj);
 	if (w->mark_n > 0)
 		mark_schedule(w);
+}
+
+static void
+mark_item_copy(struct mark_item *it, const struct wtask *t)
+{
+	memcpy(it->id, t->id, sizeof(it->id));
+	it->slot = t->slot;
+	it->attempt = t->attempt;
+	it->epoch = t->epoch;
+	it->due_at = t->due_at;
+	it->fired_at = t->fired_at;
+	it->expire = t->expire;
+	it->from_db = t->from_db;
+	it->recurring = t->recurring;
+	it->misfired = t->misfired;
+	it->skip = t->skip;
 }
 
 static void
@@ -718,10 +767,11 @@ mark_flush(struct worker *w)
 	mj = xcalloc(1, sizeof(*mj));
 	mj->w = w;
 	mj->tasks = xcalloc(n, sizeof(*mj->tasks));
-	mj->updated = xcalloc(n, sizeof(int));
+	mj->items = xcalloc(n, sizeof(*mj->items));
 	mj->order = xcalloc(n, sizeof(size_t));
-	mj->leave = xcalloc(n, sizeof(int));
 	mj->n = n;
+	mj->nslots = w->nslots;
+	snprintf(mj->owner, sizeof(mj->owner), "%s", w->id);
 	mj->now = clock_now_ms();
 	for (size_t i = 0; i < n; i++) {
 		mj->tasks[i] = w->mark_head;
@@ -733,6 +783,8 @@ mark_flush(struct worker *w)
 	w->mark_n -= n;
 	w->marking = 1;
 	count_attempts(w, mj->tasks, n);
+	for (size_t i = 0; i < n; i++)
+		mark_item_copy(&mj->items[i], mj->tasks[i]);
 	mj->job.run = mark_run;
 	mj->job.done_cb = mark_done_cb;
 	db_pool_submit(w->db, &mj->job);

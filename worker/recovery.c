@@ -87,9 +87,15 @@ struct rebuild {
 	char after_id[TASK_ID_MAX + 1];
 };
 
+/* One page's query: a copy of the rebuild's cursor (the pool thread
+ * never reads rb, the loop's). */
 struct rebuild_job {
 	struct db_job job;
 	struct rebuild *rb;
+	int slot;
+	int64_t end_ms;
+	int64_t after_due;
+	char after_id[TASK_ID_MAX + 1];
 	struct db_rows rows;
 };
 
@@ -206,16 +212,15 @@ static int
 page_run(struct db_conn *c, struct db_job *job)
 {
 	struct rebuild_job *j = (struct rebuild_job *)job;
-	struct rebuild *rb = j->rb;
 	struct db_params p;
 	int rc;
 
 	db_params_init(&p, 6);
-	db_params_int(&p, rb->slot);
-	db_params_int(&p, rb->end_ms);
-	db_params_int(&p, rb->after_due);
-	db_params_int(&p, rb->after_due);
-	db_params_str(&p, rb->after_id);
+	db_params_int(&p, j->slot);
+	db_params_int(&p, j->end_ms);
+	db_params_int(&p, j->after_due);
+	db_params_int(&p, j->after_due);
+	db_params_str(&p, j->after_id);
 	db_params_int(&p, REBUILD_PAGE);
 	rc = db_query(c, SQL_TASK_SCHEDULED_PAGE, &p, &j->rows);
 	db_params_free(&p);
@@ -282,6 +287,10 @@ rebuild_page(struct rebuild *rb)
 	struct rebuild_job *j = xcalloc(1, sizeof(*j));
 
 	j->rb = rb;
+	j->slot = rb->slot;
+	j->end_ms = rb->end_ms;
+	j->after_due = rb->after_due;
+	memcpy(j->after_id, rb->after_id, sizeof(j->after_id));
 	j->job.run = page_run;
 	j->job.done_cb = page_done_cb;
 	db_pool_submit(rb->w->db, &j->job);

@@ -128,12 +128,10 @@ struct wtask {
 	int counted; /* its attempt is recorded in Redis */
 	/* Recurring tasks: due_at is the occurrence being fired. */
 	int recurring;
-	int misfired; /* fired later than the misfire threshold */
-	int skip;     /* misfired under policy skip: recorded, not published */
-	int64_t next_due;   /* set by the DB update; -1: the series ended */
-	char *payload;	    /* to index the next occurrence with */
+	int misfired;  /* fired later than the misfire threshold */
+	int skip;      /* misfired under policy skip: recorded, not published */
+	char *payload; /* to index the next occurrence with */
 	struct task *early; /* WT_EARLY: the claimed payload, decoded */
-	char note[112];	    /* its task_log note (bound by pointer) */
 	struct timerwheel_timer timer;
 	struct wtask *next; /* claim queue or mark batch */
 	struct worker *w;

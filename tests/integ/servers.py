@@ -371,8 +371,11 @@ num.io.threads=2
                 "-Dlog4j2.configurationFile=" + self.log4j]
 
     def _format(self):
-        cluster_id = base64.urlsafe_b64encode(
-            uuid.uuid4().bytes).decode().rstrip("=")
+        # Not starting with "-": StorageTool would take it for an option.
+        cluster_id = "-"
+        while cluster_id.startswith("-"):
+            cluster_id = base64.urlsafe_b64encode(
+                uuid.uuid4().bytes).decode().rstrip("=")
         logf = os.path.join(self.dir, "format.log")
         with open(logf, "ab") as f:
             p = subprocess.run(

@@ -412,7 +412,7 @@ def test_misfire_policies_after_whole_cluster_outage():
 
 
 SANITIZER_MARKS = ("ERROR: AddressSanitizer", "ERROR: LeakSanitizer",
-                   "runtime error:")
+                   "runtime error:", "WARNING: ThreadSanitizer")
 
 
 def sanitizer_reports(c):

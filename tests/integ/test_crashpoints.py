@@ -256,9 +256,14 @@ def test_handover_drained_before_release():
     feed.t0 = h.now_ms()
     feed.start()
     try:
+        # A new "slot gained" line: the log holds earlier runs' too, and
+        # this start may first wait for the ZooKeeper session of the
+        # previous run (killed at its crash point) to expire; worker 0
+        # started before that would own the slots instead.
+        gained = len(w1.grep("slot gained"))
         start_env(C.start_worker, w1, "handover_drained_before_release")
-        h.wait_until(lambda: w1.grep("slot gained"), 30, 0.1,
-                     "worker 1 owning slots")
+        h.wait_until(lambda: len(w1.grep("slot gained")) >= gained + 16, 30,
+                     0.1, "worker 1 owning every slot")
         time.sleep(1.0)
         C.start_worker(w0, wait=False)
         died = wait_died(w1, "handover_drained_before_release")

@@ -673,6 +673,19 @@ db_rows_int(const struct db_rows *r, size_t row, size_t col)
 }
 
 int
+db_query_int(struct db_conn *c, const char *sql, struct db_params *params,
+	     long long none, long long *n)
+{
+	struct db_rows rows;
+
+	if (db_query(c, sql, params, &rows) < 0)
+		return -1;
+	*n = rows.nrows ? db_rows_int(&rows, 0, 0) : none;
+	db_rows_free(&rows);
+	return 0;
+}
+
+int
 db_simple(struct db_conn *c, const char *sql)
 {
 	if (!c->up) {

@@ -91,6 +91,10 @@ int db_exec(struct db_conn *c, const char *sql, struct db_params *params,
 	    unsigned long long *affected);
 int db_query(struct db_conn *c, const char *sql, struct db_params *params,
 	     struct db_rows *rows);
+/* The first column of the first row as an integer in *n (none if there
+ * is no row). */
+int db_query_int(struct db_conn *c, const char *sql, struct db_params *params,
+		 long long none, long long *n);
 /* Plain statement without parameters (DDL, BEGIN, COMMIT). */
 int db_simple(struct db_conn *c, const char *sql);
 int db_begin(struct db_conn *c);

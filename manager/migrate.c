@@ -15,18 +15,18 @@
 static int
 current_version(struct db_conn *c, int *version)
 {
-	struct db_rows rows;
+	long long v;
 
 	if (db_simple(c, "CREATE TABLE IF NOT EXISTS prophet_schema ("
 			 " version INT NOT NULL PRIMARY KEY,"
 			 " name VARCHAR(255) NOT NULL,"
 			 " applied_at BIGINT NOT NULL) ENGINE=InnoDB") < 0)
 		return -1;
-	if (db_query(c, "SELECT COALESCE(MAX(version), 0) FROM prophet_schema",
-		     NULL, &rows) < 0)
+	if (db_query_int(c,
+			 "SELECT COALESCE(MAX(version), 0) FROM prophet_schema",
+			 NULL, 0, &v) < 0)
 		return -1;
-	*version = rows.nrows ? (int)db_rows_int(&rows, 0, 0) : 0;
-	db_rows_free(&rows);
+	*version = (int)v;
 	return 0;
 }
 
@@ -48,19 +48,6 @@ record(struct db_conn *c, const struct schema_migration *m)
 	return r;
 }
 
-/* The first column of a one-row answer, or -1 on none. */
-static int
-count_of(struct db_conn *c, const char *sql, struct db_params *p, long long *n)
-{
-	struct db_rows rows;
-
-	if (db_query(c, sql, p, &rows) < 0)
-		return -1;
-	*n = rows.nrows ? db_rows_int(&rows, 0, 0) : -1;
-	db_rows_free(&rows);
-	return 0;
-}
-
 /*
  * Runs one migration: 1 applied, 0 deferred (it copies a table larger
  * than copy_max rows: the manager runs on the schema it has and says what
@@ -74,7 +61,7 @@ apply_one(struct db_conn *c, const struct schema_migration *m,
 	long long n = -1;
 
 	if (m->done_sql != NULL) {
-		if (count_of(c, m->done_sql, NULL, &n) < 0)
+		if (db_query_int(c, m->done_sql, NULL, -1, &n) < 0)
 			return -1;
 		if (n > 0) {
 			log_info("migration already in place, recorded",
@@ -85,11 +72,12 @@ apply_one(struct db_conn *c, const struct schema_migration *m,
 	if (m->copies != NULL) {
 		db_params_init(&p, 1);
 		db_params_str(&p, m->copies);
-		if (count_of(c,
-			     "SELECT TABLE_ROWS FROM information_schema.TABLES "
-			     "WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = "
-			     "?",
-			     &p, &n) < 0) {
+		if (db_query_int(
+			    c,
+			    "SELECT TABLE_ROWS FROM information_schema.TABLES "
+			    "WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = "
+			    "?",
+			    &p, -1, &n) < 0) {
 			db_params_free(&p);
 			return -1;
 		}

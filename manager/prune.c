@@ -678,7 +678,7 @@ static int
 acquire_run(struct db_conn *c, struct prune_job *j)
 {
 	struct db_params p;
-	struct db_rows rows;
+	long long epoch;
 	int rc;
 
 	if (db_simple(c, SQL_PRUNE_STATE_INIT) < 0 || db_begin(c) < 0)
@@ -689,10 +689,9 @@ acquire_run(struct db_conn *c, struct prune_job *j)
 	rc = db_exec(c, SQL_PRUNE_FENCE_RAISE, &p, NULL);
 	db_params_free(&p);
 	if (rc == 0)
-		rc = db_query(c, SQL_PRUNE_FENCE, NULL, &rows);
+		rc = db_query_int(c, SQL_PRUNE_FENCE, NULL, 0, &epoch);
 	if (rc == 0) {
-		j->epoch = rows.nrows ? db_rows_int(&rows, 0, 0) : 0;
-		db_rows_free(&rows);
+		j->epoch = epoch;
 		rc = db_commit(c);
 	}
 	if (rc < 0)
@@ -1629,7 +1628,6 @@ dry_run(struct db_conn *c, struct api_job *a)
 		long long n, held = 0, sum = 0;
 		int64_t lo = ret, oldest = -1, min;
 		struct db_params p;
-		struct db_rows rows;
 		int rc;
 
 		for (size_t k = 0; k <= sizeof(edges) / sizeof(edges[0]); k++) {
@@ -1665,15 +1663,13 @@ dry_run(struct db_conn *c, struct api_job *a)
 		db_params_init(&p, 2);
 		db_params_str(&p, finals[i]);
 		db_params_int(&p, cutoff);
-		rc = db_query(c, SQL_PRUNE_HELD, &p, &rows);
+		rc = db_query_int(c, SQL_PRUNE_HELD, &p, 0, &held);
 		db_params_free(&p);
 		if (rc < 0) {
 			json_decref(ages);
 			json_decref(statuses);
 			return -1;
 		}
-		held = rows.nrows ? db_rows_int(&rows, 0, 0) : 0;
-		db_rows_free(&rows);
 		o = json_pack("{s:s, s:I, s:I, s:o, s:o}", "status", finals[i],
 			      "eligible", (json_int_t)(sum - held),
 			      "kept_by_retrying_callback", (json_int_t)held,

@@ -277,17 +277,16 @@ static int
 slot_fence(struct db_conn *c, int slot, int64_t *fence)
 {
 	struct db_params p;
-	struct db_rows rows;
+	long long v;
 	int rc;
 
 	db_params_init(&p, 1);
 	db_params_int(&p, slot);
-	rc = db_query(c, SQL_SLOT_FENCE_SHARED, &p, &rows);
+	rc = db_query_int(c, SQL_SLOT_FENCE_SHARED, &p, 0, &v);
 	db_params_free(&p);
 	if (rc < 0)
 		return -1;
-	*fence = rows.nrows ? db_rows_int(&rows, 0, 0) : 0;
-	db_rows_free(&rows);
+	*fence = v;
 	return 0;
 }
 

@@ -250,6 +250,10 @@
 	  NULL, 0, "tasks (or log rows) deleted by one prune transaction")     \
 	X(TASK_PRUNE_PAUSE_MS, "task", "prune_pause_ms", CFG_INT, "20", 0,     \
 	  60000, NULL, 0, "pause after each prune transaction")                \
+	X(TASK_BULK_CHUNK, "task", "bulk_chunk", CFG_INT, "2000", 1, 10000,    \
+	  NULL, 0, "tasks one transaction of a bulk job changes")              \
+	X(TASK_BULK_PAUSE_MS, "task", "bulk_pause_ms", CFG_INT, "0", 0, 60000, \
+	  NULL, 0, "pause after each transaction of a bulk job (throttle)")    \
 	X(TASK_ARCHIVE_TOPIC, "task", "archive_topic", CFG_STR, "", 0, 0,      \
 	  cfg_check_topic_or_empty, 0,                                         \
 	  "optional: each finished task's final record (as GET ?log=1 shows "  \

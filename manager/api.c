@@ -649,6 +649,28 @@ r_prune_post(void *ctx, struct evhttp_request *req, const char *a, size_t n)
 }
 
 static void
+r_bulk_post(void *ctx, struct evhttp_request *req, const char *a, size_t n)
+{
+	(void)a;
+	(void)n;
+	bulk_post(ctx, req);
+}
+
+static void
+r_jobs_list(void *ctx, struct evhttp_request *req, const char *a, size_t n)
+{
+	(void)a;
+	(void)n;
+	bulk_jobs_list(ctx, req);
+}
+
+static void
+r_job_get(void *ctx, struct evhttp_request *req, const char *a, size_t n)
+{
+	bulk_job_get(ctx, req, a, n);
+}
+
+static void
 r_pull_next(void *ctx, struct evhttp_request *req, const char *a, size_t n)
 {
 	pull_next(ctx, req, a, n);
@@ -734,6 +756,9 @@ static const struct http_route routes[] = {
 	{POST, "/v1/admin/restore", AUTH_ADMIN, NATIVE, STATE | JSON,
 	 r_restore_start},
 	{GET, "/v1/admin/restore/{}", AUTH_ADMIN, NATIVE, 0, r_restore_status},
+	{POST, "/v1/tasks/bulk", AUTH_ADMIN, NATIVE, STATE | JSON, r_bulk_post},
+	{GET, "/v1/admin/jobs", AUTH_ADMIN, NATIVE, 0, r_jobs_list},
+	{GET, "/v1/admin/jobs/{}", AUTH_ADMIN, NATIVE, 0, r_job_get},
 	{GET, "/v1/admin/prune", AUTH_ADMIN, NATIVE, 0, r_prune_get},
 	{POST, "/v1/admin/prune", AUTH_ADMIN, NATIVE, STATE | JSON,
 	 r_prune_post},

@@ -185,6 +185,7 @@ stop_cb(int count, void *arg)
 	mg->stopping = 1;
 	kingest_stop(mg->kingest);
 	prune_stop(mg->prune);
+	bulk_stop(mg->bulk);
 	pull_stop(mg->pull);
 	mg->stop_deadline_ms = clock_mono_ms() + 10000;
 	mg->stop_ev = event_new(mg->base, -1, EV_PERSIST, drain_cb, mg);
@@ -300,6 +301,7 @@ main(int argc, char **argv)
 		log_fatal("bad config", "key=http.tls_ca error=\"%s\"", err);
 	cluster_sampler_start(&mg);
 	mg.prune = prune_create(&mg);
+	mg.bulk = bulk_create(&mg);
 	gauges = event_new(mg.base, -1, EV_PERSIST, gauges_cb, &mg);
 	event_add(gauges, &one_s);
 	gauges_cb(-1, 0, &mg);
@@ -324,6 +326,7 @@ main(int argc, char **argv)
 	/* Commits in flight complete (their answers are lost with the
 	 * connections, but what was committed stays committed). */
 	prune_destroy(mg.prune);
+	bulk_destroy(mg.bulk);
 	db_pool_destroy(mg.db);
 	db_dsn_destroy(mg.dsn);
 	kingest_destroy(mg.kingest);

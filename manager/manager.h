@@ -114,6 +114,7 @@ struct manager {
 	struct index_slot *index_slots;
 	struct kingest *kingest;
 	struct pruner *prune; /* NULL: retention off */
+	struct bulk_runner *bulk;
 	struct task_limits limits;
 	unsigned char retry_key[CALLBACK_KEY_LEN]; /* guard.c */
 	int have_retry_key;
@@ -248,6 +249,19 @@ void prune_zk_event(struct manager *mg, int type, int state, const char *path);
 /* GET /v1/admin/prune, POST /v1/admin/prune {"dry_run":bool} */
 void prune_get(struct manager *mg, struct evhttp_request *req);
 void prune_post(struct manager *mg, struct evhttp_request *req);
+
+/* bulk.c: bulk cancel and reschedule by filter (docs/architecture.md,
+ * "Bulk jobs"): POST /v1/tasks/bulk, GET /v1/admin/jobs[/{id}], and the
+ * runner that does the jobs, one manager at a time. */
+struct bulk_runner;
+struct bulk_runner *bulk_create(struct manager *mg);
+/* SIGTERM: no chunk starts after the current one. */
+void bulk_stop(struct bulk_runner *p);
+void bulk_destroy(struct bulk_runner *p);
+void bulk_post(struct manager *mg, struct evhttp_request *req);
+void bulk_jobs_list(struct manager *mg, struct evhttp_request *req);
+void bulk_job_get(struct manager *mg, struct evhttp_request *req,
+		  const char *id, size_t idlen);
 
 /* kingest.c: task submissions from kafka.ingest_topic (NULL if unset) */
 struct kingest *kingest_create(struct manager *mg, char *err, size_t errlen);

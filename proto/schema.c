@@ -141,6 +141,44 @@ static const char *const v5_stmts[] = {
 	"COLUMN_NAME IN ('status', 'callback_status') AND DATA_TYPE = " \
 	"'enum' HAVING COUNT(*) = 2"
 
+/* Bulk jobs (issue 22): a cancel or reschedule of every scheduled task a
+ * filter matches, run in keyset chunks by one manager at a time. The row
+ * is the job's audit record (who, filter, counts) and its resumable
+ * state: the cursor (the last id done) moves in the transaction of the
+ * chunk it ends, the epoch fences a manager that lost the job's lease.
+ * Self-contained, so it can be renumbered when merged after other
+ * migrations. */
+static const char *const v7_stmts[] = {
+	"CREATE TABLE IF NOT EXISTS bulk_jobs ("
+	" id BIGINT UNSIGNED NOT NULL AUTO_INCREMENT,"
+	" action VARCHAR(8) CHARACTER SET ascii NOT NULL,"
+	" filter TEXT NOT NULL,"
+	" by_ms BIGINT NULL,"
+	" due_at BIGINT NULL,"
+	" who VARCHAR(128) NOT NULL,"
+	" state VARCHAR(10) CHARACTER SET ascii NOT NULL,"
+	" total BIGINT NOT NULL DEFAULT 0,"
+	" cursor_id VARCHAR(128) CHARACTER SET ascii COLLATE ascii_bin"
+	"  NOT NULL DEFAULT '',"
+	" scanned BIGINT NOT NULL DEFAULT 0,"
+	" changed BIGINT NOT NULL DEFAULT 0,"
+	" firing BIGINT NOT NULL DEFAULT 0,"
+	" skipped BIGINT NOT NULL DEFAULT 0,"
+	" firing_ids TEXT NULL,"
+	" chunks BIGINT NOT NULL DEFAULT 0,"
+	" resumed INT NOT NULL DEFAULT 0,"
+	" epoch BIGINT NOT NULL DEFAULT 0,"
+	" owner VARCHAR(255) NULL,"
+	" lease_until BIGINT NOT NULL DEFAULT 0,"
+	" created_at BIGINT NOT NULL,"
+	" started_at BIGINT NULL,"
+	" finished_at BIGINT NULL,"
+	" updated_at BIGINT NOT NULL,"
+	" PRIMARY KEY (id),"
+	" KEY by_state (state, id)"
+	") ENGINE=InnoDB",
+	NULL};
+
 const struct schema_migration schema_migrations[] = {
 	{1, "tasks, task_log, slot_state", v1_stmts, NULL, NULL},
 	{2, "recurring tasks: misfire, start_at, end_at, occurrences", v2_stmts,
@@ -149,6 +187,7 @@ const struct schema_migration schema_migrations[] = {
 	{4, "retention: index by status and last change, prune_state", v4_stmts,
 	 NULL, NULL},
 	{5, "status and callback_status as ENUM", v5_stmts, "tasks", V5_DONE},
+	{7, "bulk_jobs", v7_stmts, NULL, NULL},
 };
 
 const size_t schema_migration_count =

@@ -304,36 +304,49 @@
  * Cancel, race-free against claims: a task still due is removed (and
  * tombstoned); one in flight cannot be cancelled. The tombstone's time is
  * the later of now and the task's due time (it is trimmed an hour after):
- * it also drops a copy waiting in a bucket when that is moved.
- * KEYS: due, inflight, cancelled     ARGV: id, now_ms, due_ms
- * Returns -1 if in flight, else the removed due score (0: not indexed).
+ * it also drops a copy waiting in a bucket when that is moved. A recurring
+ * task (series) is tombstoned even while an occurrence is in flight, so
+ * that the worker recording that occurrence does not index the next one
+ * (SCRIPT_CRON_NEXT). cancel_one returns -1 if (an occurrence is) in
+ * flight, else the removed due score (0: not indexed).
  */
-#define SCRIPT_CANCEL                                                    \
-	"if redis.call('ZSCORE', KEYS[2], ARGV[1]) then return -1 end\n" \
-	"local s = redis.call('ZSCORE', KEYS[1], ARGV[1])\n"             \
-	"redis.call('ZREM', KEYS[1], ARGV[1])\n"                         \
-	"redis.call('ZADD', KEYS[3], math.max(tonumber(ARGV[2]), "       \
-	"tonumber(ARGV[3])),\n"                                          \
-	"           ARGV[1])\n"                                          \
-	"if s then return tonumber(s) end\n"                             \
-	"return 0\n"
+#define LUA_CANCEL                                                      \
+	"local function cancel_one(kd, ki, kc, id, now, due, series)\n" \
+	"  local t = math.max(tonumber(now), tonumber(due))\n"          \
+	"  if series then redis.call('ZADD', kc, t, id) end\n"          \
+	"  if redis.call('ZSCORE', ki, id) then return -1 end\n"        \
+	"  local s = redis.call('ZSCORE', kd, id)\n"                    \
+	"  redis.call('ZREM', kd, id)\n"                                \
+	"  if not series then redis.call('ZADD', kc, t, id) end\n"      \
+	"  if s then return tonumber(s) end\n"                          \
+	"  return 0\n"                                                  \
+	"end\n"
+
+/* KEYS: due, inflight, cancelled     ARGV: id, now_ms, due_ms */
+#define SCRIPT_CANCEL                                                     \
+	LUA_CANCEL                                                        \
+	"return cancel_one(KEYS[1], KEYS[2], KEYS[3], ARGV[1], ARGV[2], " \
+	"ARGV[3], false)\n"
+
+/* A recurring task. KEYS: due, inflight, cancelled  ARGV: id, now, due */
+#define SCRIPT_CANCEL_SERIES                                              \
+	LUA_CANCEL                                                        \
+	"return cancel_one(KEYS[1], KEYS[2], KEYS[3], ARGV[1], ARGV[2], " \
+	"ARGV[3], true)\n"
 
 /*
- * Cancel a recurring task: as SCRIPT_CANCEL, but the tombstone is set even
- * while an occurrence is in flight, so that the worker recording that
- * occurrence does not index the next one (SCRIPT_CRON_NEXT).
- * KEYS: due, inflight, cancelled     ARGV: id, now_ms, due_ms
- * Returns -1 if an occurrence is in flight, else the removed due score.
+ * Bulk cancel (manager/bulk.c): cancel_one for each task of a slot.
+ * KEYS: due, inflight, cancelled     ARGV: now_ms, (id, due_ms, series
+ * 0/1)...     Returns cancel_one's answer for each, in order.
  */
-#define SCRIPT_CANCEL_SERIES                                             \
-	"redis.call('ZADD', KEYS[3], math.max(tonumber(ARGV[2]), "       \
-	"tonumber(ARGV[3])),\n"                                          \
-	"           ARGV[1])\n"                                          \
-	"if redis.call('ZSCORE', KEYS[2], ARGV[1]) then return -1 end\n" \
-	"local s = redis.call('ZSCORE', KEYS[1], ARGV[1])\n"             \
-	"redis.call('ZREM', KEYS[1], ARGV[1])\n"                         \
-	"if s then return tonumber(s) end\n"                             \
-	"return 0\n"
+#define SCRIPT_BULK_CANCEL                                                  \
+	LUA_CANCEL                                                          \
+	"local out = {}\n"                                                  \
+	"for i = 2, #ARGV, 3 do\n"                                          \
+	"  out[#out + 1] = cancel_one(KEYS[1], KEYS[2], KEYS[3], ARGV[i], " \
+	"ARGV[1], ARGV[i + 1], ARGV[i + 2] == '1')\n"                       \
+	"end\n"                                                             \
+	"return out\n"
 
 /*
  * After the DB recorded an occurrence of a recurring task and scheduled
@@ -388,33 +401,51 @@
  * was moved before), the moved entry records the new due time as current
  * and the latest due of any copy. It is indexed at the new time (in a
  * bucket if that starts after edge) unless payload is "" (beyond the
- * horizon: the loader indexes it).
- * KEYS: due, task, inflight, cancelled, bk, bucket prefix, moved
- * ARGV: id, new_due_ms, payload, edge, width, old_due_ms
- * Returns -1 if in flight, -2 if cancelled, 1 if indexed at the new time,
- * 0 if dropped from the index.
+ * horizon: the loader indexes it). reschedule_one returns -1 if in
+ * flight, -2 if cancelled, 1 if indexed at the new time, 0 if dropped
+ * from the index. KEYS (of both scripts): due, task, inflight, cancelled,
+ * bk, bucket prefix, moved.
  */
-#define SCRIPT_RESCHEDULE                                               \
-	LUA_INDEXING                                                    \
-	"local id = ARGV[1]\n"                                          \
-	"if redis.call('ZSCORE', KEYS[3], id) then return -1 end\n"     \
-	"if redis.call('ZSCORE', KEYS[4], id) then return -2 end\n"     \
-	"redis.call('ZREM', KEYS[1], id)\n"                             \
-	"redis.call('HDEL', KEYS[2], id)\n"                             \
-	"local new, edge = tonumber(ARGV[2]), tonumber(ARGV[4])\n"      \
-	"local width, old = tonumber(ARGV[5]), tonumber(ARGV[6])\n"     \
-	"local mv = redis.call('HGET', KEYS[7], id)\n"                  \
-	"local ob = width > 0 and old - old % width or 0\n"             \
-	"if mv or (width > 0 and redis.call('ZSCORE', KEYS[5], "        \
-	"string.format('%d', ob))) then\n"                              \
-	"  set_moved(KEYS[7], id, ARGV[2], mv, math.max(old, new))\n"   \
-	"end\n"                                                         \
-	"if ARGV[3] == '' then return 0 end\n"                          \
-	"if not to_bucket(KEYS[5], KEYS[6], width, edge, id, ARGV[2], " \
-	"ARGV[3]) then\n"                                               \
-	"  redis.call('HSET', KEYS[2], id, ARGV[3])\n"                  \
-	"  redis.call('ZADD', KEYS[1], ARGV[2], id)\n"                  \
-	"end\n"                                                         \
-	"return 1\n"
+#define LUA_RESCHEDULE                                                        \
+	LUA_INDEXING                                                          \
+	"local function reschedule_one(id, nd, p, edge, width, old)\n"        \
+	"  if redis.call('ZSCORE', KEYS[3], id) then return -1 end\n"         \
+	"  if redis.call('ZSCORE', KEYS[4], id) then return -2 end\n"         \
+	"  redis.call('ZREM', KEYS[1], id)\n"                                 \
+	"  redis.call('HDEL', KEYS[2], id)\n"                                 \
+	"  local mv = redis.call('HGET', KEYS[7], id)\n"                      \
+	"  local ob = width > 0 and old - old % width or 0\n"                 \
+	"  if mv or (width > 0 and redis.call('ZSCORE', KEYS[5], "            \
+	"string.format('%d', ob))) then\n"                                    \
+	"    set_moved(KEYS[7], id, nd, mv, math.max(old, tonumber(nd)))\n"   \
+	"  end\n"                                                             \
+	"  if p == '' then return 0 end\n"                                    \
+	"  if not to_bucket(KEYS[5], KEYS[6], width, edge, id, nd, p) then\n" \
+	"    redis.call('HSET', KEYS[2], id, p)\n"                            \
+	"    redis.call('ZADD', KEYS[1], nd, id)\n"                           \
+	"  end\n"                                                             \
+	"  return 1\n"                                                        \
+	"end\n"
+
+/* ARGV: id, new_due_ms, payload, edge, width, old_due_ms */
+#define SCRIPT_RESCHEDULE                                   \
+	LUA_RESCHEDULE                                      \
+	"return reschedule_one(ARGV[1], ARGV[2], ARGV[3], " \
+	"tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6]))\n"
+
+/*
+ * Bulk reschedule (manager/bulk.c): reschedule_one for each task of a
+ * slot. ARGV: edge, width, (id, new_due_ms, payload, old_due_ms)...
+ * Returns reschedule_one's answer for each, in order.
+ */
+#define SCRIPT_BULK_RESCHEDULE                                       \
+	LUA_RESCHEDULE                                               \
+	"local edge, width = tonumber(ARGV[1]), tonumber(ARGV[2])\n" \
+	"local out = {}\n"                                           \
+	"for i = 3, #ARGV, 4 do\n"                                   \
+	"  out[#out + 1] = reschedule_one(ARGV[i], ARGV[i + 1], "    \
+	"ARGV[i + 2], edge, width, tonumber(ARGV[i + 3]))\n"         \
+	"end\n"                                                      \
+	"return out\n"
 
 #endif

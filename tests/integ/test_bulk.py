@@ -1,0 +1,337 @@
+#!/usr/bin/env python3
+"""Bulk cancel and reschedule by filter (POST /v1/tasks/bulk, issue 22)
+against a running cluster (manager + 2 workers) with a Kafka ledger: a
+bulk cancel racing the workers leaves every task either published or
+cancelled, never both, with exact counts; a bulk shift moves tasks across
+the horizon and the buckets and they fire at their new time only; the dry
+run counts what the job changes; a job resumes after a kill -9 of its
+manager without doing a task twice; bad requests get a 400 naming the
+field; the job row and the per-task log rows say who did it."""
+
+import os
+import sys
+import time
+
+sys.dont_write_bytecode = True
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import harness as h  # noqa: E402
+
+C = None
+API = None
+READER = None
+TOPIC = "bulk"
+OTHER = "bulkother"
+
+
+def setup():
+    global C, API, READER
+    # Small chunks with a pause: a job of a few thousand tasks takes
+    # seconds, long enough to race workers and to be killed mid-way.
+    C = h.Cluster(workers=2, name="bulk", conf={
+        "task.bulk_chunk": 100,
+        "task.bulk_pause_ms": 20,
+    }).open()
+    C.start()
+    API = C.api()
+    h.create_topics(C.brokers, [C.topic(TOPIC), C.topic(OTHER)])
+    READER = C.reader([TOPIC, OTHER])
+
+
+def submit_batch(tasks):
+    ids = []
+    for i in range(0, len(tasks), 1000):
+        r = API.post("/v1/tasks/batch", {"tasks": tasks[i:i + 1000]})
+        h.check_eq(r.status, 200, "batch %r" % r)
+        for x in r.json["results"]:
+            h.check_eq(x["code"], 201, "batch item %r" % x)
+            ids.append(x["id"])
+    return ids
+
+
+def tasks(prefix, n, due, topic=TOPIC, spread=0, **kw):
+    out = []
+    for i in range(n):
+        t = {"id": "%s-%05d" % (prefix, i), "topic": topic,
+             "body": "b%d" % i,
+             "due_at": due + (i * spread // n if spread else 0)}
+        t.update(kw)
+        out.append(t)
+    return out
+
+
+def published(tid):
+    with READER.cond:
+        return list(READER.by_id.get(tid, []))
+
+
+def bulk(body, want=202):
+    r = API.post("/v1/tasks/bulk", body)
+    h.check_eq(r.status, want, "bulk %r -> %r" % (body, r))
+    return r.json
+
+
+def wait_job(job, timeout=60):
+    out = {}
+
+    def done():
+        r = API.get("/v1/admin/jobs/%d" % job)
+        h.check_eq(r.status, 200, "job status")
+        out.update(r.json)
+        return r.json["done"]
+    h.wait_until(done, timeout, interval=0.2, what="bulk job %d" % job)
+    return out
+
+
+def statuses(prefix):
+    rows = C.mysql("SELECT id, status, due_at FROM tasks WHERE id LIKE '%s-%%'"
+                   % prefix)
+    return {r[0]: (r[1], int(r[2])) for r in rows}
+
+
+def bulk_log_rows(prefix):
+    rows = C.mysql("SELECT task_id, COUNT(*) FROM task_log WHERE actor = "
+                   "'bulk' AND task_id LIKE '%s-%%' GROUP BY task_id"
+                   % prefix)
+    return {r[0]: int(r[1]) for r in rows}
+
+
+def test_bad_requests_name_the_field():
+    f = {"topic": TOPIC}
+    cases = [
+        ({"action": "cancel"}, "filter"),
+        ({"action": "cancel", "filter": {}}, "filter"),
+        ({"action": "cancel", "filter": []}, "filter"),
+        ({"action": "cancel", "filter": {"bogus": 1}}, "filter.bogus"),
+        ({"action": "cancel", "filter": {"topic": 5}}, "filter.topic"),
+        ({"action": "cancel", "filter": {"topic": "a b"}}, "filter.topic"),
+        ({"action": "cancel", "filter": {"status": "delivered"}},
+         "filter.status"),
+        ({"action": "cancel", "filter": {"due_from": "x"}},
+         "filter.due_from"),
+        ({"action": "cancel", "filter": {"due_from": 10, "due_to": 5}},
+         "filter.due_to"),
+        ({"action": "cancel", "filter": {"id_prefix": "a b"}},
+         "filter.id_prefix"),
+        ({"action": "cancel", "filter": {"id_prefix": ""}},
+         "filter.id_prefix"),
+        ({"action": "cancel", "filter": {"key": ""}}, "filter.key"),
+        ({"action": "cancel", "filter": {"key": "k" * 1025}}, "filter.key"),
+        ({"action": "cancel", "filter": {"all": False}}, "filter.all"),
+        ({"action": "explode", "filter": f}, "action"),
+        ({"filter": f}, "action"),
+        ({"action": "set_due", "filter": f, "by_ms": 5}, "by_ms"),
+        ({"action": "set_due", "filter": f}, "due_at"),
+        ({"action": "set_due", "filter": f, "due_at": -1}, "due_at"),
+        ({"action": "shift", "filter": f}, "by_ms"),
+        ({"action": "shift", "filter": f, "by_ms": 0}, "by_ms"),
+        ({"action": "shift", "filter": f, "by_ms": "10"}, "by_ms"),
+        ({"action": "shift", "filter": f, "by_ms": 10, "due_at": 5},
+         "due_at"),
+        ({"action": "cancel", "filter": f, "by_ms": 10}, "by_ms"),
+        ({"action": "cancel", "filter": f, "due_at": 10}, "due_at"),
+        ({"action": "cancel", "filter": f, "dry_run": "yes"}, "dry_run"),
+        ({"action": "cancel", "filter": f, "extra": 1}, "extra"),
+    ]
+    for body, field in cases:
+        r = API.post("/v1/tasks/bulk", body)
+        h.check_eq(r.status, 400, "%r -> %r" % (body, r))
+        h.check_eq(r.json["error"]["field"], field, "field of %r" % body)
+    r = API.request("POST", "/v1/tasks/bulk", b"not json",
+                    {"Content-Type": "application/json"})
+    h.check_eq(r.status, 400, "not JSON")
+    # An empty filter is refused; {"all": true} is the explicit form.
+    r = bulk({"action": "cancel", "filter": {"all": True}, "dry_run": True},
+             200)
+    h.check(r["matched"] >= 0, "all: %r" % r)
+    for bad in ("abc", "0", "-1", "1x", "99999999"):
+        r = API.get("/v1/admin/jobs/" + bad)
+        h.check_eq(r.status, 404, "job %s" % bad)
+    h.check_eq(C.mysql("SELECT COUNT(*) FROM bulk_jobs")[0][0], "0",
+               "no job recorded by refused or dry-run requests")
+
+
+def test_dry_run_count_equals_real_cancel():
+    far = h.now_ms() + 2 * 3600 * 1000
+    near = h.now_ms() + 7000
+    a = submit_batch(tasks("dry", 700, far, key="k1"))
+    submit_batch([{"id": "dryo-%d" % i, "topic": OTHER, "body": "o",
+                   "key": "k1", "due_at": far} for i in range(50)])
+    # In the Redis index: the due set (7 s) and a bucket (10 min).
+    n1 = submit_batch(tasks("dryn", 60, near, key="k1"))
+    n2 = submit_batch(tasks("dryb", 40, h.now_ms() + 600000, key="k1"))
+    submit_batch(tasks("dryk", 30, far, key="k2"))
+    flt = {"topic": TOPIC, "key": "k1", "status": "scheduled"}
+    r = bulk({"action": "cancel", "filter": flt, "dry_run": True}, 200)
+    h.check_eq(r["matched"], 800, "dry run count")
+    h.check_eq(r["filter"], flt, "dry run echoes the filter")
+    j = bulk({"action": "cancel", "filter": flt})
+    h.check_eq(j["total"], 800, "job total")
+    h.check_eq(j["who"], "anonymous", "who without tokens")
+    j = wait_job(j["job"])
+    h.check_eq((j["changed"], j["firing"], j["skipped"], j["scanned"]),
+               (800, 0, 0, 800), "counts = the dry run's")
+    st = statuses("dry")
+    h.check(all(st["dry-%05d" % i][0] == "cancelled" for i in range(700)),
+            "far tasks cancelled")
+    st.update(statuses("dryn"))
+    st.update(statuses("dryb"))
+    h.check(all(v[0] == "cancelled" for k, v in st.items()
+                if k.startswith(("dryn", "dryb"))), "indexed tasks cancelled")
+    h.check(all(v[0] == "scheduled" for v in statuses("dryk").values()),
+            "another key untouched")
+    h.check(all(v[0] == "scheduled" for v in statuses("dryo").values()),
+            "another topic untouched")
+    logs = bulk_log_rows("dry")
+    logs.update(bulk_log_rows("dryn"))
+    logs.update(bulk_log_rows("dryb"))
+    h.check_eq(len(logs), 800, "a log row per task")
+    h.check(all(v == 1 for v in logs.values()), "one each")
+    r = API.get("/v1/tasks/%s?log=1" % a[3])
+    rows = [x for x in r.json["log"] if x.get("actor") == "bulk"]
+    h.check_eq(len(rows), 1, "bulk row in GET ?log=1: %r" % r.json["log"])
+    h.check_eq(rows[0]["to"], "cancelled", "to cancelled: %r" % rows[0])
+    h.check("bulk job %d by anonymous: cancel" % j["job"]
+            in (rows[0].get("note") or ""), "note %r" % rows[0])
+    # The job's audit row: who, filter, counts, in the list too.
+    lst = API.get("/v1/admin/jobs").json["jobs"]
+    mine = [x for x in lst if x["job"] == j["job"]]
+    h.check_eq(len(mine), 1, "listed")
+    h.check_eq((mine[0]["who"], mine[0]["filter"], mine[0]["changed"],
+                mine[0]["state"]), ("anonymous", flt, 800, "done"),
+               "audit row")
+    # The indexed ones never fire.
+    time.sleep(max(0, near - h.now_ms()) / 1000.0 + 3)
+    h.check(not any(published(i) for i in n1 + n2), "a cancelled task fired")
+    m = h.metrics(C.manager_addr, labelled=True)
+    key = 'prophet_bulk_tasks_total{action="cancel",outcome="changed"}'
+    h.check(m.get(key, 0) >= 800, "metric %s: %r" % (key, m.get(key)))
+
+
+def test_cancel_races_workers():
+    n = 2000
+    start = h.now_ms() + 2500
+    ids = submit_batch(tasks("race", n, start, spread=2500))
+    # Start as the first ones fire: the job's chunks (100 tasks, ~20 ms
+    # apart) run through the 2.5 s the tasks fire over.
+    time.sleep(max(0, start - h.now_ms() + 300) / 1000.0)
+    j = bulk({"action": "cancel", "filter": {"id_prefix": "race-"}})
+    j = wait_job(j["job"])
+    time.sleep(4)  # in-flight publishes complete
+    st = statuses("race")
+    pub = {i for i in ids if published(i)}
+    canc = {i for i, v in st.items() if v[0] == "cancelled"}
+    deliv = {i for i, v in st.items() if v[0] == "delivered"}
+    h.check(not (pub & canc), "published and cancelled: %s"
+            % sorted(pub & canc)[:5])
+    h.check_eq(len(pub | canc), n, "every task published or cancelled")
+    h.check_eq(pub, deliv, "published = delivered")
+    h.check(0 < len(canc) < n, "the race happened (%d cancelled)"
+            % len(canc))
+    h.check_eq(j["changed"], len(canc), "changed = cancelled")
+    h.check_eq(j["changed"] + j["firing"] + j["skipped"], j["scanned"],
+               "every scanned task counted once")
+    h.check(j["scanned"] <= n and j["firing"] <= len(pub),
+            "counts within bounds: %r" % j)
+    h.check(set(j["firing_ids"]) <= pub, "firing ids were published")
+    logs = bulk_log_rows("race")
+    h.check_eq(set(logs), canc, "a log row per cancelled task")
+    h.check(all(len(published(i)) >= 1 for i in pub), "published")
+
+
+def test_shift_across_horizon_and_buckets():
+    now = h.now_ms()
+    hour = 3600 * 1000
+    # a: in the due set, moved beyond the horizon (2 h);
+    # b: beyond the horizon (2 h, DB only), moved to +12 s (due set);
+    # c: in a bucket (+10 min), moved to +14 s;
+    # d: in the due set (+8 s), moved into a bucket (+10 min).
+    a = submit_batch(tasks("shfa", 100, now + 8000))
+    b = submit_batch(tasks("shfb", 100, now + 2 * hour))
+    c = submit_batch(tasks("shfc", 100, now + 600000))
+    d = submit_batch(tasks("shfd", 100, now + 8000))
+    before = {}
+    for p in ("shfa", "shfb", "shfc", "shfd"):
+        before.update(statuses(p))
+    jobs = [
+        bulk({"action": "shift", "filter": {"id_prefix": "shfa-"},
+              "by_ms": 2 * hour}),
+        bulk({"action": "shift", "filter": {"id_prefix": "shfb-"},
+              "by_ms": -(2 * hour) + 12000}),
+        bulk({"action": "set_due", "filter": {"id_prefix": "shfc-"},
+              "due_at": now + 14000}),
+        bulk({"action": "shift", "filter": {"id_prefix": "shfd-",
+                                            "due_to": now + 9000},
+              "by_ms": 600000 - 8000}),
+    ]
+    for jb in jobs:
+        jb = wait_job(jb["job"])
+        h.check_eq((jb["changed"], jb["firing"], jb["skipped"]),
+                   (100, 0, 0), "job %d counts" % jb["job"])
+    after = {}
+    for p in ("shfa", "shfb", "shfc", "shfd"):
+        after.update(statuses(p))
+    for i in a:
+        h.check_eq(after[i][1], before[i][1] + 2 * hour, "a due")
+    for i in b:
+        h.check_eq(after[i][1], before[i][1] - 2 * hour + 12000, "b due")
+    for i in c:
+        h.check_eq(after[i][1], now + 14000, "c due")
+    for i in d:
+        h.check_eq(after[i][1], before[i][1] + 600000 - 8000, "d due")
+    missing = READER.wait_for(b + c, 40, settle=3)
+    h.check(not missing, "shifted tasks did not fire: %s" % missing[:5])
+    for i in b + c:
+        ms = published(i)
+        h.check_eq(len(ms), 1, "%s published once" % i)
+        h.check(ms[0].recv_ms >= after[i][1] - 50,
+                "%s fired before its new time (%d < %d)"
+                % (i, ms[0].recv_ms, after[i][1]))
+    h.check(not any(published(i) for i in a + d),
+            "a task moved away fired at its old time")
+    logs = bulk_log_rows("shfb")
+    h.check_eq(len(logs), 100, "log rows")
+    r = API.get("/v1/tasks/%s?log=1" % b[0])
+    notes = [x.get("note") or "" for x in r.json["log"]
+             if x.get("actor") == "bulk"]
+    h.check(len(notes) == 1 and "due_at %d" % after[b[0]][1] in notes[0],
+            "shift log note: %r" % notes)
+
+
+def test_resume_after_kill():
+    n = 3000
+    far = h.now_ms() + 3 * 3600 * 1000
+    submit_batch(tasks("res", n, far, spread=n))
+    before = statuses("res")
+    j = bulk({"action": "shift", "filter": {"id_prefix": "res-"},
+              "by_ms": 3600000})
+    job = j["job"]
+
+    def started():
+        return API.get("/v1/admin/jobs/%d" % job).json["scanned"] >= 500
+    h.wait_until(started, 60, interval=0.05, what="job under way")
+    C.manager.kill()
+    mid = int(C.mysql("SELECT scanned FROM bulk_jobs WHERE id = %d"
+                      % job)[0][0])
+    h.check(0 < mid < n, "killed mid-job (%d of %d)" % (mid, n))
+    C.start_manager()
+    j = wait_job(job)
+    h.check(j["resumed"] >= 1, "resumed: %r" % j)
+    h.check_eq((j["changed"], j["firing"], j["skipped"], j["scanned"]),
+               (n, 0, 0, n), "final counts exact")
+    after = statuses("res")
+    wrong = [i for i in before if after[i][1] != before[i][1] + 3600000]
+    h.check(not wrong, "shifted other than once: %s" % wrong[:5])
+    logs = bulk_log_rows("res")
+    h.check_eq(len(logs), n, "a log row per task")
+    h.check(all(v == 1 for v in logs.values()), "no task done twice")
+
+
+def cleanup(failed=False):
+    if READER:
+        READER.stop()
+    if C:
+        C.close(failed=failed)
+
+
+if __name__ == "__main__":
+    h.run_suite(globals(), setup, cleanup, lambda: C and C.dump_logs())

@@ -35,6 +35,16 @@ static const struct cli_cmd commands[] = {
 	 "retention: the last pass; --dry-run: what a pass would delete; "
 	 "--now: a pass now, with a progress bar",
 	 cmd_prune},
+	{"bulk",
+	 "bulk cancel|shift|set-due [--topic T] [--due-from MS] [--due-to MS] "
+	 "[--status S] [--id-prefix P] [--key K] [--all] [--by-ms N | "
+	 "--due-at MS] [--dry-run] [--no-wait]",
+	 "cancel or reschedule every scheduled task a filter matches (a job, "
+	 "with a progress bar; --dry-run: count them)",
+	 cmd_bulk},
+	{"jobs", "jobs [ID [--wait]]",
+	 "the bulk jobs (who, filter, counts), or one; --wait: follow it",
+	 cmd_jobs},
 	{"cluster", "cluster",
 	 "master, workers and every slot's owner, "
 	 "epoch, backlog and lag",

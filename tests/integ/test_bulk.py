@@ -8,7 +8,9 @@ run counts what the job changes; a job resumes after a kill -9 of its
 manager without doing a task twice; bad requests get a 400 naming the
 field; the job row and the per-task log rows say who did it."""
 
+import json
 import os
+import subprocess
 import sys
 import time
 
@@ -324,6 +326,40 @@ def test_resume_after_kill():
     logs = bulk_log_rows("res")
     h.check_eq(len(logs), n, "a log row per task")
     h.check(all(v == 1 for v in logs.values()), "no task done twice")
+
+
+def ctl(*args):
+    p = subprocess.run([os.path.join(h.BUILDDIR, "prophetctl"), "--url",
+                        "http://" + C.manager_addr] + list(args),
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                       timeout=60)
+    return p.returncode, p.stdout.decode(), p.stderr.decode()
+
+
+def test_cli_bulk_and_jobs():
+    far = h.now_ms() + 4 * 3600 * 1000
+    submit_batch(tasks("cli", 250, far, topic=OTHER))
+    rc, out, err = ctl("bulk", "cancel", "--topic", OTHER, "--id-prefix",
+                       "cli-", "--dry-run")
+    h.check_eq((rc, out.strip()), (0, "250 scheduled tasks match"),
+               "dry run: %s" % err)
+    rc, out, err = ctl("bulk", "shift", "--id-prefix", "cli-", "--due-at",
+                       "5")
+    h.check_eq(rc, 1, "due_at with shift refused: %s %s" % (out, err))
+    h.check("due_at" in err, "the field named: %s" % err)
+    rc, out, err = ctl("--json", "bulk", "set-due", "--id-prefix", "cli-",
+                       "--due-from", str(far - 1), "--due-at",
+                       str(far + 60000))
+    h.check_eq(rc, 0, "set-due: %s" % err)
+    j = json.loads(out)
+    h.check_eq((j["done"], j["changed"], j["action"]), (True, 250, "set_due"),
+               "followed to the end: %r" % j)
+    h.check(all(v == ("scheduled", far + 60000)
+                for v in statuses("cli").values()), "moved")
+    rc, out, err = ctl("jobs")
+    h.check(rc == 0 and ("%6d set_due" % j["job"]) in out, "jobs: %s" % out)
+    rc, out, err = ctl("jobs", str(j["job"]))
+    h.check(rc == 0 and "250 changed" in out, "jobs ID: %s" % out)
 
 
 def cleanup(failed=False):

@@ -1,0 +1,267 @@
+#ifdef HAVE_CONFIG_H
+#include "config.h"
+#endif
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli.h"
+
+static long long
+num(const json_t *o, const char *field)
+{
+	return (long long)json_integer_value(json_object_get(o, field));
+}
+
+static int
+usage(void)
+{
+	fprintf(stderr,
+		"usage: prophetctl bulk cancel|shift|set-due [--topic T] "
+		"[--due-from MS] [--due-to MS] [--status S] [--id-prefix P] "
+		"[--key K] [--all] [--by-ms N | --due-at MS] [--dry-run] "
+		"[--no-wait]\n");
+	return 2;
+}
+
+static void
+draw(const json_t *st, int tty)
+{
+	long long done = num(st, "scanned"), total = num(st, "total");
+	int width = 30, fill;
+
+	if (!tty)
+		return;
+	/* total is the count when the job was recorded: tasks added since
+	 * may make it pass 100%. */
+	fill = total > 0 ? (int)((done > total ? total : done) * width / total)
+			 : width;
+	fprintf(stderr,
+		"\r[%.*s%*s] %lld/%lld: %lld changed, %lld firing, %lld "
+		"skipped",
+		fill, "##############################", width - fill, "", done,
+		total, num(st, "changed"), num(st, "firing"),
+		num(st, "skipped"));
+	fflush(stderr);
+}
+
+static void
+print_job(const json_t *j)
+{
+	char *f = json_dumps(json_object_get(j, "filter"), JSON_COMPACT);
+	long long s = num(j, "started_at"), e = num(j, "finished_at");
+
+	printf("job %lld %s %s by %s, filter %s\n", num(j, "job"),
+	       json_string_value(json_object_get(j, "action")),
+	       json_string_value(json_object_get(j, "state")),
+	       json_string_value(json_object_get(j, "who")), f ? f : "?");
+	printf("  %lld of %lld scanned: %lld changed, %lld firing (left "
+	       "alone), %lld skipped; %lld transactions%s",
+	       num(j, "scanned"), num(j, "total"), num(j, "changed"),
+	       num(j, "firing"), num(j, "skipped"), num(j, "chunks"),
+	       num(j, "resumed") ? ", resumed" : "");
+	if (s > 0 && e > 0)
+		printf(", took %lld ms", e - s);
+	putchar('\n');
+	if (json_array_size(json_object_get(j, "firing_ids")) > 0) {
+		char *ids = json_dumps(json_object_get(j, "firing_ids"),
+				       JSON_COMPACT);
+
+		printf("  in flight: %s\n", ids);
+		free(ids);
+	}
+	free(f);
+}
+
+/* Follows a job until done, with a progress bar on a terminal. */
+static int
+follow(struct cli *c, long long id)
+{
+	char path[64], err[512];
+	int tty = isatty(STDERR_FILENO) && !c->json;
+	json_t *st = NULL;
+	long code;
+
+	snprintf(path, sizeof(path), "/v1/admin/jobs/%lld", id);
+	for (;;) {
+		json_decref(st);
+		code = cli_request(c, "GET", path, NULL, &st, err, sizeof(err));
+		if (code != 200)
+			return cli_fail(code, st, err);
+		draw(st, tty);
+		if (json_is_true(json_object_get(st, "done")))
+			break;
+		usleep(250 * 1000);
+	}
+	if (tty)
+		fputc('\n', stderr);
+	if (c->json)
+		cli_print_json(st);
+	else
+		print_job(st);
+	json_decref(st);
+	return 0;
+}
+
+static int
+int_arg(const char *s, long long *v)
+{
+	char *end;
+
+	*v = strtoll(s, &end, 10);
+	return *s != '\0' && *end == '\0' ? 0 : -1;
+}
+
+/* prophetctl bulk ACTION [filter...]: a bulk cancel or reschedule. */
+int
+cmd_bulk(struct cli *c, int argc, char **argv)
+{
+	json_t *req, *f, *ans;
+	const char *action;
+	int dry = 0, wait = 1;
+	long long v;
+	char err[512];
+	char *body;
+	long code;
+
+	if (argc < 2)
+		return usage();
+	if (!strcmp(argv[1], "cancel"))
+		action = "cancel";
+	else if (!strcmp(argv[1], "shift"))
+		action = "shift";
+	else if (!strcmp(argv[1], "set-due"))
+		action = "set_due";
+	else
+		return usage();
+	req = json_pack("{s:s}", "action", action);
+	f = json_object();
+	for (int k = 2; k < argc; k++) {
+		const char *a = argv[k],
+			   *val = k + 1 < argc ? argv[k + 1] : NULL;
+
+		if (!strcmp(a, "--dry-run")) {
+			dry = 1;
+		} else if (!strcmp(a, "--no-wait")) {
+			wait = 0;
+		} else if (!strcmp(a, "--all")) {
+			json_object_set_new(f, "all", json_true());
+		} else if (val == NULL) {
+			goto bad;
+		} else if (!strcmp(a, "--topic") || !strcmp(a, "--status") ||
+			   !strcmp(a, "--id-prefix") || !strcmp(a, "--key")) {
+			json_object_set_new(
+				f,
+				!strcmp(a, "--id-prefix") ? "id_prefix" : a + 2,
+				json_string(val));
+			k++;
+		} else if (!strcmp(a, "--due-from") || !strcmp(a, "--due-to") ||
+			   !strcmp(a, "--by-ms") || !strcmp(a, "--due-at")) {
+			static const char *const names[][2] = {
+				{"--due-from", "due_from"},
+				{"--due-to", "due_to"},
+				{"--by-ms", "by_ms"},
+				{"--due-at", "due_at"}};
+			/* The due range filters; by_ms and due_at are the
+			 * action's. */
+			json_t *into = !strcmp(a, "--due-from") ||
+						       !strcmp(a, "--due-to")
+					       ? f
+					       : req;
+
+			if (int_arg(val, &v) < 0)
+				goto bad;
+			for (size_t n = 0; n < 4; n++)
+				if (!strcmp(a, names[n][0]))
+					json_object_set_new(into, names[n][1],
+							    json_integer(v));
+			k++;
+		} else {
+			goto bad;
+		}
+	}
+	json_object_set_new(req, "filter", f);
+	if (dry)
+		json_object_set_new(req, "dry_run", json_true());
+	body = json_dumps(req, JSON_COMPACT);
+	json_decref(req);
+	code = cli_request(c, "POST", "/v1/tasks/bulk", body, &ans, err,
+			   sizeof(err));
+	free(body);
+	if (code != (dry ? 200 : 202))
+		return cli_fail(code, ans, err);
+	if (dry || !wait) {
+		if (c->json)
+			cli_print_json(ans);
+		else if (dry)
+			printf("%lld scheduled tasks match\n",
+			       num(ans, "matched"));
+		else
+			printf("job %lld recorded: %lld tasks match\n",
+			       num(ans, "job"), num(ans, "total"));
+		json_decref(ans);
+		return 0;
+	}
+	v = num(ans, "job");
+	json_decref(ans);
+	return follow(c, v);
+bad:
+	json_decref(f);
+	json_decref(req);
+	return usage();
+}
+
+/* prophetctl jobs [ID [--wait]]: the bulk jobs, or one. */
+int
+cmd_jobs(struct cli *c, int argc, char **argv)
+{
+	char err[512], path[64];
+	json_t *ans, *j;
+	long long id;
+	size_t i;
+	long code;
+
+	if (argc >= 2) {
+		if (int_arg(argv[1], &id) < 0 || id < 1) {
+			fprintf(stderr,
+				"usage: prophetctl jobs [ID [--wait]]\n");
+			return 2;
+		}
+		if (argc >= 3 && !strcmp(argv[2], "--wait"))
+			return follow(c, id);
+		snprintf(path, sizeof(path), "/v1/admin/jobs/%lld", id);
+		code = cli_request(c, "GET", path, NULL, &ans, err,
+				   sizeof(err));
+		if (code != 200)
+			return cli_fail(code, ans, err);
+		if (c->json)
+			cli_print_json(ans);
+		else
+			print_job(ans);
+		json_decref(ans);
+		return 0;
+	}
+	code = cli_request(c, "GET", "/v1/admin/jobs", NULL, &ans, err,
+			   sizeof(err));
+	if (code != 200)
+		return cli_fail(code, ans, err);
+	if (c->json) {
+		cli_print_json(ans);
+	} else {
+		printf("%6s %-8s %-8s %10s %10s %8s %8s  %s\n", "JOB", "ACTION",
+		       "STATE", "TOTAL", "CHANGED", "FIRING", "SKIPPED", "WHO");
+		json_array_foreach (json_object_get(ans, "jobs"), i, j)
+			printf("%6lld %-8s %-8s %10lld %10lld %8lld %8lld  "
+			       "%s\n",
+			       num(j, "job"),
+			       json_string_value(json_object_get(j, "action")),
+			       json_string_value(json_object_get(j, "state")),
+			       num(j, "total"), num(j, "changed"),
+			       num(j, "firing"), num(j, "skipped"),
+			       json_string_value(json_object_get(j, "who")));
+	}
+	json_decref(ans);
+	return 0;
+}

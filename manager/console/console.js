@@ -365,6 +365,7 @@
           return null;
         })]);
       if (l) addLateness(l);
+      pollJobs();
       renderCluster(c);
       renderChart();
       $("error").hidden = true;
@@ -378,6 +379,42 @@
     }
     polling = false;
     if (!state.needToken) timer = setTimeout(poll, POLL_MS);
+  }
+
+  // ------------------------------------------------------------ bulk jobs
+  // Shown to an admin token (or without tokens); another role's 403 hides
+  // the card and stops asking.
+  let jobsOff = false;
+
+  function renderJobs(ans) {
+    const tb = $("jobs").tBodies[0];
+    tb.replaceChildren();
+    for (const j of ans.jobs.slice(0, 10)) {
+      const pct = j.total > 0 ? Math.min(100, Math.round(100 * j.scanned / j.total))
+        : (j.done ? 100 : 0);
+      tb.append(el("tr", {},
+        el("td", { class: "num" }, String(j.job)),
+        el("td", {}, j.action),
+        el("td", {}, j.who),
+        el("td", {}, j.done ? "done" : el("progress", { max: "100", value: String(pct) }),
+          j.done ? "" : " " + pct + "%"),
+        el("td", { class: "num" }, String(j.changed)),
+        el("td", { class: "num" }, String(j.firing)),
+        el("td", { class: "num" }, String(j.skipped))));
+    }
+    $("jobs-card").hidden = ans.jobs.length === 0;
+  }
+
+  async function pollJobs() {
+    if (jobsOff || state.needToken) return;
+    try {
+      renderJobs(await api("GET", "/v1/admin/jobs"));
+    } catch (e) {
+      if (e.status === 403 || e.status === 404) {
+        jobsOff = true;
+        $("jobs-card").hidden = true;
+      }
+    }
   }
 
   // -------------------------------------------------------------- task

@@ -218,6 +218,8 @@ def test_cancel_races_workers():
     time.sleep(max(0, start - h.now_ms() + 300) / 1000.0)
     j = bulk({"action": "cancel", "filter": {"id_prefix": "race-"}})
     j = wait_job(j["job"])
+    h.log("race: scanned %d, changed %d, firing %d, skipped %d"
+          % (j["scanned"], j["changed"], j["firing"], j["skipped"]))
     time.sleep(4)  # in-flight publishes complete
     st = statuses("race")
     pub = {i for i in ids if published(i)}

@@ -330,6 +330,64 @@ def test_resume_after_kill():
     h.check(all(v == 1 for v in logs.values()), "no task done twice")
 
 
+def test_one_runner_and_takeover():
+    # A second manager on the same cluster: jobs run on one manager at a
+    # time; when it is killed, the other takes the job over once the lease
+    # (15 s) ran out, from the committed cursor, and nothing is done twice.
+    port = h.free_port()
+    m2 = h.Proc("manager2", [h.MANAGER_BIN, "-c", C.conf_path, "--set",
+                             "http.listen=127.0.0.1:%d" % port],
+                os.path.join(C.dir, "manager2.log"))
+    C.workers.append(m2)  # stopped with the cluster
+    m2.start()
+    C._wait_http(m2, "127.0.0.1:%d" % port, "/readyz", 60)
+    n = 8000
+    far = h.now_ms() + 5 * 3600 * 1000
+    submit_batch(tasks("two", n, far, spread=n))
+    jobs = [bulk({"action": "cancel", "filter": {"id_prefix": "two-00"}}),
+            bulk({"action": "cancel", "filter": {"id_prefix": "two-"}})]
+    owners = set()
+
+    def running():
+        rows = C.mysql("SELECT id, owner FROM bulk_jobs WHERE state = "
+                       "'running' AND owner IS NOT NULL AND lease_until > "
+                       "%d" % h.now_ms())
+        h.check(len(rows) <= 1, "two jobs running at once: %r" % rows)
+        owners.update(r[1] for r in rows)
+        return int(C.mysql("SELECT scanned FROM bulk_jobs WHERE id = %d"
+                           % jobs[1]["job"])[0][0]) >= 300
+    h.wait_until(running, 60, interval=0.05, what="second job under way")
+    h.check_eq(len(owners), 1, "one runner: %r" % owners)
+    owner = owners.pop()
+    victim = C.manager if owner.endswith(C.manager_addr) else m2
+    h.log("killing the runner %s" % owner)
+    victim.kill()
+    api = h.Api(C.manager_addr if victim is m2
+                else "127.0.0.1:%d" % port)
+    try:
+        def done():
+            return api.get("/v1/admin/jobs/%d" % jobs[1]["job"]).json["done"]
+        h.wait_until(done, 90, interval=0.2, what="the other manager")
+        j = api.get("/v1/admin/jobs/%d" % jobs[1]["job"]).json
+    finally:
+        api.close()
+    h.check(j["resumed"] >= 1 and j["owner"] is None, "taken over: %r" % j)
+    first = C.mysql("SELECT changed FROM bulk_jobs WHERE id = %d"
+                    % jobs[0]["job"])[0][0]
+    h.check_eq(int(first) + j["changed"], n, "every task cancelled once")
+    h.check_eq(j["changed"] + j["firing"] + j["skipped"], j["scanned"],
+               "counts")
+    logs = bulk_log_rows("two")
+    h.check_eq(len(logs), n, "a log row per task")
+    h.check(all(v == 1 for v in logs.values()), "none done twice")
+    h.check(all(v[0] == "cancelled" for v in statuses("two").values()),
+            "all cancelled")
+    if victim is C.manager:
+        C.start_manager()
+    else:
+        m2.stop()
+
+
 def ctl(*args):
     p = subprocess.run([os.path.join(h.BUILDDIR, "prophetctl"), "--url",
                         "http://" + C.manager_addr] + list(args),

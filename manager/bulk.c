@@ -513,6 +513,7 @@ struct job_state {
 	int64_t started_mono;
 	int64_t phase_us;     /* when the current step began */
 	long long step_us[3]; /* read, Redis, write: where a job's time goes */
+	long long write_us[4];
 };
 
 struct bulk_runner {
@@ -558,6 +559,7 @@ struct runner_job {
 	int fenced;
 	struct db_rows rows;
 	long long counts[BO__COUNT];
+	long long write_us[4]; /* lock, update, log rows, cursor + commit */
 };
 
 static void runner_step(struct bulk_runner *p);
@@ -923,7 +925,7 @@ write_run(struct db_conn *c, struct runner_job *j)
 	struct log_ctx logc;
 	struct db_params p;
 	unsigned long long affected = 0;
-	int64_t now = clock_now_ms(), lead[2];
+	int64_t now = clock_now_ms(), lead[2], t;
 	const char *upd;
 
 	if (db_begin(c) < 0)
@@ -938,10 +940,14 @@ write_run(struct db_conn *c, struct runner_job *j)
 	for (size_t i = 0; i < j->nitems; i++)
 		if (j->items[i].outcome == BO_PENDING)
 			idx[n++] = i;
-	if (in_run(c, "SELECT id, status, due_at FROM tasks WHERE id IN (",
+	t = clock_mono_us();
+	if (in_run(c,
+		   "SELECT id, status, due_at FROM tasks FORCE INDEX (PRIMARY) "
+		   "WHERE id IN (",
 		   ") FOR UPDATE", j->items, idx, n, NULL, 0, lock_cb, &lc,
 		   NULL) < 0)
 		goto fail;
+	j->write_us[0] = clock_mono_us() - t;
 	for (size_t i = 0; i < j->nitems; i++)
 		if (j->items[i].outcome == BO_PENDING)
 			j->items[i].outcome = BO_SKIPPED;
@@ -950,23 +956,29 @@ write_run(struct db_conn *c, struct runner_job *j)
 		if (j->items[i].outcome == BO_CHANGED)
 			idx[n++] = i;
 	if (s->action == BA_CANCEL) {
-		upd = "UPDATE tasks SET status = 'cancelled', updated_at = ? "
+		upd = "UPDATE tasks FORCE INDEX (PRIMARY) SET status = "
+		      "'cancelled', updated_at = ? "
 		      "WHERE status = 'scheduled' AND id IN (";
 		lead[0] = now;
 	} else if (s->action == BA_SHIFT) {
-		upd = "UPDATE tasks SET due_at = due_at + ?, updated_at = ? "
+		upd = "UPDATE tasks FORCE INDEX (PRIMARY) SET due_at = due_at "
+		      "+ ?, updated_at = ? "
 		      "WHERE status = 'scheduled' AND id IN (";
 		lead[0] = s->by_ms;
 		lead[1] = now;
 	} else {
-		upd = "UPDATE tasks SET due_at = ?, updated_at = ? "
+		upd = "UPDATE tasks FORCE INDEX (PRIMARY) SET due_at = ?, "
+		      "updated_at = ? "
 		      "WHERE status = 'scheduled' AND id IN (";
 		lead[0] = s->due_at;
 		lead[1] = now;
 	}
+	t = clock_mono_us();
 	if (in_run(c, upd, ")", j->items, idx, n, lead,
 		   s->action == BA_CANCEL ? 1 : 2, NULL, NULL, &affected) < 0)
 		goto fail;
+	j->write_us[1] = clock_mono_us() - t;
+	t = clock_mono_us();
 	logc.j = j;
 	logc.idx = idx;
 	logc.now = now;
@@ -975,6 +987,8 @@ write_run(struct db_conn *c, struct runner_job *j)
 			 n, SQL_TASK_LOG_INSERT_NCOLS, bind_log_row, &logc,
 			 NULL) < 0)
 		goto fail;
+	j->write_us[2] = clock_mono_us() - t;
+	t = clock_mono_us();
 	for (size_t i = 0; i < j->nitems; i++)
 		j->counts[j->items[i].outcome]++;
 	db_params_init(&p, 10);
@@ -999,7 +1013,10 @@ write_run(struct db_conn *c, struct runner_job *j)
 	}
 	db_params_free(&p);
 	xfree(idx);
-	return db_commit(c);
+	if (db_commit(c) < 0)
+		return -1;
+	j->write_us[3] = clock_mono_us() - t;
+	return 0;
 fail:
 	db_rollback(c);
 	xfree(idx);
@@ -1494,6 +1511,8 @@ runner_done_cb(struct db_job *job, int status, const char *err)
 			lose_job(p, "another manager took it over");
 		} else {
 			step_time(p->job, 2);
+			for (int k = 0; k < 4; k++)
+				p->job->write_us[k] += j->write_us[k];
 			chunk_written(p, j);
 			next_ms = p->pause_ms;
 		}
@@ -1507,7 +1526,8 @@ runner_done_cb(struct db_job *job, int status, const char *err)
 				"job=%lld action=%s who=\"%s\" filter=%s "
 				"scanned=%lld changed=%lld firing=%lld "
 				"skipped=%lld duration_ms=%lld read_ms=%lld "
-				"redis_ms=%lld write_ms=%lld",
+				"redis_ms=%lld write_ms=%lld (lock_ms=%lld "
+				"update_ms=%lld log_ms=%lld commit_ms=%lld)",
 				(long long)js->id,
 				action_names[js->spec.action], js->who,
 				js->spec.filter_text, js->scanned,
@@ -1515,7 +1535,9 @@ runner_done_cb(struct db_job *job, int status, const char *err)
 				js->counts[BO_SKIPPED],
 				(long long)(clock_mono_ms() - js->started_mono),
 				js->step_us[0] / 1000, js->step_us[1] / 1000,
-				js->step_us[2] / 1000);
+				js->step_us[2] / 1000, js->write_us[0] / 1000,
+				js->write_us[1] / 1000, js->write_us[2] / 1000,
+				js->write_us[3] / 1000);
 			job_state_free(p->job);
 			p->job = NULL;
 			metric_set(p->running, 0);

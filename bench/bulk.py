@@ -10,7 +10,7 @@ fire lateness (the worker's prophet-fired-at minus prophet-due-at, from
 the Kafka headers) p50/p99/max before, during and after the job.
 
     bench/bulk.py [--count N] [--action cancel|shift] [--rate R]
-                  [--workers W] [--chunk C] [--baseline-s S]
+                  [--workers W] [--chunk C] [--pause-ms P] [--baseline-s S]
 """
 
 import argparse
@@ -121,13 +121,15 @@ def main():
     ap.add_argument("--rate", type=int, default=5000)
     ap.add_argument("--workers", type=int, default=1)
     ap.add_argument("--chunk", type=int, default=2000)
+    ap.add_argument("--pause-ms", type=int, default=0)
     ap.add_argument("--baseline-s", type=float, default=20)
     ap.add_argument("--out", default=None)
     a = ap.parse_args()
     res = {"count": a.count, "action": a.action, "rate": a.rate,
-           "workers": a.workers, "chunk": a.chunk}
+           "workers": a.workers, "chunk": a.chunk, "pause_ms": a.pause_ms}
     with h.Cluster(workers=a.workers, name="benchbulk",
-                   conf={"task.bulk_chunk": a.chunk}) as c:
+                   conf={"task.bulk_chunk": a.chunk,
+                         "task.bulk_pause_ms": a.pause_ms}) as c:
         c.start()
         h.create_topics(c.brokers, [c.topic("far"), c.topic("steady")])
         far_due = h.now_ms() + 3 * 3600 * 1000

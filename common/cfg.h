@@ -225,6 +225,12 @@
 	  86400000, NULL, 0,                                                   \
 	  "tasks due within this time are indexed in Redis, later ones only "  \
 	  "in the DB")                                                         \
+	X(TASK_INDEX_MARGIN_MS, "task", "index_margin_ms", CFG_INT, "60000",   \
+	  10000, 3600000, NULL, 0,                                             \
+	  "a task submitted, rescheduled or recurring due before now + "       \
+	  "horizon_ms + this is indexed in Redis at once, a later one by the " \
+	  "worker's loader: more than the clock skew between hosts plus the "  \
+	  "loader's 5 s round")                                                \
 	X(TASK_BUCKET_MS, "task", "bucket_ms", CFG_INT, "60000", 0, 3600000,   \
 	  NULL, 0,                                                             \
 	  "tasks due after bucket_near_ms wait in Redis in append-only lists " \

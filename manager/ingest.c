@@ -695,7 +695,7 @@ index_batch(struct manager *mg, const struct ingest_batch *b, int64_t now,
 		slot = slot_of(t->id, strlen(t->id), mg->nslots);
 		if (t->due_at < now + lookahead)
 			wake[slot] = 1;
-		if (t->due_at >= now + mg->horizon_ms + 60000)
+		if (t->due_at >= now + mg->horizon_ms + mg->index_margin_ms)
 			continue;
 		e[k].slot = slot;
 		e[k].i = i;

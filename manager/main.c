@@ -220,6 +220,7 @@ main(int argc, char **argv)
 		 cfg_path(mg.cfg));
 	mg.nslots = (int)cfg_int(mg.cfg, CFG_CLUSTER_SLOTS);
 	mg.horizon_ms = cfg_int(mg.cfg, CFG_TASK_HORIZON_MS);
+	mg.index_margin_ms = cfg_int(mg.cfg, CFG_TASK_INDEX_MARGIN_MS);
 	mg.bucket_ms = cfg_int(mg.cfg, CFG_TASK_BUCKET_MS);
 	mg.bucket_near_ms = cfg_int(mg.cfg, CFG_TASK_BUCKET_NEAR_MS);
 	mg.limits.max_body = (size_t)cfg_int(mg.cfg, CFG_TASK_MAX_BODY_BYTES);

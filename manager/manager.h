@@ -121,8 +121,9 @@ struct manager {
 	char **topics_allowed; /* NULL: any valid topic */
 	int nslots;
 	int64_t horizon_ms;
-	int64_t bucket_ms;	/* task.bucket_ms, 0: no buckets */
-	int64_t bucket_near_ms; /* task.bucket_near_ms */
+	int64_t index_margin_ms; /* task.index_margin_ms */
+	int64_t bucket_ms;	 /* task.bucket_ms, 0: no buckets */
+	int64_t bucket_near_ms;	 /* task.bucket_near_ms */
 	int stopping;
 	int64_t stop_deadline_ms;
 	size_t inflight; /* requests waiting for the DB */

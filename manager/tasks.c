@@ -414,7 +414,8 @@ change_done_cb(struct db_job *job, int status, const char *err)
 		payload_row_task(&c->rows, 0, &t);
 		t.due_at = c->new_due;
 		t.attempt = 0;
-		c->payload = c->new_due < c->now + mg->horizon_ms + 60000
+		c->payload = c->new_due < c->now + mg->horizon_ms +
+						     mg->index_margin_ms
 				     ? payload_encode(&t, &plen)
 				     : xstrdup("");
 		payload_row_clear(&t);

@@ -651,7 +651,8 @@ recurring_next(struct worker *w, struct mark_job *mj)
 			    !((it->updated && it->next_due >= 0) ||
 			      it->leave == MK_REINDEX))
 				continue;
-			if (it->next_due < now + w->horizon_ms + 60000 &&
+			if (it->next_due <
+				    now + w->horizon_ms + w->index_margin_ms &&
 			    t->payload != NULL &&
 			    payload_decode(t->payload, strlen(t->payload),
 					   &pt) == 0) {

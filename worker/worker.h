@@ -212,8 +212,9 @@ struct worker {
 	int64_t lease_ms;
 	int64_t claim_ahead_ms;
 	int64_t horizon_ms;
-	int64_t bucket_ms;	/* task.bucket_ms, 0: no buckets */
-	int64_t bucket_near_ms; /* task.bucket_near_ms */
+	int64_t index_margin_ms; /* task.index_margin_ms */
+	int64_t bucket_ms;	 /* task.bucket_ms, 0: no buckets */
+	int64_t bucket_near_ms;	 /* task.bucket_near_ms */
 	int64_t misfire_threshold_ms;
 	int claim_batch;
 	int scan_batch;

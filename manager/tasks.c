@@ -196,13 +196,13 @@ reply_not_changeable(struct change *c, const char *status)
 static void
 uncancel(struct change *c)
 {
-	char kdue[RKEY_MAX], kc[RKEY_MAX], score[32];
+	struct slot_eval ev;
 
-	rkey_due(kdue, sizeof(kdue), c->slot);
-	rkey_cancelled(kc, sizeof(kc), c->slot);
-	snprintf(score, sizeof(score), "%lld", (long long)c->removed_score);
-	redis_command(c->mg->redis, NULL, NULL, "EVAL %s 2 %s %s %s %s",
-		      SCRIPT_UNCANCEL, kdue, kc, c->id, score);
+	slot_eval_init(&ev, SCRIPT_UNCANCEL, c->slot, "dc");
+	redis_args_addstr(&ev.a, c->id);
+	redis_args_addint(&ev.a, c->removed_score);
+	slot_eval_send(&ev, c->mg->redis, NULL, NULL);
+	slot_eval_free(&ev);
 }
 
 /* After the DB write. */

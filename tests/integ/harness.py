@@ -869,6 +869,9 @@ class Proc:
         if self.running():
             raise TestFailure("%s is already running" % self.name)
         self.starts += 1
+        # The directory may have been removed under a long run (someone
+        # cleaning /tmp/prophet-* on a shared machine): the log starts again.
+        os.makedirs(os.path.dirname(self.log_path) or ".", exist_ok=True)
         f = open(self.log_path, "ab")
         f.write(("=== harness: start #%d at %d: %s\n"
                  % (self.starts, now_ms(), " ".join(self.argv))).encode())

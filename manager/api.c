@@ -692,6 +692,14 @@ r_lateness(void *ctx, struct evhttp_request *req, const char *a, size_t n)
 }
 
 static void
+r_schedule(void *ctx, struct evhttp_request *req, const char *a, size_t n)
+{
+	(void)a;
+	(void)n;
+	schedule_get(ctx, req);
+}
+
+static void
 r_readyz(void *ctx, struct evhttp_request *req, const char *a, size_t n)
 {
 	(void)a;
@@ -759,6 +767,7 @@ static const struct http_route routes[] = {
 	 r_pull_ack},
 	{GET, "/v1/cluster", AUTH_READ, NATIVE, 0, r_cluster},
 	{GET, "/v1/cluster/lateness", AUTH_READ, NATIVE, 0, r_lateness},
+	{GET, "/v1/schedule", AUTH_READ, NATIVE, 0, r_schedule},
 	{GET, "/metrics", 0, NATIVE, 0, http_route_metrics},
 	{GET, "/healthz", 0, NATIVE, 0, http_route_healthz},
 	{GET, "/readyz", 0, NATIVE, 0, r_readyz},

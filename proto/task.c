@@ -683,6 +683,14 @@ parse_trace(const json_t *in, struct task *t, char **tp, char **ts,
 	if (s != NULL && p == NULL)
 		return task_error_set(err, 400, "invalid_value", TRACE_STATE,
 				      "tracestate needs a traceparent");
+	if (p != NULL && t->headers != NULL &&
+	    json_object_size(t->headers) - (hp != NULL) - (hs != NULL) +
+			    (s != NULL ? 2 : 1) >
+		    TASK_HEADERS_MAX)
+		return task_error_set(err, 400, "too_large", "headers",
+				      "headers has more than %d entries with "
+				      "traceparent and tracestate",
+				      TASK_HEADERS_MAX);
 	*tp = p != NULL ? xstrdup(p) : NULL;
 	*ts = s != NULL ? xstrdup(s) : NULL;
 	if (hs != NULL)

@@ -4,7 +4,7 @@ worker, a notifier, a local HTTP receiver):
   1. POST /v1/tasks with traceparent/tracestate HTTP headers: the Kafka
      message carries both headers, the callback request carries both, the
      task view shows them, and the manager, worker and notifier log lines
-     about the task carry trace=<trace-id>.
+     about the task carry trace=<trace-id> (cancel and reschedule too).
   2. A replay with a new parent-id (a client's retry) is a replay (200).
   3. Batch: per-task fields, and the request's headers for tasks without
      their own; Kafka ingest: task fields.
@@ -180,6 +180,24 @@ def test_http_headers_end_to_end():
                       (NOTIFIER, "callback done")):
         lines = [l for l in proc.grep(want) if msg in l]
         h.check(lines, "%s: no '%s' line with %s" % (proc.name, msg, want))
+
+
+def test_cancel_and_reschedule_lines_carry_trace():
+    tid = "tr-change"
+    submit({"id": tid, "topic": TOPIC, "body": "b", "delay_ms": 600000,
+            "traceparent": tp(9)})
+    api = C.api()
+    try:
+        r = api.request("PATCH", "/v1/tasks/" + tid, {"delay_ms": 700000})
+        h.check_eq(r.status, 200, "reschedule")
+        r = api.request("DELETE", "/v1/tasks/" + tid)
+        h.check_eq(r.status, 200, "cancel")
+    finally:
+        api.close()
+    want = "id=%s trace=%032x" % (tid, 9)
+    for msg in ("task rescheduled", "task cancelled"):
+        h.wait_until(lambda: [l for l in C.manager.grep(want) if msg in l],
+                     10, 0.2, "'%s' line with %s" % (msg, want))
 
 
 def test_replay_with_new_parent_is_replay():

@@ -1271,6 +1271,19 @@ test_trace_validation(void)
 	reject_text("{'topic':'t','body':'','delay_ms':1,'headers':"
 		    "{'traceparent':'00-1'}}",
 		    400, "invalid_value", "traceparent");
+	{
+		json_t *in = load("{'topic':'t','body':'','delay_ms':1}");
+		json_t *hd = json_object();
+		char name[16];
+
+		for (int i = 0; i < 32; i++) {
+			snprintf(name, sizeof(name), "h%d", i);
+			json_object_set_new(hd, name, json_string("v"));
+		}
+		json_object_set_new(in, "headers", hd);
+		json_object_set_new(in, "traceparent", json_string(TP));
+		reject_json(in, 400, "too_large", "headers");
+	}
 	reject_text("{'topic':'t','body':'','delay_ms':1,'tracestate':'a=1'}",
 		    400, "invalid_value", "tracestate");
 	reject_text("{'topic':'t','body':'','delay_ms':1,'traceparent':'" TP

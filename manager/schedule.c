@@ -40,7 +40,8 @@
  * - The rest, and everything with a topic, is counted in the DB over an
  *   index, reading only index entries of scheduled tasks in the range:
  *   by_topic (topic, status, due_at) with a topic, due_by_slot (slot,
- *   status, due_at) without, as one range per slot (slot IN (all slots)).
+ *   status, due_at) without, as one range per slot (slot IN (all slots)),
+ *   named with FORCE INDEX so that statistics cannot turn it into a scan.
  *   The statement is cut at SCHED_DB_TIMEOUT_S (max_statement_time): a
  *   503 then asks for a narrower range.
  * - by=topic adds a row per topic: the topics with scheduled tasks in the
@@ -96,14 +97,15 @@ struct sched {
 static const char SQL_SCHED_TOPIC[] =
 	"SET STATEMENT max_statement_time = 10 FOR "
 	"SELECT FLOOR((due_at - ?) / ?), COUNT(*) FROM tasks "
-	"WHERE topic = ? AND status = 'scheduled' AND due_at >= ? "
-	"AND due_at < ? GROUP BY 1";
+	"FORCE INDEX (by_topic) WHERE topic = ? AND status = 'scheduled' AND "
+	"due_at >= ? "
+	"AND due_at < ? GROUP BY 1 ORDER BY NULL";
 
 /* The topics with scheduled tasks in a range: MIN() keeps it a loose
  * index scan of by_topic ("Using index for group-by"). */
 static const char SQL_SCHED_TOPICS[] =
 	"SET STATEMENT max_statement_time = 10 FOR "
-	"SELECT topic, MIN(due_at) FROM tasks "
+	"SELECT topic, MIN(due_at) FROM tasks FORCE INDEX (by_topic) "
 	"WHERE status = 'scheduled' AND due_at >= ? AND due_at < ? "
 	"GROUP BY topic ORDER BY topic LIMIT ?";
 
@@ -533,14 +535,15 @@ schedule_start(struct manager *mg)
 	len += (size_t)snprintf(sql + len, cap - len,
 				"SET STATEMENT max_statement_time = %d FOR "
 				"SELECT FLOOR((due_at - ?) / ?), COUNT(*) "
-				"FROM tasks WHERE slot IN (",
+				"FROM tasks FORCE INDEX (due_by_slot) "
+				"WHERE slot IN (",
 				SCHED_DB_TIMEOUT_S);
 	for (int i = 0; i < mg->nslots; i++)
 		len += (size_t)snprintf(sql + len, cap - len, "%s?",
 					i ? "," : "");
 	snprintf(sql + len, cap - len,
 		 ") AND status = 'scheduled' AND due_at >= ? AND due_at < ? "
-		 "GROUP BY 1");
+		 "GROUP BY 1 ORDER BY NULL");
 	sc->sql_slots = sql;
 	sc->mg = mg;
 	mg->schedule = sc;

@@ -208,6 +208,62 @@ def test_bad_parameters_400():
     h.check_eq((j["steps"], j["total"]), (10000, 8), "10,000 steps")
 
 
+BULK = 20000
+
+
+def test_queries_use_indexes():
+    """20,000 scheduled rows 300 days ahead (beyond every other range of
+    this file): each query the manager sends reads an index range only
+    (EXPLAIN), and the answer counts them all (timed)."""
+    base = T0 + 300 * DAY
+    C.mysql("INSERT INTO tasks (id, slot, topic, body, due_at, status, "
+            "content_hash, batch_id, created_at, updated_at) "
+            "SELECT CONCAT('bulk-', seq), seq %% 16, "
+            "IF(seq %% 2, 'bulk', 'bulk2'), 'x', %d + seq * 1000, "
+            "'scheduled', 0, 0, 0, 0 FROM seq_1_to_%d" % (base, BULK))
+    C.mysql("ANALYZE TABLE tasks")
+    # half of them: a range over nearly all of an index may be planned as
+    # a full scan of that index (still index only)
+    rng = "due_at >= %d AND due_at < %d" % (base, base + BULK * 500)
+    slots = ",".join(str(i) for i in range(16))
+    plans = {
+        "slots": ("SELECT FLOOR((due_at - %d) / 60000), COUNT(*) FROM tasks "
+                  "FORCE INDEX (due_by_slot) WHERE slot IN (%s) AND status "
+                  "= 'scheduled' AND %s GROUP BY 1 ORDER BY NULL" % (base, slots, rng),
+                  "due_by_slot", "Using index"),
+        "topic": ("SELECT FLOOR((due_at - %d) / 60000), COUNT(*) FROM tasks "
+                  "FORCE INDEX (by_topic) WHERE topic = 'bulk' AND status = "
+                  "'scheduled' AND %s GROUP BY 1 ORDER BY NULL" % (base, rng),
+                  "by_topic", "Using index"),
+        "topics": ("SELECT topic, MIN(due_at) FROM tasks FORCE INDEX "
+                   "(by_topic) WHERE status = 'scheduled' AND %s GROUP BY "
+                   "topic ORDER BY topic LIMIT 51" % rng,
+                   "by_topic", "Using index for group-by"),
+    }
+    for name, (sql, key, extra) in plans.items():
+        row = C.mysql("EXPLAIN " + sql)[0]
+        # id select_type table type possible_keys key key_len ref rows Extra
+        h.log("EXPLAIN %s: type=%s key=%s rows=%s extra=%s"
+              % (name, row[3], row[5], row[8], row[9]))
+        h.check_eq((row[3], row[5]), ("range", key), "plan of %s" % name)
+        h.check(extra in (row[9] or ""), "%s: %r" % (name, row[9]))
+    t = h.now_ms()
+    j = counts("from=%d&to=%d&step=60000" % (base, base + DAY))
+    h.log("all topics, %d rows over 1,440 steps: %d ms"
+          % (BULK, h.now_ms() - t))
+    h.check_eq(j["total"], BULK, "bulk total")
+    h.check_eq(j["counts"][:3], [59, 60, 60], "first minutes")
+    t = h.now_ms()
+    j = counts("from=%d&to=%d&step=60000&topic=bulk" % (base, base + DAY))
+    h.log("one topic, %d rows: %d ms" % (BULK // 2, h.now_ms() - t))
+    h.check_eq(j["total"], BULK // 2, "bulk topic total")
+    j = counts("from=%d&to=%d&step=%d&by=topic" % (base, base + DAY, HOUR))
+    h.check_eq([(x["topic"], x["total"]) for x in j["topics"]],
+               [("bulk", BULK // 2), ("bulk2", BULK // 2)], "by topic")
+    C.mysql("DELETE FROM tasks WHERE id LIKE 'bulk-%'")
+
+
+
 def test_next_minute_gauge():
     """Once T0 + 12 s is less than a minute ahead (and before T0 + 1 s):
     A 5 and B 4; sampled every 5 s."""

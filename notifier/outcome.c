@@ -417,12 +417,14 @@ submit_retry(struct nmsg *m)
 	if (m->occurrence > 0)
 		json_object_set_new(json_object_get(o, "headers"),
 				    RHDR_OCCURRENCE, json_string(occ));
-	/* the retry carries the task's trace context on, to its callback */
+	/* the retry carries the task's trace context on, to its callback;
+	 * as headers, which a manager older than the trace fields keeps too */
 	if (m->traceparent != NULL)
-		json_object_set_new(o, TRACE_PARENT,
+		json_object_set_new(json_object_get(o, "headers"), TRACE_PARENT,
 				    json_string(m->traceparent));
 	if (m->tracestate != NULL)
-		json_object_set_new(o, TRACE_STATE, json_string(m->tracestate));
+		json_object_set_new(json_object_get(o, "headers"), TRACE_STATE,
+				    json_string(m->tracestate));
 	if (m->key != NULL && m->key_len <= TASK_KEY_MAX) {
 		json_t *k = json_stringn(m->key, m->key_len);
 

@@ -65,6 +65,7 @@ struct schedule {
 	struct manager *mg;
 	char *sql_slots; /* the count over due_by_slot, all slots */
 	struct event *tick;
+	struct metric *next_minute; /* prophet_schedule_booked_next_minute */
 	int sampling;
 	int stopped; /* shutting down: no new DB job */
 };
@@ -287,7 +288,7 @@ sched_db_done_cb(struct db_job *job, int status, const char *err)
 
 		for (size_t i = 0; i < s->nsteps; i++)
 			total += s->counts[i];
-		metric_set(mg->m.schedule_next_minute,
+		metric_set(mg->schedule->next_minute,
 			   status < 0 ? NAN : (double)total);
 		mg->schedule->sampling = 0;
 	} else if (status < 0 && s->db_errno == ER_STATEMENT_TIMEOUT) {
@@ -547,7 +548,12 @@ schedule_start(struct manager *mg)
 	sc->sql_slots = sql;
 	sc->mg = mg;
 	mg->schedule = sc;
-	metric_set(mg->m.schedule_next_minute, NAN);
+	sc->next_minute = metrics_register(
+		METRIC_GAUGE, "prophet_schedule_booked_next_minute",
+		"Scheduled tasks due in the next 60 s, all topics (sampled "
+		"every 5 s, GET /v1/schedule)",
+		NULL, 0);
+	metric_set(sc->next_minute, NAN);
 	sc->tick = event_new(mg->base, -1, EV_PERSIST, sample_tick_cb, sc);
 	event_add(sc->tick, &tv);
 	sample_tick_cb(-1, 0, sc);

@@ -54,17 +54,17 @@ struct change {
 	char id[TASK_ID_MAX + 1];
 	int slot;
 	int64_t new_due;
-	int64_t old_due;	  /* the DB's due time before the change */
-	int64_t removed_score;	  /* cancel: score it had in Redis */
-	char *payload;		  /* reschedule: new payload, "" = unindex */
-	char *new_cron;		  /* reschedule of a recurring task */
-	char *new_tz;		  /* NULL: keep the stored zone */
-	int recurring;		  /* the task has a cron expression */
-	int occ_in_flight;	  /* cancel: an occurrence is being published */
-	char trace[TRACE_KV_LEN]; /* " trace=<id>" of its log lines, or "" */
+	int64_t old_due;       /* the DB's due time before the change */
+	int64_t removed_score; /* cancel: score it had in Redis */
+	char *payload;	       /* reschedule: new payload, "" = unindex */
+	char *new_cron;	       /* reschedule of a recurring task */
+	char *new_tz;	       /* NULL: keep the stored zone */
+	int recurring;	       /* the task has a cron expression */
+	int occ_in_flight;     /* cancel: an occurrence is being published */
 	struct db_rows rows;
 	unsigned long long affected;
 	int64_t now;
+	char trace[TRACE_KV_LEN]; /* " trace=<id>" of its log lines, or "" */
 };
 
 static void

@@ -98,9 +98,8 @@ struct sched {
 static const char SQL_SCHED_TOPIC[] =
 	"SET STATEMENT max_statement_time = 10 FOR "
 	"SELECT FLOOR((due_at - ?) / ?), COUNT(*) FROM tasks "
-	"FORCE INDEX (by_topic) WHERE topic = ? AND status = 'scheduled' AND "
-	"due_at >= ? "
-	"AND due_at < ? GROUP BY 1 ORDER BY NULL";
+	"FORCE INDEX (by_topic) WHERE topic = ? AND status = 'scheduled' "
+	"AND due_at >= ? AND due_at < ? GROUP BY 1 ORDER BY NULL";
 
 /* The topics with scheduled tasks in a range: MIN() keeps it a loose
  * index scan of by_topic ("Using index for group-by"). */
@@ -530,7 +529,7 @@ schedule_start(struct manager *mg)
 {
 	struct schedule *sc = xcalloc(1, sizeof(*sc));
 	struct timeval tv = {SCHED_SAMPLE_INTERVAL_S, 0};
-	size_t len = 0, cap = 256 + 2 * (size_t)mg->nslots;
+	size_t len = 0, cap = 512 + 2 * (size_t)mg->nslots;
 	char *sql = xmalloc(cap);
 
 	len += (size_t)snprintf(sql + len, cap - len,

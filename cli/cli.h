@@ -45,5 +45,6 @@ int cmd_reschedule(struct cli *c, int argc, char **argv);
 int cmd_list(struct cli *c, int argc, char **argv);
 int cmd_token_hash(struct cli *c, int argc, char **argv);
 int cmd_prune(struct cli *c, int argc, char **argv);
+int cmd_schedule(struct cli *c, int argc, char **argv);
 
 #endif

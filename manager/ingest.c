@@ -21,6 +21,7 @@
 #include "redis.h"
 #include "schema.h"
 #include "slot.h"
+#include "trace.h"
 #include "utf8.h"
 #include "xmalloc.h"
 
@@ -869,12 +870,28 @@ batch_done_cb(struct db_job *job, int status, const char *err)
 			continue;
 		metric_inc(mg->m.db_refused);
 		/* Once per commit: what validation let through. */
-		if (n++ == 0)
+		if (n++ == 0) {
+			char tk[TRACE_KV_LEN];
+
 			log_warn("database refused a submission",
-				 "id=%s rows=%zu isolated=%d reason=\"%s\"",
-				 r->task.id, b->n, b->isolated,
-				 r->refused.message);
+				 "id=%s%s rows=%zu isolated=%d reason=\"%s\"",
+				 r->task.id,
+				 trace_kv(tk, sizeof(tk), r->task.headers),
+				 b->n, b->isolated, r->refused.message);
+		}
 	}
+	if (log_enabled(PLOG_DEBUG))
+		for (size_t i = 0; i < b->n; i++) {
+			const struct ingest_req *r = b->reqs[i];
+			char tk[TRACE_KV_LEN];
+
+			log_debug("task submitted",
+				  "id=%s%s topic=%s due_at=%lld result=%d",
+				  r->task.id,
+				  trace_kv(tk, sizeof(tk), r->task.headers),
+				  r->task.topic, (long long)r->task.due_at,
+				  r->result);
+		}
 	index_batch(mg, b, now, wake);
 	wake_workers(mg, wake);
 	xfree(wake);

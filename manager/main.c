@@ -300,6 +300,7 @@ main(int argc, char **argv)
 	if (mg.tls_client == NULL)
 		log_fatal("bad config", "key=http.tls_ca error=\"%s\"", err);
 	cluster_sampler_start(&mg);
+	schedule_start(&mg);
 	mg.prune = prune_create(&mg);
 	gauges = event_new(mg.base, -1, EV_PERSIST, gauges_cb, &mg);
 	event_add(gauges, &one_s);
@@ -325,6 +326,7 @@ main(int argc, char **argv)
 	/* Commits in flight complete (their answers are lost with the
 	 * connections, but what was committed stays committed). */
 	prune_destroy(mg.prune);
+	schedule_stop(&mg);
 	db_pool_destroy(mg.db);
 	db_dsn_destroy(mg.dsn);
 	kingest_destroy(mg.kingest);
@@ -332,6 +334,7 @@ main(int argc, char **argv)
 	event_free(gauges);
 	cluster_sampler_stop(&mg);
 	redis_destroy(mg.redis);
+	schedule_destroy(&mg);
 	lateness_shutdown(&mg);
 	zk_destroy(mg.zk);
 	daemon_destroy(mg.daemon);

@@ -23,6 +23,7 @@ struct metric;
 struct auth;
 struct evdns_base;
 struct pull;
+struct schedule;
 
 #define MANAGER_METRICS(X)                                                  \
 	X(accepted, COUNTER, "prophet_tasks_accepted_total",                \
@@ -133,6 +134,7 @@ struct manager {
 	struct evdns_base *dns;	 /* lateness.c scrapes workers */
 	struct pull *pull;	 /* pull.c */
 	struct manager_metrics m;
+	struct schedule *schedule; /* schedule.c */
 };
 
 /* migrate.c: applies pending schema migrations (blocking, startup). */
@@ -237,6 +239,11 @@ void tasks_cancel(struct manager *mg, struct evhttp_request *req,
 void tasks_reschedule(struct manager *mg, struct evhttp_request *req,
 		      const char *id, size_t idlen);
 void tasks_list(struct manager *mg, struct evhttp_request *req);
+/* GET /v1/schedule, and the gauge of the next minute (schedule.c). */
+void schedule_get(struct manager *mg, struct evhttp_request *req);
+void schedule_start(struct manager *mg);
+void schedule_stop(struct manager *mg);
+void schedule_destroy(struct manager *mg);
 
 /* prune.c: retention (docs/architecture.md, "Retention"); NULL when
  * task.retention and task.log_retention are 0. */

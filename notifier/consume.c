@@ -31,6 +31,8 @@ nmsg_free(struct nmsg *m)
 	xfree(m->topic);
 	xfree(m->body);
 	xfree(m->key);
+	xfree(m->traceparent);
+	xfree(m->tracestate);
 	callback_spec_clear(&m->cb);
 	xfree(m);
 }
@@ -186,8 +188,28 @@ forged(struct notifier *n, const struct nmsg *m, const rd_kafka_message_t *km)
 	}
 	log_warn("message on the retry topic without a valid signature; not "
 		 "called back",
-		 "id=%s partition=%d offset=%lld", m->id, (int)km->partition,
-		 (long long)km->offset);
+		 "id=%s%s partition=%d offset=%lld", m->id, m->trace,
+		 (int)km->partition, (long long)km->offset);
+}
+
+/* The task's trace context (Kafka headers traceparent, tracestate), if
+ * valid: messages produced straight to Kafka may carry anything. */
+static void
+trace_take(struct nmsg *m, rd_kafka_headers_t *h)
+{
+	char *p = header_dup(h, TRACE_PARENT), *s = header_dup(h, TRACE_STATE);
+
+	if (p != NULL && trace_parent_invalid(p, strlen(p)) == NULL) {
+		m->traceparent = p;
+		p = NULL;
+		if (s != NULL && trace_state_invalid(s, strlen(s)) == NULL) {
+			m->tracestate = s;
+			s = NULL;
+		}
+	}
+	xfree(p);
+	xfree(s);
+	trace_kv_parent(m->trace, sizeof(m->trace), m->traceparent);
 }
 
 /* Fills the callback of m from the message; 0 if it has none, -1 if it
@@ -209,6 +231,7 @@ parse(struct notifier *n, struct nmsg *m, const rd_kafka_message_t *km)
 	}
 	snprintf(m->id, sizeof(m->id), "%s", id);
 	xfree(id);
+	trace_take(m, h);
 	if (retry) {
 		m->attempt = (int)header_int(h, RHDR_ATTEMPT, 2);
 		m->due_at = header_int(h, RHDR_DUE_AT, 0);
@@ -230,7 +253,7 @@ parse(struct notifier *n, struct nmsg *m, const rd_kafka_message_t *km)
 	if (spec != NULL) {
 		if (callback_spec_parse(spec, strlen(spec), &m->cb) < 0) {
 			log_warn("unusable prophet-callback header; skipped",
-				 "id=%s topic=%s", m->id, ktopic);
+				 "id=%s%s topic=%s", m->id, m->trace, ktopic);
 			xfree(spec);
 			return 0;
 		}
@@ -260,8 +283,8 @@ parse(struct notifier *n, struct nmsg *m, const rd_kafka_message_t *km)
 	if (dropped > 0) {
 		metric_add(n->m.cb_headers_dropped, dropped);
 		log_warn("callback headers not allowed are left out",
-			 "id=%s count=%d first=\"%s\"", m->id, dropped,
-			 sanitized_name(first));
+			 "id=%s%s count=%d first=\"%s\"", m->id, m->trace,
+			 dropped, sanitized_name(first));
 	}
 	m->max_attempts =
 		m->cb.max_attempts > 0

@@ -11,6 +11,7 @@
 #include "kafka.h"
 #include "task.h"
 #include "tbucket.h"
+#include "trace.h"
 
 struct cfg;
 struct db_pool;
@@ -99,6 +100,9 @@ struct nmsg {
 	int64_t due_at;
 	int64_t occurrence; /* of a recurring task, else 0 */
 	struct callback_spec cb;
+	char *traceparent; /* the task's W3C trace context, or NULL */
+	char *tracestate;
+	char trace[48]; /* " trace=<id>" for its log lines, or "" */
 	char origin[300];
 
 	struct nhost *host;

@@ -131,6 +131,7 @@ struct wtask {
 	int misfired;  /* fired later than the misfire threshold */
 	int skip;      /* misfired under policy skip: recorded, not published */
 	char *payload; /* to index the next occurrence with */
+	char trace[48];	    /* " trace=<id>" for its log lines, or "" */
 	struct task *early; /* WT_EARLY: the claimed payload, decoded */
 	struct timerwheel_timer timer;
 	struct wtask *next; /* claim queue or mark batch */

@@ -15,6 +15,7 @@
 #include <jansson.h>
 
 #include "task.h"
+#include "trace.h"
 #include "xmalloc.h"
 
 #define NOW INT64_C(1700000000000)
@@ -1190,6 +1191,171 @@ test_id_generate(void **state)
 	}
 }
 
+#define TP "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+
+/* W3C trace context: strict traceparent (version 00), tracestate list
+ * syntax, each refusal naming the field. */
+static void
+test_trace_validation(void)
+{
+	static const char *const bad_parent[] = {
+		"",
+		"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-0",
+		"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-011",
+		"00-4BF92F3577B34DA6A3CE929D0E0E4736-00f067aa0ba902b7-01",
+		"00-00000000000000000000000000000000-00f067aa0ba902b7-01",
+		"00-4bf92f3577b34da6a3ce929d0e0e4736-0000000000000000-01",
+		"01-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+		"ff-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+		"00_4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+		"00-4bf92f3577b34da6a3ce929d0e0e473g-00f067aa0ba902b7-01",
+		"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-0x",
+		NULL};
+	static const char *const good_state[] = {
+		"",
+		"a=1",
+		"congo=t61rcWkgMzE,rojo=00f067aa0ba902b7",
+		" a=1 ,\tb=2",
+		"a=1,,b=2",
+		"t@sys=x y",
+		"0t@s-1=v",
+		NULL};
+	static const char *const bad_state[] = {
+		"a",	   "=1",    "A=1",     "a=",
+		"a=1,a=2", "a=b=c", "a=\x7f",  "@s=1",
+		"t@=1",	   "t@S=1", "t@s@x=1", "t@abcdefghijklmno=1",
+		"1a=1",	   NULL};
+	char buf[600];
+
+	assert_null(trace_parent_invalid(TP, strlen(TP)));
+	for (int i = 0; bad_parent[i]; i++)
+		if (trace_parent_invalid(bad_parent[i],
+					 strlen(bad_parent[i])) == NULL)
+			fail_msg("traceparent '%s' accepted", bad_parent[i]);
+	for (int i = 0; good_state[i]; i++)
+		if (trace_state_invalid(good_state[i], strlen(good_state[i])))
+			fail_msg("tracestate '%s' refused: %s", good_state[i],
+				 trace_state_invalid(good_state[i],
+						     strlen(good_state[i])));
+	for (int i = 0; bad_state[i]; i++)
+		if (trace_state_invalid(bad_state[i], strlen(bad_state[i])) ==
+		    NULL)
+			fail_msg("tracestate '%s' accepted", bad_state[i]);
+	/* 32 members pass, 33 do not; 512 characters pass, 513 do not */
+	buf[0] = '\0';
+	for (int i = 0; i < 32; i++)
+		snprintf(buf + strlen(buf), sizeof(buf) - strlen(buf),
+			 "%sk%d=v", i ? "," : "", i);
+	assert_null(trace_state_invalid(buf, strlen(buf)));
+	strcat(buf, ",k32=v");
+	assert_non_null(trace_state_invalid(buf, strlen(buf)));
+	memset(buf, 'v', 513);
+	memcpy(buf, "a=", 2);
+	memcpy(buf + 256, ",b=", 3);
+	buf[512] = '\0';
+	assert_null(trace_state_invalid(buf, 512));
+	buf[512] = 'v';
+	buf[513] = '\0';
+	assert_non_null(trace_state_invalid(buf, 513));
+	buf[300] = '\0';
+	memset(buf, 'v', 300);
+	memcpy(buf, "a=", 2);
+	assert_non_null(trace_state_invalid(buf, 300)); /* value > 256 */
+
+	reject_text(
+		"{'topic':'t','body':'','delay_ms':1,'traceparent':"
+		"'00-00000000000000000000000000000000-00f067aa0ba902b7-01'}",
+		400, "invalid_value", "traceparent");
+	reject_text("{'topic':'t','body':'','delay_ms':1,'traceparent':5}", 400,
+		    "invalid_type", "traceparent");
+	reject_text("{'topic':'t','body':'','delay_ms':1,'headers':"
+		    "{'traceparent':'00-1'}}",
+		    400, "invalid_value", "traceparent");
+	{
+		json_t *in = load("{'topic':'t','body':'','delay_ms':1}");
+		json_t *hd = json_object();
+		char name[16];
+
+		for (int i = 0; i < 32; i++) {
+			snprintf(name, sizeof(name), "h%d", i);
+			json_object_set_new(hd, name, json_string("v"));
+		}
+		json_object_set_new(in, "headers", hd);
+		json_object_set_new(in, "traceparent", json_string(TP));
+		reject_json(in, 400, "too_large", "headers");
+	}
+	reject_text("{'topic':'t','body':'','delay_ms':1,'tracestate':'a=1'}",
+		    400, "invalid_value", "tracestate");
+	reject_text("{'topic':'t','body':'','delay_ms':1,'traceparent':'" TP
+		    "','tracestate':'a=1,a=2'}",
+		    400, "invalid_value", "tracestate");
+	reject_text(
+		"{'topic':'t','body':'','delay_ms':1,'traceparent':'" TP
+		"','headers':{'Traceparent':"
+		"'00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b8-01'}}",
+		400, "invalid_value", "traceparent");
+}
+
+/* Stored in the headers (so every publish and callback carries it), and
+ * not part of the content hash: a client's retry with a new parent-id is
+ * a replay. */
+static void
+test_trace_stored(void)
+{
+	struct task a, b, c;
+	char kv[TRACE_KV_LEN];
+
+	accept_text("{'id':'x','topic':'t','body':'','delay_ms':1,"
+		    "'traceparent':'" TP "','tracestate':'a=1',"
+		    "'headers':{'h':'v'}}",
+		    NOW, &a);
+	assert_string_equal(
+		json_string_value(json_object_get(a.headers, "traceparent")),
+		TP);
+	assert_string_equal(
+		json_string_value(json_object_get(a.headers, "tracestate")),
+		"a=1");
+	assert_string_equal(trace_kv(kv, sizeof(kv), a.headers),
+			    " trace=4bf92f3577b34da6a3ce929d0e0e4736");
+	accept_text("{'id':'x','topic':'t','body':'','delay_ms':1,"
+		    "'headers':{'h':'v','TraceParent':"
+		    "'00-4bf92f3577b34da6a3ce929d0e0e4736-1111111111111111-00'"
+		    "}}",
+		    NOW, &b);
+	assert_true(a.content_hash == b.content_hash);
+	assert_string_equal(
+		json_string_value(json_object_get(b.headers, "traceparent")),
+		"00-4bf92f3577b34da6a3ce929d0e0e4736-1111111111111111-00");
+	assert_null(json_object_get(b.headers, "TraceParent"));
+	accept_text("{'id':'x','topic':'t','body':'','delay_ms':1,"
+		    "'headers':{'h':'v'}}",
+		    NOW, &c);
+	assert_true(a.content_hash == c.content_hash);
+	assert_string_equal(trace_kv(kv, sizeof(kv), c.headers), "");
+	assert_null(json_object_get(c.headers, "traceparent"));
+	task_clear(&a);
+	task_clear(&b);
+	task_clear(&c);
+	/* the request's context applies only to a task without its own */
+	{
+		json_t *in = load("{'topic':'t','body':'','delay_ms':1}");
+
+		trace_default(in, TP, "x=1");
+		assert_string_equal(
+			json_string_value(json_object_get(in, "traceparent")),
+			TP);
+		assert_string_equal(
+			json_string_value(json_object_get(in, "tracestate")),
+			"x=1");
+		json_decref(in);
+		in = load("{'topic':'t','body':'','delay_ms':1,'headers':{"
+			  "'TRACEPARENT':'y'}}");
+		trace_default(in, TP, NULL);
+		assert_null(json_object_get(in, "traceparent"));
+		json_decref(in);
+	}
+}
+
 int
 main(void)
 {
@@ -1223,6 +1389,8 @@ main(void)
 		cmocka_unit_test(test_status_names),
 		cmocka_unit_test(test_error_json),
 		cmocka_unit_test(test_id_generate),
+		cmocka_unit_test(test_trace_validation),
+		cmocka_unit_test(test_trace_stored),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

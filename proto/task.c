@@ -26,11 +26,23 @@ static const char *const cb_status_names[TASK__CB_COUNT] = {
 static const char *const misfire_names[TASK__MISFIRE_COUNT] = {
 	"", "fire_once", "fire_all", "skip"};
 
-static const char *const known_fields[] = {
-	"id",	  "topic",	     "body",	 "due_at",	 "delay_ms",
-	"key",	  "headers",	     "callback", "max_attempts", "ttl_ms",
-	"cron",	  "timezone",	     "misfire",	 "start_at",
-	"end_at", "max_occurrences", NULL};
+static const char *const known_fields[] = {"id",
+					   "topic",
+					   "body",
+					   "due_at",
+					   "delay_ms",
+					   "key",
+					   "headers",
+					   "callback",
+					   "max_attempts",
+					   "ttl_ms",
+					   "cron",
+					   "timezone",
+					   "misfire",
+					   "start_at",
+					   "end_at",
+					   "max_occurrences",
+					   NULL};
 
 /* Fields that only make sense with cron. */
 static const char *const cron_fields[] = {

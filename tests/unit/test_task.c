@@ -770,10 +770,10 @@ test_priority_refused(void **state)
 
 	(void)state;
 
-	reject_json(with("priority", json_integer(5)), 400,
-		    "unsupported_field", "priority");
-	reject_json(with("priority", json_integer(0)), 400,
-		    "unsupported_field", "priority");
+	reject_json(with("priority", json_integer(5)), 400, "unsupported_field",
+		    "priority");
+	reject_json(with("priority", json_integer(0)), 400, "unsupported_field",
+		    "priority");
 	reject_json(with("priority", json_null()), 400, "unsupported_field",
 		    "priority");
 	reject_text("{'topic':'t','body':'b','delay_ms':-1,'priority':'high'}",
@@ -896,11 +896,10 @@ test_late_failure_clears(void **state)
 {
 	(void)state;
 
-	reject_text(
-		"{'id':'x1','topic':'t','body':'b','delay_ms':1,'key':'k',"
-		"'headers':{'a':'1'},'callback':{'url':'http://h'},"
-		"'max_attempts':3,'ttl_ms':5,'cron':'* * * * *'}",
-		400, "invalid_value", "delay_ms");
+	reject_text("{'id':'x1','topic':'t','body':'b','delay_ms':1,'key':'k',"
+		    "'headers':{'a':'1'},'callback':{'url':'http://h'},"
+		    "'max_attempts':3,'ttl_ms':5,'cron':'* * * * *'}",
+		    400, "invalid_value", "delay_ms");
 	reject_text("{'id':'x1','topic':'t','body':'b','key':'k',"
 		    "'headers':{'a':'1'},'callback':{'url':'http://h'},"
 		    "'max_attempts':3,'ttl_ms':5,'cron':'* * * * *'}",

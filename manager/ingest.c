@@ -965,6 +965,7 @@ ingest_destroy(struct ingest *ing)
 void
 ingest_submit(struct ingest *ing, struct ingest_req *r)
 {
+	cover_check(ing->mg, &r->task);
 	r->next = NULL;
 	if (ing->tail != NULL)
 		ing->tail->next = r;

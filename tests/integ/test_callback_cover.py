@@ -38,7 +38,6 @@ RECV = None      # Receiver
 NPORT = None     # the notifier's /metrics port
 
 WARNING = "no running notifier consumes"
-DEBUG_ARGS = os.environ.get("CB_DEBUG", "").split()
 
 
 class Receiver:
@@ -142,7 +141,7 @@ def wait_notifiers(pred, what):
 
 def start_notifier(args=()):
     global NOTIFIER
-    NOTIFIER = C.notifier(NPORT, args=list(args) + list(DEBUG_ARGS))
+    NOTIFIER = C.notifier(NPORT, args=list(args))
     C.workers.append(NOTIFIER)  # so that cleanup and log dumps include it
     NOTIFIER.start()
     C._wait_http(NOTIFIER, NOTIFIER.addr, "/readyz", 60)

@@ -181,7 +181,7 @@ cover_check(struct manager *mg, const struct task *t)
 	for (size_t i = 0; i < c->n; i++)
 		if (cover_covers(c->nodes[i], ktopic))
 			return;
-	metric_inc(mg->m.callbacks_uncovered);
+	metric_inc(mg->m.cb_uncovered);
 	c->uncovered++;
 	snprintf(c->last_topic, sizeof(c->last_topic), "%s", t->topic);
 	snprintf(c->last_id, sizeof(c->last_id), "%s", t->id);

@@ -25,68 +25,68 @@ struct evdns_base;
 struct pull;
 struct coverage;
 
-#define MANAGER_METRICS(X)                                                   \
-	X(accepted, COUNTER, "prophet_tasks_accepted_total",                 \
-	  "Tasks committed to the database")                                 \
-	X(replayed, COUNTER, "prophet_tasks_replayed_total",                 \
-	  "Submissions answered 200 as an identical replay of a stored id")  \
-	X(conflicts, COUNTER, "prophet_tasks_conflicts_total",               \
-	  "Submissions refused 409: same id, different content")             \
-	X(rejected, COUNTER, "prophet_tasks_rejected_total",                 \
-	  "Submissions refused with a 4xx for bad input")                    \
-	X(unavailable, COUNTER, "prophet_tasks_unavailable_total",           \
-	  "Submissions refused 503 because the database failed")             \
-	X(indexed, COUNTER, "prophet_redis_indexed_total",                   \
-	  "Tasks written to the Redis index at submit")                      \
-	X(index_failures, COUNTER, "prophet_redis_index_failures_total",     \
-	  "Tasks not indexed in Redis at submit (left to the loader)")       \
-	X(db_batches, COUNTER, "prophet_db_commit_batches_total",            \
-	  "Group commits executed")                                          \
-	X(db_batch_rows, HISTOGRAM, "prophet_db_commit_batch_rows",          \
-	  "Rows per group commit")                                           \
-	X(db_isolated, COUNTER, "prophet_db_commit_isolated_total",          \
-	  "Group commits failed by one row's values, then committed one "    \
-	  "row per transaction")                                             \
-	X(db_refused, COUNTER, "prophet_tasks_db_refused_total",             \
-	  "Submissions the database refused for their values (400, or "      \
-	  "the ingest errors topic)")                                        \
-	X(submit_seconds, HISTOGRAM, "prophet_submit_duration_seconds",      \
-	  "Time from request to durable answer")                             \
-	X(redis_up, GAUGE, "prophet_redis_up", "1 when Redis is connected")  \
-	X(db_up, GAUGE, "prophet_db_connections",                            \
-	  "Database connections open (of db.pool_size)")                     \
-	X(zk_up, GAUGE, "prophet_zookeeper_up",                              \
-	  "1 when the ZooKeeper session is connected")                       \
-	X(cluster_slots, GAUGE, "prophet_cluster_slots",                     \
-	  "Slots the cluster has (cluster.slots)")                           \
-	X(pruned_tasks, COUNTER, "prophet_pruned_tasks_total",               \
-	  "Finished tasks deleted by the pruner, with their log rows")       \
-	X(pruned_logs, COUNTER, "prophet_pruned_log_rows_total",             \
-	  "State-log rows deleted by the pruner (with their tasks, or by "   \
-	  "task.log_retention)")                                             \
-	X(archived, COUNTER, "prophet_archived_tasks_total",                 \
-	  "Finished tasks published to task.archive_topic before they "      \
-	  "were pruned")                                                     \
-	X(prune_passes, COUNTER, "prophet_prune_passes_total",               \
-	  "Prune passes finished")                                           \
-	X(prune_errors, COUNTER, "prophet_prune_errors_total",               \
-	  "Prune steps that failed (database or Kafka) and were retried")    \
-	X(prune_eligible, GAUGE, "prophet_prune_eligible_tasks",             \
-	  "Finished tasks older than task.retention when the current or "    \
-	  "last pass started")                                               \
-	X(prune_pass_seconds, GAUGE, "prophet_prune_pass_duration_seconds",  \
-	  "Duration of the last prune pass")                                 \
-	X(prune_oldest, GAUGE, "prophet_prune_oldest_finished_seconds",      \
-	  "Age (since its last change) of the oldest finished task left "    \
-	  "after the last pass")                                             \
-	X(pruner, GAUGE, "prophet_pruner",                                   \
-	  "1 while this manager holds the pruner lock")                      \
-	X(prune_retention, GAUGE, "prophet_prune_retention_seconds",         \
-	  "task.retention of this manager (0: finished tasks are kept)")     \
-	X(callbacks_uncovered, COUNTER, "prophet_callbacks_uncovered_total", \
-	  "Tasks with a callback submitted on a topic no running notifier "  \
-	  "consumes (their callback waits for one)")                         \
-	X(notifiers, GAUGE, "prophet_notifiers",                             \
+#define MANAGER_METRICS(X)                                                  \
+	X(accepted, COUNTER, "prophet_tasks_accepted_total",                \
+	  "Tasks committed to the database")                                \
+	X(replayed, COUNTER, "prophet_tasks_replayed_total",                \
+	  "Submissions answered 200 as an identical replay of a stored id") \
+	X(conflicts, COUNTER, "prophet_tasks_conflicts_total",              \
+	  "Submissions refused 409: same id, different content")            \
+	X(rejected, COUNTER, "prophet_tasks_rejected_total",                \
+	  "Submissions refused with a 4xx for bad input")                   \
+	X(unavailable, COUNTER, "prophet_tasks_unavailable_total",          \
+	  "Submissions refused 503 because the database failed")            \
+	X(indexed, COUNTER, "prophet_redis_indexed_total",                  \
+	  "Tasks written to the Redis index at submit")                     \
+	X(index_failures, COUNTER, "prophet_redis_index_failures_total",    \
+	  "Tasks not indexed in Redis at submit (left to the loader)")      \
+	X(db_batches, COUNTER, "prophet_db_commit_batches_total",           \
+	  "Group commits executed")                                         \
+	X(db_batch_rows, HISTOGRAM, "prophet_db_commit_batch_rows",         \
+	  "Rows per group commit")                                          \
+	X(db_isolated, COUNTER, "prophet_db_commit_isolated_total",         \
+	  "Group commits failed by one row's values, then committed one "   \
+	  "row per transaction")                                            \
+	X(db_refused, COUNTER, "prophet_tasks_db_refused_total",            \
+	  "Submissions the database refused for their values (400, or "     \
+	  "the ingest errors topic)")                                       \
+	X(submit_seconds, HISTOGRAM, "prophet_submit_duration_seconds",     \
+	  "Time from request to durable answer")                            \
+	X(redis_up, GAUGE, "prophet_redis_up", "1 when Redis is connected") \
+	X(db_up, GAUGE, "prophet_db_connections",                           \
+	  "Database connections open (of db.pool_size)")                    \
+	X(zk_up, GAUGE, "prophet_zookeeper_up",                             \
+	  "1 when the ZooKeeper session is connected")                      \
+	X(cluster_slots, GAUGE, "prophet_cluster_slots",                    \
+	  "Slots the cluster has (cluster.slots)")                          \
+	X(pruned_tasks, COUNTER, "prophet_pruned_tasks_total",              \
+	  "Finished tasks deleted by the pruner, with their log rows")      \
+	X(pruned_logs, COUNTER, "prophet_pruned_log_rows_total",            \
+	  "State-log rows deleted by the pruner (with their tasks, or by "  \
+	  "task.log_retention)")                                            \
+	X(archived, COUNTER, "prophet_archived_tasks_total",                \
+	  "Finished tasks published to task.archive_topic before they "     \
+	  "were pruned")                                                    \
+	X(prune_passes, COUNTER, "prophet_prune_passes_total",              \
+	  "Prune passes finished")                                          \
+	X(prune_errors, COUNTER, "prophet_prune_errors_total",              \
+	  "Prune steps that failed (database or Kafka) and were retried")   \
+	X(prune_eligible, GAUGE, "prophet_prune_eligible_tasks",            \
+	  "Finished tasks older than task.retention when the current or "   \
+	  "last pass started")                                              \
+	X(prune_pass_seconds, GAUGE, "prophet_prune_pass_duration_seconds", \
+	  "Duration of the last prune pass")                                \
+	X(prune_oldest, GAUGE, "prophet_prune_oldest_finished_seconds",     \
+	  "Age (since its last change) of the oldest finished task left "   \
+	  "after the last pass")                                            \
+	X(pruner, GAUGE, "prophet_pruner",                                  \
+	  "1 while this manager holds the pruner lock")                     \
+	X(prune_retention, GAUGE, "prophet_prune_retention_seconds",        \
+	  "task.retention of this manager (0: finished tasks are kept)")    \
+	X(cb_uncovered, COUNTER, "prophet_callbacks_uncovered_total",       \
+	  "Tasks with a callback accepted on a topic no running notifier "  \
+	  "consumes (their callback waits for one)")                        \
+	X(notifiers, GAUGE, "prophet_notifiers",                            \
 	  "Running notifiers announced in ZooKeeper (<root>/notifiers)")
 
 struct manager_metrics {

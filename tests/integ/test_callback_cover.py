@@ -14,7 +14,7 @@ is left empty, as a new user leaves it.
   2. The notifier restarted with notifier.topics = other: a callback task
      on another topic is counted (prophet_callbacks_uncovered_total),
      warned about once in the manager's log (rate-limited), shown in
-     GET /v1/cluster; tasks on the covered topic, and tasks without a
+     GET /v1/cluster and prophetctl cluster; tasks on the covered topic, and tasks without a
      callback, are not counted.
   3. No notifier at all: every callback task is counted.
 """
@@ -22,6 +22,7 @@ is left empty, as a new user leaves it.
 import http.server
 import json
 import os
+import re
 import socketserver
 import subprocess
 import sys
@@ -133,6 +134,16 @@ def uncovered():
     return h.metrics(C.manager_addr).get("prophet_callbacks_uncovered_total")
 
 
+def ctl(*args):
+    p = subprocess.run([os.path.join(h.BUILDDIR, "prophetctl"), "--url",
+                        "http://" + C.manager_addr] + list(args),
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                       text=True, timeout=30)
+    h.check(p.returncode == 0, "prophetctl %s: exit %d: %s"
+            % (" ".join(args), p.returncode, p.stderr.strip()))
+    return p.stdout
+
+
 def wait_notifiers(pred, what):
     return h.wait_until(lambda: (lambda cb: cb if cb["known"] and pred(
         cb["notifiers"]) else None)(cluster_view()["callbacks"]), 30, 0.3,
@@ -231,6 +242,11 @@ def test_topic_no_notifier_covers():
     h.check_eq(cb["last_uncovered"]["topic"], "orders", "GET /v1/cluster")
     h.check_eq(cb["last_uncovered"]["id"], "lost-2", "GET /v1/cluster")
     h.check(cb["uncovered_total"] >= 2, "uncovered_total: %r" % cb)
+    table = ctl("cluster")
+    h.check(re.search(r"^notifiers 1$", table, re.M) and
+            re.search(r"^uncovered \d+ task\(s\) with a callback .* lost-2 on "
+                      r"topic orders at ", table, re.M),
+            "prophetctl cluster shows it:\n%s" % table)
     # covered, or without a callback: not counted
     submit({"id": "kept", "topic": "other", "body": "b", "delay_ms": 0,
             "callback": {"url": RECV.url("kept")}})

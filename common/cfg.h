@@ -306,7 +306,7 @@
 	X(NOTIFIER_TOPICS, "notifier", "topics", CFG_STR, "", 0, 0, NULL, 0,   \
 	  "comma-separated task topics to consume (the topic prefix is "       \
 	  "added); an entry starting with ^ is a regular expression on the "   \
-	  "Kafka topic names")                                                 \
+	  "Kafka topic names; empty: every task topic (^<topic_prefix>.*)")    \
 	X(NOTIFIER_RETRY_TOPIC, "notifier", "retry_topic", CFG_STR,            \
 	  "prophet.callback-retry", 0, 0, cfg_check_topic, 0,                  \
 	  "task topic of the retry tasks the notifier submits and consumes "   \

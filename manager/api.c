@@ -355,7 +355,6 @@ row_to_json(const struct db_rows *r, size_t row)
 	t.due_at = db_rows_int(r, row, SQL_TC_DUE_AT);
 	t.ttl_ms = db_rows_int(r, row, SQL_TC_TTL_MS);
 	t.max_attempts = (int)db_rows_int(r, row, SQL_TC_MAX_ATTEMPTS);
-	t.priority = (int)db_rows_int(r, row, SQL_TC_PRIORITY);
 	task_status_parse(db_rows_get(r, row, SQL_TC_STATUS, NULL), &t.status);
 	t.attempt = (int)db_rows_int(r, row, SQL_TC_ATTEMPT);
 	t.created_at = db_rows_int(r, row, SQL_TC_CREATED_AT);

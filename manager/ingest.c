@@ -136,7 +136,6 @@ bind_task_row(struct db_params *p, size_t i, void *arg)
 	db_params_int(p, t->due_at);
 	db_params_int(p, t->ttl_ms);
 	db_params_int(p, t->max_attempts);
-	db_params_int(p, t->priority);
 	db_params_uint(p, t->content_hash);
 	db_params_uint(p, ctx->b->batch_id);
 	db_params_int(p, t->created_at);
@@ -231,7 +230,6 @@ column_field(const char *col, size_t n)
 		{"callback", "callback"},
 		{"due_at", "due_at"},
 		{"ttl_ms", "ttl_ms"},
-		{"priority", "priority"},
 		{"max_attempts", "max_attempts"},
 		{"cron", "cron"},
 		{"timezone", "timezone"},
@@ -984,6 +982,7 @@ ingest_destroy(struct ingest *ing)
 void
 ingest_submit(struct ingest *ing, struct ingest_req *r)
 {
+	cover_check(ing->mg, &r->task);
 	r->next = NULL;
 	if (ing->tail != NULL)
 		ing->tail->next = r;

@@ -301,6 +301,7 @@ main(int argc, char **argv)
 		log_fatal("bad config", "key=http.tls_ca error=\"%s\"", err);
 	cluster_sampler_start(&mg);
 	schedule_start(&mg);
+	mg.cover = cover_start(&mg);
 	mg.prune = prune_create(&mg);
 	gauges = event_new(mg.base, -1, EV_PERSIST, gauges_cb, &mg);
 	event_add(gauges, &one_s);
@@ -337,6 +338,7 @@ main(int argc, char **argv)
 	schedule_destroy(&mg);
 	lateness_shutdown(&mg);
 	zk_destroy(mg.zk);
+	cover_destroy(mg.cover); /* after: no ZooKeeper answer can follow */
 	daemon_destroy(mg.daemon);
 	event_base_free(mg.base);
 	metrics_free_all();

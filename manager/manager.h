@@ -24,6 +24,7 @@ struct auth;
 struct evdns_base;
 struct pull;
 struct schedule;
+struct coverage;
 
 #define MANAGER_METRICS(X)                                                  \
 	X(accepted, COUNTER, "prophet_tasks_accepted_total",                \
@@ -82,7 +83,12 @@ struct schedule;
 	X(pruner, GAUGE, "prophet_pruner",                                  \
 	  "1 while this manager holds the pruner lock")                     \
 	X(prune_retention, GAUGE, "prophet_prune_retention_seconds",        \
-	  "task.retention of this manager (0: finished tasks are kept)")
+	  "task.retention of this manager (0: finished tasks are kept)")    \
+	X(cb_uncovered, COUNTER, "prophet_callbacks_uncovered_total",       \
+	  "Tasks with a callback accepted on a topic no running notifier "  \
+	  "consumes (their callback waits for one)")                        \
+	X(notifiers, GAUGE, "prophet_notifiers",                            \
+	  "Running notifiers announced in ZooKeeper (<root>/notifiers)")
 
 struct manager_metrics {
 #define MM_FIELD(f, t, n, h) struct metric *f;
@@ -133,6 +139,7 @@ struct manager {
 	int sampling;		 /* backlog reads out */
 	struct evdns_base *dns;	 /* lateness.c scrapes workers */
 	struct pull *pull;	 /* pull.c */
+	struct coverage *cover;	 /* cover.c */
 	struct manager_metrics m;
 	struct schedule *schedule; /* schedule.c */
 };
@@ -195,6 +202,15 @@ json_t *ingest_refused_json(struct manager *mg, const struct ingest_req *r,
 void cluster_get(struct manager *mg, struct evhttp_request *req);
 void cluster_sampler_start(struct manager *mg);
 void cluster_sampler_stop(struct manager *mg);
+
+/* cover.c: which task topics the running notifiers consume; a callback
+ * task on another is counted and logged (rate-limited). */
+struct coverage *cover_start(struct manager *mg);
+void cover_destroy(struct coverage *c);
+void cover_check(struct manager *mg, const struct task *t);
+/* {"notifiers":[...],"known":b,"uncovered_total":N,"last_uncovered":
+ * {"topic","id","at"}|null}, for GET /v1/cluster. */
+json_t *cover_status_json(struct manager *mg);
 
 /* lateness.c: GET /v1/cluster/lateness, the workers' fire lateness
  * histograms summed (scraped from the /metrics their ZooKeeper nodes

@@ -6,6 +6,8 @@
 #include <event2/event.h>
 #include <event2/http.h>
 
+#include <jansson.h>
+
 #include "callback.h"
 #include "httpcli.h"
 #include "kafka.h"
@@ -20,6 +22,7 @@ struct netguard;
 struct hmap;
 struct daemon;
 struct metric;
+struct zk;
 
 #define NOTIFIER_METRICS(X)                                                \
 	X(consumed, COUNTER, "prophet_notifier_consumed_total",            \
@@ -160,7 +163,8 @@ struct notifier {
 	struct event *secret_ev;
 	int secret_tries;
 
-	/* consume.c */
+	/* consume.c: the subscription (proto/cover.h) */
+	json_t *sub_topics, *sub_patterns, *sub_excluded;
 	struct hmap *forged_ids; /* logged once each */
 	struct npart *parts;
 	size_t pending;
@@ -180,7 +184,12 @@ struct notifier {
 	struct event *rec_ev;
 	size_t busy; /* retry submissions and dead-letter sends running */
 
-	int stopping; /* 1: draining, 2: tearing down */
+	/* announce.c */
+	struct zk *zk;
+	struct event *announce_ev;
+	int announcing;
+	int64_t announced_session; /* the session that holds our node */
+	int stopping;		   /* 1: draining, 2: tearing down */
 	int64_t stop_deadline_ms;
 	struct event *stop_ev;
 };
@@ -192,6 +201,11 @@ void consume_stop(struct notifier *n);
 /* The message's outcome is durable: its offset may be committed. */
 void nmsg_done(struct nmsg *m);
 void nmsg_free(struct nmsg *m);
+
+/* announce.c: what this notifier consumes, in ZooKeeper for the
+ * managers (proto/cover.h). */
+void announce_start(struct notifier *n);
+void announce_stop(struct notifier *n);
 
 /* flow.c */
 void flow_start(struct notifier *n);

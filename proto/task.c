@@ -28,10 +28,11 @@ static const char *const misfire_names[TASK__MISFIRE_COUNT] = {
 	"", "fire_once", "fire_all", "skip"};
 
 static const char *const known_fields[] = {
-	"id",	  "topic",	     "body",	    "due_at",	    "delay_ms",
-	"key",	  "headers",	     "callback",    "max_attempts", "ttl_ms",
-	"cron",	  "timezone",	     "priority",    "misfire",	    "start_at",
-	"end_at", "max_occurrences", "traceparent", "tracestate",   NULL};
+	"id",		"topic",      "body",	 "due_at",
+	"delay_ms",	"key",	      "headers", "callback",
+	"max_attempts", "ttl_ms",     "cron",	 "timezone",
+	"misfire",	"start_at",   "end_at",	 "max_occurrences",
+	"traceparent",	"tracestate", NULL};
 
 /* Fields that only make sense with cron. */
 static const char *const cron_fields[] = {
@@ -240,18 +241,19 @@ task_hash(const struct task *t)
 
 	h = fnv64_str(h, t->topic);
 	h = fnv64(h, t->body, t->body_len);
+	/* The last 0 was the priority field: kept, so the hashes of tasks
+	 * stored before it went stay what replays of them compute. */
 	if (t->cron != NULL)
 		snprintf(num, sizeof(num), "cron:%lld/%lld/%lld/%s/%d/%d",
 			 (long long)t->start_at, (long long)t->end_at,
 			 (long long)t->max_occurrences,
-			 task_misfire_name(t->misfire), t->max_attempts,
-			 t->priority);
+			 task_misfire_name(t->misfire), t->max_attempts, 0);
 	else
 		snprintf(
 			num, sizeof(num), "%s%lld/%d/%lld/%d",
 			t->delay_ms >= 0 ? "delay:" : "due:",
 			(long long)(t->delay_ms >= 0 ? t->delay_ms : t->due_at),
-			t->max_attempts, (long long)t->ttl_ms, t->priority);
+			t->max_attempts, (long long)t->ttl_ms, 0);
 	h = fnv64_str(h, num);
 	h = fnv64_str(h, t->key);
 	h = fnv64_json(h, t->headers);
@@ -739,6 +741,13 @@ task_parse(const json_t *in, const struct task_limits *lim, int64_t now_ms,
 		for (int i = 0; known_fields[i]; i++)
 			if (!strcmp(k, known_fields[i]))
 				known = 1;
+		/* Accepted and ignored until 0.x: refused by name now, so a
+		 * client relying on it learns that it never did anything. */
+		if (!strcmp(k, "priority"))
+			return task_error_set(err, 400, "unsupported_field",
+					      "priority",
+					      "priority is not supported: "
+					      "tasks fire in due order");
 		if (!known)
 			return task_error_set(err, 400, "unknown_field", k,
 					      "'%s' is not a task field", k);
@@ -875,9 +884,6 @@ task_parse(const json_t *in, const struct task_limits *lim, int64_t now_ms,
 	if (get_int(in, "ttl_ms", 0, lim->max_delay_ms, &n, &present, err) < 0)
 		return -1;
 	t->ttl_ms = present ? n : 0;
-	if (get_int(in, "priority", -1000, 1000, &n, &present, err) < 0)
-		return -1;
-	t->priority = present ? (int)n : 0;
 
 	if (parse_recurring(in, lim, now_ms, t, err) < 0)
 		return -1;
@@ -967,8 +973,6 @@ task_to_json(const struct task *t)
 				    json_integer(t->max_attempts));
 	if (t->ttl_ms > 0)
 		json_object_set_new(o, "ttl_ms", json_integer(t->ttl_ms));
-	if (t->priority != 0)
-		json_object_set_new(o, "priority", json_integer(t->priority));
 	json_object_set_new(o, "attempt", json_integer(t->attempt));
 	if (t->cron != NULL)
 		recurring_to_json(o, t);

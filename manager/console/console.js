@@ -135,6 +135,23 @@
     $("sum-owned").className = owned === c.slot_count ? "" : "error";
     $("sum-pending").textContent = known(pend) ? fmtCount(pend.reduce((a, b) => a + b, 0)) : "?";
     $("sum-lag").textContent = known(lags) ? fmtMs(Math.max(0, ...lags)) : "?";
+    renderCallbacks(c.callbacks);
+  }
+
+  // Tasks with a callback on a topic no running notifier consumes: their
+  // callback is not made until one does (GET /v1/cluster "callbacks").
+  function renderCallbacks(cb) {
+    const known = cb && cb.known;
+    $("sum-notifiers").textContent = known ? cb.notifiers.length : "?";
+    $("sum-notifiers").className = known && cb.notifiers.length === 0 ? "error" : "";
+    const last = known ? cb.last_uncovered : null;
+    $("uncovered").hidden = !last;
+    if (last) {
+      $("uncovered").textContent = fmtCount(cb.uncovered_total) +
+        " task(s) with a callback on a topic no running notifier consumes, " +
+        "the last on topic " + last.topic + " (" + last.id + ", " + fmtTime(last.at) +
+        "): their callbacks wait for a notifier that does (notifier.topics).";
+    }
   }
 
   function arcPoint(cx, cy, r, deg) {

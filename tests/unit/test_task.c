@@ -180,7 +180,6 @@ test_minimal(void **state)
 	assert_null(t.cron);
 	assert_int_equal(t.max_attempts, 0);
 	assert_int_equal(t.ttl_ms, 0);
-	assert_int_equal(t.priority, 0);
 	assert_int_equal(t.status, TASK_SCHEDULED);
 	assert_int_equal(t.callback_status, TASK_CB_NONE);
 	assert_int_equal(t.created_at, NOW);
@@ -748,11 +747,10 @@ test_optional_fields(void **state)
 	(void)state;
 
 	accept_text("{'topic':'t','body':'b','delay_ms':1,'key':'k1',"
-		    "'ttl_ms':60000,'priority':-7}",
+		    "'ttl_ms':60000}",
 		    NOW, &t);
 	assert_string_equal(t.key, "k1");
 	assert_int_equal(t.ttl_ms, 60000);
-	assert_int_equal(t.priority, -7);
 	task_clear(&t);
 
 	reject_json(with("key", json_string("")), 400, "invalid_value", "key");
@@ -760,8 +758,32 @@ test_optional_fields(void **state)
 		    "key");
 	reject_json(with("ttl_ms", json_integer(-1)), 400, "invalid_value",
 		    "ttl_ms");
-	reject_json(with("priority", json_integer(1001)), 400, "invalid_value",
+}
+
+/* priority was accepted and ignored; now it is refused by name, in any
+ * form, also beside other errors (it is checked first). */
+static void
+test_priority_refused(void **state)
+{
+	struct task_error err;
+	struct task t;
+	json_t *in;
+
+	(void)state;
+
+	reject_json(with("priority", json_integer(5)), 400, "unsupported_field",
 		    "priority");
+	reject_json(with("priority", json_integer(0)), 400, "unsupported_field",
+		    "priority");
+	reject_json(with("priority", json_null()), 400, "unsupported_field",
+		    "priority");
+	reject_text("{'topic':'t','body':'b','delay_ms':-1,'priority':'high'}",
+		    400, "unsupported_field", "priority");
+	in = with("priority", json_integer(1));
+	assert_int_equal(parse_at(in, NOW, &t, &err), -1);
+	assert_non_null(strstr(err.message, "priority is not supported"));
+	assert_non_null(strstr(err.message, "due order"));
+	json_decref(in);
 }
 
 /* NOW is 2023-11-14T22:13:20Z, a Tuesday. */
@@ -875,19 +897,14 @@ test_late_failure_clears(void **state)
 {
 	(void)state;
 
-	reject_text(
-		"{'id':'x1','topic':'t','body':'b','delay_ms':1,'key':'k',"
-		"'headers':{'a':'1'},'callback':{'url':'http://h'},"
-		"'max_attempts':3,'ttl_ms':5,'priority':1,'cron':'* * * * *'}",
-		400, "invalid_value", "delay_ms");
+	reject_text("{'id':'x1','topic':'t','body':'b','delay_ms':1,'key':'k',"
+		    "'headers':{'a':'1'},'callback':{'url':'http://h'},"
+		    "'max_attempts':3,'ttl_ms':5,'cron':'* * * * *'}",
+		    400, "invalid_value", "delay_ms");
 	reject_text("{'id':'x1','topic':'t','body':'b','key':'k',"
 		    "'headers':{'a':'1'},'callback':{'url':'http://h'},"
 		    "'max_attempts':3,'ttl_ms':5,'cron':'* * * * *'}",
 		    400, "invalid_value", "ttl_ms");
-	reject_text("{'topic':'t','body':'b','delay_ms':1,'key':'k',"
-		    "'headers':{'a':'1'},'callback':{'url':'http://h'},"
-		    "'priority':5000}",
-		    400, "invalid_value", "priority");
 }
 
 static void
@@ -937,7 +954,6 @@ test_hash_changes(void **state)
 		"'callback':{'url':'http://h'}}",
 		"{'topic':'t','body':'b','delay_ms':1,'max_attempts':2}",
 		"{'topic':'t','body':'b','delay_ms':1,'ttl_ms':2}",
-		"{'topic':'t','body':'b','delay_ms':1,'priority':2}",
 		"{'topic':'t','body':'b\\u0000','delay_ms':1}",
 		NULL};
 	uint64_t h[32];
@@ -962,7 +978,7 @@ test_to_json(void **state)
 		"{'id':'job-1','topic':'orders','body':'x\\u0000y \\u00e9',"
 		"'due_at':1700000009000,'key':'k','headers':{'a':'1'},"
 		"'callback':{'url':'http://h/cb','method':'POST'},"
-		"'max_attempts':5,'ttl_ms':60000,'priority':3}";
+		"'max_attempts':5,'ttl_ms':60000}";
 	struct task t, back;
 	struct task_error err;
 	json_t *in, *out;
@@ -996,8 +1012,7 @@ test_to_json(void **state)
 		json_integer_value(json_object_get(out, "max_attempts")), 5);
 	assert_int_equal(json_integer_value(json_object_get(out, "ttl_ms")),
 			 60000);
-	assert_int_equal(json_integer_value(json_object_get(out, "priority")),
-			 3);
+	assert_null(json_object_get(out, "priority"));
 	assert_int_equal(json_integer_value(json_object_get(out, "attempt")),
 			 0);
 	assert_int_equal(json_integer_value(json_object_get(out, "created_at")),
@@ -1024,7 +1039,6 @@ test_to_json(void **state)
 	assert_true(json_equal(back.callback, t.callback));
 	assert_int_equal(back.max_attempts, t.max_attempts);
 	assert_int_equal(back.ttl_ms, t.ttl_ms);
-	assert_int_equal(back.priority, t.priority);
 	assert_int_equal(back.content_hash, t.content_hash);
 	task_clear(&back);
 	json_decref(out);
@@ -1361,6 +1375,7 @@ main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_minimal),
+		cmocka_unit_test(test_priority_refused),
 		cmocka_unit_test(test_due_at),
 		cmocka_unit_test(test_due_at_and_delay),
 		cmocka_unit_test(test_time_bounds),

@@ -304,6 +304,9 @@ void recovery_stop(struct worker *w);
 /* A slot was just gained; marker tells whether its Redis index exists. */
 void recovery_slot_ready(struct worker *w, int slot, int marker);
 void recovery_rebuild(struct worker *w, int slot);
+/* A Redis failover (Sentinel): every owned slot's index may lack writes,
+ * so each is rebuilt from the DB (one under way starts again). */
+void recovery_failover(struct worker *w);
 /* Ids of tasks a rebuild or reaper must not re-index: we hold them. */
 int recovery_held(struct worker *w, const char *id);
 

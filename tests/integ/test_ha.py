@@ -6,9 +6,11 @@ cluster needed: Redis and its Sentinels start in well under a second, a
 3-server ZooKeeper ensemble in a few seconds) and an isolated Prophet
 cluster on them; MariaDB and Kafka stay the shared dev cluster's.
 
-  sentinel_failover  Redis primary + replica + 3 Sentinels; the daemons'
-                     redis.url names a port where nothing listens (only
-                     Sentinel can tell them the primary); tasks stream while
+  sentinel_failover  Redis primary + replica + 3 Sentinels (with requirepass:
+                     the daemons AUTH with redis.sentinel_password_file);
+                     the daemons' redis.url names a port where nothing
+                     listens (only Sentinel can tell them the primary);
+                     tasks stream while
                      `SENTINEL FAILOVER` moves the primary: every accepted
                      task fires, none early, duplicates counted; every
                      daemon logs the switch, the workers rebuild their slots,
@@ -80,8 +82,9 @@ class Sentinel(s.PrivateRedis):
 
     name = "sentinel"
 
-    def __init__(self, primary_port):
+    def __init__(self, primary_port, password=None):
         super().__init__()
+        self.password = password
         self.conf = os.path.join(self.dir, "sentinel.conf")
         with open(self.conf, "w") as f:
             f.write("port %d\nbind %s\ndaemonize no\ndir %s\nlogfile \"\"\n"
@@ -92,6 +95,10 @@ class Sentinel(s.PrivateRedis):
                     "sentinel parallel-syncs %s 1\n"
                     % (self.port, s.HOST, self.dir, MASTER, s.HOST,
                        primary_port, MASTER, MASTER, MASTER))
+            if password:
+                # clients and the other Sentinels must AUTH
+                f.write("requirepass %s\nsentinel sentinel-pass %s\n"
+                        % (password, password))
 
     def _launch(self):
         if self.proc is None:
@@ -100,8 +107,21 @@ class Sentinel(s.PrivateRedis):
                 os.path.join(self.dir, "sentinel.log"))
         self.proc.start()
 
+    def client(self, db=0):
+        return h.Redis(s.HOST, self.port, timeout=2, password=self.password)
+
+    def ready(self):
+        try:
+            r = self.client()
+            try:
+                return r.cmd("PING") == "PONG"
+            finally:
+                r.close()
+        except (OSError, RuntimeError, ConnectionError):
+            return False
+
     def master(self):
-        r = h.Redis(s.HOST, self.port, timeout=2)
+        r = self.client()
         try:
             a = r.cmd("SENTINEL", "get-master-addr-by-name", MASTER)
             return None if a is None else int(a[1])
@@ -112,11 +132,19 @@ class Sentinel(s.PrivateRedis):
 class RedisHA:
     """Primary, replica, 3 Sentinels, all private."""
 
-    def __init__(self):
+    def __init__(self, sentinel_password=None):
         self.primary = s.PrivateRedis().start()
         self.replica = RedisReplica(self.primary.port).start()
-        self.sentinels = [Sentinel(self.primary.port).start()
+        self.sentinels = [Sentinel(self.primary.port,
+                                   sentinel_password).start()
                           for _ in range(3)]
+        self.password_file = None
+        if sentinel_password:
+            self.password_file = os.path.join(self.sentinels[0].dir,
+                                              "sentinel.pass")
+            with open(self.password_file, "w") as f:
+                f.write(sentinel_password + "\n")
+            os.chmod(self.password_file, 0o600)
         self.nodes = {self.primary.port: self.primary,
                       self.replica.port: self.replica}
 
@@ -154,7 +182,7 @@ class RedisHA:
             if self.repl()[1] < want:
                 return False
             for x in self.sentinels:
-                rr = h.Redis(s.HOST, x.port, timeout=2)
+                rr = x.client()
                 try:
                     m = rr.cmd("SENTINEL", "master", MASTER)
                 finally:
@@ -236,6 +264,8 @@ def sentinel_cluster(name, ha, workers=2):
                                            c.redis_db),
         "redis.sentinels": ha.sentinel_list(),
         "redis.master_name": MASTER})
+    if ha.password_file:
+        c.extra_conf["redis.sentinel_password_file"] = ha.password_file
     c.write_conf()
     c.start()
     h.create_topics(c.brokers, [c.topic(d.TOPIC)])
@@ -272,7 +302,9 @@ def report(led, p, extra):
 # -------------------------------------------------------------- tests ---
 
 def test_sentinel_failover():
-    ha = RedisHA()
+    # Sentinels with requirepass: the daemons AUTH with
+    # redis.sentinel_password_file (lookups and the subscription)
+    ha = RedisHA(sentinel_password=h.rand_tag(16))
     c = None
     failed = True
     try:
@@ -291,7 +323,7 @@ def test_sentinel_failover():
         time.sleep(4.0)
         ha.wait_synced()
         t_fo = h.now_ms()
-        r = h.Redis(s.HOST, ha.sentinels[0].port, timeout=2)
+        r = ha.sentinels[0].client()
         try:
             r.cmd("SENTINEL", "FAILOVER", MASTER)
         finally:
@@ -312,6 +344,9 @@ def test_sentinel_failover():
             p.check(ln, "%s did not log the failover" % pr.name)
             if ln:
                 seen[pr.name] = ln[0] - t_fo
+            p.check(d.log_lines(c, "(+switch-master)", t_fo, [pr]),
+                    "%s did not hear +switch-master (the subscription, "
+                    "with AUTH)" % pr.name)
         ws = d.log_lines(c, "redis failover: rebuilding every owned slot",
                          t_fo)
         p.check(len(ws) >= len(c.workers), "workers did not rebuild after "
@@ -380,7 +415,7 @@ def test_lagging_failover():
             p.check(kept == c.slots, "the replica has %d of %d built "
                     "markers" % (kept, c.slots))
             t_fo = h.now_ms()
-            r = h.Redis(s.HOST, ha.sentinels[1].port, timeout=2)
+            r = ha.sentinels[1].client()
             try:
                 r.cmd("SENTINEL", "FAILOVER", MASTER)
             finally:

@@ -28,6 +28,10 @@ cluster on them; MariaDB and Kafka stay the shared dev cluster's.
                      replica resumed: the burst is absent from the new
                      primary's index while its "built" markers survived, yet
                      every task fires (from the failover rebuild), on time
+  sentinel_names_replica  the Sentinels made to name the replica (REMOVE +
+                     MONITOR), the daemons' connections killed: each reconnect
+                     finds ROLE slave, leaves, looks again; no write reaches
+                     the replica; back on the primary, no failover logged
   zk_leader_killed   3-server ZooKeeper ensemble; kill -9 of the leader while
                      the workers hold sessions: the sessions survive (no
                      expiry, no self-fencing), firing goes on; the election
@@ -547,6 +551,87 @@ def test_lagging_replica():
         ha.close(failed)
 
 
+def sentinels_monitor(ha, port, down_after_ms):
+    """Every Sentinel forgets MASTER and monitors port under its name."""
+    for x in ha.sentinels:
+        r = x.client()
+        try:
+            r.cmd("SENTINEL", "REMOVE", MASTER)
+            r.cmd("SENTINEL", "MONITOR", MASTER, s.HOST, port, 2)
+            r.cmd("SENTINEL", "SET", MASTER, "down-after-milliseconds",
+                  down_after_ms)
+        finally:
+            r.close()
+
+
+def test_sentinel_names_replica():
+    """The Sentinels are made to name the replica as the primary (REMOVE,
+    MONITOR <replica>; with a long down-after they keep saying so) and the
+    daemons' connections are killed: every reconnect finds a node whose
+    ROLE is not master, leaves it and looks again; not one write reaches
+    the replica (no READONLY error, no rejected call in its stats). When
+    the Sentinels name the real primary again the daemons come back to it
+    (no failover: the same primary) and everything fires."""
+    ha = RedisHA()
+    c = None
+    failed = True
+    try:
+        ha.wait_synced()
+        c = sentinel_cluster("ha-role", ha)
+        p = h.Problems()
+        prim, repl = ha.primary.port, ha.replica.port
+        led = d.Ledger("sentinel_names_replica", c)
+        st = d.Stream(led, "sr", rate=50, delay_lo=1000,
+                      delay_hi=3000).start()
+        time.sleep(3.0)
+        t0 = h.now_ms()
+        sentinels_monitor(ha, repl, 60000)
+        r = ha.primary.client()
+        try:
+            r.cmd("CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes")
+        finally:
+            r.close()
+        h.wait_until(lambda: all(pr.grep("redis node is not the primary")
+                                 for pr in procs(c)), 15, 0.1,
+                     "every daemon refusing the replica")
+        time.sleep(3.0)
+        t_back = h.now_ms()
+        sentinels_monitor(ha, prim, 1000)
+        h.wait_until(lambda: all(d.log_lines(c, "redis connected", t_back,
+                                             [pr]) for pr in procs(c)),
+                     15, 0.1, "every daemon back on the primary")
+        time.sleep(3.0)
+        st.stop()
+        led.check_all_fired(p, grace_s=10)
+        led.check_output(p)
+        rr = ha.replica.client()
+        try:
+            stats = rr.cmd("INFO", "commandstats").decode() + \
+                rr.cmd("INFO", "errorstats").decode()
+        finally:
+            rr.close()
+        rejected = sum(int(kv.split("=", 1)[1]) for line in
+                       stats.splitlines() if line.startswith("cmdstat_")
+                       for kv in line.split(":", 1)[1].split(",")
+                       if kv.startswith("rejected_calls="))
+        p.check(rejected == 0 and "READONLY" not in stats,
+                "clients tried to write to the replica: rejected_calls=%d, "
+                "%s" % (rejected, [ln for ln in stats.splitlines()
+                                    if "READONLY" in ln]))
+        moved = d.log_lines(c, "redis failover: a new primary", t0)
+        p.check(not moved, "a failover logged although the primary never "
+                "changed: %s" % moved[:1])
+        refusals = d.log_lines(c, "redis node is not the primary", t0)
+        report(led, p, "Sentinels naming the replica for %d ms: %d refusals "
+               "of it (ROLE slave) by %d daemons, rejected writes on it %d"
+               % (t_back - t0, len(refusals), len(procs(c)), rejected))
+        failed = False
+    finally:
+        if c is not None:
+            close(c, failed)
+        ha.close(failed)
+
+
 # ---------------------------------------------------------- zookeeper ---
 
 class ZKEnsemble:
@@ -685,7 +770,7 @@ def test_zk_leader_killed():
 
 
 tests = [test_sentinel_failover, test_lagging_failover, test_lagging_replica,
-         test_zk_leader_killed]
+         test_sentinel_names_replica, test_zk_leader_killed]
 
 
 def main():

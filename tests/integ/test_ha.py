@@ -15,7 +15,8 @@ cluster on them; MariaDB and Kafka stay the shared dev cluster's.
                      task fires, none early, duplicates counted; every
                      daemon logs the switch, the workers rebuild their slots,
                      and no daemon keeps a connection to the demoted node
-  lagging_failover   the replica is cut off while both nodes stay up (the
+  lagging_failover   the first Sentinel is killed (the daemons' first choice
+                     for lookups and the subscription); the replica is cut off while both nodes stay up (the
                      primary refuses new connections, its replica link is
                      killed), a burst is indexed on the primary only, then
                      SENTINEL FAILOVER promotes the lagging replica: the
@@ -198,8 +199,16 @@ class RedisHA:
             return True
         h.wait_until(ok, timeout, 0.2, "replica in sync, sentinels aware")
 
-    def wait_master(self, port, timeout):
-        h.wait_until(lambda: all(x.master() == port for x in self.sentinels),
+    def wait_synced_offset(self, timeout=20):
+        """Until the replica has acknowledged every write the primary had
+        when this was called."""
+        want = self.repl()[0]
+        h.wait_until(lambda: self.repl()[1] >= want, timeout, 0.1,
+                     "replica in sync")
+
+    def wait_master(self, port, timeout, sentinels=None):
+        h.wait_until(lambda: all(x.master() == port for x in
+                                 (sentinels or self.sentinels)),
                      timeout, 0.05, "every sentinel names port %d" % port)
 
     def close(self, failed):
@@ -377,7 +386,9 @@ def test_sentinel_failover():
 
 
 def test_lagging_failover():
-    """The replica is cut off while both nodes stay up (the primary
+    """The first Sentinel dies (lookups and the +switch-master
+    subscription must move to the others). The replica is cut off while
+    both nodes stay up (the primary
     refuses new connections: maxclients at its current count, then CLIENT
     KILL TYPE replica, so the replica cannot reconnect), a burst is
     indexed on the primary only, then SENTINEL FAILOVER promotes the
@@ -396,8 +407,12 @@ def test_lagging_failover():
         led = d.Ledger("lagging_failover", c)
         st = d.Stream(led, "lf", rate=50, delay_lo=1000,
                       delay_hi=3000).start()
+        # the first Sentinel (the daemons' first choice for lookups and
+        # for the +switch-master subscription) dies: they must move on
+        t_s0 = h.now_ms()
+        ha.sentinels[0].kill()
         time.sleep(3.0)
-        ha.wait_synced()
+        ha.wait_synced_offset()
         x = h.Redis(s.HOST, old, c.redis_db, timeout=5)
         try:
             n = len(x.cmd("CLIENT", "LIST").decode().splitlines())
@@ -424,7 +439,7 @@ def test_lagging_failover():
                 r.cmd("SENTINEL", "FAILOVER", MASTER)
             finally:
                 r.close()
-            ha.wait_master(new, 20)
+            ha.wait_master(new, 20, ha.sentinels[1:])
             t_sw = h.now_ms()
         finally:
             x.close()
@@ -455,6 +470,12 @@ def test_lagging_failover():
         p.check(blate and h.percentile(blate, 99) < 2000,
                 "burst lateness p99 %s ms: not fired from the rebuild"
                 % (h.percentile(blate, 99) if blate else None))
+        for pr in procs(c):
+            p.check(d.log_lines(c, "(+switch-master)", t_fo, [pr]),
+                    "%s did not hear +switch-master from a surviving "
+                    "Sentinel" % pr.name)
+        p.check(not d.log_lines(c, "redis primary not found", t_s0),
+                "a lookup failed with one Sentinel of three dead")
         dbm = d.log_lines(c, "redis fallback on", t_fo)
         ws = d.log_lines(c, "redis failover: rebuilding every owned slot",
                          t_fo)

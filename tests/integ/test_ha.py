@@ -755,6 +755,17 @@ def test_zk_leader_killed():
         time.sleep(4.0)
         li = ens.leader()
         h.check(li is not None, "no ZooKeeper leader")
+
+        def owners():
+            z = h.ZK("127.0.0.1:%d" % ens.ports[[i for i in range(3)
+                                                  if i != li][0]])
+            try:
+                return {w.wid: z.get_stat("%s/workers/%s" % (
+                    c.zk_root, w.wid))[1]["ephemeralOwner"]
+                    for w in c.workers}
+            finally:
+                z.close()
+        before = owners()
         t_kill = h.now_ms()
         ens.procs[li].kill()
         alive = [i for i in range(3) if i != li]
@@ -767,6 +778,9 @@ def test_zk_leader_killed():
         st.stop()
         led.check_all_fired(p, grace_s=10)
         led.check_output(p)
+        after = owners()
+        p.check(after == before, "the workers' sessions changed (their "
+                "/workers nodes' ephemeralOwner): %r -> %r" % (before, after))
         for needle in ("session expired", "unreachable for 2/3",
                        "registered by another session"):
             bad = d.log_lines(c, needle, t_kill)

@@ -79,6 +79,7 @@ redis_failover_cb(struct redis *r, int up, void *arg)
 {
 	struct manager *mg = arg;
 
+	metric_inc(mg->m.redis_failovers);
 	if (mg->ingest == NULL)
 		return;
 	memset(mg->index_dirty, 1, (size_t)mg->nslots);

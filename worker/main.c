@@ -45,7 +45,10 @@ redis_state_cb(struct redis *r, int up, void *arg)
 static void
 redis_failover_cb(struct redis *r, int up, void *arg)
 {
-	recovery_failover(arg);
+	struct worker *w = arg;
+
+	metric_inc(w->m.redis_failovers);
+	recovery_failover(w);
 }
 
 static void

@@ -93,6 +93,8 @@ struct hmap;
 	X(self_fenced, GAUGE, "prophet_self_fenced",                           \
 	  "1 while claiming is stopped because ZooKeeper is unreachable")      \
 	X(redis_up, GAUGE, "prophet_redis_up", "1 when Redis is connected")    \
+	X(redis_failovers, COUNTER, "prophet_redis_failovers_total",           \
+	  "Redis failovers seen (Sentinel named a new primary)")               \
 	X(db_up, GAUGE, "prophet_db_connections",                              \
 	  "Database connections open (of db.pool_size)")                       \
 	X(zk_up, GAUGE, "prophet_zookeeper_up",                                \

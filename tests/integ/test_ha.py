@@ -366,6 +366,11 @@ def test_sentinel_failover():
                 "the switch: %d log lines" % len(ws))
         rb = rebuild_ms(c, t_fo)
         p.check(rb, "no 'slot index rebuilt' after the switch")
+        for pr, addr in [(c.manager, c.manager_addr)] + [
+                (w, w.addr) for w in c.workers]:
+            n = h.metrics(addr).get("prophet_redis_failovers_total")
+            p.check(n == 1, "%s: prophet_redis_failovers_total %r, want 1"
+                    % (pr.name, n))
         left = daemon_clients(old)
         p.check(not left, "daemons still connected to the demoted node: %s"
                 % left[:3])

@@ -148,9 +148,9 @@ test_sentinels(void **state)
 	assert_contains(err, "'b' is not host:port");
 	assert_int_equal(cfg_check_hostport_list("a:0", err, sizeof(err)), -1);
 	assert_int_equal(cfg_check_hostport_list("a:1,", err, sizeof(err)), 0);
-	assert_int_equal(cfg_set(cfg, "redis", "sentinels", "x:99999", err,
-				 sizeof(err)),
-			 -1);
+	assert_int_equal(
+		cfg_set(cfg, "redis", "sentinels", "x:99999", err, sizeof(err)),
+		-1);
 	assert_contains(err, "redis.sentinels");
 	assert_int_equal(
 		cfg_set(cfg, "redis", "master_name", "", err, sizeof(err)), -1);

@@ -48,6 +48,21 @@
 	  "rediss://: the client certificate's private key (PEM, mode 600)")   \
 	X(REDIS_TIMEOUT_MS, "redis", "timeout_ms", CFG_INT, "2000", 100,       \
 	  60000, NULL, 0, "Redis connect and command timeout")                 \
+	X(REDIS_SENTINELS, "redis", "sentinels", CFG_STR, "", 0, 0,            \
+	  cfg_check_hostport_list, 0,                                          \
+	  "Redis Sentinels host:port[,...]: the primary is looked up through " \
+	  "them (SENTINEL get-master-addr-by-name, each tried in turn), "      \
+	  "followed on +switch-master, and a failover makes every slot be "    \
+	  "rebuilt from the DB; redis.url then gives only user, password "     \
+	  "and db (its host:port is ignored); empty: redis.url's server")      \
+	X(REDIS_MASTER_NAME, "redis", "master_name", CFG_STR, "prophet", 0, 0, \
+	  cfg_check_nonempty, 0,                                               \
+	  "the name the Sentinels monitor the primary under (used with "       \
+	  "redis.sentinels)")                                                  \
+	X(REDIS_SENTINEL_PASSWORD_FILE, "redis", "sentinel_password_file",     \
+	  CFG_STR, "", 0, 0, NULL, 0,                                          \
+	  "file holding the Sentinels' password (their requirepass, one "      \
+	  "line, mode 600): AUTH to every Sentinel; empty: none")              \
 	X(DB_URL, "db", "url", CFG_STR,                                        \
 	  "mysql://prophet@127.0.0.1:3306/prophet", 0, 0, cfg_check_db_url, 0, \
 	  "database (MySQL protocol): "                                        \
@@ -462,6 +477,8 @@ int cfg_check_redis_url(const char *v, char *err, size_t errlen);
 int cfg_check_db_url(const char *v, char *err, size_t errlen);
 int cfg_check_topic_prefix(const char *v, char *err, size_t errlen);
 int cfg_check_listen(const char *v, char *err, size_t errlen);
+/* empty, or host:port[,host:port...] */
+int cfg_check_hostport_list(const char *v, char *err, size_t errlen);
 int cfg_check_worker_id(const char *v, char *err, size_t errlen);
 int cfg_check_level(const char *v, char *err, size_t errlen);
 /* A task topic: 1-200 of [A-Za-z0-9._-], not "." or "..". */

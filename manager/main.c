@@ -70,6 +70,22 @@ redis_state_cb(struct redis *r, int up, void *arg)
 		ingest_redis_up(mg);
 }
 
+/* A Redis failover: index writes acknowledged by the old primary may be
+ * missing on the new one, whichever slot they were for. Every slot is
+ * handed to its owner for a rebuild (its marker deleted), as after lost
+ * index writes. */
+static void
+redis_failover_cb(struct redis *r, int up, void *arg)
+{
+	struct manager *mg = arg;
+
+	metric_inc(mg->m.redis_failovers);
+	if (mg->ingest == NULL)
+		return;
+	memset(mg->index_dirty, 1, (size_t)mg->nslots);
+	ingest_redis_up(mg);
+}
+
 static void
 gauges_cb(evutil_socket_t fd, short what, void *arg)
 {
@@ -268,6 +284,7 @@ main(int argc, char **argv)
 	mg.db = db_pool_create(mg.base, mg.dsn,
 			       (int)cfg_int(mg.cfg, CFG_DB_POOL_SIZE), "api");
 	mg.redis = redis_create(mg.base, mg.cfg, redis_state_cb, &mg);
+	redis_on_failover(mg.redis, redis_failover_cb, &mg);
 	mg.ingest = ingest_create(&mg);
 	if (cfg_str(mg.cfg, CFG_KAFKA_INGEST_TOPIC)[0] != '\0' &&
 	    (mg.kingest = kingest_create(&mg, err, sizeof(err))) == NULL)

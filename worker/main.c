@@ -43,6 +43,15 @@ redis_state_cb(struct redis *r, int up, void *arg)
 }
 
 static void
+redis_failover_cb(struct redis *r, int up, void *arg)
+{
+	struct worker *w = arg;
+
+	metric_inc(w->m.redis_failovers);
+	recovery_failover(w);
+}
+
+static void
 gauges_cb(evutil_socket_t fd, short what, void *arg)
 {
 	struct worker *w = arg;
@@ -184,6 +193,7 @@ main(int argc, char **argv)
 	w.db = db_pool_create(w.base, w.dsn,
 			      (int)cfg_int(w.cfg, CFG_DB_POOL_SIZE), "worker");
 	w.redis = redis_create(w.base, w.cfg, redis_state_cb, &w);
+	redis_on_failover(w.redis, redis_failover_cb, &w);
 	w.redis_sub = redis_create(w.base, w.cfg, NULL, NULL);
 	{
 		struct http_limits lim = {

@@ -93,6 +93,8 @@ struct hmap;
 	X(self_fenced, GAUGE, "prophet_self_fenced",                           \
 	  "1 while claiming is stopped because ZooKeeper is unreachable")      \
 	X(redis_up, GAUGE, "prophet_redis_up", "1 when Redis is connected")    \
+	X(redis_failovers, COUNTER, "prophet_redis_failovers_total",           \
+	  "Redis failovers seen (Sentinel named a new primary)")               \
 	X(db_up, GAUGE, "prophet_db_connections",                              \
 	  "Database connections open (of db.pool_size)")                       \
 	X(zk_up, GAUGE, "prophet_zookeeper_up",                                \
@@ -305,6 +307,9 @@ void recovery_stop(struct worker *w);
 /* A slot was just gained; marker tells whether its Redis index exists. */
 void recovery_slot_ready(struct worker *w, int slot, int marker);
 void recovery_rebuild(struct worker *w, int slot);
+/* A Redis failover (Sentinel): every owned slot's index may lack writes,
+ * so each is rebuilt from the DB (one under way starts again). */
+void recovery_failover(struct worker *w);
 /* Ids of tasks a rebuild or reaper must not re-index: we hold them. */
 int recovery_held(struct worker *w, const char *id);
 

@@ -47,5 +47,6 @@ int cmd_token_hash(struct cli *c, int argc, char **argv);
 int cmd_prune(struct cli *c, int argc, char **argv);
 int cmd_bulk(struct cli *c, int argc, char **argv);
 int cmd_jobs(struct cli *c, int argc, char **argv);
+int cmd_schedule(struct cli *c, int argc, char **argv);
 
 #endif

@@ -45,6 +45,10 @@ static const struct cli_cmd commands[] = {
 	{"jobs", "jobs [ID [--wait]]",
 	 "the bulk jobs (who, filter, counts), or one; --wait: follow it",
 	 cmd_jobs},
+	{"schedule", "schedule [--from T] [--to T] [--step D] [--topic T]",
+	 "the booked load: scheduled tasks due per step (default the next "
+	 "24 h by the hour), as a text histogram",
+	 cmd_schedule},
 	{"cluster", "cluster",
 	 "master, workers and every slot's owner, "
 	 "epoch, backlog and lag",

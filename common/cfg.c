@@ -1066,6 +1066,36 @@ cfg_check_listen(const char *v, char *err, size_t errlen)
 }
 
 int
+cfg_check_hostport_list(const char *v, char *err, size_t errlen)
+{
+	char item[300], host[256];
+	const char *p = v, *e;
+	int port;
+
+	while (*p != '\0') {
+		e = strchr(p, ',');
+		if (e == NULL)
+			e = p + strlen(p);
+		if ((size_t)(e - p) >= sizeof(item)) {
+			snprintf(err, errlen, "'%.40s...' is too long", p);
+			return -1;
+		}
+		memcpy(item, p, (size_t)(e - p));
+		item[e - p] = '\0';
+		if (hostport_parse(item, host, sizeof(host), &port) < 0 ||
+		    port <= 0) {
+			snprintf(err, errlen,
+				 "'%s' is not host:port (a list: "
+				 "host:port,host:port)",
+				 item);
+			return -1;
+		}
+		p = *e ? e + 1 : e;
+	}
+	return 0;
+}
+
+int
 cfg_check_worker_id(const char *v, char *err, size_t errlen)
 {
 	size_t n = strlen(v);

@@ -48,6 +48,21 @@
 	  "rediss://: the client certificate's private key (PEM, mode 600)")   \
 	X(REDIS_TIMEOUT_MS, "redis", "timeout_ms", CFG_INT, "2000", 100,       \
 	  60000, NULL, 0, "Redis connect and command timeout")                 \
+	X(REDIS_SENTINELS, "redis", "sentinels", CFG_STR, "", 0, 0,            \
+	  cfg_check_hostport_list, 0,                                          \
+	  "Redis Sentinels host:port[,...]: the primary is looked up through " \
+	  "them (SENTINEL get-master-addr-by-name, each tried in turn), "      \
+	  "followed on +switch-master, and a failover makes every slot be "    \
+	  "rebuilt from the DB; redis.url then gives only user, password "     \
+	  "and db (its host:port is ignored); empty: redis.url's server")      \
+	X(REDIS_MASTER_NAME, "redis", "master_name", CFG_STR, "prophet", 0, 0, \
+	  cfg_check_nonempty, 0,                                               \
+	  "the name the Sentinels monitor the primary under (used with "       \
+	  "redis.sentinels)")                                                  \
+	X(REDIS_SENTINEL_PASSWORD_FILE, "redis", "sentinel_password_file",     \
+	  CFG_STR, "", 0, 0, NULL, 0,                                          \
+	  "file holding the Sentinels' password (their requirepass, one "      \
+	  "line, mode 600): AUTH to every Sentinel; empty: none")              \
 	X(DB_URL, "db", "url", CFG_STR,                                        \
 	  "mysql://prophet@127.0.0.1:3306/prophet", 0, 0, cfg_check_db_url, 0, \
 	  "database (MySQL protocol): "                                        \
@@ -225,6 +240,12 @@
 	  86400000, NULL, 0,                                                   \
 	  "tasks due within this time are indexed in Redis, later ones only "  \
 	  "in the DB")                                                         \
+	X(TASK_INDEX_MARGIN_MS, "task", "index_margin_ms", CFG_INT, "60000",   \
+	  10000, 3600000, NULL, 0,                                             \
+	  "a task submitted, rescheduled or recurring due before now + "       \
+	  "horizon_ms + this is indexed in Redis at once, a later one by the " \
+	  "worker's loader: more than the clock skew between hosts plus the "  \
+	  "loader's 5 s round")                                                \
 	X(TASK_BUCKET_MS, "task", "bucket_ms", CFG_INT, "60000", 0, 3600000,   \
 	  NULL, 0,                                                             \
 	  "tasks due after bucket_near_ms wait in Redis in append-only lists " \
@@ -304,7 +325,7 @@
 	X(NOTIFIER_TOPICS, "notifier", "topics", CFG_STR, "", 0, 0, NULL, 0,   \
 	  "comma-separated task topics to consume (the topic prefix is "       \
 	  "added); an entry starting with ^ is a regular expression on the "   \
-	  "Kafka topic names")                                                 \
+	  "Kafka topic names; empty: every task topic (^<topic_prefix>.*)")    \
 	X(NOTIFIER_RETRY_TOPIC, "notifier", "retry_topic", CFG_STR,            \
 	  "prophet.callback-retry", 0, 0, cfg_check_topic, 0,                  \
 	  "task topic of the retry tasks the notifier submits and consumes "   \
@@ -460,6 +481,8 @@ int cfg_check_redis_url(const char *v, char *err, size_t errlen);
 int cfg_check_db_url(const char *v, char *err, size_t errlen);
 int cfg_check_topic_prefix(const char *v, char *err, size_t errlen);
 int cfg_check_listen(const char *v, char *err, size_t errlen);
+/* empty, or host:port[,host:port...] */
+int cfg_check_hostport_list(const char *v, char *err, size_t errlen);
 int cfg_check_worker_id(const char *v, char *err, size_t errlen);
 int cfg_check_level(const char *v, char *err, size_t errlen);
 /* A task topic: 1-200 of [A-Za-z0-9._-], not "." or "..". */

@@ -15,6 +15,7 @@
 #endif
 
 #include "cfg.h"
+#include "crypto.h"
 #include "log.h"
 #include "redis.h"
 #include "secret.h"
@@ -53,7 +54,91 @@ struct redis {
 	size_t sent_head, sent_cap;
 	struct event *watch_ev;
 	int policy_checked; /* maxmemory-policy read once */
+	/* EVALSHA: conn counts connections; script i was sent a SCRIPT
+	 * LOAD on connection loaded[i] (0: never). no_evalsha: the server
+	 * refused SCRIPT LOAD (an ACL without it): plain EVAL from then. */
+	unsigned long conn;
+	unsigned long *loaded;
+	size_t nloaded;
+	int no_evalsha;
+	/* Sentinel mode (redis.sentinels): host/port are the primary's,
+	 * looked up before every connect; ROLE must say "master" before
+	 * the connection is used. sac subscribes to +switch-master on one
+	 * Sentinel (s_sub, rotating when it fails). last_host/last_port:
+	 * the primary of the last usable connection; a different one (or a
+	 * +switch-master since) is a failover, told to failover_cb. */
+	int nsentinels;
+	char **s_host;
+	int *s_port;
+	int s_pref; /* the sentinel that answered last */
+	char *master_name;
+	char *s_password; /* NULL: no AUTH to the Sentinels */
+	redisAsyncContext *sac;
+	int s_sub;
+	struct event *s_retry_ev;
+	int lookup_failing; /* said once until a lookup succeeds */
+	char *last_host;
+	int last_port;
+	int switched;
+	int role_refused; /* ROLE not allowed: Sentinel's word is taken */
+	unsigned long failovers;
+	redis_state_fn failover_cb;
+	void *failover_arg;
 };
+
+/*
+ * The scripts this process evaluates, by the address of their text (the
+ * string literals of proto/scripts.h) and, for a text seen at a second
+ * address, by content: each with its SHA-1 as EVALSHA names it. Used by
+ * the loop thread only, like every struct redis. Beyond SCRIPT_MAX
+ * different scripts, the rest go as plain EVAL.
+ */
+#define SCRIPT_MAX 64
+#define SCRIPT_ADDRS 256
+static struct script {
+	const char *text;
+	size_t len;
+	char sha[2 * CRYPTO_SHA1_LEN + 1];
+} scripts[SCRIPT_MAX];
+static size_t nscripts;
+static struct {
+	const char *addr;
+	int i;
+} script_addrs[SCRIPT_ADDRS];
+static size_t nscript_addrs;
+
+static int
+script_find(const char *text, size_t len)
+{
+	unsigned char md[CRYPTO_SHA1_LEN];
+	struct script *sc;
+	int i = -1;
+
+	for (size_t k = 0; k < nscript_addrs; k++)
+		if (script_addrs[k].addr == text)
+			return script_addrs[k].i;
+	for (size_t k = 0; k < nscripts && i < 0; k++)
+		if (scripts[k].len == len &&
+		    memcmp(scripts[k].text, text, len) == 0)
+			i = (int)k;
+	if (i < 0) {
+		if (nscripts == SCRIPT_MAX)
+			return -1;
+		sc = &scripts[nscripts];
+		sc->text = text;
+		sc->len = len;
+		crypto_sha1(text, len, md);
+		for (int b = 0; b < CRYPTO_SHA1_LEN; b++)
+			snprintf(sc->sha + 2 * b, 3, "%02x", md[b]);
+		i = (int)nscripts++;
+	}
+	if (nscript_addrs < SCRIPT_ADDRS) {
+		script_addrs[nscript_addrs].addr = text;
+		script_addrs[nscript_addrs].i = i;
+		nscript_addrs++;
+	}
+	return i;
+}
 
 static int64_t
 mono_ms(void)
@@ -92,6 +177,7 @@ struct redis_call {
 	struct redis *r;
 	redis_reply_fn cb;
 	void *arg;
+	int script; /* an EVALSHA: a NOSCRIPT answer means a flushed cache */
 };
 
 static void redis_connect(struct redis *r);
@@ -165,9 +251,38 @@ call_cb(redisAsyncContext *ac, void *reply, void *privdata)
 
 	sent_pop(r);
 	r->pending--;
+	if (c->script && reply != NULL &&
+	    ((redisReply *)reply)->type == REDIS_REPLY_ERROR &&
+	    strncmp(((redisReply *)reply)->str, "NOSCRIPT", 8) == 0) {
+		/* The server's script cache was emptied under a live
+		 * connection (SCRIPT FLUSH): this call fails like any
+		 * Redis error; the next call of each script loads it
+		 * again first. */
+		log_warn("redis lost its scripts: loading them again",
+			 "host=%s port=%d", r->host, r->port);
+		r->conn++;
+	}
 	if (c->cb != NULL)
 		c->cb(r, reply, c->arg);
 	xfree(c);
+}
+
+/* SCRIPT LOAD's answer: an error means this server will not take
+ * EVALSHA (an ACL user without SCRIPT, a proxy without it): plain EVAL
+ * from then on. The EVALSHA sent behind it fails once (NOSCRIPT). */
+static void
+script_load_cb(redisAsyncContext *ac, void *reply, void *privdata)
+{
+	struct redis *r = privdata;
+	redisReply *rep = reply;
+
+	sent_pop(r);
+	r->pending--;
+	if (rep == NULL || rep->type != REDIS_REPLY_ERROR || r->no_evalsha)
+		return;
+	log_warn("redis refused SCRIPT LOAD: sending scripts with every call",
+		 "host=%s port=%d error=\"%s\"", r->host, r->port, rep->str);
+	r->no_evalsha = 1;
 }
 
 static void
@@ -232,6 +347,9 @@ auth_cb(redisAsyncContext *ac, void *reply, void *privdata)
 	r->auth_refused = 1;
 }
 
+static void redis_ready(struct redis *r);
+static void role_cb(redisAsyncContext *ac, void *reply, void *privdata);
+
 static void
 setup_done_cb(redisAsyncContext *ac, void *reply, void *privdata)
 {
@@ -251,15 +369,83 @@ setup_done_cb(redisAsyncContext *ac, void *reply, void *privdata)
 	}
 	if (ac != r->ac)
 		return;
+	if (r->nsentinels > 0 && !r->role_refused) {
+		/* Sentinel's answer may be stale (a failover under way):
+		 * the node must say it is the primary itself. */
+		redisAsyncCommand(ac, role_cb, r, "ROLE");
+		return;
+	}
+	redis_ready(r);
+}
+
+/* The connection is usable: AUTH, SELECT (and ROLE) passed. */
+static void
+redis_ready(struct redis *r)
+{
+	int moved;
+
 	r->ready = 1;
 	r->backoff_ms = 50;
+	moved = r->last_host != NULL &&
+		(r->switched || strcmp(r->last_host, r->host) != 0 ||
+		 r->last_port != r->port);
+	if (r->last_host == NULL || strcmp(r->last_host, r->host) != 0) {
+		xfree(r->last_host);
+		r->last_host = xstrdup(r->host);
+	}
+	r->last_port = r->port;
+	r->switched = 0;
 	if (r->sub_channel != NULL)
-		redisAsyncCommand(ac, sub_cb, r, "SUBSCRIBE %s",
+		redisAsyncCommand(r->ac, sub_cb, r, "SUBSCRIBE %s",
 				  r->sub_channel);
 	else if (!r->policy_checked)
-		redisAsyncCommand(ac, policy_cb, r,
+		redisAsyncCommand(r->ac, policy_cb, r,
 				  "CONFIG GET maxmemory-policy");
+	if (moved) {
+		r->failovers++;
+		log_warn("redis failover: a new primary; the index may lack "
+			 "the last writes",
+			 "master=%s primary=%s:%d failovers=%lu",
+			 r->master_name, r->host, r->port, r->failovers);
+		/* Before the state change: the owner marks its slots for
+		 * a rebuild before anything claims from the new primary. */
+		if (r->failover_cb != NULL)
+			r->failover_cb(r, 1, r->failover_arg);
+	}
 	redis_set_state(r, 1);
+}
+
+static void
+role_cb(redisAsyncContext *ac, void *reply, void *privdata)
+{
+	struct redis *r = privdata;
+	redisReply *rep = reply;
+
+	if (rep == NULL || ac != r->ac)
+		return;
+	if (rep->type == REDIS_REPLY_ERROR) {
+		/* An ACL user without ROLE: Sentinel's word is taken (a
+		 * demoted node still refuses writes: READONLY). */
+		log_warn("redis refused ROLE: trusting the sentinels",
+			 "host=%s port=%d error=\"%s\"", r->host, r->port,
+			 rep->str);
+		r->role_refused = 1;
+		redis_ready(r);
+		return;
+	}
+	if (rep->type == REDIS_REPLY_ARRAY && rep->elements >= 1 &&
+	    rep->element[0]->type == REDIS_REPLY_STRING &&
+	    strcmp(rep->element[0]->str, "master") == 0) {
+		redis_ready(r);
+		return;
+	}
+	log_warn("redis node is not the primary: looking it up again",
+		 "host=%s port=%d role=%s", r->host, r->port,
+		 rep->type == REDIS_REPLY_ARRAY && rep->elements >= 1 &&
+				 rep->element[0]->type == REDIS_REPLY_STRING
+			 ? rep->element[0]->str
+			 : "unknown");
+	redisAsyncDisconnect(ac);
 }
 
 static void
@@ -273,6 +459,7 @@ connect_cb(const redisAsyncContext *ac, int status)
 		schedule_retry(r);
 		return;
 	}
+	r->conn++; /* every script is loaded again on this connection */
 	if (r->password != NULL && r->user != NULL)
 		redisAsyncCommand(r->ac, auth_cb, r, "AUTH %s %s", r->user,
 				  r->password);
@@ -294,10 +481,243 @@ disconnect_cb(const redisAsyncContext *ac, int status)
 	schedule_retry(r);
 }
 
+/* Sentinel ------------------------------------------------------------ */
+
+/* AUTH on a blocking connection to a Sentinel, when configured. */
+static int
+sentinel_auth(struct redis *r, redisContext *c, int i)
+{
+	redisReply *rep;
+	int ok;
+
+	if (r->s_password == NULL)
+		return 0;
+	rep = redisCommand(c, "AUTH %s", r->s_password);
+	ok = rep != NULL && rep->type != REDIS_REPLY_ERROR;
+	if (!ok && !r->lookup_failing)
+		log_warn("redis sentinel refused AUTH",
+			 "sentinel=%s:%d error=\"%s\" hint=\"check "
+			 "redis.sentinel_password_file\"",
+			 r->s_host[i], r->s_port[i],
+			 rep && rep->str ? rep->str : c->errstr);
+	freeReplyObject(rep);
+	return ok ? 0 : -1;
+}
+
+/*
+ * SENTINEL get-master-addr-by-name, asking each Sentinel in turn (the
+ * one that answered last first) on a short blocking connection: they run
+ * on the LAN, answer in well under a millisecond, and a refused port
+ * fails at once; a black-holed one costs at most 500 ms. Sets host/port.
+ */
+static int
+sentinel_lookup(struct redis *r)
+{
+	int tmo = r->timeout_ms < 500 ? r->timeout_ms : 500;
+	struct timeval tv = {tmo / 1000, (tmo % 1000) * 1000};
+
+	for (int k = 0; k < r->nsentinels; k++) {
+		int i = (r->s_pref + k) % r->nsentinels;
+		redisContext *c =
+			redisConnectWithTimeout(r->s_host[i], r->s_port[i], tv);
+		redisReply *rep = NULL;
+
+		if (c == NULL || c->err) {
+			log_debug("redis sentinel unreachable",
+				  "sentinel=%s:%d error=\"%s\"", r->s_host[i],
+				  r->s_port[i], c ? c->errstr : "no memory");
+			redisFree(c);
+			continue;
+		}
+		redisSetTimeout(c, tv);
+		if (sentinel_auth(r, c, i) == 0)
+			rep = redisCommand(
+				c, "SENTINEL get-master-addr-by-name %s",
+				r->master_name);
+		if (rep != NULL && rep->type == REDIS_REPLY_ARRAY &&
+		    rep->elements == 2 &&
+		    rep->element[0]->type == REDIS_REPLY_STRING &&
+		    rep->element[1]->type == REDIS_REPLY_STRING) {
+			int port = atoi(rep->element[1]->str);
+
+			if (strcmp(r->host, rep->element[0]->str) != 0 ||
+			    r->port != port)
+				log_info("redis sentinel names the primary",
+					 "sentinel=%s:%d master=%s "
+					 "primary=%s:%d",
+					 r->s_host[i], r->s_port[i],
+					 r->master_name, rep->element[0]->str,
+					 port);
+			xfree(r->host);
+			r->host = xstrdup(rep->element[0]->str);
+			r->port = port;
+			r->s_pref = i;
+			r->lookup_failing = 0;
+			freeReplyObject(rep);
+			redisFree(c);
+			return 0;
+		}
+		if (!r->lookup_failing)
+			log_warn("redis sentinel does not know the primary",
+				 "sentinel=%s:%d master=%s error=\"%s\"",
+				 r->s_host[i], r->s_port[i], r->master_name,
+				 rep == NULL ? c->errstr
+				 : rep->type == REDIS_REPLY_ERROR
+					 ? rep->str
+					 : "no address");
+		freeReplyObject(rep);
+		redisFree(c);
+	}
+	if (!r->lookup_failing)
+		log_warn("redis primary not found: no sentinel answered",
+			 "master=%s sentinels=%d", r->master_name,
+			 r->nsentinels);
+	r->lookup_failing = 1;
+	return -1;
+}
+
+/* Drops the connection to the primary now (callbacks get NULL) and
+ * reconnects at once, looking the primary up again. */
+static void
+redis_drop(struct redis *r, const char *why)
+{
+	redisAsyncContext *ac = r->ac;
+
+	if (ac == NULL)
+		return;
+	log_warn("redis connection dropped", "host=%s port=%d reason=%s",
+		 r->host, r->port, why);
+	r->ac = NULL;
+	r->ready = 0;
+	redisAsyncFree(ac);
+	if (!r->destroying) {
+		redis_set_state(r, 0);
+		r->backoff_ms = 20;
+		evtimer_del(r->retry_ev);
+		schedule_retry(r);
+	}
+}
+
+static void sentinel_sub_connect(struct redis *r);
+
+static void
+sentinel_retry_cb(evutil_socket_t fd, short what, void *arg)
+{
+	sentinel_sub_connect(arg);
+}
+
+static void
+sentinel_sub_later(struct redis *r)
+{
+	struct timeval tv = {1, 0};
+
+	if (r->destroying)
+		return;
+	r->s_sub = (r->s_sub + 1) % r->nsentinels;
+	evtimer_add(r->s_retry_ev, &tv);
+}
+
+/* "+switch-master <name> <old ip> <old port> <new ip> <new port>" */
+static void
+switch_cb(redisAsyncContext *ac, void *reply, void *privdata)
+{
+	struct redis *r = privdata;
+	redisReply *rep = reply;
+	char name[256], oip[256], nip[256];
+	int oport, nport;
+
+	if (rep == NULL || rep->type != REDIS_REPLY_ARRAY ||
+	    rep->elements != 3 || rep->element[0]->type != REDIS_REPLY_STRING ||
+	    strcmp(rep->element[0]->str, "message") != 0 ||
+	    rep->element[2]->type != REDIS_REPLY_STRING)
+		return;
+	if (sscanf(rep->element[2]->str, "%255s %255s %d %255s %d", name, oip,
+		   &oport, nip, &nport) != 5 ||
+	    strcmp(name, r->master_name) != 0)
+		return;
+	log_warn("redis sentinel: the primary moved (+switch-master)",
+		 "master=%s from=%s:%d to=%s:%d", name, oip, oport, nip, nport);
+	if (r->ready && r->ac != NULL && !strcmp(r->host, nip) &&
+	    r->port == nport && r->last_host != NULL &&
+	    !strcmp(r->last_host, nip) && r->last_port == nport)
+		return; /* already there, the failover noted on arrival */
+	r->switched = 1;
+	if (r->ac != NULL)
+		redis_drop(r, "primary_moved");
+}
+
+static void
+sentinel_auth_cb(redisAsyncContext *ac, void *reply, void *privdata)
+{
+	redisReply *rep = reply;
+
+	if (rep != NULL && rep->type == REDIS_REPLY_ERROR)
+		log_warn("redis sentinel refused AUTH", "error=\"%s\"",
+			 rep->str);
+}
+
+static void
+sentinel_connect_cb(const redisAsyncContext *ac, int status)
+{
+	struct redis *r = ac->data;
+
+	if (status != REDIS_OK) {
+		r->sac = NULL;
+		sentinel_sub_later(r);
+		return;
+	}
+	if (r->s_password != NULL)
+		redisAsyncCommand(r->sac, sentinel_auth_cb, r, "AUTH %s",
+				  r->s_password);
+	redisAsyncCommand(r->sac, switch_cb, r, "SUBSCRIBE +switch-master");
+	log_debug("redis sentinel subscribed", "sentinel=%s:%d",
+		  r->s_host[r->s_sub], r->s_port[r->s_sub]);
+}
+
+static void
+sentinel_disconnect_cb(const redisAsyncContext *ac, int status)
+{
+	struct redis *r = ac->data;
+
+	if (r->sac == ac)
+		r->sac = NULL;
+	sentinel_sub_later(r);
+}
+
+/* The subscription that hears of failovers at once (without it, a
+ * demoted primary is noticed only when it drops the connection or when
+ * ROLE is asked after a reconnect). */
+static void
+sentinel_sub_connect(struct redis *r)
+{
+	redisAsyncContext *ac;
+
+	if (r->destroying)
+		return;
+	ac = redisAsyncConnect(r->s_host[r->s_sub], r->s_port[r->s_sub]);
+	if (ac == NULL || ac->err) {
+		if (ac != NULL)
+			redisAsyncFree(ac);
+		sentinel_sub_later(r);
+		return;
+	}
+	ac->data = r;
+	r->sac = ac;
+	redisLibeventAttach(ac, r->base);
+	redisAsyncSetConnectCallback(ac, sentinel_connect_cb);
+	redisAsyncSetDisconnectCallback(ac, sentinel_disconnect_cb);
+}
+
 static void
 redis_connect(struct redis *r)
 {
-	redisAsyncContext *ac = redisAsyncConnect(r->host, r->port);
+	redisAsyncContext *ac;
+
+	if (r->nsentinels > 0 && sentinel_lookup(r) < 0) {
+		schedule_retry(r);
+		return;
+	}
+	ac = redisAsyncConnect(r->host, r->port);
 
 	if (ac == NULL || ac->err) {
 		if (ac != NULL) {
@@ -401,6 +821,44 @@ redis_tls_init(struct redis *r, const struct cfg *cfg)
 }
 #endif
 
+/* redis.sentinels, redis.master_name, redis.sentinel_password_file. */
+static void
+sentinel_config(struct redis *r, const struct cfg *cfg)
+{
+	const char *p = cfg_str(cfg, CFG_REDIS_SENTINELS), *e;
+	char item[300], host[256], err[512];
+	int port;
+
+	while (*p != '\0') {
+		e = strchr(p, ',');
+		if (e == NULL)
+			e = p + strlen(p);
+		snprintf(item, sizeof(item), "%.*s", (int)(e - p), p);
+		if (hostport_parse(item, host, sizeof(host), &port) < 0)
+			log_fatal("bad config",
+				  "error=\"redis.sentinels: '%s' is not "
+				  "host:port\"",
+				  item);
+		r->s_host = xrealloc(r->s_host, (size_t)(r->nsentinels + 1) *
+							sizeof(*r->s_host));
+		r->s_port = xrealloc(r->s_port, (size_t)(r->nsentinels + 1) *
+							sizeof(*r->s_port));
+		r->s_host[r->nsentinels] = xstrdup(host);
+		r->s_port[r->nsentinels] = port;
+		r->nsentinels++;
+		p = *e ? e + 1 : e;
+	}
+	if (r->nsentinels == 0)
+		return;
+	r->master_name = xstrdup(cfg_str(cfg, CFG_REDIS_MASTER_NAME));
+	if ((r->s_password = cfg_secret(cfg, CFG_REDIS_SENTINEL_PASSWORD_FILE,
+					err, sizeof(err))) == NULL &&
+	    err[0] != '\0')
+		log_fatal("bad config", "error=\"%s\"", err);
+	log_info("redis through sentinel", "master=%s sentinels=%d",
+		 r->master_name, r->nsentinels);
+}
+
 struct redis *
 redis_create(struct event_base *base, const struct cfg *cfg,
 	     redis_state_fn state_cb, void *arg)
@@ -435,7 +893,9 @@ redis_create(struct event_base *base, const struct cfg *cfg,
 		redis_tls_init(r, cfg);
 #endif
 	r->timeout_ms = (int)cfg_int(cfg, CFG_REDIS_TIMEOUT_MS);
-	redis_probe(r);
+	sentinel_config(r, cfg);
+	if (r->nsentinels == 0 || sentinel_lookup(r) == 0)
+		redis_probe(r);
 	r->backoff_ms = 50;
 	r->state_cb = state_cb;
 	r->arg = arg;
@@ -446,8 +906,26 @@ redis_create(struct event_base *base, const struct cfg *cfg,
 
 		event_add(r->watch_ev, &tv);
 	}
+	if (r->nsentinels > 0) {
+		r->s_retry_ev = evtimer_new(base, sentinel_retry_cb, r);
+		r->s_sub = r->s_pref;
+		sentinel_sub_connect(r);
+	}
 	redis_connect(r);
 	return r;
+}
+
+void
+redis_on_failover(struct redis *r, redis_state_fn cb, void *arg)
+{
+	r->failover_cb = cb;
+	r->failover_arg = arg;
+}
+
+unsigned long
+redis_failovers(const struct redis *r)
+{
+	return r->failovers;
 }
 
 void
@@ -462,9 +940,25 @@ redis_destroy(struct redis *r)
 		r->ac = NULL;
 		redisAsyncFree(ac);
 	}
+	if (r->sac != NULL) {
+		redisAsyncContext *ac = r->sac;
+
+		r->sac = NULL;
+		redisAsyncFree(ac);
+	}
+	if (r->s_retry_ev != NULL)
+		event_free(r->s_retry_ev);
+	for (int i = 0; i < r->nsentinels; i++)
+		xfree(r->s_host[i]);
+	xfree(r->s_host);
+	xfree(r->s_port);
+	xfree(r->master_name);
+	xfree(r->last_host);
+	secret_free(r->s_password);
 	event_free(r->retry_ev);
 	event_free(r->watch_ev);
 	xfree(r->sent);
+	xfree(r->loaded);
 	xfree(r->sub_channel);
 	xfree(r->host);
 	xfree(r->user);
@@ -507,6 +1001,7 @@ redis_command(struct redis *r, redis_reply_fn cb, void *arg, const char *fmt,
 	c->r = r;
 	c->cb = cb;
 	c->arg = arg;
+	c->script = 0;
 	va_start(ap, fmt);
 	rc = redisvAsyncCommand(r->ac, call_cb, c, fmt, ap);
 	va_end(ap);
@@ -531,8 +1026,73 @@ redis_command_argv(struct redis *r, redis_reply_fn cb, void *arg, int argc,
 	c->r = r;
 	c->cb = cb;
 	c->arg = arg;
+	c->script = 0;
 	if (redisAsyncCommandArgv(r->ac, call_cb, c, argc, argv, argvlen) !=
 	    REDIS_OK) {
+		xfree(c);
+		return -1;
+	}
+	sent_push(r);
+	r->pending++;
+	return 0;
+}
+
+int
+redis_eval_argv(struct redis *r, redis_reply_fn cb, void *arg, int argc,
+		const char **argv, const size_t *argvlen)
+{
+	struct redis_call *c;
+	const char *sa[32], **av = sa;
+	size_t sl[32], *al = sl;
+	int i, rc;
+
+	if (!redis_up(r))
+		return -1;
+	if (argc < 3 || r->no_evalsha ||
+	    (i = script_find(argv[1], argvlen[1])) < 0)
+		return redis_command_argv(r, cb, arg, argc, argv, argvlen);
+	if ((size_t)i >= r->nloaded) {
+		r->loaded =
+			xrealloc(r->loaded, SCRIPT_MAX * sizeof(*r->loaded));
+		memset(r->loaded + r->nloaded, 0,
+		       (SCRIPT_MAX - r->nloaded) * sizeof(*r->loaded));
+		r->nloaded = SCRIPT_MAX;
+	}
+	if (r->loaded[i] != r->conn) {
+		/* Ahead of the EVALSHA on the same connection: Redis runs
+		 * them in order, so the script is there when it is named. */
+		const char *la[3] = {"SCRIPT", "LOAD", argv[1]};
+		size_t ll[3] = {6, 4, argvlen[1]};
+
+		if (redisAsyncCommandArgv(r->ac, script_load_cb, r, 3, la,
+					  ll) != REDIS_OK)
+			return -1;
+		sent_push(r);
+		r->pending++;
+		r->loaded[i] = r->conn;
+	}
+	/* The caller's arguments, with EVALSHA <sha> for EVAL <text>. */
+	if (argc > 32) {
+		av = xmalloc((size_t)argc * sizeof(*av));
+		al = xmalloc((size_t)argc * sizeof(*al));
+	}
+	memcpy(av, argv, (size_t)argc * sizeof(*av));
+	memcpy(al, argvlen, (size_t)argc * sizeof(*al));
+	av[0] = "EVALSHA";
+	al[0] = 7;
+	av[1] = scripts[i].sha;
+	al[1] = 2 * CRYPTO_SHA1_LEN;
+	c = xmalloc(sizeof(*c));
+	c->r = r;
+	c->cb = cb;
+	c->arg = arg;
+	c->script = 1;
+	rc = redisAsyncCommandArgv(r->ac, call_cb, c, argc, av, al);
+	if (av != sa) {
+		xfree(av);
+		xfree(al);
+	}
+	if (rc != REDIS_OK) {
 		xfree(c);
 		return -1;
 	}

@@ -16,7 +16,10 @@ struct cfg;
  * disconnected, commands are refused (-1) rather than queued, so callers
  * can fall back at once. A command's callback gets reply NULL if the
  * connection dropped under it. Creating one is fatal when the server
- * refuses the credentials (a server that is down is waited for).
+ * refuses the credentials (a server that is down is waited for). With
+ * redis.sentinels, the server is the primary the Sentinels name, looked
+ * up before every connect, checked with ROLE, and left at once on a
+ * +switch-master heard from a Sentinel.
  */
 struct redis;
 
@@ -32,12 +35,34 @@ int redis_command(struct redis *r, redis_reply_fn cb, void *arg,
 int redis_command_argv(struct redis *r, redis_reply_fn cb, void *arg, int argc,
 		       const char **argv, const size_t *argvlen);
 /*
+ * EVAL script numkeys ... (argv[0] "EVAL", argv[1] the script's text, which
+ * must outlive the process: a string literal) sent as EVALSHA: the text
+ * goes to the server once per connection (SCRIPT LOAD, ahead of the call
+ * on the same connection), then only its SHA-1. A server that refuses
+ * SCRIPT LOAD gets plain EVAL; one whose cache was flushed under a live
+ * connection fails that call (NOSCRIPT, an error reply as any other) and
+ * is sent the text again on the next.
+ */
+int redis_eval_argv(struct redis *r, redis_reply_fn cb, void *arg, int argc,
+		    const char **argv, const size_t *argvlen);
+/*
  * Makes r a subscriber of channel (r is then used for nothing else): cb
  * gets every published message's payload as a string reply, and the
  * subscription is renewed after every reconnect.
  */
 void redis_subscribe(struct redis *r, const char *channel, redis_reply_fn cb,
 		     void *arg);
+
+/*
+ * Sentinel mode (redis.sentinels): cb(r, 1, arg) when a connection
+ * becomes usable to a different primary than the last one (or after a
+ * +switch-master), i.e. after a failover, which may have lost the last
+ * writes acknowledged by the old primary. Called before the state
+ * callback says up, with the connection already usable for commands.
+ */
+void redis_on_failover(struct redis *r, redis_state_fn cb, void *arg);
+/* Failovers r has seen. */
+unsigned long redis_failovers(const struct redis *r);
 
 /* A growable argv for commands with many arguments. */
 struct redis_args {

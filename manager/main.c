@@ -70,6 +70,22 @@ redis_state_cb(struct redis *r, int up, void *arg)
 		ingest_redis_up(mg);
 }
 
+/* A Redis failover: index writes acknowledged by the old primary may be
+ * missing on the new one, whichever slot they were for. Every slot is
+ * handed to its owner for a rebuild (its marker deleted), as after lost
+ * index writes. */
+static void
+redis_failover_cb(struct redis *r, int up, void *arg)
+{
+	struct manager *mg = arg;
+
+	metric_inc(mg->m.redis_failovers);
+	if (mg->ingest == NULL)
+		return;
+	memset(mg->index_dirty, 1, (size_t)mg->nslots);
+	ingest_redis_up(mg);
+}
+
 static void
 gauges_cb(evutil_socket_t fd, short what, void *arg)
 {
@@ -221,6 +237,7 @@ main(int argc, char **argv)
 		 cfg_path(mg.cfg));
 	mg.nslots = (int)cfg_int(mg.cfg, CFG_CLUSTER_SLOTS);
 	mg.horizon_ms = cfg_int(mg.cfg, CFG_TASK_HORIZON_MS);
+	mg.index_margin_ms = cfg_int(mg.cfg, CFG_TASK_INDEX_MARGIN_MS);
 	mg.bucket_ms = cfg_int(mg.cfg, CFG_TASK_BUCKET_MS);
 	mg.bucket_near_ms = cfg_int(mg.cfg, CFG_TASK_BUCKET_NEAR_MS);
 	mg.limits.max_body = (size_t)cfg_int(mg.cfg, CFG_TASK_MAX_BODY_BYTES);
@@ -268,6 +285,7 @@ main(int argc, char **argv)
 	mg.db = db_pool_create(mg.base, mg.dsn,
 			       (int)cfg_int(mg.cfg, CFG_DB_POOL_SIZE), "api");
 	mg.redis = redis_create(mg.base, mg.cfg, redis_state_cb, &mg);
+	redis_on_failover(mg.redis, redis_failover_cb, &mg);
 	mg.ingest = ingest_create(&mg);
 	if (cfg_str(mg.cfg, CFG_KAFKA_INGEST_TOPIC)[0] != '\0' &&
 	    (mg.kingest = kingest_create(&mg, err, sizeof(err))) == NULL)
@@ -300,6 +318,8 @@ main(int argc, char **argv)
 	if (mg.tls_client == NULL)
 		log_fatal("bad config", "key=http.tls_ca error=\"%s\"", err);
 	cluster_sampler_start(&mg);
+	schedule_start(&mg);
+	mg.cover = cover_start(&mg);
 	mg.prune = prune_create(&mg);
 	mg.bulk = bulk_create(&mg);
 	gauges = event_new(mg.base, -1, EV_PERSIST, gauges_cb, &mg);
@@ -327,6 +347,7 @@ main(int argc, char **argv)
 	 * connections, but what was committed stays committed). */
 	prune_destroy(mg.prune);
 	bulk_destroy(mg.bulk);
+	schedule_stop(&mg);
 	db_pool_destroy(mg.db);
 	db_dsn_destroy(mg.dsn);
 	kingest_destroy(mg.kingest);
@@ -334,8 +355,10 @@ main(int argc, char **argv)
 	event_free(gauges);
 	cluster_sampler_stop(&mg);
 	redis_destroy(mg.redis);
+	schedule_destroy(&mg);
 	lateness_shutdown(&mg);
 	zk_destroy(mg.zk);
+	cover_destroy(mg.cover); /* after: no ZooKeeper answer can follow */
 	daemon_destroy(mg.daemon);
 	event_base_free(mg.base);
 	metrics_free_all();

@@ -23,6 +23,8 @@ struct metric;
 struct auth;
 struct evdns_base;
 struct pull;
+struct schedule;
+struct coverage;
 
 #define MANAGER_METRICS(X)                                                  \
 	X(accepted, COUNTER, "prophet_tasks_accepted_total",                \
@@ -52,6 +54,8 @@ struct pull;
 	X(submit_seconds, HISTOGRAM, "prophet_submit_duration_seconds",     \
 	  "Time from request to durable answer")                            \
 	X(redis_up, GAUGE, "prophet_redis_up", "1 when Redis is connected") \
+	X(redis_failovers, COUNTER, "prophet_redis_failovers_total",        \
+	  "Redis failovers seen (Sentinel named a new primary)")            \
 	X(db_up, GAUGE, "prophet_db_connections",                           \
 	  "Database connections open (of db.pool_size)")                    \
 	X(zk_up, GAUGE, "prophet_zookeeper_up",                             \
@@ -81,7 +85,12 @@ struct pull;
 	X(pruner, GAUGE, "prophet_pruner",                                  \
 	  "1 while this manager holds the pruner lock")                     \
 	X(prune_retention, GAUGE, "prophet_prune_retention_seconds",        \
-	  "task.retention of this manager (0: finished tasks are kept)")
+	  "task.retention of this manager (0: finished tasks are kept)")    \
+	X(cb_uncovered, COUNTER, "prophet_callbacks_uncovered_total",       \
+	  "Tasks with a callback accepted on a topic no running notifier "  \
+	  "consumes (their callback waits for one)")                        \
+	X(notifiers, GAUGE, "prophet_notifiers",                            \
+	  "Running notifiers announced in ZooKeeper (<root>/notifiers)")
 
 struct manager_metrics {
 #define MM_FIELD(f, t, n, h) struct metric *f;
@@ -122,8 +131,9 @@ struct manager {
 	char **topics_allowed; /* NULL: any valid topic */
 	int nslots;
 	int64_t horizon_ms;
-	int64_t bucket_ms;	/* task.bucket_ms, 0: no buckets */
-	int64_t bucket_near_ms; /* task.bucket_near_ms */
+	int64_t index_margin_ms; /* task.index_margin_ms */
+	int64_t bucket_ms;	 /* task.bucket_ms, 0: no buckets */
+	int64_t bucket_near_ms;	 /* task.bucket_near_ms */
 	int stopping;
 	int64_t stop_deadline_ms;
 	size_t inflight; /* requests waiting for the DB */
@@ -132,7 +142,9 @@ struct manager {
 	int sampling;		 /* backlog reads out */
 	struct evdns_base *dns;	 /* lateness.c scrapes workers */
 	struct pull *pull;	 /* pull.c */
+	struct coverage *cover;	 /* cover.c */
 	struct manager_metrics m;
+	struct schedule *schedule; /* schedule.c */
 };
 
 /* migrate.c: applies pending schema migrations (blocking, startup). */
@@ -194,6 +206,15 @@ void cluster_get(struct manager *mg, struct evhttp_request *req);
 void cluster_sampler_start(struct manager *mg);
 void cluster_sampler_stop(struct manager *mg);
 
+/* cover.c: which task topics the running notifiers consume; a callback
+ * task on another is counted and logged (rate-limited). */
+struct coverage *cover_start(struct manager *mg);
+void cover_destroy(struct coverage *c);
+void cover_check(struct manager *mg, const struct task *t);
+/* {"notifiers":[...],"known":b,"uncovered_total":N,"last_uncovered":
+ * {"topic","id","at"}|null}, for GET /v1/cluster. */
+json_t *cover_status_json(struct manager *mg);
+
 /* lateness.c: GET /v1/cluster/lateness, the workers' fire lateness
  * histograms summed (scraped from the /metrics their ZooKeeper nodes
  * name) */
@@ -237,6 +258,11 @@ void tasks_cancel(struct manager *mg, struct evhttp_request *req,
 void tasks_reschedule(struct manager *mg, struct evhttp_request *req,
 		      const char *id, size_t idlen);
 void tasks_list(struct manager *mg, struct evhttp_request *req);
+/* GET /v1/schedule, and the gauge of the next minute (schedule.c). */
+void schedule_get(struct manager *mg, struct evhttp_request *req);
+void schedule_start(struct manager *mg);
+void schedule_stop(struct manager *mg);
+void schedule_destroy(struct manager *mg);
 
 /* prune.c: retention (docs/architecture.md, "Retention"); NULL when
  * task.retention and task.log_retention are 0. */

@@ -101,7 +101,8 @@ repair_acls(struct zk *z, const char *root, int nslots, char *err,
 					    ZPATH_SLOTS,
 					    ZPATH_WORKERS,
 					    ZPATH_ELECTION,
-					    ZPATH_MASTER};
+					    ZPATH_MASTER,
+					    ZPATH_NOTIFIERS};
 	char path[1024];
 	int repaired = 0;
 
@@ -181,6 +182,9 @@ zktree_ensure(struct zk *z, const char *root, int nslots, char *err,
 	if (zk_ensure(z, path, NULL, 0) < 0)
 		goto fail;
 	snprintf(path, sizeof(path), "%s%s", root, ZPATH_ELECTION);
+	if (zk_ensure(z, path, NULL, 0) < 0)
+		goto fail;
+	snprintf(path, sizeof(path), "%s%s", root, ZPATH_NOTIFIERS);
 	if (zk_ensure(z, path, NULL, 0) < 0)
 		goto fail;
 	if (repair_acls(z, root, nslots, err, errlen) < 0)

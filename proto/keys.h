@@ -132,5 +132,8 @@ rchan_wake(char *buf, size_t len, const char *root)
 #define ZPATH_MASTER "/master"
 /* Ephemeral: the manager that prunes finished tasks (manager/prune.c). */
 #define ZPATH_PRUNER "/pruner"
+/* One ephemeral child per running notifier, with what it consumes
+ * (proto/cover.h); the manager warns of callbacks none of them covers. */
+#define ZPATH_NOTIFIERS "/notifiers"
 
 #endif

@@ -43,6 +43,15 @@ redis_state_cb(struct redis *r, int up, void *arg)
 }
 
 static void
+redis_failover_cb(struct redis *r, int up, void *arg)
+{
+	struct worker *w = arg;
+
+	metric_inc(w->m.redis_failovers);
+	recovery_failover(w);
+}
+
+static void
 gauges_cb(evutil_socket_t fd, short what, void *arg)
 {
 	struct worker *w = arg;
@@ -159,6 +168,7 @@ main(int argc, char **argv)
 	w.misfire_threshold_ms =
 		cfg_int(w.cfg, CFG_WORKER_MISFIRE_THRESHOLD_MS);
 	w.horizon_ms = cfg_int(w.cfg, CFG_TASK_HORIZON_MS);
+	w.index_margin_ms = cfg_int(w.cfg, CFG_TASK_INDEX_MARGIN_MS);
 	w.bucket_ms = cfg_int(w.cfg, CFG_TASK_BUCKET_MS);
 	w.bucket_near_ms = cfg_int(w.cfg, CFG_TASK_BUCKET_NEAR_MS);
 	w.claim_batch = (int)cfg_int(w.cfg, CFG_WORKER_CLAIM_BATCH);
@@ -183,6 +193,7 @@ main(int argc, char **argv)
 	w.db = db_pool_create(w.base, w.dsn,
 			      (int)cfg_int(w.cfg, CFG_DB_POOL_SIZE), "worker");
 	w.redis = redis_create(w.base, w.cfg, redis_state_cb, &w);
+	redis_on_failover(w.redis, redis_failover_cb, &w);
 	w.redis_sub = redis_create(w.base, w.cfg, NULL, NULL);
 	{
 		struct http_limits lim = {

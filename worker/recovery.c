@@ -362,6 +362,34 @@ recovery_rebuild(struct worker *w, int slot)
 	rebuild_reset(rb);
 }
 
+/*
+ * The new primary may lack the last writes the old one acknowledged
+ * (replication is asynchronous), and its "built" markers came with the
+ * replicated data, so they prove nothing: every owned slot is treated as
+ * if its marker were gone. A slot in DB mode is rebuilt anyway when Redis
+ * has been up for a moment; a rebuild under way on the old primary
+ * starts again (its pages may have gone to the old one).
+ */
+void
+recovery_failover(struct worker *w)
+{
+	int n = 0;
+
+	for (int i = 0; i < w->nslots; i++) {
+		struct wslot *s = &w->slots[i];
+
+		if (!s->owned || s->mode == SM_DB)
+			continue;
+		if (s->mode == SM_REBUILD)
+			s->mode = SM_REDIS; /* recovery_rebuild starts anew */
+		recovery_rebuild(w, i);
+		n++;
+	}
+	log_warn("redis failover: rebuilding every owned slot from the "
+		 "database",
+		 "slots=%d", n);
+}
+
 void
 recovery_slot_ready(struct worker *w, int slot, int marker)
 {

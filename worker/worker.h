@@ -93,6 +93,8 @@ struct hmap;
 	X(self_fenced, GAUGE, "prophet_self_fenced",                           \
 	  "1 while claiming is stopped because ZooKeeper is unreachable")      \
 	X(redis_up, GAUGE, "prophet_redis_up", "1 when Redis is connected")    \
+	X(redis_failovers, COUNTER, "prophet_redis_failovers_total",           \
+	  "Redis failovers seen (Sentinel named a new primary)")               \
 	X(db_up, GAUGE, "prophet_db_connections",                              \
 	  "Database connections open (of db.pool_size)")                       \
 	X(zk_up, GAUGE, "prophet_zookeeper_up",                                \
@@ -131,6 +133,7 @@ struct wtask {
 	int misfired;  /* fired later than the misfire threshold */
 	int skip;      /* misfired under policy skip: recorded, not published */
 	char *payload; /* to index the next occurrence with */
+	char trace[48];	    /* " trace=<id>" for its log lines, or "" */
 	struct task *early; /* WT_EARLY: the claimed payload, decoded */
 	struct timerwheel_timer timer;
 	struct wtask *next; /* claim queue or mark batch */
@@ -212,8 +215,9 @@ struct worker {
 	int64_t lease_ms;
 	int64_t claim_ahead_ms;
 	int64_t horizon_ms;
-	int64_t bucket_ms;	/* task.bucket_ms, 0: no buckets */
-	int64_t bucket_near_ms; /* task.bucket_near_ms */
+	int64_t index_margin_ms; /* task.index_margin_ms */
+	int64_t bucket_ms;	 /* task.bucket_ms, 0: no buckets */
+	int64_t bucket_near_ms;	 /* task.bucket_near_ms */
 	int64_t misfire_threshold_ms;
 	int claim_batch;
 	int scan_batch;
@@ -303,6 +307,9 @@ void recovery_stop(struct worker *w);
 /* A slot was just gained; marker tells whether its Redis index exists. */
 void recovery_slot_ready(struct worker *w, int slot, int marker);
 void recovery_rebuild(struct worker *w, int slot);
+/* A Redis failover (Sentinel): every owned slot's index may lack writes,
+ * so each is rebuilt from the DB (one under way starts again). */
+void recovery_failover(struct worker *w);
 /* Ids of tasks a rebuild or reaper must not re-index: we hold them. */
 int recovery_held(struct worker *w, const char *id);
 

@@ -125,6 +125,39 @@ test_defaults(void **state)
 	cfg_destroy(NULL);
 }
 
+/* redis.sentinels: empty, or a list of host:port. */
+static void
+test_sentinels(void **state)
+{
+	struct cfg *cfg = cfg_create();
+	char err[256] = "";
+
+	(void)state;
+	assert_string_equal(cfg_str(cfg, CFG_REDIS_SENTINELS), "");
+	assert_string_equal(cfg_str(cfg, CFG_REDIS_MASTER_NAME), "prophet");
+	assert_int_equal(cfg_set(cfg, "redis", "sentinels",
+				 "127.0.0.1:26679,h2:26680,[::1]:26681", err,
+				 sizeof(err)),
+			 0);
+	assert_int_equal(cfg_check_hostport_list("", err, sizeof(err)), 0);
+	assert_int_equal(cfg_check_hostport_list("a:1,,b:2", err, sizeof(err)),
+			 -1);
+	assert_contains(err, "'' is not host:port");
+	assert_int_equal(cfg_check_hostport_list("a:1,b", err, sizeof(err)),
+			 -1);
+	assert_contains(err, "'b' is not host:port");
+	assert_int_equal(cfg_check_hostport_list("a:0", err, sizeof(err)), -1);
+	assert_int_equal(cfg_check_hostport_list("a:1,", err, sizeof(err)), 0);
+	assert_int_equal(
+		cfg_set(cfg, "redis", "sentinels", "x:99999", err, sizeof(err)),
+		-1);
+	assert_contains(err, "redis.sentinels");
+	assert_int_equal(
+		cfg_set(cfg, "redis", "master_name", "", err, sizeof(err)), -1);
+	assert_contains(err, "redis.master_name");
+	cfg_destroy(cfg);
+}
+
 static void
 test_set_errors(void **state)
 {
@@ -1238,6 +1271,7 @@ main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_defaults),
 		cmocka_unit_test(test_set_errors),
+		cmocka_unit_test(test_sentinels),
 		cmocka_unit_test(test_durations),
 		cmocka_unit_test(test_set_arg),
 		cmocka_unit_test(test_load_file),

@@ -36,6 +36,8 @@ push_usage(void)
 		"[--ttl D] [--max-attempts N]\n"
 		"                       [--timezone ZONE] [--misfire "
 		"fire_once|fire_all|skip] [--max-occurrences N]\n"
+		"                       [--traceparent 00-TRACE-PARENT-FLAGS] "
+		"[--tracestate LIST]\n"
 		"       prophetctl push --file F   (a task as JSON; - for "
 		"stdin)\n");
 	return 2;
@@ -69,7 +71,8 @@ cmd_push(struct cli *c, int argc, char **argv)
 		if (!strcmp(a, "--topic") || !strcmp(a, "--body") ||
 		    !strcmp(a, "--id") || !strcmp(a, "--key") ||
 		    !strcmp(a, "--cron") || !strcmp(a, "--timezone") ||
-		    !strcmp(a, "--misfire")) {
+		    !strcmp(a, "--misfire") || !strcmp(a, "--traceparent") ||
+		    !strcmp(a, "--tracestate")) {
 			json_object_set_new(task, a + 2, json_string(v));
 		} else if (!strcmp(a, "--max-occurrences")) {
 			json_object_set_new(task, "max_occurrences",

@@ -231,6 +231,28 @@ def test_batch_fields_and_request_default():
                      "tr-b3": (tp(3), None)}, "trace headers per task")
 
 
+def test_prophetctl_push_carries_trace():
+    """prophetctl push --traceparent/--tracestate: the task fields, so the
+    publish carries them; a bad value is the manager's 400, shown."""
+    ctl = os.path.join(h.BUILDDIR, "prophetctl")
+    url = "http://" + C.manager_addr
+    p = subprocess.run([ctl, "--url", url, "push", "--topic", TOPIC,
+                        "--body", "c", "--id", "tr-cli", "--delay", "100",
+                        "--traceparent", tp(7), "--tracestate", "cli=1"],
+                       capture_output=True, text=True, timeout=60)
+    h.check_eq(p.returncode, 0, "prophetctl push: %s" % p.stderr)
+    m = message("tr-cli")
+    h.check_eq((m.hdr.get("traceparent"), m.hdr.get("tracestate")),
+               (tp(7), "cli=1"), "trace headers of the CLI's task")
+    p = subprocess.run([ctl, "--url", url, "push", "--topic", TOPIC,
+                        "--body", "c", "--delay", "100", "--traceparent",
+                        "00-xyz"], capture_output=True, text=True,
+                       timeout=60)
+    h.check(p.returncode != 0 and "traceparent" in p.stderr,
+            "a bad traceparent refused, naming it: rc %d, %r"
+            % (p.returncode, p.stderr))
+
+
 def test_kafka_ingest_fields():
     line = json.dumps({"id": "tr-k1", "topic": TOPIC, "body": "k",
                        "delay_ms": 100, "traceparent": tp(4),

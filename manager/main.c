@@ -299,6 +299,7 @@ main(int argc, char **argv)
 	if (mg.tls_client == NULL)
 		log_fatal("bad config", "key=http.tls_ca error=\"%s\"", err);
 	cluster_sampler_start(&mg);
+	topics_start(&mg);
 	mg.prune = prune_create(&mg);
 	gauges = event_new(mg.base, -1, EV_PERSIST, gauges_cb, &mg);
 	event_add(gauges, &one_s);
@@ -330,6 +331,7 @@ main(int argc, char **argv)
 	ingest_destroy(mg.ingest);
 	event_free(gauges);
 	cluster_sampler_stop(&mg);
+	topics_stop(&mg);
 	redis_destroy(mg.redis);
 	lateness_shutdown(&mg);
 	zk_destroy(mg.zk);

@@ -183,6 +183,10 @@ zktree_ensure(struct zk *z, const char *root, int nslots, char *err,
 	snprintf(path, sizeof(path), "%s%s", root, ZPATH_ELECTION);
 	if (zk_ensure(z, path, NULL, 0) < 0)
 		goto fail;
+	/* Its data is rewritten at every pause and resume (topics.c). */
+	snprintf(path, sizeof(path), "%s%s", root, ZPATH_PAUSED);
+	if (zk_ensure(z, path, "{\"paused\":[]}", 0) < 0)
+		goto fail;
 	if (repair_acls(z, root, nslots, err, errlen) < 0)
 		return -1;
 	log_info("zookeeper tree ready", "root=%s slots=%d", root, nslots);

@@ -300,39 +300,50 @@
 	"redis.call('SET', KEYS[5], ARGV[1])\n"                           \
 	"return 1\n"
 
+/* Takes a task out of its paused topic's held set (KEYS[4] .. ARGV[4]);
+ * h is its score there, or nil. */
+#define LUA_UNHOLD                                                      \
+	"local h = redis.call('ZSCORE', KEYS[4] .. ARGV[4], ARGV[1])\n" \
+	"if h then redis.call('ZREM', KEYS[4] .. ARGV[4], ARGV[1]) end\n"
+
 /*
  * Cancel, race-free against claims: a task still due is removed (and
  * tombstoned); one in flight cannot be cancelled. The tombstone's time is
  * the later of now and the task's due time (it is trimmed an hour after):
  * it also drops a copy waiting in a bucket when that is moved.
- * KEYS: due, inflight, cancelled     ARGV: id, now_ms, due_ms
+ * A task held for its paused topic (KEYS[4] .. topic) is removed there.
+ * KEYS: due, inflight, cancelled, held prefix
+ * ARGV: id, now_ms, due_ms, topic
  * Returns -1 if in flight, else the removed due score (0: not indexed).
  */
-#define SCRIPT_CANCEL                                                    \
-	"if redis.call('ZSCORE', KEYS[2], ARGV[1]) then return -1 end\n" \
-	"local s = redis.call('ZSCORE', KEYS[1], ARGV[1])\n"             \
-	"redis.call('ZREM', KEYS[1], ARGV[1])\n"                         \
-	"redis.call('ZADD', KEYS[3], math.max(tonumber(ARGV[2]), "       \
-	"tonumber(ARGV[3])),\n"                                          \
-	"           ARGV[1])\n"                                          \
-	"if s then return tonumber(s) end\n"                             \
+#define SCRIPT_CANCEL                                               \
+	"if redis.call('ZSCORE', KEYS[2], ARGV[1]) then return -1 " \
+	"end\n" LUA_UNHOLD                                          \
+	"local s = redis.call('ZSCORE', KEYS[1], ARGV[1]) or h\n"   \
+	"redis.call('ZREM', KEYS[1], ARGV[1])\n"                    \
+	"redis.call('ZADD', KEYS[3], math.max(tonumber(ARGV[2]), "  \
+	"tonumber(ARGV[3])),\n"                                     \
+	"           ARGV[1])\n"                                     \
+	"if s then return tonumber(s) end\n"                        \
 	"return 0\n"
 
 /*
  * Cancel a recurring task: as SCRIPT_CANCEL, but the tombstone is set even
  * while an occurrence is in flight, so that the worker recording that
  * occurrence does not index the next one (SCRIPT_CRON_NEXT).
- * KEYS: due, inflight, cancelled     ARGV: id, now_ms, due_ms
+ * KEYS: due, inflight, cancelled, held prefix
+ * ARGV: id, now_ms, due_ms, topic
  * Returns -1 if an occurrence is in flight, else the removed due score.
  */
-#define SCRIPT_CANCEL_SERIES                                             \
-	"redis.call('ZADD', KEYS[3], math.max(tonumber(ARGV[2]), "       \
-	"tonumber(ARGV[3])),\n"                                          \
-	"           ARGV[1])\n"                                          \
-	"if redis.call('ZSCORE', KEYS[2], ARGV[1]) then return -1 end\n" \
-	"local s = redis.call('ZSCORE', KEYS[1], ARGV[1])\n"             \
-	"redis.call('ZREM', KEYS[1], ARGV[1])\n"                         \
-	"if s then return tonumber(s) end\n"                             \
+#define SCRIPT_CANCEL_SERIES                                        \
+	"redis.call('ZADD', KEYS[3], math.max(tonumber(ARGV[2]), "  \
+	"tonumber(ARGV[3])),\n"                                     \
+	"           ARGV[1])\n"                                     \
+	"if redis.call('ZSCORE', KEYS[2], ARGV[1]) then return -1 " \
+	"end\n" LUA_UNHOLD                                          \
+	"local s = redis.call('ZSCORE', KEYS[1], ARGV[1]) or h\n"   \
+	"redis.call('ZREM', KEYS[1], ARGV[1])\n"                    \
+	"if s then return tonumber(s) end\n"                        \
 	"return 0\n"
 
 /*
@@ -389,8 +400,10 @@
  * and the latest due of any copy. It is indexed at the new time (in a
  * bucket if that starts after edge) unless payload is "" (beyond the
  * horizon: the loader indexes it).
- * KEYS: due, task, inflight, cancelled, bk, bucket prefix, moved
- * ARGV: id, new_due_ms, payload, edge, width, old_due_ms
+ * A task held for its paused topic leaves its held set (it is held again
+ * when it falls due while the topic is still paused).
+ * KEYS: due, task, inflight, cancelled, bk, bucket prefix, moved, held
+ * prefix     ARGV: id, new_due_ms, payload, edge, width, old_due_ms, topic
  * Returns -1 if in flight, -2 if cancelled, 1 if indexed at the new time,
  * 0 if dropped from the index.
  */
@@ -399,6 +412,7 @@
 	"local id = ARGV[1]\n"                                          \
 	"if redis.call('ZSCORE', KEYS[3], id) then return -1 end\n"     \
 	"if redis.call('ZSCORE', KEYS[4], id) then return -2 end\n"     \
+	"redis.call('ZREM', KEYS[8] .. ARGV[7], id)\n"                  \
 	"redis.call('ZREM', KEYS[1], id)\n"                             \
 	"redis.call('HDEL', KEYS[2], id)\n"                             \
 	"local new, edge = tonumber(ARGV[2]), tonumber(ARGV[4])\n"      \
@@ -416,5 +430,75 @@
 	"  redis.call('ZADD', KEYS[1], ARGV[2], id)\n"                  \
 	"end\n"                                                         \
 	"return 1\n"
+
+/*
+ * Hold claimed tasks of a paused topic: out of inflight (their claim is
+ * undone, the attempt was not counted) into the topic's held set, keyed by
+ * their due time. A task no longer in flight (requeued by a new owner, or
+ * by our own reaper) is left where it is: its next claim decides again.
+ * KEYS: inflight, held prefix     ARGV: topic, (id, due_ms)...
+ * Returns how many were held.
+ */
+#define SCRIPT_HOLD                                             \
+	"local k = KEYS[2] .. ARGV[1]\n"                        \
+	"local n = 0\n"                                         \
+	"for i = 2, #ARGV, 2 do\n"                              \
+	"  if redis.call('ZREM', KEYS[1], ARGV[i]) == 1 then\n" \
+	"    redis.call('ZADD', k, ARGV[i + 1], ARGV[i])\n"     \
+	"    n = n + 1\n"                                       \
+	"  end\n"                                               \
+	"end\n"                                                 \
+	"return n\n"
+
+/*
+ * Resume with skip (manager/topics.c): tasks of the topic not in flight
+ * leave due and their held set, lose their payload and get a tombstone
+ * (so no loader or bucket indexes them again); the caller then records
+ * them expired. KEYS: due, inflight, cancelled, held prefix, task
+ * ARGV: now_ms, topic, (id, due_ms)...   Returns the ids it removed.
+ */
+#define SCRIPT_SKIP                                                        \
+	"local k = KEYS[4] .. ARGV[2]\n"                                   \
+	"local now = tonumber(ARGV[1])\n"                                  \
+	"local out = {}\n"                                                 \
+	"for i = 3, #ARGV, 2 do\n"                                         \
+	"  local id = ARGV[i]\n"                                           \
+	"  if not redis.call('ZSCORE', KEYS[2], id) then\n"                \
+	"    redis.call('ZREM', KEYS[1], id)\n"                            \
+	"    redis.call('ZREM', k, id)\n"                                  \
+	"    redis.call('HDEL', KEYS[5], id)\n"                            \
+	"    redis.call('ZADD', KEYS[3], math.max(now, tonumber(ARGV[i + " \
+	"1])), id)\n"                                                      \
+	"    out[#out + 1] = id\n"                                         \
+	"  end\n"                                                          \
+	"end\n"                                                            \
+	"return out\n"
+
+/*
+ * Release held tasks of a resumed topic, oldest first: up to ARGV[2] of
+ * them go back to due with their due time (overdue: the next scan claims
+ * them at once). Returns the number released followed by the due times
+ * of up to ARGV[3] tasks still held, oldest first (the heads the drain
+ * merges across slots).
+ * KEYS: due, held prefix     ARGV: topic, count, peek
+ */
+#define SCRIPT_LIFT                                                     \
+	"local k = KEYS[2] .. ARGV[1]\n"                                \
+	"local n = tonumber(ARGV[2])\n"                                 \
+	"local out = {0}\n"                                             \
+	"if n > 0 then\n"                                               \
+	"  local r = redis.call('ZRANGE', k, 0, n - 1, 'WITHSCORES')\n" \
+	"  for i = 1, #r, 2 do\n"                                       \
+	"    redis.call('ZADD', KEYS[1], r[i + 1], r[i])\n"             \
+	"    redis.call('ZREM', k, r[i])\n"                             \
+	"  end\n"                                                       \
+	"  out[1] = #r / 2\n"                                           \
+	"end\n"                                                         \
+	"local m = tonumber(ARGV[3])\n"                                 \
+	"if m > 0 then\n"                                               \
+	"  local r = redis.call('ZRANGE', k, 0, m - 1, 'WITHSCORES')\n" \
+	"  for i = 2, #r, 2 do out[#out + 1] = tonumber(r[i]) end\n"    \
+	"end\n"                                                         \
+	"return out\n"
 
 #endif

@@ -45,5 +45,8 @@ int cmd_reschedule(struct cli *c, int argc, char **argv);
 int cmd_list(struct cli *c, int argc, char **argv);
 int cmd_token_hash(struct cli *c, int argc, char **argv);
 int cmd_prune(struct cli *c, int argc, char **argv);
+int cmd_topics(struct cli *c, int argc, char **argv);
+int cmd_pause(struct cli *c, int argc, char **argv);
+int cmd_resume(struct cli *c, int argc, char **argv);
 
 #endif

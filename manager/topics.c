@@ -610,7 +610,11 @@ top_done_cb(struct db_job *job, int status, const char *err)
 	}
 	switch (t->op) {
 	case TOP_PAUSE:
-	case TOP_RESUME: notify(t); return;
+	case TOP_RESUME:
+		/* The gauge follows at once, not at its next read. */
+		top_submit(top_new(mg, NULL), TOP_GAUGE);
+		notify(t);
+		return;
 	case TOP_LIST:
 		http_reply_json(t->req, 200, t->out);
 		t->out = NULL;

@@ -82,6 +82,7 @@ struct top {
 };
 
 static void top_submit(struct top *t, enum top_op op);
+static struct top *top_new(struct manager *mg, struct evhttp_request *req);
 
 static void
 top_free(struct top *t)

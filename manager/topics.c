@@ -38,6 +38,7 @@
 #define PAUSE_MAX_TOPICS 1000 /* paused at once: the node stays small */
 #define RESUME_RATE_MAX 1000000
 #define GAUGE_INTERVAL_S 5
+#define PAUSE_SETTLE_MS 2000
 
 /* prophet_topic_paused's label sets (topic="..."), by index. */
 static char gauge_sets[PAUSE_MAX_TOPICS][TASK_TOPIC_MAX + 16];
@@ -573,6 +574,30 @@ skip_page_sent(struct top *t)
 }
 
 static void
+settle_cb(evutil_socket_t fd, short what, void *arg)
+{
+	top_submit(arg, TOP_SKIP_PAGE);
+}
+
+/* A skip starts PAUSE_SETTLE_MS after the pause at the earliest: what a
+ * worker claimed before the pause reached it is published by then, and
+ * SCRIPT_SKIP may take whatever is still in flight. */
+static void
+skip_settled(struct top *t)
+{
+	int64_t wait = t->paused_at + PAUSE_SETTLE_MS - clock_now_ms();
+	struct timeval tv;
+
+	if (wait <= 0) {
+		top_submit(t, TOP_SKIP_PAGE);
+		return;
+	}
+	tv.tv_sec = (time_t)(wait / 1000);
+	tv.tv_usec = (suseconds_t)(wait % 1000) * 1000;
+	event_base_once(t->mg->base, -1, EV_TIMEOUT, settle_cb, t, &tv);
+}
+
+static void
 top_done_cb(struct db_job *job, int status, const char *err)
 {
 	struct top *t = (struct top *)job;
@@ -621,7 +646,7 @@ top_done_cb(struct db_job *job, int status, const char *err)
 		t->out = NULL;
 		top_free(t);
 		return;
-	case TOP_SKIP_CHECK: top_submit(t, TOP_SKIP_PAGE); return;
+	case TOP_SKIP_CHECK: skip_settled(t); return;
 	case TOP_SKIP_PAGE:
 		if (t->page.nrows == 0) {
 			top_submit(t, TOP_RESUME);

@@ -434,44 +434,45 @@
 /*
  * Hold claimed tasks of a paused topic: out of inflight (their claim is
  * undone, the attempt was not counted) into the topic's held set, keyed by
- * their due time. A task no longer in flight (requeued by a new owner, or
- * by our own reaper) is left where it is: its next claim decides again.
+ * their due time. Held even if no longer in flight (a rebuild reset the
+ * slot meanwhile and skipped the task as ours): a copy also back in due is
+ * held again by its claim, one without a payload is dropped by the claim
+ * after the resume (and swept from the DB).
  * KEYS: inflight, held prefix     ARGV: topic, (id, due_ms)...
  * Returns how many were held.
  */
-#define SCRIPT_HOLD                                             \
-	"local k = KEYS[2] .. ARGV[1]\n"                        \
-	"local n = 0\n"                                         \
-	"for i = 2, #ARGV, 2 do\n"                              \
-	"  if redis.call('ZREM', KEYS[1], ARGV[i]) == 1 then\n" \
-	"    redis.call('ZADD', k, ARGV[i + 1], ARGV[i])\n"     \
-	"    n = n + 1\n"                                       \
-	"  end\n"                                               \
-	"end\n"                                                 \
-	"return n\n"
+#define SCRIPT_HOLD                                       \
+	"local k = KEYS[2] .. ARGV[1]\n"                  \
+	"for i = 2, #ARGV, 2 do\n"                        \
+	"  redis.call('ZREM', KEYS[1], ARGV[i])\n"        \
+	"  redis.call('ZADD', k, ARGV[i + 1], ARGV[i])\n" \
+	"end\n"                                           \
+	"return (#ARGV - 1) / 2\n"
 
 /*
- * Resume with skip (manager/topics.c): tasks of the topic not in flight
- * leave due and their held set, lose their payload and get a tombstone
- * (so no loader or bucket indexes them again); the caller then records
- * them expired. KEYS: due, inflight, cancelled, held prefix, task
+ * Resume with skip (manager/topics.c), at least PAUSE_SETTLE_MS after the
+ * pause (claims made before it reached the workers are published by then;
+ * one in flight now is a claim being held): the tasks leave due, inflight
+ * and their held set, lose their payload and get a tombstone (so no loader
+ * or bucket indexes them again, and a claim or lift finds nothing to
+ * publish); the caller then records them expired.
+ * KEYS: due, inflight, cancelled, held prefix, task
  * ARGV: now_ms, topic, (id, due_ms)...   Returns the ids it removed.
  */
-#define SCRIPT_SKIP                                                        \
-	"local k = KEYS[4] .. ARGV[2]\n"                                   \
-	"local now = tonumber(ARGV[1])\n"                                  \
-	"local out = {}\n"                                                 \
-	"for i = 3, #ARGV, 2 do\n"                                         \
-	"  local id = ARGV[i]\n"                                           \
-	"  if not redis.call('ZSCORE', KEYS[2], id) then\n"                \
-	"    redis.call('ZREM', KEYS[1], id)\n"                            \
-	"    redis.call('ZREM', k, id)\n"                                  \
-	"    redis.call('HDEL', KEYS[5], id)\n"                            \
-	"    redis.call('ZADD', KEYS[3], math.max(now, tonumber(ARGV[i + " \
-	"1])), id)\n"                                                      \
-	"    out[#out + 1] = id\n"                                         \
-	"  end\n"                                                          \
-	"end\n"                                                            \
+#define SCRIPT_SKIP                                                            \
+	"local k = KEYS[4] .. ARGV[2]\n"                                       \
+	"local now = tonumber(ARGV[1])\n"                                      \
+	"local out = {}\n"                                                     \
+	"for i = 3, #ARGV, 2 do\n"                                             \
+	"  local id = ARGV[i]\n"                                               \
+	"  redis.call('ZREM', KEYS[1], id)\n"                                  \
+	"  redis.call('ZREM', KEYS[2], id)\n"                                  \
+	"  redis.call('ZREM', k, id)\n"                                        \
+	"  redis.call('HDEL', KEYS[5], id)\n"                                  \
+	"  redis.call('ZADD', KEYS[3], math.max(now, tonumber(ARGV[i + 1])), " \
+	"id)\n"                                                                \
+	"  out[#out + 1] = id\n"                                               \
+	"end\n"                                                                \
 	"return out\n"
 
 /*

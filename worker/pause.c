@@ -25,9 +25,9 @@
 /*
  * Paused topics (docs/architecture.md, "Pausing topics"). The DB's
  * topic_pause is the truth: read at start, every PAUSE_REFRESH_MS and
- * whenever the manager touches <root>/paused after a commit (a watch; the
- * node's data, the paused topics, applies at once, and the DB read that
- * follows it decides). A claimed task of a paused topic is not published:
+ * whenever the manager touches <root>/paused after a commit (a watch; a
+ * pause the node's data names applies at once, and the DB read that
+ * follows it decides, and brings resumes with their rates). A claimed task of a paused topic is not published:
  * SCRIPT_HOLD moves it from inflight to {prophet:N}:held:<topic>. When the
  * topic is resumed, the owners of the slots move their held tasks back to
  * due, oldest first: all at once, or at the resume's rate (this worker's
@@ -49,6 +49,7 @@ struct ptopic {
 	int rate; /* resume rate, tasks/s for the cluster; 0: unlimited */
 	int draining;
 	double budget;
+	long long released; /* by this drain, on this worker */
 	/* Per slot: the due times of its oldest held tasks. */
 	enum head_state *hs;
 	int *nhead;
@@ -59,7 +60,8 @@ struct ptopic {
 struct pause {
 	struct ptopic **t;
 	size_t n;
-	int loaded; /* from the DB or the node: claims may go out */
+	size_t npaused; /* none: the claim path looks no further */
+	int loaded;	/* from the DB or the node: claims may go out */
 	int refreshing;
 	int again;
 	char path[512];
@@ -111,6 +113,7 @@ gauge(struct worker *w)
 
 	for (size_t i = 0; i < w->pause->n; i++)
 		n += w->pause->t[i]->paused != 0;
+	w->pause->npaused = n;
 	metric_set(w->m.paused_topics, (double)n);
 }
 
@@ -122,8 +125,10 @@ drain_activate(struct worker *w, struct ptopic *t, int slot)
 		if (slot < 0 || i == slot)
 			if (t->hs[i] != HS_OUT)
 				t->hs[i] = HS_UNKNOWN;
-	if (!t->draining)
+	if (!t->draining) {
 		t->budget = 0;
+		t->released = 0;
+	}
 	t->draining = 1;
 }
 
@@ -152,8 +157,11 @@ pause_ready(const struct worker *w)
 int
 pause_is_paused(const struct worker *w, const char *topic)
 {
-	struct ptopic *t = find(w->pause, topic);
+	struct ptopic *t;
 
+	if (w->pause->npaused == 0)
+		return 0;
+	t = find(w->pause, topic);
 	return t != NULL && t->paused;
 }
 
@@ -260,8 +268,6 @@ node_cb(struct zk *z, int rc, const char *data, int len, const struct Stat *st,
 	    (doc = json_loadb(data, (size_t)len, 0, &jerr)) != NULL) {
 		list = json_object_get(doc, "paused");
 		if (json_is_array(list)) {
-			for (size_t k = 0; k < w->pause->n; k++)
-				w->pause->t[k]->seen = 0;
 			json_array_foreach (list, i, v) {
 				struct ptopic *t;
 
@@ -270,13 +276,10 @@ node_cb(struct zk *z, int rc, const char *data, int len, const struct Stat *st,
 						      json_string_length(v)))
 					continue;
 				t = get_or_add(w, json_string_value(v));
-				t->seen = 1;
 				set_paused(w, t, 1, "zookeeper");
 			}
-			for (size_t k = 0; k < w->pause->n; k++)
-				if (!w->pause->t[k]->seen)
-					set_paused(w, w->pause->t[k], 0,
-						   "zookeeper");
+			/* A resume waits for the DB read below: it carries
+			 * the rate of the drain. */
 			w->pause->loaded = 1;
 			gauge(w);
 		}
@@ -393,6 +396,7 @@ lift_cb(struct redis *r, redisReply *reply, void *arg)
 	    reply->element[0]->integer > 0) {
 		metric_add(w->m.pause_released,
 			   (double)reply->element[0]->integer);
+		t->released += reply->element[0]->integer;
 		scanner_wake(w, s);
 	}
 	t->nhead[s] = 0;
@@ -515,6 +519,10 @@ drain_cb(evutil_socket_t fd, short what, void *arg)
 		if (t->paused || !t->draining)
 			continue;
 		if (!drain_topic(w, t)) {
+			if (t->released > 0)
+				log_info("held tasks released",
+					 "topic=%s count=%lld rate=%d",
+					 t->topic, t->released, t->rate);
 			t->draining = 0;
 			t->budget = 0;
 		}

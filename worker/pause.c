@@ -37,7 +37,8 @@
 
 #define PAUSE_REFRESH_MS 1000
 #define DRAIN_TICK_MS 100
-#define DRAIN_RECHECK_MS 30000 /* a hold that raced a resume */
+#define DRAIN_RECHECK_MS 30000	    /* a hold that raced a resume */
+#define DRAIN_RECHECK_FOR_MS 300000 /* that long after the resume */
 #define DRAIN_PEEK 8
 #define LIFT_ALL 2000 /* released per call without a rate */
 
@@ -50,6 +51,7 @@ struct ptopic {
 	int draining;
 	double budget;
 	long long released; /* by this drain, on this worker */
+	int64_t resumed_ms; /* monotonic: when this worker saw the resume */
 	/* Per slot: the due times of its oldest held tasks. */
 	enum head_state *hs;
 	int *nhead;
@@ -141,8 +143,10 @@ set_paused(struct worker *w, struct ptopic *t, int paused, const char *from)
 	else if (!paused && t->paused)
 		log_info("topic resumed: releasing its held tasks",
 			 "topic=%s rate=%d from=%s", t->topic, t->rate, from);
-	if (!paused && (t->paused || !w->pause->loaded))
+	if (!paused && (t->paused || !w->pause->loaded)) {
+		t->resumed_ms = clock_mono_ms();
 		drain_activate(w, t, -1);
+	}
 	t->paused = paused;
 	if (paused)
 		t->draining = 0;
@@ -510,7 +514,8 @@ drain_cb(evutil_socket_t fd, short what, void *arg)
 	if (now >= p->next_recheck_ms) {
 		p->next_recheck_ms = now + DRAIN_RECHECK_MS;
 		for (size_t i = 0; i < p->n; i++)
-			if (!p->t[i]->paused)
+			if (!p->t[i]->paused &&
+			    now - p->t[i]->resumed_ms < DRAIN_RECHECK_FOR_MS)
 				drain_activate(w, p->t[i], -1);
 	}
 	for (size_t i = 0; i < p->n; i++) {

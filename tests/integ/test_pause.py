@@ -48,11 +48,22 @@ def published(reader, tid):
         return list(reader.by_id.get(tid, []))
 
 
-def pause(api, topic):
+def pause(api, topic, cluster=None):
+    """Pauses and waits until every running worker logged that it holds
+    the topic (a task claimed before that may still fire: the window)."""
+    needle = 'holding its tasks" topic=%s from' % topic
+    ws = [w for w in (cluster or C).workers if w.running()]
+    before = [len(w.grep(needle)) for w in ws]
     r = api.post("/v1/topics/%s/pause" % topic, None)
     h.check_eq(r.status, 200, "pause %s: %r" % (topic, r))
     h.check(r.json["paused"] is True and r.json["notified"] is True,
             "pause answer %r" % r.json)
+    t0 = time.monotonic()
+    h.wait_until(lambda: all(len(w.grep(needle)) > n
+                             for w, n in zip(ws, before)), 2.0,
+                 what="the pause of %s on every worker" % topic)
+    h.log("pause of %s reached %d worker(s) within %.0f ms of the answer"
+          % (topic, len(ws), (time.monotonic() - t0) * 1000))
     return r.json
 
 
@@ -300,6 +311,8 @@ def test_prophetctl():
     p = run("pause", "pz-f")
     h.check(p.returncode == 0 and "pz-f paused since" in p.stdout,
             "pause: %r" % (p,))
+    h.wait_until(lambda: C.workers[0].grep('holding its tasks" topic=pz-f '),
+                 2.0, what="the pause on the worker")
     ids = [submit("pz-f", delay_ms=10)["id"] for _ in range(3)]
     h.wait_until(lambda: held_count(C, "pz-f") == 3, 10, what="3 held")
     p = run("topics")
@@ -350,7 +363,7 @@ def test_pause_across_worker_kill_flushall_db_mode_and_restarts():
                 h.check_eq(r.status, 201, "submit")
                 return r.json["id"]
 
-            pause(api, "held")
+            pause(api, "held", c)
             ids = [sub("held", 200 + 40 * i) for i in range(40)]
             h.wait_until(lambda: held_count(c, "held") == 40, 15,
                          what="40 held")
@@ -387,7 +400,7 @@ def test_pause_across_worker_kill_flushall_db_mode_and_restarts():
             h.check(not missing, "not published after resume: %d"
                     % len(missing))
             # Round two: skip.
-            pause(api, "held")
+            pause(api, "held", c)
             ids2 = [sub("held", 100 + 20 * i) for i in range(20)]
             h.wait_until(lambda: held_count(c, "held") == 20, 15,
                          what="20 held")

@@ -495,6 +495,23 @@ drain_topic(struct worker *w, struct ptopic *t)
 		take[best]++;
 		t->budget -= 1;
 	}
+	/* A rate beyond the heads known (DRAIN_PEEK a slot a tick): the rest
+	 * goes round the slots that hold more, oldest first within each. */
+	while (t->budget >= 1) {
+		int any = 0;
+
+		for (int i = 0; i < w->nslots && t->budget >= 1; i++) {
+			if (!drainable(w, i) || t->hs[i] != HS_KNOWN ||
+			    t->nhead[i] < DRAIN_PEEK || take[i] < DRAIN_PEEK ||
+			    take[i] >= LIFT_ALL)
+				continue;
+			take[i]++;
+			t->budget -= 1;
+			any = 1;
+		}
+		if (!any)
+			break;
+	}
 	for (int i = 0; i < w->nslots; i++)
 		if (take[i] > 0)
 			lift(w, t, i, take[i], DRAIN_PEEK);

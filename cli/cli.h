@@ -48,5 +48,6 @@ int cmd_prune(struct cli *c, int argc, char **argv);
 int cmd_topics(struct cli *c, int argc, char **argv);
 int cmd_pause(struct cli *c, int argc, char **argv);
 int cmd_resume(struct cli *c, int argc, char **argv);
+int cmd_schedule(struct cli *c, int argc, char **argv);
 
 #endif

@@ -35,6 +35,10 @@ static const struct cli_cmd commands[] = {
 	 "retention: the last pass; --dry-run: what a pass would delete; "
 	 "--now: a pass now, with a progress bar",
 	 cmd_prune},
+	{"schedule", "schedule [--from T] [--to T] [--step D] [--topic T]",
+	 "the booked load: scheduled tasks due per step (default the next "
+	 "24 h by the hour), as a text histogram",
+	 cmd_schedule},
 	{"cluster", "cluster",
 	 "master, workers and every slot's owner, "
 	 "epoch, backlog and lag",

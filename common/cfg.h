@@ -225,6 +225,12 @@
 	  86400000, NULL, 0,                                                   \
 	  "tasks due within this time are indexed in Redis, later ones only "  \
 	  "in the DB")                                                         \
+	X(TASK_INDEX_MARGIN_MS, "task", "index_margin_ms", CFG_INT, "60000",   \
+	  10000, 3600000, NULL, 0,                                             \
+	  "a task submitted, rescheduled or recurring due before now + "       \
+	  "horizon_ms + this is indexed in Redis at once, a later one by the " \
+	  "worker's loader: more than the clock skew between hosts plus the "  \
+	  "loader's 5 s round")                                                \
 	X(TASK_BUCKET_MS, "task", "bucket_ms", CFG_INT, "60000", 0, 3600000,   \
 	  NULL, 0,                                                             \
 	  "tasks due after bucket_near_ms wait in Redis in append-only lists " \
@@ -300,7 +306,7 @@
 	X(NOTIFIER_TOPICS, "notifier", "topics", CFG_STR, "", 0, 0, NULL, 0,   \
 	  "comma-separated task topics to consume (the topic prefix is "       \
 	  "added); an entry starting with ^ is a regular expression on the "   \
-	  "Kafka topic names")                                                 \
+	  "Kafka topic names; empty: every task topic (^<topic_prefix>.*)")    \
 	X(NOTIFIER_RETRY_TOPIC, "notifier", "retry_topic", CFG_STR,            \
 	  "prophet.callback-retry", 0, 0, cfg_check_topic, 0,                  \
 	  "task topic of the retry tasks the notifier submits and consumes "   \

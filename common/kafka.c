@@ -742,6 +742,10 @@ kafka_consumer_create_opts(struct event_base *base, const struct cfg *cfg,
 	c->ev = event_new(base, c->pipefd[0], EV_READ | EV_PERSIST,
 			  consumer_wake_cb, c);
 	event_add(c->ev, NULL);
+	/* What the subscription queued before the wake-ups were enabled
+	 * (a join on fresh metadata is that quick) would never write the
+	 * pipe: the queue wakes only when it turns non-empty. */
+	event_active(c->ev, EV_READ, 0);
 	return c;
 fail:
 	rd_kafka_conf_destroy(conf);

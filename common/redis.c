@@ -15,6 +15,7 @@
 #endif
 
 #include "cfg.h"
+#include "crypto.h"
 #include "log.h"
 #include "redis.h"
 #include "secret.h"
@@ -53,7 +54,68 @@ struct redis {
 	size_t sent_head, sent_cap;
 	struct event *watch_ev;
 	int policy_checked; /* maxmemory-policy read once */
+	/* EVALSHA: conn counts connections; script i was sent a SCRIPT
+	 * LOAD on connection loaded[i] (0: never). no_evalsha: the server
+	 * refused SCRIPT LOAD (an ACL without it): plain EVAL from then. */
+	unsigned long conn;
+	unsigned long *loaded;
+	size_t nloaded;
+	int no_evalsha;
 };
+
+/*
+ * The scripts this process evaluates, by the address of their text (the
+ * string literals of proto/scripts.h) and, for a text seen at a second
+ * address, by content: each with its SHA-1 as EVALSHA names it. Used by
+ * the loop thread only, like every struct redis. Beyond SCRIPT_MAX
+ * different scripts, the rest go as plain EVAL.
+ */
+#define SCRIPT_MAX 64
+#define SCRIPT_ADDRS 256
+static struct script {
+	const char *text;
+	size_t len;
+	char sha[2 * CRYPTO_SHA1_LEN + 1];
+} scripts[SCRIPT_MAX];
+static size_t nscripts;
+static struct {
+	const char *addr;
+	int i;
+} script_addrs[SCRIPT_ADDRS];
+static size_t nscript_addrs;
+
+static int
+script_find(const char *text, size_t len)
+{
+	unsigned char md[CRYPTO_SHA1_LEN];
+	struct script *sc;
+	int i = -1;
+
+	for (size_t k = 0; k < nscript_addrs; k++)
+		if (script_addrs[k].addr == text)
+			return script_addrs[k].i;
+	for (size_t k = 0; k < nscripts && i < 0; k++)
+		if (scripts[k].len == len &&
+		    memcmp(scripts[k].text, text, len) == 0)
+			i = (int)k;
+	if (i < 0) {
+		if (nscripts == SCRIPT_MAX)
+			return -1;
+		sc = &scripts[nscripts];
+		sc->text = text;
+		sc->len = len;
+		crypto_sha1(text, len, md);
+		for (int b = 0; b < CRYPTO_SHA1_LEN; b++)
+			snprintf(sc->sha + 2 * b, 3, "%02x", md[b]);
+		i = (int)nscripts++;
+	}
+	if (nscript_addrs < SCRIPT_ADDRS) {
+		script_addrs[nscript_addrs].addr = text;
+		script_addrs[nscript_addrs].i = i;
+		nscript_addrs++;
+	}
+	return i;
+}
 
 static int64_t
 mono_ms(void)
@@ -92,6 +154,7 @@ struct redis_call {
 	struct redis *r;
 	redis_reply_fn cb;
 	void *arg;
+	int script; /* an EVALSHA: a NOSCRIPT answer means a flushed cache */
 };
 
 static void redis_connect(struct redis *r);
@@ -165,9 +228,38 @@ call_cb(redisAsyncContext *ac, void *reply, void *privdata)
 
 	sent_pop(r);
 	r->pending--;
+	if (c->script && reply != NULL &&
+	    ((redisReply *)reply)->type == REDIS_REPLY_ERROR &&
+	    strncmp(((redisReply *)reply)->str, "NOSCRIPT", 8) == 0) {
+		/* The server's script cache was emptied under a live
+		 * connection (SCRIPT FLUSH): this call fails like any
+		 * Redis error; the next call of each script loads it
+		 * again first. */
+		log_warn("redis lost its scripts: loading them again",
+			 "host=%s port=%d", r->host, r->port);
+		r->conn++;
+	}
 	if (c->cb != NULL)
 		c->cb(r, reply, c->arg);
 	xfree(c);
+}
+
+/* SCRIPT LOAD's answer: an error means this server will not take
+ * EVALSHA (an ACL user without SCRIPT, a proxy without it): plain EVAL
+ * from then on. The EVALSHA sent behind it fails once (NOSCRIPT). */
+static void
+script_load_cb(redisAsyncContext *ac, void *reply, void *privdata)
+{
+	struct redis *r = privdata;
+	redisReply *rep = reply;
+
+	sent_pop(r);
+	r->pending--;
+	if (rep == NULL || rep->type != REDIS_REPLY_ERROR || r->no_evalsha)
+		return;
+	log_warn("redis refused SCRIPT LOAD: sending scripts with every call",
+		 "host=%s port=%d error=\"%s\"", r->host, r->port, rep->str);
+	r->no_evalsha = 1;
 }
 
 static void
@@ -273,6 +365,7 @@ connect_cb(const redisAsyncContext *ac, int status)
 		schedule_retry(r);
 		return;
 	}
+	r->conn++; /* every script is loaded again on this connection */
 	if (r->password != NULL && r->user != NULL)
 		redisAsyncCommand(r->ac, auth_cb, r, "AUTH %s %s", r->user,
 				  r->password);
@@ -465,6 +558,7 @@ redis_destroy(struct redis *r)
 	event_free(r->retry_ev);
 	event_free(r->watch_ev);
 	xfree(r->sent);
+	xfree(r->loaded);
 	xfree(r->sub_channel);
 	xfree(r->host);
 	xfree(r->user);
@@ -507,6 +601,7 @@ redis_command(struct redis *r, redis_reply_fn cb, void *arg, const char *fmt,
 	c->r = r;
 	c->cb = cb;
 	c->arg = arg;
+	c->script = 0;
 	va_start(ap, fmt);
 	rc = redisvAsyncCommand(r->ac, call_cb, c, fmt, ap);
 	va_end(ap);
@@ -531,8 +626,73 @@ redis_command_argv(struct redis *r, redis_reply_fn cb, void *arg, int argc,
 	c->r = r;
 	c->cb = cb;
 	c->arg = arg;
+	c->script = 0;
 	if (redisAsyncCommandArgv(r->ac, call_cb, c, argc, argv, argvlen) !=
 	    REDIS_OK) {
+		xfree(c);
+		return -1;
+	}
+	sent_push(r);
+	r->pending++;
+	return 0;
+}
+
+int
+redis_eval_argv(struct redis *r, redis_reply_fn cb, void *arg, int argc,
+		const char **argv, const size_t *argvlen)
+{
+	struct redis_call *c;
+	const char *sa[32], **av = sa;
+	size_t sl[32], *al = sl;
+	int i, rc;
+
+	if (!redis_up(r))
+		return -1;
+	if (argc < 3 || r->no_evalsha ||
+	    (i = script_find(argv[1], argvlen[1])) < 0)
+		return redis_command_argv(r, cb, arg, argc, argv, argvlen);
+	if ((size_t)i >= r->nloaded) {
+		r->loaded =
+			xrealloc(r->loaded, SCRIPT_MAX * sizeof(*r->loaded));
+		memset(r->loaded + r->nloaded, 0,
+		       (SCRIPT_MAX - r->nloaded) * sizeof(*r->loaded));
+		r->nloaded = SCRIPT_MAX;
+	}
+	if (r->loaded[i] != r->conn) {
+		/* Ahead of the EVALSHA on the same connection: Redis runs
+		 * them in order, so the script is there when it is named. */
+		const char *la[3] = {"SCRIPT", "LOAD", argv[1]};
+		size_t ll[3] = {6, 4, argvlen[1]};
+
+		if (redisAsyncCommandArgv(r->ac, script_load_cb, r, 3, la,
+					  ll) != REDIS_OK)
+			return -1;
+		sent_push(r);
+		r->pending++;
+		r->loaded[i] = r->conn;
+	}
+	/* The caller's arguments, with EVALSHA <sha> for EVAL <text>. */
+	if (argc > 32) {
+		av = xmalloc((size_t)argc * sizeof(*av));
+		al = xmalloc((size_t)argc * sizeof(*al));
+	}
+	memcpy(av, argv, (size_t)argc * sizeof(*av));
+	memcpy(al, argvlen, (size_t)argc * sizeof(*al));
+	av[0] = "EVALSHA";
+	al[0] = 7;
+	av[1] = scripts[i].sha;
+	al[1] = 2 * CRYPTO_SHA1_LEN;
+	c = xmalloc(sizeof(*c));
+	c->r = r;
+	c->cb = cb;
+	c->arg = arg;
+	c->script = 1;
+	rc = redisAsyncCommandArgv(r->ac, call_cb, c, argc, av, al);
+	if (av != sa) {
+		xfree(av);
+		xfree(al);
+	}
+	if (rc != REDIS_OK) {
 		xfree(c);
 		return -1;
 	}

@@ -32,6 +32,17 @@ int redis_command(struct redis *r, redis_reply_fn cb, void *arg,
 int redis_command_argv(struct redis *r, redis_reply_fn cb, void *arg, int argc,
 		       const char **argv, const size_t *argvlen);
 /*
+ * EVAL script numkeys ... (argv[0] "EVAL", argv[1] the script's text, which
+ * must outlive the process: a string literal) sent as EVALSHA: the text
+ * goes to the server once per connection (SCRIPT LOAD, ahead of the call
+ * on the same connection), then only its SHA-1. A server that refuses
+ * SCRIPT LOAD gets plain EVAL; one whose cache was flushed under a live
+ * connection fails that call (NOSCRIPT, an error reply as any other) and
+ * is sent the text again on the next.
+ */
+int redis_eval_argv(struct redis *r, redis_reply_fn cb, void *arg, int argc,
+		    const char **argv, const size_t *argvlen);
+/*
  * Makes r a subscriber of channel (r is then used for nothing else): cb
  * gets every published message's payload as a string reply, and the
  * subscription is renewed after every reconnect.

@@ -24,6 +24,7 @@
 #include "redis.h"
 #include "schema.h"
 #include "slot.h"
+#include "trace.h"
 #include "utf8.h"
 #include "xmalloc.h"
 #include "zk.h"
@@ -155,13 +156,26 @@ api_body_json(struct manager *mg, struct evhttp_request *req)
 	return in;
 }
 
+/* The request's W3C trace context headers, for submissions without their
+ * own (proto/trace.h). */
+static void
+request_trace(struct evhttp_request *req, json_t *task)
+{
+	struct evkeyvalq *h = evhttp_request_get_input_headers(req);
+
+	trace_default(task, evhttp_find_header(h, TRACE_PARENT),
+		      evhttp_find_header(h, TRACE_STATE));
+}
+
 static void
 post_task(struct manager *mg, struct evhttp_request *req)
 {
 	json_t *in = api_body_json(mg, req);
 
-	if (in != NULL)
-		api_submit(mg, req, in);
+	if (in == NULL)
+		return;
+	request_trace(req, in);
+	api_submit(mg, req, in);
 }
 
 /* POST /v1/tasks/batch: every task validated on its own and submitted
@@ -253,6 +267,7 @@ post_batch(struct manager *mg, struct evhttp_request *req)
 		struct batch_item *it = &b->items[i];
 
 		json_array_append_new(b->results, json_null());
+		request_trace(req, t);
 		it->b = b;
 		it->index = i;
 		if (task_from_json(t, &mg->limits, now, &it->req.task, &terr) <
@@ -340,7 +355,6 @@ row_to_json(const struct db_rows *r, size_t row)
 	t.due_at = db_rows_int(r, row, SQL_TC_DUE_AT);
 	t.ttl_ms = db_rows_int(r, row, SQL_TC_TTL_MS);
 	t.max_attempts = (int)db_rows_int(r, row, SQL_TC_MAX_ATTEMPTS);
-	t.priority = (int)db_rows_int(r, row, SQL_TC_PRIORITY);
 	task_status_parse(db_rows_get(r, row, SQL_TC_STATUS, NULL), &t.status);
 	t.attempt = (int)db_rows_int(r, row, SQL_TC_ATTEMPT);
 	t.created_at = db_rows_int(r, row, SQL_TC_CREATED_AT);
@@ -697,6 +711,14 @@ r_lateness(void *ctx, struct evhttp_request *req, const char *a, size_t n)
 }
 
 static void
+r_schedule(void *ctx, struct evhttp_request *req, const char *a, size_t n)
+{
+	(void)a;
+	(void)n;
+	schedule_get(ctx, req);
+}
+
+static void
 r_readyz(void *ctx, struct evhttp_request *req, const char *a, size_t n)
 {
 	(void)a;
@@ -769,6 +791,7 @@ static const struct http_route routes[] = {
 	 r_topic_resume},
 	{GET, "/v1/cluster", AUTH_READ, NATIVE, 0, r_cluster},
 	{GET, "/v1/cluster/lateness", AUTH_READ, NATIVE, 0, r_lateness},
+	{GET, "/v1/schedule", AUTH_READ, NATIVE, 0, r_schedule},
 	{GET, "/metrics", 0, NATIVE, 0, http_route_metrics},
 	{GET, "/healthz", 0, NATIVE, 0, http_route_healthz},
 	{GET, "/readyz", 0, NATIVE, 0, r_readyz},

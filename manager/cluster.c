@@ -69,6 +69,7 @@ gather_reply(struct gather *g, int code)
 				g->master, "workers", g->workers, "slots",
 				g->slots, "slot_count", g->mg->nslots, "at",
 				(json_int_t)g->now);
+		json_object_set_new(out, "callbacks", cover_status_json(g->mg));
 		http_reply_json(g->req, 200, out);
 	}
 	g->mg->inflight--;

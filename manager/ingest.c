@@ -21,6 +21,7 @@
 #include "redis.h"
 #include "schema.h"
 #include "slot.h"
+#include "trace.h"
 #include "utf8.h"
 #include "xmalloc.h"
 
@@ -135,7 +136,6 @@ bind_task_row(struct db_params *p, size_t i, void *arg)
 	db_params_int(p, t->due_at);
 	db_params_int(p, t->ttl_ms);
 	db_params_int(p, t->max_attempts);
-	db_params_int(p, t->priority);
 	db_params_uint(p, t->content_hash);
 	db_params_uint(p, ctx->b->batch_id);
 	db_params_int(p, t->created_at);
@@ -230,7 +230,6 @@ column_field(const char *col, size_t n)
 		{"callback", "callback"},
 		{"due_at", "due_at"},
 		{"ttl_ms", "ttl_ms"},
-		{"priority", "priority"},
 		{"max_attempts", "max_attempts"},
 		{"cron", "cron"},
 		{"timezone", "timezone"},
@@ -695,7 +694,7 @@ index_batch(struct manager *mg, const struct ingest_batch *b, int64_t now,
 		slot = slot_of(t->id, strlen(t->id), mg->nslots);
 		if (t->due_at < now + lookahead)
 			wake[slot] = 1;
-		if (t->due_at >= now + mg->horizon_ms + 60000)
+		if (t->due_at >= now + mg->horizon_ms + mg->index_margin_ms)
 			continue;
 		e[k].slot = slot;
 		e[k].i = i;
@@ -869,12 +868,28 @@ batch_done_cb(struct db_job *job, int status, const char *err)
 			continue;
 		metric_inc(mg->m.db_refused);
 		/* Once per commit: what validation let through. */
-		if (n++ == 0)
+		if (n++ == 0) {
+			char tk[TRACE_KV_LEN];
+
 			log_warn("database refused a submission",
-				 "id=%s rows=%zu isolated=%d reason=\"%s\"",
-				 r->task.id, b->n, b->isolated,
-				 r->refused.message);
+				 "id=%s%s rows=%zu isolated=%d reason=\"%s\"",
+				 r->task.id,
+				 trace_kv(tk, sizeof(tk), r->task.headers),
+				 b->n, b->isolated, r->refused.message);
+		}
 	}
+	if (log_enabled(PLOG_DEBUG))
+		for (size_t i = 0; i < b->n; i++) {
+			const struct ingest_req *r = b->reqs[i];
+			char tk[TRACE_KV_LEN];
+
+			log_debug("task submitted",
+				  "id=%s%s topic=%s due_at=%lld result=%d",
+				  r->task.id,
+				  trace_kv(tk, sizeof(tk), r->task.headers),
+				  r->task.topic, (long long)r->task.due_at,
+				  r->result);
+		}
 	index_batch(mg, b, now, wake);
 	wake_workers(mg, wake);
 	xfree(wake);
@@ -967,6 +982,7 @@ ingest_destroy(struct ingest *ing)
 void
 ingest_submit(struct ingest *ing, struct ingest_req *r)
 {
+	cover_check(ing->mg, &r->task);
 	r->next = NULL;
 	if (ing->tail != NULL)
 		ing->tail->next = r;

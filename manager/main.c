@@ -220,6 +220,7 @@ main(int argc, char **argv)
 		 cfg_path(mg.cfg));
 	mg.nslots = (int)cfg_int(mg.cfg, CFG_CLUSTER_SLOTS);
 	mg.horizon_ms = cfg_int(mg.cfg, CFG_TASK_HORIZON_MS);
+	mg.index_margin_ms = cfg_int(mg.cfg, CFG_TASK_INDEX_MARGIN_MS);
 	mg.bucket_ms = cfg_int(mg.cfg, CFG_TASK_BUCKET_MS);
 	mg.bucket_near_ms = cfg_int(mg.cfg, CFG_TASK_BUCKET_NEAR_MS);
 	mg.limits.max_body = (size_t)cfg_int(mg.cfg, CFG_TASK_MAX_BODY_BYTES);
@@ -300,6 +301,8 @@ main(int argc, char **argv)
 		log_fatal("bad config", "key=http.tls_ca error=\"%s\"", err);
 	cluster_sampler_start(&mg);
 	topics_start(&mg);
+	schedule_start(&mg);
+	mg.cover = cover_start(&mg);
 	mg.prune = prune_create(&mg);
 	gauges = event_new(mg.base, -1, EV_PERSIST, gauges_cb, &mg);
 	event_add(gauges, &one_s);
@@ -325,6 +328,7 @@ main(int argc, char **argv)
 	/* Commits in flight complete (their answers are lost with the
 	 * connections, but what was committed stays committed). */
 	prune_destroy(mg.prune);
+	schedule_stop(&mg);
 	db_pool_destroy(mg.db);
 	db_dsn_destroy(mg.dsn);
 	kingest_destroy(mg.kingest);
@@ -333,8 +337,10 @@ main(int argc, char **argv)
 	cluster_sampler_stop(&mg);
 	topics_stop(&mg);
 	redis_destroy(mg.redis);
+	schedule_destroy(&mg);
 	lateness_shutdown(&mg);
 	zk_destroy(mg.zk);
+	cover_destroy(mg.cover); /* after: no ZooKeeper answer can follow */
 	daemon_destroy(mg.daemon);
 	event_base_free(mg.base);
 	metrics_free_all();

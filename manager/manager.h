@@ -23,6 +23,8 @@ struct metric;
 struct auth;
 struct evdns_base;
 struct pull;
+struct schedule;
+struct coverage;
 
 #define MANAGER_METRICS(X)                                                  \
 	X(accepted, COUNTER, "prophet_tasks_accepted_total",                \
@@ -84,7 +86,12 @@ struct pull;
 	  "task.retention of this manager (0: finished tasks are kept)")    \
 	X(pause_skipped, COUNTER, "prophet_pause_skipped_total",            \
 	  "Tasks expired by a resume with policy skip (they fell due "      \
-	  "while their topic was paused)")
+	  "while their topic was paused)")                                  \
+	X(cb_uncovered, COUNTER, "prophet_callbacks_uncovered_total",       \
+	  "Tasks with a callback accepted on a topic no running notifier "  \
+	  "consumes (their callback waits for one)")                        \
+	X(notifiers, GAUGE, "prophet_notifiers",                            \
+	  "Running notifiers announced in ZooKeeper (<root>/notifiers)")
 
 struct manager_metrics {
 #define MM_FIELD(f, t, n, h) struct metric *f;
@@ -124,8 +131,9 @@ struct manager {
 	char **topics_allowed; /* NULL: any valid topic */
 	int nslots;
 	int64_t horizon_ms;
-	int64_t bucket_ms;	/* task.bucket_ms, 0: no buckets */
-	int64_t bucket_near_ms; /* task.bucket_near_ms */
+	int64_t index_margin_ms; /* task.index_margin_ms */
+	int64_t bucket_ms;	 /* task.bucket_ms, 0: no buckets */
+	int64_t bucket_near_ms;	 /* task.bucket_near_ms */
 	int stopping;
 	int64_t stop_deadline_ms;
 	size_t inflight; /* requests waiting for the DB */
@@ -136,7 +144,9 @@ struct manager {
 	struct pull *pull;	       /* pull.c */
 	struct metric *m_topic_paused; /* topics.c, per topic */
 	struct event *pause_ev;	       /* topics.c: the gauge's reads */
+	struct coverage *cover;	       /* cover.c */
 	struct manager_metrics m;
+	struct schedule *schedule; /* schedule.c */
 };
 
 /* migrate.c: applies pending schema migrations (blocking, startup). */
@@ -198,6 +208,15 @@ void cluster_get(struct manager *mg, struct evhttp_request *req);
 void cluster_sampler_start(struct manager *mg);
 void cluster_sampler_stop(struct manager *mg);
 
+/* cover.c: which task topics the running notifiers consume; a callback
+ * task on another is counted and logged (rate-limited). */
+struct coverage *cover_start(struct manager *mg);
+void cover_destroy(struct coverage *c);
+void cover_check(struct manager *mg, const struct task *t);
+/* {"notifiers":[...],"known":b,"uncovered_total":N,"last_uncovered":
+ * {"topic","id","at"}|null}, for GET /v1/cluster. */
+json_t *cover_status_json(struct manager *mg);
+
 /* lateness.c: GET /v1/cluster/lateness, the workers' fire lateness
  * histograms summed (scraped from the /metrics their ZooKeeper nodes
  * name) */
@@ -241,6 +260,11 @@ void tasks_cancel(struct manager *mg, struct evhttp_request *req,
 void tasks_reschedule(struct manager *mg, struct evhttp_request *req,
 		      const char *id, size_t idlen);
 void tasks_list(struct manager *mg, struct evhttp_request *req);
+/* GET /v1/schedule, and the gauge of the next minute (schedule.c). */
+void schedule_get(struct manager *mg, struct evhttp_request *req);
+void schedule_start(struct manager *mg);
+void schedule_stop(struct manager *mg);
+void schedule_destroy(struct manager *mg);
 
 /* prune.c: retention (docs/architecture.md, "Retention"); NULL when
  * task.retention and task.log_retention are 0. */

@@ -24,6 +24,7 @@
 #include "manager.h"
 #include "metrics.h"
 #include "schema.h"
+#include "trace.h"
 #include "utf8.h"
 #include "xmalloc.h"
 #include "zk.h"
@@ -610,9 +611,18 @@ archive_send(struct db_conn *c, struct prune_job *j, struct db_rows *locked,
 			struct kafka_rec *r = &recs[nrecs];
 
 			if (v == NULL || len > ARCHIVE_MAX_BYTES) {
+				const char *hs = db_rows_get(
+					&locked[s], i, SQL_TC_HEADERS, NULL);
+				json_t *hj = hs != NULL
+						     ? json_loads(hs, 0, NULL)
+						     : NULL;
+				char tk[TRACE_KV_LEN];
+
 				log_error("task too large for the archive "
 					  "topic: kept",
-					  "id=%s bytes=%zu", id, len);
+					  "id=%s%s bytes=%zu", id,
+					  trace_kv(tk, sizeof(tk), hj), len);
+				json_decref(hj);
 				free(v);
 				j->kept++;
 				continue;

@@ -25,6 +25,7 @@
 #include "schema.h"
 #include "scripts.h"
 #include "slot.h"
+#include "trace.h"
 #include "tz.h"
 #include "xmalloc.h"
 
@@ -64,6 +65,7 @@ struct change {
 	struct db_rows rows;
 	unsigned long long affected;
 	int64_t now;
+	char trace[TRACE_KV_LEN]; /* " trace=<id>" of its log lines, or "" */
 };
 
 static void
@@ -197,13 +199,13 @@ reply_not_changeable(struct change *c, const char *status)
 static void
 uncancel(struct change *c)
 {
-	char kdue[RKEY_MAX], kc[RKEY_MAX], score[32];
+	struct slot_eval ev;
 
-	rkey_due(kdue, sizeof(kdue), c->slot);
-	rkey_cancelled(kc, sizeof(kc), c->slot);
-	snprintf(score, sizeof(score), "%lld", (long long)c->removed_score);
-	redis_command(c->mg->redis, NULL, NULL, "EVAL %s 2 %s %s %s %s",
-		      SCRIPT_UNCANCEL, kdue, kc, c->id, score);
+	slot_eval_init(&ev, SCRIPT_UNCANCEL, c->slot, "dc");
+	redis_args_addstr(&ev.a, c->id);
+	redis_args_addint(&ev.a, c->removed_score);
+	slot_eval_send(&ev, c->mg->redis, NULL, NULL);
+	slot_eval_free(&ev);
 }
 
 /* After the DB write. */
@@ -236,8 +238,8 @@ written(struct change *c, int status, const char *err)
 			      c->id);
 		redis_command(c->mg->redis, NULL, NULL, "HDEL %s %s", katt,
 			      c->id);
-		log_info("task cancelled", "id=%s recurring=%d", c->id,
-			 c->recurring);
+		log_info("task cancelled", "id=%s%s recurring=%d", c->id,
+			 c->trace, c->recurring);
 		if (c->recurring)
 			http_reply_json(c->req, 200,
 					json_pack("{s:s, s:s, s:b}", "id",
@@ -251,8 +253,8 @@ written(struct change *c, int status, const char *err)
 		 * that ran in between read the old one and may have dropped
 		 * our first write. In flight or cancelled by now: no-op. */
 		reschedule_in_redis(c, NULL);
-		log_info("task rescheduled", "id=%s due_at=%lld", c->id,
-			 (long long)c->new_due);
+		log_info("task rescheduled", "id=%s%s due_at=%lld", c->id,
+			 c->trace, (long long)c->new_due);
 		if (c->new_due <
 		    c->now + cfg_int(c->mg->cfg, CFG_WORKER_LOOKAHEAD_MS))
 			ingest_wake(c->mg, c->slot);
@@ -389,6 +391,13 @@ change_done_cb(struct db_job *job, int status, const char *err)
 		return;
 	}
 	c->recurring = db_rows_get(&c->rows, 0, PC__COUNT + 1, NULL) != NULL;
+	{
+		const char *hs = db_rows_get(&c->rows, 0, PC_HEADERS, NULL);
+		json_t *hj = hs != NULL ? json_loads(hs, 0, NULL) : NULL;
+
+		trace_kv(c->trace, sizeof(c->trace), hj);
+		json_decref(hj);
+	}
 	if (c->op == OP_RESCHEDULE && recurring_due(c) < 0) {
 		change_free(c);
 		return;
@@ -419,7 +428,8 @@ change_done_cb(struct db_job *job, int status, const char *err)
 		payload_row_task(&c->rows, 0, &t);
 		t.due_at = c->new_due;
 		t.attempt = 0;
-		c->payload = c->new_due < c->now + mg->horizon_ms + 60000
+		c->payload = c->new_due < c->now + mg->horizon_ms +
+						     mg->index_margin_ms
 				     ? payload_encode(&t, &plen)
 				     : xstrdup("");
 		payload_row_clear(&t);

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "cfg.h"
+#include "cover.h"
 #include "daemon.h"
 #include "hmap.h"
 #include "keys.h"
@@ -31,6 +32,8 @@ nmsg_free(struct nmsg *m)
 	xfree(m->topic);
 	xfree(m->body);
 	xfree(m->key);
+	xfree(m->traceparent);
+	xfree(m->tracestate);
 	callback_spec_clear(&m->cb);
 	xfree(m);
 }
@@ -186,8 +189,28 @@ forged(struct notifier *n, const struct nmsg *m, const rd_kafka_message_t *km)
 	}
 	log_warn("message on the retry topic without a valid signature; not "
 		 "called back",
-		 "id=%s partition=%d offset=%lld", m->id, (int)km->partition,
-		 (long long)km->offset);
+		 "id=%s%s partition=%d offset=%lld", m->id, m->trace,
+		 (int)km->partition, (long long)km->offset);
+}
+
+/* The task's trace context (Kafka headers traceparent, tracestate), if
+ * valid: messages produced straight to Kafka may carry anything. */
+static void
+trace_take(struct nmsg *m, rd_kafka_headers_t *h)
+{
+	char *p = header_dup(h, TRACE_PARENT), *s = header_dup(h, TRACE_STATE);
+
+	if (p != NULL && trace_parent_invalid(p, strlen(p)) == NULL) {
+		m->traceparent = p;
+		p = NULL;
+		if (s != NULL && trace_state_invalid(s, strlen(s)) == NULL) {
+			m->tracestate = s;
+			s = NULL;
+		}
+	}
+	xfree(p);
+	xfree(s);
+	trace_kv_parent(m->trace, sizeof(m->trace), m->traceparent);
 }
 
 /* Fills the callback of m from the message; 0 if it has none, -1 if it
@@ -209,6 +232,7 @@ parse(struct notifier *n, struct nmsg *m, const rd_kafka_message_t *km)
 	}
 	snprintf(m->id, sizeof(m->id), "%s", id);
 	xfree(id);
+	trace_take(m, h);
 	if (retry) {
 		m->attempt = (int)header_int(h, RHDR_ATTEMPT, 2);
 		m->due_at = header_int(h, RHDR_DUE_AT, 0);
@@ -230,7 +254,7 @@ parse(struct notifier *n, struct nmsg *m, const rd_kafka_message_t *km)
 	if (spec != NULL) {
 		if (callback_spec_parse(spec, strlen(spec), &m->cb) < 0) {
 			log_warn("unusable prophet-callback header; skipped",
-				 "id=%s topic=%s", m->id, ktopic);
+				 "id=%s%s topic=%s", m->id, m->trace, ktopic);
 			xfree(spec);
 			return 0;
 		}
@@ -260,8 +284,8 @@ parse(struct notifier *n, struct nmsg *m, const rd_kafka_message_t *km)
 	if (dropped > 0) {
 		metric_add(n->m.cb_headers_dropped, dropped);
 		log_warn("callback headers not allowed are left out",
-			 "id=%s count=%d first=\"%s\"", m->id, dropped,
-			 sanitized_name(first));
+			 "id=%s%s count=%d first=\"%s\"", m->id, m->trace,
+			 dropped, sanitized_name(first));
 	}
 	m->max_attempts =
 		m->cb.max_attempts > 0
@@ -277,6 +301,8 @@ parse(struct notifier *n, struct nmsg *m, const rd_kafka_message_t *km)
 	}
 	return 1;
 }
+
+static int excluded(const struct notifier *n, const char *ktopic);
 
 static void
 message_cb(const rd_kafka_message_t *km, void *arg)
@@ -301,7 +327,8 @@ message_cb(const rd_kafka_message_t *km, void *arg)
 		n->held = 1;
 		kafka_consumer_hold(n->consumer, 1);
 	}
-	switch (parse(n, m, km)) {
+	switch (excluded(n, rd_kafka_topic_name(km->rkt)) ? 0
+							  : parse(n, m, km)) {
 	case 0:
 		metric_inc(n->m.skipped);
 		nmsg_done(m);
@@ -328,18 +355,50 @@ message_cb(const rd_kafka_message_t *km, void *arg)
 	flow_enqueue(n, m);
 }
 
-/* notifier.topics -> the Kafka subscription: each task topic with the
- * prefix, regexes as written, and the retry topic. */
+/* Whether messages of this Kafka topic are Prophet's own, never due
+ * tasks (dead letters, the archive, ingest submissions and refusals). */
+static int
+excluded(const struct notifier *n, const char *ktopic)
+{
+	size_t i;
+	json_t *v;
+
+	json_array_foreach (n->sub_excluded, i, v)
+		if (!strcmp(json_string_value(v), ktopic))
+			return 1;
+	return 0;
+}
+
+static void
+exclude(struct notifier *n, const char *ktopic)
+{
+	if (ktopic[0] != '\0' && !excluded(n, ktopic))
+		json_array_append_new(n->sub_excluded, json_string(ktopic));
+}
+
+/*
+ * notifier.topics -> the Kafka subscription: each task topic with the
+ * prefix, regexes as written, and the retry topic. Empty: every task
+ * topic (cover_default_pattern), so that a deployment with the generated
+ * config makes every callback. What it is goes into n->sub_* for the
+ * announcement (announce.c).
+ */
 static char *
 subscription(struct notifier *n, char *err, size_t errlen)
 {
 	const char *p = cfg_str(n->cfg, CFG_NOTIFIER_TOPICS);
-	size_t cap = strlen(p) * 2 + strlen(n->retry_ktopic) + 256, len = 0;
-	char *out = xmalloc(cap);
+	const char *ing = cfg_str(n->cfg, CFG_KAFKA_INGEST_TOPIC);
+	const char *ierr = cfg_str(n->cfg, CFG_KAFKA_INGEST_ERRORS_TOPIC);
+	size_t i, len = 0, cap;
+	json_t *v;
+	char *out;
 
-	out[0] = '\0';
+	n->sub_topics = json_array();
+	n->sub_patterns = json_array();
+	n->sub_excluded = json_array();
 	while (*p) {
 		size_t k;
+		char *one;
 
 		while (*p == ' ' || *p == ',')
 			p++;
@@ -350,29 +409,85 @@ subscription(struct notifier *n, char *err, size_t errlen)
 			snprintf(err, errlen,
 				 "notifier.topics: '%.*s' is not a topic name",
 				 (int)k, p);
-			xfree(out);
 			return NULL;
 		}
-		len += (size_t)snprintf(out + len, cap - len, "%s%.*s,",
-					p[0] == '^' ? "" : n->topic_prefix,
-					(int)k, p);
+		one = p[0] == '^'
+			      ? xstrndup(p, k)
+			      : xasprintf("%s%.*s", n->topic_prefix, (int)k, p);
+		json_array_append_new(p[0] == '^' ? n->sub_patterns
+						  : n->sub_topics,
+				      json_string(one));
+		xfree(one);
 		p += k;
 	}
-	snprintf(out + len, cap - len, "%s", n->retry_ktopic);
+	if (json_array_size(n->sub_topics) == 0 &&
+	    json_array_size(n->sub_patterns) == 0) {
+		char *all = cover_default_pattern(n->topic_prefix);
+
+		json_array_append_new(n->sub_patterns, json_string(all));
+		xfree(all);
+	}
+	json_array_append_new(n->sub_topics, json_string(n->retry_ktopic));
+	exclude(n, n->dlq_ktopic);
+	exclude(n, cfg_str(n->cfg, CFG_TASK_ARCHIVE_TOPIC));
+	if (ing[0] != '\0') {
+		char *e = ierr[0] ? xstrdup(ierr) : xasprintf("%s.errors", ing);
+
+		exclude(n, ing);
+		exclude(n, e);
+		xfree(e);
+	}
+	cap = 1;
+	json_array_foreach (n->sub_patterns, i, v)
+		cap += strlen(json_string_value(v)) + 1;
+	json_array_foreach (n->sub_topics, i, v)
+		cap += strlen(json_string_value(v)) + 1;
+	out = xmalloc(cap);
+	out[0] = '\0';
+	json_array_foreach (n->sub_patterns, i, v)
+		len += (size_t)snprintf(out + len, cap - len, "%s%s",
+					len ? "," : "", json_string_value(v));
+	json_array_foreach (n->sub_topics, i, v)
+		len += (size_t)snprintf(out + len, cap - len, "%s%s",
+					len ? "," : "", json_string_value(v));
 	return out;
+}
+
+/* Whether [kafka.consumer] sets key itself. */
+static int
+consumer_sets(const struct notifier *n, const char *key)
+{
+	size_t nx = cfg_extra_count(n->cfg, "kafka.consumer");
+	const char *k, *v;
+
+	for (size_t i = 0; i < nx; i++) {
+		cfg_extra_get(n->cfg, "kafka.consumer", i, &k, &v);
+		if (!strcmp(k, key))
+			return 1;
+	}
+	return 0;
 }
 
 int
 consume_start(struct notifier *n, char *err, size_t errlen)
 {
 	char *topics = subscription(n, err, errlen);
+	/* A topic created after the subscription (by the first publish to
+	 * it) is found at the next metadata refresh: librdkafka's 5 minutes
+	 * would hold the first callbacks of a new topic that long (none is
+	 * lost: offsets start at the earliest). */
+	static const char *const fast_refresh[] = {
+		"topic.metadata.refresh.interval.ms", "10000", NULL};
+	struct kafka_consumer_opts opts = {0};
 
 	if (topics == NULL)
 		return -1;
+	if (!consumer_sets(n, "topic.metadata.refresh.interval.ms"))
+		opts.props = fast_refresh;
 	n->forged_ids = hmap_create();
-	n->consumer = kafka_consumer_create(n->base, n->cfg,
-					    cfg_str(n->cfg, CFG_NOTIFIER_GROUP),
-					    topics, message_cb, n, err, errlen);
+	n->consumer = kafka_consumer_create_opts(
+		n->base, n->cfg, cfg_str(n->cfg, CFG_NOTIFIER_GROUP), topics,
+		message_cb, n, &opts, err, errlen);
 	if (n->consumer == NULL) {
 		xfree(topics);
 		return -1;
@@ -416,4 +531,8 @@ consume_stop(struct notifier *n)
 		xfree(p);
 	}
 	n->parts = NULL;
+	json_decref(n->sub_topics);
+	json_decref(n->sub_patterns);
+	json_decref(n->sub_excluded);
+	n->sub_topics = n->sub_patterns = n->sub_excluded = NULL;
 }

@@ -75,16 +75,17 @@ request_done_cb(const struct httpcli_result *r, void *arg)
 	for (char *p = m->detail; *p; p++)
 		if (*p == '"' || *p == '\\')
 			*p = '\'';
-	log_debug("callback done",
-		  "id=%s attempt=%d class=%s status=%ld capped=%d seconds=%.3f",
-		  m->id, m->attempt, httpcli_class_name(r->cls), r->status,
-		  r->capped, r->seconds);
+	log_debug(
+		"callback done",
+		"id=%s%s attempt=%d class=%s status=%ld capped=%d seconds=%.3f",
+		m->id, m->trace, m->attempt, httpcli_class_name(r->cls),
+		r->status, r->capped, r->seconds);
 	if (r->cls == HTTPCLI_BLOCKED)
 		log_warn("callback blocked: an address not in "
 			 "notifier.callback_networks_allowed, or a redirect to "
 			 "another scheme",
-			 "id=%s attempt=%d detail=\"%s\"", m->id, m->attempt,
-			 m->detail);
+			 "id=%s%s attempt=%d detail=\"%s\"", m->id, m->trace,
+			 m->attempt, m->detail);
 	/* blocked is final: a retry would be refused the same way */
 	outcome_handle(m, r->cls, r->status, NULL, r->cls == HTTPCLI_BLOCKED);
 	if (!n->stopping)
@@ -95,7 +96,8 @@ static void
 start(struct notifier *n, struct nmsg *m)
 {
 	char **hdrs =
-		callback_headers_build(&m->cb, m->id, m->attempt, m->due_at);
+		callback_headers_build(&m->cb, m->id, m->attempt, m->due_at,
+				       m->traceparent, m->tracestate);
 	int64_t tmax = cfg_int(n->cfg, CFG_NOTIFIER_MAX_TIMEOUT_MS);
 	int64_t timeout = m->cb.timeout_ms > 0
 				  ? m->cb.timeout_ms

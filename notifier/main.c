@@ -269,11 +269,6 @@ main(int argc, char **argv)
 	log_init("notifier", lvl);
 	check_routes(n.cfg);
 	default_poll_interval(n.cfg);
-	if (cfg_str(n.cfg, CFG_NOTIFIER_TOPICS)[0] == '\0' &&
-	    cfg_extra_count(n.cfg, "notifier.routes") == 0)
-		log_warn("notifier.topics is empty: only retry tasks are "
-			 "consumed",
-			 "");
 	daemon_default_id(n.id, sizeof(n.id));
 	n.topic_prefix = cfg_str(n.cfg, CFG_KAFKA_TOPIC_PREFIX);
 	n.retry_ktopic = xasprintf("%s%s", n.topic_prefix,
@@ -343,6 +338,7 @@ main(int argc, char **argv)
 	flow_start(&n);
 	outcome_start(&n);
 	secret_start(&n); /* then consume_start */
+	announce_start(&n);
 	gauges = event_new(n.base, -1, EV_PERSIST, gauges_cb, &n);
 	event_add(gauges, &one_s);
 
@@ -359,6 +355,7 @@ main(int argc, char **argv)
 	n.stopping = 2; /* the pool drains: record nothing more */
 	db_pool_destroy(n.db);
 	db_dsn_destroy(n.dsn);
+	announce_stop(&n);
 	consume_stop(&n);
 	flow_stop(&n);
 	outcome_stop(&n);

@@ -6,11 +6,14 @@
 #include <event2/event.h>
 #include <event2/http.h>
 
+#include <jansson.h>
+
 #include "callback.h"
 #include "httpcli.h"
 #include "kafka.h"
 #include "task.h"
 #include "tbucket.h"
+#include "trace.h"
 
 struct cfg;
 struct db_pool;
@@ -19,6 +22,7 @@ struct netguard;
 struct hmap;
 struct daemon;
 struct metric;
+struct zk;
 
 #define NOTIFIER_METRICS(X)                                                \
 	X(consumed, COUNTER, "prophet_notifier_consumed_total",            \
@@ -99,6 +103,9 @@ struct nmsg {
 	int64_t due_at;
 	int64_t occurrence; /* of a recurring task, else 0 */
 	struct callback_spec cb;
+	char *traceparent; /* the task's W3C trace context, or NULL */
+	char *tracestate;
+	char trace[48]; /* " trace=<id>" for its log lines, or "" */
 	char origin[300];
 
 	struct nhost *host;
@@ -156,7 +163,8 @@ struct notifier {
 	struct event *secret_ev;
 	int secret_tries;
 
-	/* consume.c */
+	/* consume.c: the subscription (proto/cover.h) */
+	json_t *sub_topics, *sub_patterns, *sub_excluded;
 	struct hmap *forged_ids; /* logged once each */
 	struct npart *parts;
 	size_t pending;
@@ -176,7 +184,12 @@ struct notifier {
 	struct event *rec_ev;
 	size_t busy; /* retry submissions and dead-letter sends running */
 
-	int stopping; /* 1: draining, 2: tearing down */
+	/* announce.c */
+	struct zk *zk;
+	struct event *announce_ev;
+	int announcing;
+	int64_t announced_session; /* the session that holds our node */
+	int stopping;		   /* 1: draining, 2: tearing down */
 	int64_t stop_deadline_ms;
 	struct event *stop_ev;
 };
@@ -188,6 +201,11 @@ void consume_stop(struct notifier *n);
 /* The message's outcome is durable: its offset may be committed. */
 void nmsg_done(struct nmsg *m);
 void nmsg_free(struct nmsg *m);
+
+/* announce.c: what this notifier consumes, in ZooKeeper for the
+ * managers (proto/cover.h). */
+void announce_start(struct notifier *n);
+void announce_stop(struct notifier *n);
 
 /* flow.c */
 void flow_start(struct notifier *n);

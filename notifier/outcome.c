@@ -230,6 +230,10 @@ dead_letter(struct nmsg *m)
 	rd_kafka_header_add(h, KHDR_ID, -1, m->id, -1);
 	add_header(h, KHDR_DUE_AT, "%lld", (long long)m->due_at);
 	add_header(h, "prophet-topic", "%s", m->topic);
+	if (m->traceparent != NULL)
+		add_header(h, TRACE_PARENT, "%s", m->traceparent);
+	if (m->tracestate != NULL)
+		add_header(h, TRACE_STATE, "%s", m->tracestate);
 	add_header(h, "prophet-callback-attempts", "%d", m->attempt);
 	add_header(h, "prophet-callback-status", "%ld", m->http_status);
 	add_header(h, "prophet-callback-class", "%s",
@@ -244,7 +248,8 @@ dead_letter(struct nmsg *m)
 		struct timeval tv = {RETRY_LATER_MS / 1000, 0};
 
 		log_warn("cannot queue a dead letter; retrying",
-			 "id=%s error=\"%s\"", m->id, rd_kafka_err2str(err));
+			 "id=%s%s error=\"%s\"", m->id, m->trace,
+			 rd_kafka_err2str(err));
 		event_base_once(n->base, -1, EV_TIMEOUT, dead_letter_cb, m,
 				&tv);
 	}
@@ -260,14 +265,15 @@ outcome_dlq_dr_cb(void *opaque, rd_kafka_resp_err_t err, void *arg)
 	n->busy--;
 	if (err != RD_KAFKA_RESP_ERR_NO_ERROR) {
 		/* only a purge at shutdown: the offset stays uncommitted */
-		log_warn("dead letter not delivered", "id=%s error=\"%s\"",
-			 m->id, rd_kafka_err2str(err));
+		log_warn("dead letter not delivered", "id=%s%s error=\"%s\"",
+			 m->id, m->trace, rd_kafka_err2str(err));
 		return;
 	}
 	metric_inc(n->m.dead);
 	log_info("callback given up; sent to the dead-letter topic",
-		 "id=%s attempts=%d error=\"%s\" detail=\"%s\" topic=%s", m->id,
-		 m->attempt, m->error, m->detail, n->dlq_ktopic);
+		 "id=%s%s attempts=%d error=\"%s\" detail=\"%s\" topic=%s",
+		 m->id, m->trace, m->attempt, m->error, m->detail,
+		 n->dlq_ktopic);
 	record(m, NO_FAILED);
 }
 
@@ -297,13 +303,15 @@ submit_done_cb(const struct httpcli_result *r, void *arg)
 		if (r->status == 409)
 			log_warn("a retry task with this id exists with other "
 				 "content; taking it as scheduled",
-				 "id=%s attempt=%d", m->id, m->attempt + 1);
+				 "id=%s%s attempt=%d", m->id, m->trace,
+				 m->attempt + 1);
 		n->busy--;
 		metric_inc(n->m.retries);
-		log_info("callback failed; retry scheduled",
-			 "id=%s attempt=%d next=%d error=\"%s\" detail=\"%s\"",
-			 m->id, m->attempt, m->attempt + 1, m->error,
-			 m->detail);
+		log_info(
+			"callback failed; retry scheduled",
+			"id=%s%s attempt=%d next=%d error=\"%s\" detail=\"%s\"",
+			m->id, m->trace, m->attempt, m->attempt + 1, m->error,
+			m->detail);
 		record(m, NO_RETRYING);
 		return;
 	}
@@ -312,8 +320,8 @@ submit_done_cb(const struct httpcli_result *r, void *arg)
 		/* The manager will never take it (e.g. topic not allowed). */
 		n->busy--;
 		log_error("retry task refused by the manager; giving up",
-			  "id=%s status=%ld answer=\"%.200s\"", m->id,
-			  r->status, r->body);
+			  "id=%s%s status=%ld answer=\"%.200s\"", m->id,
+			  m->trace, r->status, r->body);
 		snprintf(m->error + strlen(m->error),
 			 sizeof(m->error) - strlen(m->error),
 			 "; retry refused: HTTP %ld", r->status);
@@ -325,11 +333,11 @@ submit_done_cb(const struct httpcli_result *r, void *arg)
 		log_error("retry task refused: the manager does not take its "
 			  "signature (was the cluster_secret row changed? "
 			  "restart the notifiers); trying again",
-			  "id=%s", m->id);
+			  "id=%s%s", m->id, m->trace);
 	else
 		log_warn("cannot submit a retry task; trying again",
-			 "id=%s status=%ld error=\"%s\"", m->id, r->status,
-			 r->error);
+			 "id=%s%s status=%ld error=\"%s\"", m->id, m->trace,
+			 r->status, r->error);
 	if (n->stopping) {
 		n->busy--; /* redelivered after the restart */
 		return;
@@ -409,6 +417,14 @@ submit_retry(struct nmsg *m)
 	if (m->occurrence > 0)
 		json_object_set_new(json_object_get(o, "headers"),
 				    RHDR_OCCURRENCE, json_string(occ));
+	/* the retry carries the task's trace context on, to its callback;
+	 * as headers, which a manager older than the trace fields keeps too */
+	if (m->traceparent != NULL)
+		json_object_set_new(json_object_get(o, "headers"), TRACE_PARENT,
+				    json_string(m->traceparent));
+	if (m->tracestate != NULL)
+		json_object_set_new(json_object_get(o, "headers"), TRACE_STATE,
+				    json_string(m->tracestate));
 	if (m->key != NULL && m->key_len <= TASK_KEY_MAX) {
 		json_t *k = json_stringn(m->key, m->key_len);
 

@@ -12,6 +12,7 @@
 #include "crypto.h"
 #include "hash.h"
 #include "task.h"
+#include "trace.h"
 #include "xmalloc.h"
 
 char *
@@ -330,10 +331,11 @@ callback_spec_sanitize(struct callback_spec *cb, char *first, size_t firstlen)
 
 char **
 callback_headers_build(const struct callback_spec *cb, const char *id,
-		       int attempt, int64_t due_at)
+		       int attempt, int64_t due_at, const char *traceparent,
+		       const char *tracestate)
 {
 	size_t n = cb->headers ? json_object_size(cb->headers) : 0, i = 0;
-	char **h = xcalloc(n + 5, sizeof(char *));
+	char **h = xcalloc(n + 7, sizeof(char *));
 	int has_ctype = 0;
 	const char *k;
 	json_t *v;
@@ -346,6 +348,10 @@ callback_headers_build(const struct callback_spec *cb, const char *id,
 			    callback_header_refused(k, s,
 						    json_string_length(v)))
 				continue;
+			if (traceparent != NULL &&
+			    (!strcasecmp(k, TRACE_PARENT) ||
+			     !strcasecmp(k, TRACE_STATE)))
+				continue;
 			if (!strcasecmp(k, "content-type"))
 				has_ctype = 1;
 			h[i++] = xasprintf("%s: %s", k, s);
@@ -357,6 +363,10 @@ callback_headers_build(const struct callback_spec *cb, const char *id,
 	h[i++] = xasprintf("X-Prophet-Id: %s", id);
 	h[i++] = xasprintf("X-Prophet-Attempt: %d", attempt);
 	h[i++] = xasprintf("X-Prophet-Due-At: %lld", (long long)due_at);
+	if (traceparent != NULL)
+		h[i++] = xasprintf("%s: %s", TRACE_PARENT, traceparent);
+	if (traceparent != NULL && tracestate != NULL)
+		h[i++] = xasprintf("%s: %s", TRACE_STATE, tracestate);
 	h[i] = NULL;
 	return h;
 }

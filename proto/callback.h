@@ -99,11 +99,14 @@ int callback_spec_sanitize(struct callback_spec *cb, char *first,
 /*
  * The request headers ("Name: value", NULL-terminated array, caller frees
  * with callback_headers_free): the spec's headers, then X-Prophet-Id,
- * X-Prophet-Attempt, X-Prophet-Due-At. Refused spec headers (above) and
- * those naming X-Prophet-* are left out.
+ * X-Prophet-Attempt, X-Prophet-Due-At, then the task's W3C trace context
+ * (traceparent, tracestate; NULL: none), which replaces spec headers of
+ * those names. Refused spec headers (above) and those naming X-Prophet-*
+ * are left out.
  */
 char **callback_headers_build(const struct callback_spec *cb, const char *id,
-			      int attempt, int64_t due_at);
+			      int attempt, int64_t due_at,
+			      const char *traceparent, const char *tracestate);
 void callback_headers_free(char **h);
 
 /*

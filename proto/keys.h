@@ -146,5 +146,8 @@ rchan_wake(char *buf, size_t len, const char *root)
 /* {"paused":["topic",...]}: rewritten by the manager after every pause
  * and resume commit; workers watch it (the DB's topic_pause decides). */
 #define ZPATH_PAUSED "/paused"
+/* One ephemeral child per running notifier, with what it consumes
+ * (proto/cover.h); the manager warns of callbacks none of them covers. */
+#define ZPATH_NOTIFIERS "/notifiers"
 
 #endif

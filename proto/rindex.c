@@ -49,7 +49,7 @@ int
 slot_eval_send(struct slot_eval *e, struct redis *r, redis_reply_fn cb,
 	       void *arg)
 {
-	return redis_command_argv(r, cb, arg, e->a.argc, e->a.argv, e->a.len);
+	return redis_eval_argv(r, cb, arg, e->a.argc, e->a.argv, e->a.len);
 }
 
 void

@@ -161,6 +161,16 @@ static const char *const v6_stmts[] = {
 	") ENGINE=InnoDB",
 	NULL};
 
+/* priority (issue 22): accepted, stored and never used; the API refuses
+ * it now. Dropping a column that is in no index is instant in MariaDB
+ * 10.4+ (ALGORITHM=INSTANT fails rather than copy). Managers of the
+ * version before still write the column: upgrade them together.
+ * Self-contained, so it can be renumbered when merged after other
+ * migrations. */
+static const char *const v8_stmts[] = {
+	"ALTER TABLE tasks DROP COLUMN IF EXISTS priority, ALGORITHM=INSTANT",
+	NULL};
+
 const struct schema_migration schema_migrations[] = {
 	{1, "tasks, task_log, slot_state", v1_stmts, NULL, NULL},
 	{2, "recurring tasks: misfire, start_at, end_at, occurrences", v2_stmts,
@@ -170,6 +180,7 @@ const struct schema_migration schema_migrations[] = {
 	 NULL, NULL},
 	{5, "status and callback_status as ENUM", v5_stmts, "tasks", V5_DONE},
 	{6, "topic_pause", v6_stmts, NULL, NULL},
+	{8, "drop tasks.priority", v8_stmts, NULL, NULL},
 };
 
 const size_t schema_migration_count =

@@ -32,13 +32,13 @@ extern const size_t schema_migration_count;
  */
 #define SQL_TASK_INSERT_PREFIX                                             \
 	"INSERT INTO tasks (id, slot, topic, msg_key, body, headers, "     \
-	"callback, due_at, ttl_ms, max_attempts, priority, status, "       \
+	"callback, due_at, ttl_ms, max_attempts, status, "                 \
 	"content_hash, batch_id, created_at, updated_at, cron, timezone, " \
 	"misfire, start_at, end_at, max_occurrences) VALUES "
 #define SQL_TASK_INSERT_ROW \
-	"(?,?,?,?,?,?,?,?,?,?,?,'scheduled',?,?,?,?,?,?,?,?,?,?)"
+	"(?,?,?,?,?,?,?,?,?,?,'scheduled',?,?,?,?,?,?,?,?,?,?)"
 #define SQL_TASK_INSERT_SUFFIX " ON DUPLICATE KEY UPDATE id = id"
-#define SQL_TASK_INSERT_NCOLS 21
+#define SQL_TASK_INSERT_NCOLS 20
 
 /* Which of a batch's client-chosen ids were there before it. */
 #define SQL_TASK_HASH_BY_ID \
@@ -46,7 +46,7 @@ extern const size_t schema_migration_count;
 
 #define SQL_TASK_COLUMNS                                                      \
 	"id, slot, topic, msg_key, body, headers, callback, due_at, ttl_ms, " \
-	"max_attempts, priority, status, attempt, epoch, owner, created_at, " \
+	"max_attempts, status, attempt, epoch, owner, created_at, "           \
 	"updated_at, fired_at, delivered_at, callback_status, cron, "         \
 	"timezone, misfire, start_at, end_at, max_occurrences, occurrences"
 enum sql_task_col {
@@ -60,7 +60,6 @@ enum sql_task_col {
 	SQL_TC_DUE_AT,
 	SQL_TC_TTL_MS,
 	SQL_TC_MAX_ATTEMPTS,
-	SQL_TC_PRIORITY,
 	SQL_TC_STATUS,
 	SQL_TC_ATTEMPT,
 	SQL_TC_EPOCH,

@@ -14,6 +14,7 @@
 #include "cron.h"
 #include "hash.h"
 #include "task.h"
+#include "trace.h"
 #include "tz.h"
 #include "utf8.h"
 #include "xmalloc.h"
@@ -27,10 +28,11 @@ static const char *const misfire_names[TASK__MISFIRE_COUNT] = {
 	"", "fire_once", "fire_all", "skip"};
 
 static const char *const known_fields[] = {
-	"id",	  "topic",	     "body",	 "due_at",	 "delay_ms",
-	"key",	  "headers",	     "callback", "max_attempts", "ttl_ms",
-	"cron",	  "timezone",	     "priority", "misfire",	 "start_at",
-	"end_at", "max_occurrences", NULL};
+	"id",		"topic",      "body",	 "due_at",
+	"delay_ms",	"key",	      "headers", "callback",
+	"max_attempts", "ttl_ms",     "cron",	 "timezone",
+	"misfire",	"start_at",   "end_at",	 "max_occurrences",
+	"traceparent",	"tracestate", NULL};
 
 /* Fields that only make sense with cron. */
 static const char *const cron_fields[] = {
@@ -239,18 +241,19 @@ task_hash(const struct task *t)
 
 	h = fnv64_str(h, t->topic);
 	h = fnv64(h, t->body, t->body_len);
+	/* The last 0 was the priority field: kept, so the hashes of tasks
+	 * stored before it went stay what replays of them compute. */
 	if (t->cron != NULL)
 		snprintf(num, sizeof(num), "cron:%lld/%lld/%lld/%s/%d/%d",
 			 (long long)t->start_at, (long long)t->end_at,
 			 (long long)t->max_occurrences,
-			 task_misfire_name(t->misfire), t->max_attempts,
-			 t->priority);
+			 task_misfire_name(t->misfire), t->max_attempts, 0);
 	else
 		snprintf(
 			num, sizeof(num), "%s%lld/%d/%lld/%d",
 			t->delay_ms >= 0 ? "delay:" : "due:",
 			(long long)(t->delay_ms >= 0 ? t->delay_ms : t->due_at),
-			t->max_attempts, (long long)t->ttl_ms, t->priority);
+			t->max_attempts, (long long)t->ttl_ms, 0);
 	h = fnv64_str(h, num);
 	h = fnv64_str(h, t->key);
 	h = fnv64_json(h, t->headers);
@@ -627,6 +630,96 @@ parse_recurring(const json_t *in, const struct task_limits *lim, int64_t now_ms,
 	return 0;
 }
 
+/* A trace context value: the task field, or the header of the same name
+ * (any case) in headers; both given must agree. */
+static int
+trace_value(const json_t *in, const json_t *headers, const char *name,
+	    const char **out, const char **hname, struct task_error *err)
+{
+	const json_t *f = json_object_get(in, name), *h = NULL;
+	const char *k;
+	json_t *v;
+
+	*out = *hname = NULL;
+	if (f != NULL && json_is_null(f))
+		f = NULL;
+	if (f != NULL && !json_is_string(f))
+		return task_error_set(err, 400, "invalid_type", name,
+				      "%s must be a string", name);
+	if (headers != NULL)
+		json_object_foreach ((json_t *)headers, k, v)
+			if (!strcasecmp(k, name)) {
+				h = v;
+				*hname = k;
+			}
+	if (f != NULL && h != NULL && !json_equal(f, h))
+		return task_error_set(err, 400, "invalid_value", name,
+				      "%s and headers.%s differ", name, *hname);
+	*out = json_string_value(f != NULL ? f : h);
+	return 0;
+}
+
+/*
+ * The W3C trace context of a submission (fields traceparent/tracestate,
+ * or those headers), validated and taken out of t->headers: it is not
+ * part of the content hash (a client's retry carries a new parent-id and
+ * is still a replay). task_trace_put stores it back after hashing.
+ */
+static int
+parse_trace(const json_t *in, struct task *t, char **tp, char **ts,
+	    struct task_error *err)
+{
+	const char *p, *s, *hp, *hs, *why;
+
+	if (trace_value(in, t->headers, TRACE_PARENT, &p, &hp, err) < 0 ||
+	    trace_value(in, t->headers, TRACE_STATE, &s, &hs, err) < 0)
+		return -1;
+	if (p != NULL && (why = trace_parent_invalid(p, strlen(p))) != NULL)
+		return task_error_set(err, 400, "invalid_value", TRACE_PARENT,
+				      "traceparent %s", why);
+	if (s != NULL && *s == '\0')
+		s = NULL;
+	if (s != NULL && (why = trace_state_invalid(s, strlen(s))) != NULL)
+		return task_error_set(err, 400, "invalid_value", TRACE_STATE,
+				      "tracestate %s", why);
+	if (s != NULL && p == NULL)
+		return task_error_set(err, 400, "invalid_value", TRACE_STATE,
+				      "tracestate needs a traceparent");
+	if (p != NULL && t->headers != NULL &&
+	    json_object_size(t->headers) - (hp != NULL) - (hs != NULL) +
+			    (s != NULL ? 2 : 1) >
+		    TASK_HEADERS_MAX)
+		return task_error_set(err, 400, "too_large", "headers",
+				      "headers has more than %d entries with "
+				      "traceparent and tracestate",
+				      TASK_HEADERS_MAX);
+	*tp = p != NULL ? xstrdup(p) : NULL;
+	*ts = s != NULL ? xstrdup(s) : NULL;
+	if (hs != NULL)
+		json_object_del(t->headers, hs);
+	if (hp != NULL)
+		json_object_del(t->headers, hp);
+	if ((hp != NULL || hs != NULL) && json_object_size(t->headers) == 0) {
+		json_decref(t->headers);
+		t->headers = NULL;
+	}
+	return 0;
+}
+
+static void
+task_trace_put(struct task *t, char *tp, char *ts)
+{
+	if (tp == NULL)
+		return;
+	if (t->headers == NULL)
+		t->headers = json_object();
+	json_object_set_new(t->headers, TRACE_PARENT, json_string(tp));
+	if (ts != NULL)
+		json_object_set_new(t->headers, TRACE_STATE, json_string(ts));
+	xfree(tp);
+	xfree(ts);
+}
+
 static int
 task_parse(const json_t *in, const struct task_limits *lim, int64_t now_ms,
 	   struct task *t, struct task_error *err)
@@ -637,6 +730,7 @@ task_parse(const json_t *in, const struct task_limits *lim, int64_t now_ms,
 	int64_t n;
 	size_t max_headers;
 	int has_due, has_delay, present;
+	char *tp = NULL, *ts = NULL;
 
 	if (!json_is_object(in))
 		return task_error_set(err, 400, "invalid_type", NULL,
@@ -647,6 +741,13 @@ task_parse(const json_t *in, const struct task_limits *lim, int64_t now_ms,
 		for (int i = 0; known_fields[i]; i++)
 			if (!strcmp(k, known_fields[i]))
 				known = 1;
+		/* Accepted and ignored until 0.x: refused by name now, so a
+		 * client relying on it learns that it never did anything. */
+		if (!strcmp(k, "priority"))
+			return task_error_set(err, 400, "unsupported_field",
+					      "priority",
+					      "priority is not supported: "
+					      "tasks fire in due order");
 		if (!known)
 			return task_error_set(err, 400, "unknown_field", k,
 					      "'%s' is not a task field", k);
@@ -783,14 +884,18 @@ task_parse(const json_t *in, const struct task_limits *lim, int64_t now_ms,
 	if (get_int(in, "ttl_ms", 0, lim->max_delay_ms, &n, &present, err) < 0)
 		return -1;
 	t->ttl_ms = present ? n : 0;
-	if (get_int(in, "priority", -1000, 1000, &n, &present, err) < 0)
-		return -1;
-	t->priority = present ? (int)n : 0;
 
 	if (parse_recurring(in, lim, now_ms, t, err) < 0)
 		return -1;
+	if (parse_trace(in, t, &tp, &ts, err) < 0)
+		return -1;
 
 	t->content_hash = task_hash(t);
+	task_trace_put(t, tp, ts);
+	if (t->headers != NULL &&
+	    check_encoded(t->headers, "headers", max_headers,
+			  "task.max_headers_bytes", err) < 0)
+		return -1;
 	t->status = TASK_SCHEDULED;
 	t->created_at = t->updated_at = now_ms;
 	return 0;
@@ -868,8 +973,6 @@ task_to_json(const struct task *t)
 				    json_integer(t->max_attempts));
 	if (t->ttl_ms > 0)
 		json_object_set_new(o, "ttl_ms", json_integer(t->ttl_ms));
-	if (t->priority != 0)
-		json_object_set_new(o, "priority", json_integer(t->priority));
 	json_object_set_new(o, "attempt", json_integer(t->attempt));
 	if (t->cron != NULL)
 		recurring_to_json(o, t);

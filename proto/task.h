@@ -60,7 +60,6 @@ struct task {
 	json_t *callback; /* object, or NULL */
 	int max_attempts; /* 0: the configured default */
 	int64_t ttl_ms;	  /* 0: never expires */
-	int priority;
 	char *cron;
 	char *timezone;
 	/* Recurring tasks (cron set): due_at is the next occurrence. */

@@ -20,6 +20,7 @@
 #include "log.h"
 #include "metrics.h"
 #include "redis.h"
+#include "rindex.h"
 #include "schema.h"
 #include "scripts.h"
 #include "url.h"
@@ -278,7 +279,7 @@ slot_gain(struct worker *w, int slot, int64_t epoch)
 {
 	struct wslot *s = &w->slots[slot];
 	struct fence_call *fc;
-	char kep[RKEY_MAX], kmark[RKEY_MAX], ep[32];
+	struct slot_eval ev;
 
 	if (!redis_up(w->redis)) {
 		/* Just started, or a blip: Redis gets its grace period before
@@ -298,14 +299,13 @@ slot_gain(struct worker *w, int slot, int64_t epoch)
 	fc->w = w;
 	fc->slot = slot;
 	fc->epoch = epoch;
-	rkey_epoch(kep, sizeof(kep), slot);
-	rkey_marker(kmark, sizeof(kmark), slot);
-	snprintf(ep, sizeof(ep), "%lld", (long long)epoch);
-	if (redis_command(w->redis, redis_fence_cb, fc, "EVAL %s 2 %s %s %s",
-			  SCRIPT_FENCE, kep, kmark, ep) < 0) {
+	slot_eval_init(&ev, SCRIPT_FENCE, slot, "em");
+	redis_args_addint(&ev.a, epoch);
+	if (slot_eval_send(&ev, w->redis, redis_fence_cb, fc) < 0) {
 		s->starting = 0;
 		xfree(fc);
 	}
+	slot_eval_free(&ev);
 }
 
 struct release_call {

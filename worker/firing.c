@@ -22,6 +22,7 @@
 #include "rindex.h"
 #include "schema.h"
 #include "scripts.h"
+#include "trace.h"
 #include "worker.h"
 #include "xmalloc.h"
 
@@ -76,8 +77,8 @@ recurring_prepare(struct worker *w, struct wtask *t, const struct task *pt,
 		return 0;
 	metric_inc(w->m.misfires);
 	log_info("recurring task misfired",
-		 "id=%s occurrence=%lld late_ms=%lld policy=%s", t->id,
-		 (long long)pt->due_at, (long long)(now - pt->due_at),
+		 "id=%s%s occurrence=%lld late_ms=%lld policy=%s", t->id,
+		 t->trace, (long long)pt->due_at, (long long)(now - pt->due_at),
 		 task_misfire_name(pt->misfire));
 	if (pt->misfire != TASK_MISFIRE_SKIP)
 		return 0;
@@ -100,12 +101,13 @@ firing_publish_task(struct worker *w, struct wtask *t, const struct task *pt)
 	json_t *v;
 
 	t->due_at = pt->due_at;
+	trace_kv(t->trace, sizeof(t->trace), pt->headers);
 	if (pt->misfire != TASK_MISFIRE_NONE &&
 	    recurring_prepare(w, t, pt, now))
 		return 1;
 	if (pt->ttl_ms > 0 && now > pt->due_at + pt->ttl_ms) {
 		log_info("task expired before it could fire",
-			 "id=%s due_at=%lld ttl_ms=%lld", t->id,
+			 "id=%s%s due_at=%lld ttl_ms=%lld", t->id, t->trace,
 			 (long long)pt->due_at, (long long)pt->ttl_ms);
 		firing_expire(w, t);
 		return 1;
@@ -140,8 +142,8 @@ firing_publish_task(struct worker *w, struct wtask *t, const struct task *pt)
 			  pt->body_len, h, t, &err) < 0) {
 		/* Still in flight (Redis) or firing (DB): a lease reaper
 		 * re-fires it. */
-		log_warn("produce failed", "id=%s topic=%s error=\"%s\"", t->id,
-			 topic, rd_kafka_err2str(err));
+		log_warn("produce failed", "id=%s%s topic=%s error=\"%s\"",
+			 t->id, t->trace, topic, rd_kafka_err2str(err));
 		metric_inc(w->m.publish_errors);
 		wtask_release(w, t);
 		return -1;
@@ -173,13 +175,15 @@ firing_dr_cb(void *opaque, rd_kafka_resp_err_t err, void *arg)
 
 	w->publishing--;
 	if (err != RD_KAFKA_RESP_ERR_NO_ERROR) {
-		log_warn("delivery failed", "id=%s error=\"%s\"", t->id,
-			 rd_kafka_err2str(err));
+		log_warn("delivery failed", "id=%s%s error=\"%s\"", t->id,
+			 t->trace, rd_kafka_err2str(err));
 		metric_inc(w->m.publish_errors);
 		wtask_release(w, t);
 		return;
 	}
 	metric_inc(w->m.published);
+	log_debug("task published", "id=%s%s slot=%d attempt=%d due_at=%lld",
+		  t->id, t->trace, t->slot, t->attempt, (long long)t->due_at);
 	CRASHPOINT("after_publish_before_mark");
 	mark_enqueue(w, t);
 }
@@ -651,7 +655,8 @@ recurring_next(struct worker *w, struct mark_job *mj)
 			    !((it->updated && it->next_due >= 0) ||
 			      it->leave == MK_REINDEX))
 				continue;
-			if (it->next_due < now + w->horizon_ms + 60000 &&
+			if (it->next_due <
+				    now + w->horizon_ms + w->index_margin_ms &&
 			    t->payload != NULL &&
 			    payload_decode(t->payload, strlen(t->payload),
 					   &pt) == 0) {

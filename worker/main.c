@@ -159,6 +159,7 @@ main(int argc, char **argv)
 	w.misfire_threshold_ms =
 		cfg_int(w.cfg, CFG_WORKER_MISFIRE_THRESHOLD_MS);
 	w.horizon_ms = cfg_int(w.cfg, CFG_TASK_HORIZON_MS);
+	w.index_margin_ms = cfg_int(w.cfg, CFG_TASK_INDEX_MARGIN_MS);
 	w.bucket_ms = cfg_int(w.cfg, CFG_TASK_BUCKET_MS);
 	w.bucket_near_ms = cfg_int(w.cfg, CFG_TASK_BUCKET_NEAR_MS);
 	w.claim_batch = (int)cfg_int(w.cfg, CFG_WORKER_CLAIM_BATCH);

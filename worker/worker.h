@@ -137,6 +137,7 @@ struct wtask {
 	int misfired;  /* fired later than the misfire threshold */
 	int skip;      /* misfired under policy skip: recorded, not published */
 	char *payload; /* to index the next occurrence with */
+	char trace[48];	    /* " trace=<id>" for its log lines, or "" */
 	struct task *early; /* WT_EARLY: the claimed payload, decoded */
 	struct timerwheel_timer timer;
 	struct wtask *next; /* claim queue or mark batch */
@@ -218,8 +219,9 @@ struct worker {
 	int64_t lease_ms;
 	int64_t claim_ahead_ms;
 	int64_t horizon_ms;
-	int64_t bucket_ms;	/* task.bucket_ms, 0: no buckets */
-	int64_t bucket_near_ms; /* task.bucket_near_ms */
+	int64_t index_margin_ms; /* task.index_margin_ms */
+	int64_t bucket_ms;	 /* task.bucket_ms, 0: no buckets */
+	int64_t bucket_near_ms;	 /* task.bucket_near_ms */
 	int64_t misfire_threshold_ms;
 	int claim_batch;
 	int scan_batch;

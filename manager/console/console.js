@@ -140,6 +140,23 @@
     $("sum-owned").className = owned === c.slot_count ? "" : "error";
     $("sum-pending").textContent = known(pend) ? fmtCount(pend.reduce((a, b) => a + b, 0)) : "?";
     $("sum-lag").textContent = known(lags) ? fmtMs(Math.max(0, ...lags)) : "?";
+    renderCallbacks(c.callbacks);
+  }
+
+  // Tasks with a callback on a topic no running notifier consumes: their
+  // callback is not made until one does (GET /v1/cluster "callbacks").
+  function renderCallbacks(cb) {
+    const known = cb && cb.known;
+    $("sum-notifiers").textContent = known ? cb.notifiers.length : "?";
+    $("sum-notifiers").className = known && cb.notifiers.length === 0 ? "error" : "";
+    const last = known ? cb.last_uncovered : null;
+    $("uncovered").hidden = !last;
+    if (last) {
+      $("uncovered").textContent = fmtCount(cb.uncovered_total) +
+        " task(s) with a callback on a topic no running notifier consumes, " +
+        "the last on topic " + last.topic + " (" + last.id + ", " + fmtTime(last.at) +
+        "): their callbacks wait for a notifier that does (notifier.topics).";
+    }
   }
 
   function arcPoint(cx, cy, r, deg) {
@@ -350,6 +367,55 @@
       : fmtCount(Math.round(last.rate))) + "/s";
   }
 
+  // ----------------------------------------------------- booked load
+  // GET /v1/schedule?by=topic: a row per topic, a cell per 15 minutes of
+  // the next 24 h, darker for more tasks (log scale); refreshed every 30 s.
+  const LOAD_STEP_MS = 15 * 60 * 1000, LOAD_POLL_MS = 30000;
+  let loadAt = 0;
+
+  function renderLoad(s) {
+    const svg = $("heatmap");
+    const rows = s.topics.length ? s.topics : [];
+    const L = 120, T = 4, RH = 16, B = 18, R = 6;
+    const W = Math.max(300, Math.round(svg.getBoundingClientRect().width));
+    const H = T + Math.max(1, rows.length) * RH + B;
+    const cw = (W - L - R) / s.steps;
+    const max = Math.max(1, ...rows.flatMap((t) => t.counts));
+    svg.setAttribute("viewBox", "0 0 " + W + " " + H);
+    svg.setAttribute("height", H);
+    svg.replaceChildren();
+    rows.forEach((t, r) => {
+      const y = T + r * RH;
+      svg.append(el("svg:text", { class: "axis", x: L - 6, y: y + RH - 4, "text-anchor": "end" },
+        t.topic.length > 18 ? t.topic.slice(0, 17) + "…" : t.topic));
+      t.counts.forEach((n, i) => {
+        if (!n) return;
+        const a = 0.15 + 0.85 * Math.log(1 + n) / Math.log(1 + max);
+        svg.append(el("svg:rect", { class: "load", x: (L + i * cw).toFixed(1), y: y + 1,
+          width: Math.max(1, cw - 0.5).toFixed(1), height: RH - 2, "fill-opacity": a.toFixed(2),
+          "data-count": n, "data-topic": t.topic, "data-step": i },
+        el("svg:title", {}, t.topic + " " + fmtTime(s.from + i * s.step).slice(11, 16) + ": " + fmtCount(n))));
+      });
+    });
+    for (let h = 0; h <= 24; h += 6) {
+      svg.append(el("svg:text", { class: "axis", x: L + h * 3600000 / s.step * cw, y: H - 4,
+        "text-anchor": h === 0 ? "start" : h === 24 ? "end" : "middle" }, h === 0 ? "now" : "+" + h + " h"));
+    }
+    $("load-msg").textContent = !rows.length ? "nothing booked in the next 24 h"
+      : fmtCount(s.total) + " tasks booked" + (s.truncated ? " (the first " + rows.length + " topics shown)" : "");
+  }
+
+  async function pollLoad() {
+    if (Date.now() - loadAt < LOAD_POLL_MS) return;
+    loadAt = Date.now();
+    try {
+      renderLoad(await api("GET", "/v1/schedule?by=topic&step=" + LOAD_STEP_MS));
+    } catch (e) {
+      if (e.status === 401) throw e;
+      $("load-msg").textContent = "Cannot read the booked load: " + e.message;
+    }
+  }
+
   // -------------------------------------------------------------- poll
   let timer = null, polling = false;
 
@@ -373,6 +439,7 @@
       renderCluster(c);
       pollTopics();
       renderChart();
+      await pollLoad();
       $("error").hidden = true;
       setStatus(true, "updated " + fmtTime(c.at).slice(11, 19));
     } catch (e) {

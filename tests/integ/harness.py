@@ -148,6 +148,23 @@ def _read_env(run):
     return env
 
 
+def _devcluster(args, env=None):
+    """scripts/devcluster with args, one call at a time on this machine
+    (test programs run two at a time: their calls would race on the run
+    dir's files)."""
+    os.makedirs(LOCK_DIR, exist_ok=True)
+    fd = os.open(os.path.join(LOCK_DIR, "devcluster.lock"),
+                 os.O_RDWR | os.O_CREAT, 0o666)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        return subprocess.run(
+            [os.path.join(REPO, "scripts", "devcluster")] + args,
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+            env=env)
+    finally:
+        os.close(fd)
+
+
 def ensure_secure_cluster():
     """Starts (or adopts) the secure dev cluster (its own run dir and
     ports, beside the plain one) and returns its env as a dict."""
@@ -158,10 +175,8 @@ def ensure_secure_cluster():
         if not os.access(b, os.X_OK):
             raise TestFailure("%s is missing: build first (make), or set "
                               "PROPHET_BUILDDIR" % b)
-    script = os.path.join(REPO, "scripts", "devcluster")
-    p = subprocess.run([script, "up", "--secure"], stdout=subprocess.PIPE,
-                       stderr=subprocess.STDOUT, text=True,
-                       env=dict(os.environ, PROPHET_RUN_DIR=SECURE_RUN_DIR))
+    p = _devcluster(["up", "--secure"],
+                    env=dict(os.environ, PROPHET_RUN_DIR=SECURE_RUN_DIR))
     if p.returncode != 0:
         log(p.stdout)
         raise TestFailure("scripts/devcluster up --secure failed (exit %d)"
@@ -216,9 +231,7 @@ def ensure_cluster(secure=False):
         if not os.access(b, os.X_OK):
             raise TestFailure("%s is missing: build first (make), or set "
                               "PROPHET_BUILDDIR" % b)
-    script = os.path.join(REPO, "scripts", "devcluster")
-    p = subprocess.run([script, "up"], stdout=subprocess.PIPE,
-                       stderr=subprocess.STDOUT, text=True)
+    p = _devcluster(["up"])
     if p.returncode != 0:
         log(p.stdout)
         raise TestFailure("scripts/devcluster up failed (exit %d)"
@@ -869,6 +882,9 @@ class Proc:
         if self.running():
             raise TestFailure("%s is already running" % self.name)
         self.starts += 1
+        # The directory may have been removed under a long run (someone
+        # cleaning /tmp/prophet-* on a shared machine): the log starts again.
+        os.makedirs(os.path.dirname(self.log_path) or ".", exist_ok=True)
         f = open(self.log_path, "ab")
         f.write(("=== harness: start #%d at %d: %s\n"
                  % (self.starts, now_ms(), " ".join(self.argv))).encode())

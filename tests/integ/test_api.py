@@ -156,7 +156,6 @@ def test_wrong_types():
         ({"headers": "a=b"}, "headers"),
         ({"max_attempts": "3"}, "max_attempts"),
         ({"ttl_ms": [1]}, "ttl_ms"),
-        ({"priority": "high"}, "priority"),
         ({"callback": "http://x"}, "callback"),
     ]
     for over, field in cases:
@@ -314,6 +313,38 @@ def test_check_config():
                        text=True, timeout=30)
     h.check(p.returncode != 0 and "scan_interval_ms" in p.stdout,
             "bad file value: exit %d, %r" % (p.returncode, p.stdout.strip()))
+
+
+def test_priority_refused():
+    """priority was accepted and ignored: now it is a 400 naming it, on
+    its own and in a batch, and neither the API nor the table has it.
+    After the tests that count every row of tasks."""
+    global REJECTED
+    for v in (5, 0, None, "high"):
+        e = bad_submit(ok_task(id="prio-1", priority=v), 400,
+                       "unsupported_field", "priority")
+        h.check("priority is not supported" in e["message"] and
+                "due order" in e["message"], "message: %r" % e)
+    r = API.post("/v1/tasks/batch",
+                 {"tasks": [ok_task(id="prio-ok"),
+                            ok_task(id="prio-2", priority=1)]})
+    h.check_eq(r.status, 200, "batch (%r)" % r)
+    REJECTED += 1  # the batch's refused task counts too
+    res = r.json["results"]
+    h.check_eq(res[0].get("code"), 201, "the task without priority (%r)" % r)
+    h.check_eq(res[1].get("code"), 400, "the task with priority (%r)" % r)
+    h.check_eq(res[1].get("error", {}).get("field"), "priority",
+               "the batch result names the field (%r)" % r)
+    g = API.get("/v1/tasks/prio-ok")
+    h.check_eq(g.status, 200, "GET (%r)" % g)
+    h.check("priority" not in g.json, "GET shows no priority: %r" % g.json)
+    h.check_eq(int(C.mysql("SELECT COUNT(*) FROM tasks WHERE id IN "
+                           "('prio-1', 'prio-2')")[0][0]), 0,
+               "tasks with priority are not stored")
+    cols = C.mysql("SELECT COUNT(*) FROM information_schema.COLUMNS WHERE "
+                   "TABLE_SCHEMA = DATABASE() AND TABLE_NAME = 'tasks' AND "
+                   "COLUMN_NAME = 'priority'")
+    h.check_eq(int(cols[0][0]), 0, "migration 8 dropped tasks.priority")
 
 
 def test_manager_survived():

@@ -4,7 +4,8 @@
 16 slots with the owners GET /v1/cluster reports, charts the lateness the
 workers measured, and cancels a task (with a confirmation) so that it is
 never published. Leaves a screenshot, test_console.png, beside the test's
-log."""
+log. The booked-load heatmap shows tasks booked hours ahead in their
+topic's row."""
 
 import os
 import signal
@@ -289,6 +290,32 @@ def test_screenshot():
     h.check(png[:8] == b"\x89PNG\r\n\x1a\n", "a PNG")
     h.check(len(png) > 20000, "a PNG with content (%d bytes)" % len(png))
     h.log("screenshot: %s (%d bytes)" % (path, len(png)))
+
+
+def test_booked_load_heatmap():
+    """Tasks booked 1 h and 5 h ahead show in their topic's row of the
+    heatmap, in the cells of their 15-minute steps."""
+    now = h.now_ms()
+    tasks = [{"id": "load-%d" % i, "topic": "console.load", "body": "x",
+              "due_at": now + (3600000 if i < 3 else 5 * 3600000) + 60000}
+             for i in range(5)]
+    r = call("POST", "/v1/tasks/batch", {"tasks": tasks})
+    h.check_eq(r.status, 200, "batch")
+    # the heatmap polls every 30 s: a reload reads it now (after the
+    # screenshot, which needs the lateness samples of this page)
+    B.get("http://%s/" % C.manager_addr)
+    js = ("return Array.from(document.querySelectorAll('#heatmap rect.load'"
+          ")).filter(r => r.dataset.topic === 'console.load')"
+          ".map(r => [Number(r.dataset.step), Number(r.dataset.count)])")
+    B.wait_for("return document.querySelectorAll('#heatmap rect.load')"
+               ".length > 0", 20, "heatmap cells")
+    cells = sorted(B.script(js))
+    h.check_eq([n for _, n in cells], [3, 2], "cells of console.load")
+    h.check(cells[0][0] in (4, 5) and cells[1][0] in (20, 21),
+            "steps of the cells: %r" % cells)
+    B.screenshot(os.path.join(SHOT_DIR, "test_console_load.png"))
+    for t in tasks:
+        call("DELETE", "/v1/tasks/" + t["id"])
 
 
 if __name__ == "__main__":

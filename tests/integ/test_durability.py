@@ -1019,6 +1019,61 @@ def test_redis_blip():
         rd.close(failed=failed)
 
 
+def test_redis_script_flush():
+    """Scripts go as EVALSHA (the text once per connection, by SCRIPT
+    LOAD): Redis's command stats on a private server must show EVALSHA
+    calls and no EVAL of a slot script. A SCRIPT FLUSH under live
+    connections fails the calls in flight (NOSCRIPT, handled as any Redis
+    error) and each daemon loads its scripts again: tasks accepted before,
+    during and after the flush all fire, none lost."""
+    rd = s.PrivateRedis().start()
+    failed = True
+    try:
+        with cluster_for("dur-flush", workers=2, redis=rd,
+                         conf={"worker.lease_ms": BLIP_LEASE_MS}) as c:
+            led = Ledger("script_flush", c)
+            st = Stream(led, "sf", rate=100, delay_lo=1000,
+                        delay_hi=3000).start()
+            time.sleep(3.0)
+            red = rd.client()
+            try:
+                before = red.cmd("INFO", "commandstats").decode()
+                t_flush = h.now_ms()
+                h.check_eq(red.cmd("SCRIPT", "FLUSH"), "OK",
+                           "SCRIPT FLUSH")
+            finally:
+                red.close()
+            time.sleep(3.0)
+            st.stop()
+            p = h.Problems()
+            led.wait_delivered(
+                timeout=(max(led.accepted.values()) - h.now_ms()) / 1000.0
+                + BLIP_LEASE_MS / 1000.0 + 8, settle=1.0)
+            led.check_output(p)
+            stats = {}
+            for line in before.splitlines():
+                if line.startswith("cmdstat_"):
+                    name, _, rest = line.partition(":")
+                    stats[name[8:]] = int(rest.split(",")[0].split("=")[1])
+            h.log("script_flush: before the flush, Redis counted evalsha "
+                  "%s, eval %s, script|load %s calls"
+                  % (stats.get("evalsha"), stats.get("eval"),
+                     stats.get("script|load")))
+            p.check(stats.get("evalsha", 0) > 100,
+                    "EVALSHA not used: %r" % stats)
+            p.check(not stats.get("eval"), "scripts still sent as EVAL: %r"
+                    % stats)
+            again = log_lines(c, "redis lost its scripts", t_flush)
+            h.log("script_flush: 'redis lost its scripts' x%d" % len(again))
+            p.check(again, "no daemon saw NOSCRIPT after SCRIPT FLUSH (the "
+                    "stream kept Redis busy, so some call must have)")
+            figs = led.figures()
+            finish(p, led, figs, "SCRIPT FLUSH under live connections")
+            failed = False
+    finally:
+        rd.close(failed=failed)
+
+
 FULL_S = 10.0  # how long the private Redis stays full
 FULL_SESSION_MS = 4000  # so that a failover happens while it is full
 

@@ -93,13 +93,23 @@ def test_refused_go_to_errors_topic():
              json.dumps({"id": "ki-0", "topic": "viak", "body": "other",
                          "delay_ms": 5}),
              json.dumps({"topic": "viak", "body": "x", "delay_ms": 1,
-                         "bogus": 1})])
-    errs = read_errors(4)
-    h.check_eq(len(errs), 4, "error messages")
-    codes = sorted(dict(zip(e["headers"][::2], e["headers"][1::2]))
-                   ["prophet-error-code"] for e in errs)
+                         "bogus": 1}),
+             json.dumps({"id": "ki-prio", "topic": "viak", "body": "x",
+                         "delay_ms": 1, "priority": 5})])
+    errs = read_errors(5)
+    h.check_eq(len(errs), 5, "error messages")
+    hdrs = [dict(zip(e["headers"][::2], e["headers"][1::2])) for e in errs]
+    codes = sorted(x["prophet-error-code"] for x in hdrs)
     h.check_eq(codes, ["conflict", "invalid_json", "missing_field",
-                       "unknown_field"], "reasons")
+                       "unknown_field", "unsupported_field"], "reasons")
+    prio = [x for x in hdrs if x["prophet-error-code"] == "unsupported_field"]
+    h.check_eq(prio[0].get("prophet-error-field"), "priority",
+               "the refused priority names its field")
+    h.check("priority is not supported" in prio[0]["prophet-error-message"],
+            "the reason says why: %r" % prio[0])
+    h.check_eq(int(C.mysql("SELECT COUNT(*) FROM tasks WHERE id = "
+                           "'ki-prio'")[0][0]), 0,
+               "a task with priority is not stored")
     payloads = [e["payload"] for e in errs]
     h.check("not json at all" in payloads, "original payload kept")
 

@@ -45,10 +45,12 @@ def setup():
     tag = h.rand_tag()
     INGEST = "ingest-" + tag
     # Small windows: buckets (due after 3 s) and the loader (after 10 s +
-    # the manager's 60 s overlap) are reached within a test run.
+    # the manager's 10 s overlap, the least task.index_margin_ms takes) are
+    # reached within a test run.
     C = h.Cluster(workers=1, name="nul",
                   conf={"task.bucket_ms": 1000, "task.bucket_near_ms": 3000,
                         "task.horizon_ms": 10000,
+                        "task.index_margin_ms": 10000,
                         "kafka.ingest_topic": INGEST,
                         "kafka.ingest_group": "grp-" + tag}).open()
     h.create_topics(C.brokers, [INGEST, INGEST + ".errors",
@@ -103,7 +105,7 @@ def check_stored(p, ids, what):
 
 def test_body_every_submit_path():
     FAR["id"] = "nul-loader"
-    r = call("POST", "/v1/tasks", task(FAR["id"], 75000))
+    r = call("POST", "/v1/tasks", task(FAR["id"], 25000))
     h.check_eq(r.status, 201, "the loader's task (%r)" % r)
     red = C.redis()
     try:
@@ -337,7 +339,7 @@ def test_nul_refused_everywhere_else():
 
 
 def test_body_horizon_loader():
-    """Submitted first, due 75 s later: beyond horizon + overlap, so only
+    """Submitted first, due 25 s later: beyond horizon + overlap, so only
     in the DB until the owner's loader indexes it from the row."""
     p = h.Problems()
     tid = FAR["id"]

@@ -304,7 +304,7 @@ def test_answers_match_schemas():
     rec("submitTask", "POST", "/v1/tasks", {
         "id": one, "topic": "orders", "body": "b\u0000ody", "delay_ms": 3600000,
         "key": "k", "headers": {"a": "b"}, "max_attempts": 3,
-        "ttl_ms": 5000, "priority": -7,
+        "ttl_ms": 5000,
         "callback": {"url": "http://127.0.0.1:9/x", "method": "PUT",
                      "headers": {"h": "v"}, "timeout_ms": 100}}, 201)
     rec("submitTask", "POST", "/v1/tasks", {

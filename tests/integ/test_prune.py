@@ -647,10 +647,11 @@ def test_enum_migration_deferred_on_a_large_table():
     """Migration 5 copies the task table: above db.migrate_copy_max_rows
     the manager defers it (says what to run, serves on schema 4), runs
     it once allowed, and records a conversion made by hand."""
+    latest = schema_version()  # later migrations wait behind a deferred 5
     B.manager.stop()
     B.mysql(TO_VARCHAR)
     B.mysql("ANALYZE TABLE tasks")
-    B.mysql("DELETE FROM prophet_schema WHERE version = 5")
+    B.mysql("DELETE FROM prophet_schema WHERE version >= 5")
     rows = int(B.mysql("SELECT COUNT(*) FROM tasks")[0][0])
     h.check(rows > 100, "rows in tasks: %d" % rows)
     before = len(B.manager.grep("migration deferred"))
@@ -681,7 +682,7 @@ def test_enum_migration_deferred_on_a_large_table():
     h.check(B.manager.grep("migration copies a table\" version=5"),
             "migration 5 run at the default limit")
     h.check_eq(status_types(), ["enum", "enum"], "types, applied")
-    h.check_eq(schema_version(), 5, "schema version, applied")
+    h.check_eq(schema_version(), latest, "schema version, applied")
     h.check_eq(int(B.mysql("SELECT COUNT(*) FROM tasks")[0][0]), rows + 1,
                "rows kept by the copy")
     h.check_eq(B.mysql("SELECT status FROM tasks WHERE id = '%s'" % tid)
@@ -691,11 +692,11 @@ def test_enum_migration_deferred_on_a_large_table():
     B.manager.stop()
     B.mysql(TO_VARCHAR)
     B.mysql(MIGRATION_5)
-    B.mysql("DELETE FROM prophet_schema WHERE version = 5")
+    B.mysql("DELETE FROM prophet_schema WHERE version >= 5")
     B.start_manager()
     h.check(B.manager.grep("migration already in place, recorded\" "
                            "version=5"), "a hand conversion recorded")
-    h.check_eq(schema_version(), 5, "schema version, recorded")
+    h.check_eq(schema_version(), latest, "schema version, recorded")
 
 
 MIGRATION_5 = ("ALTER TABLE tasks MODIFY status ENUM('scheduled', 'firing', "

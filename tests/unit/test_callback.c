@@ -221,7 +221,7 @@ test_headers_build(void **state)
 	char **h;
 
 	assert_int_equal(callback_spec_parse(s, strlen(s), &cb), 0);
-	h = callback_headers_build(&cb, "job-9", 2, 1700000000000);
+	h = callback_headers_build(&cb, "job-9", 2, 1700000000000, NULL, NULL);
 	assert_true(has(h, "Authorization: Bearer t"));
 	assert_true(has(h, "Content-Type: application/json"));
 	assert_true(has(h, "X-Prophet-Id: job-9"));
@@ -234,14 +234,36 @@ test_headers_build(void **state)
 
 	/* a body method gets a default content type, GET does not */
 	callback_spec_route("http://x/", &cb);
-	h = callback_headers_build(&cb, "a", 1, 5);
+	h = callback_headers_build(&cb, "a", 1, 5, NULL, NULL);
 	assert_true(has(h, "Content-Type: application/octet-stream"));
 	assert_int_equal(count(h), 4);
 	callback_headers_free(h);
 	xfree(cb.method);
 	cb.method = xstrdup("GET");
-	h = callback_headers_build(&cb, "a", 1, 5);
+	h = callback_headers_build(&cb, "a", 1, 5, NULL, NULL);
 	assert_int_equal(count(h), 3);
+	callback_headers_free(h);
+	callback_spec_clear(&cb);
+
+	/* the task's trace context replaces the spec's headers of its names */
+	s = "{\"url\":\"http://x\",\"method\":\"GET\",\"headers\":{"
+	    "\"TraceParent\":\"spoof\",\"tracestate\":\"spoof=1\"}}";
+	assert_int_equal(callback_spec_parse(s, strlen(s), &cb), 0);
+	h = callback_headers_build(
+		&cb, "a", 1, 5,
+		"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+		"k=v");
+	assert_true(has(
+		h, "traceparent: "
+		   "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"));
+	assert_true(has(h, "tracestate: k=v"));
+	assert_false(has(h, "TraceParent: spoof"));
+	assert_int_equal(count(h), 5);
+	callback_headers_free(h);
+	/* without one, the spec's headers go as they are */
+	h = callback_headers_build(&cb, "a", 1, 5, NULL, NULL);
+	assert_true(has(h, "TraceParent: spoof"));
+	assert_int_equal(count(h), 5);
 	callback_headers_free(h);
 	callback_spec_clear(&cb);
 }
@@ -323,7 +345,7 @@ test_spec_sanitize(void **state)
 	callback_spec_clear(&cb);
 	/* even unsanitized, the request never carries them */
 	assert_int_equal(callback_spec_parse(s, strlen(s), &cb), 0);
-	h = callback_headers_build(&cb, "id", 1, 5);
+	h = callback_headers_build(&cb, "id", 1, 5, NULL, NULL);
 	assert_true(has(h, "X-Ok: 1"));
 	assert_true(has(h, "X-Also: 2"));
 	assert_false(has(h, "Host: internal"));

@@ -15,6 +15,7 @@
 #include <jansson.h>
 
 #include "task.h"
+#include "trace.h"
 #include "xmalloc.h"
 
 #define NOW INT64_C(1700000000000)
@@ -179,7 +180,6 @@ test_minimal(void **state)
 	assert_null(t.cron);
 	assert_int_equal(t.max_attempts, 0);
 	assert_int_equal(t.ttl_ms, 0);
-	assert_int_equal(t.priority, 0);
 	assert_int_equal(t.status, TASK_SCHEDULED);
 	assert_int_equal(t.callback_status, TASK_CB_NONE);
 	assert_int_equal(t.created_at, NOW);
@@ -747,11 +747,10 @@ test_optional_fields(void **state)
 	(void)state;
 
 	accept_text("{'topic':'t','body':'b','delay_ms':1,'key':'k1',"
-		    "'ttl_ms':60000,'priority':-7}",
+		    "'ttl_ms':60000}",
 		    NOW, &t);
 	assert_string_equal(t.key, "k1");
 	assert_int_equal(t.ttl_ms, 60000);
-	assert_int_equal(t.priority, -7);
 	task_clear(&t);
 
 	reject_json(with("key", json_string("")), 400, "invalid_value", "key");
@@ -759,8 +758,32 @@ test_optional_fields(void **state)
 		    "key");
 	reject_json(with("ttl_ms", json_integer(-1)), 400, "invalid_value",
 		    "ttl_ms");
-	reject_json(with("priority", json_integer(1001)), 400, "invalid_value",
+}
+
+/* priority was accepted and ignored; now it is refused by name, in any
+ * form, also beside other errors (it is checked first). */
+static void
+test_priority_refused(void **state)
+{
+	struct task_error err;
+	struct task t;
+	json_t *in;
+
+	(void)state;
+
+	reject_json(with("priority", json_integer(5)), 400, "unsupported_field",
 		    "priority");
+	reject_json(with("priority", json_integer(0)), 400, "unsupported_field",
+		    "priority");
+	reject_json(with("priority", json_null()), 400, "unsupported_field",
+		    "priority");
+	reject_text("{'topic':'t','body':'b','delay_ms':-1,'priority':'high'}",
+		    400, "unsupported_field", "priority");
+	in = with("priority", json_integer(1));
+	assert_int_equal(parse_at(in, NOW, &t, &err), -1);
+	assert_non_null(strstr(err.message, "priority is not supported"));
+	assert_non_null(strstr(err.message, "due order"));
+	json_decref(in);
 }
 
 /* NOW is 2023-11-14T22:13:20Z, a Tuesday. */
@@ -874,19 +897,14 @@ test_late_failure_clears(void **state)
 {
 	(void)state;
 
-	reject_text(
-		"{'id':'x1','topic':'t','body':'b','delay_ms':1,'key':'k',"
-		"'headers':{'a':'1'},'callback':{'url':'http://h'},"
-		"'max_attempts':3,'ttl_ms':5,'priority':1,'cron':'* * * * *'}",
-		400, "invalid_value", "delay_ms");
+	reject_text("{'id':'x1','topic':'t','body':'b','delay_ms':1,'key':'k',"
+		    "'headers':{'a':'1'},'callback':{'url':'http://h'},"
+		    "'max_attempts':3,'ttl_ms':5,'cron':'* * * * *'}",
+		    400, "invalid_value", "delay_ms");
 	reject_text("{'id':'x1','topic':'t','body':'b','key':'k',"
 		    "'headers':{'a':'1'},'callback':{'url':'http://h'},"
 		    "'max_attempts':3,'ttl_ms':5,'cron':'* * * * *'}",
 		    400, "invalid_value", "ttl_ms");
-	reject_text("{'topic':'t','body':'b','delay_ms':1,'key':'k',"
-		    "'headers':{'a':'1'},'callback':{'url':'http://h'},"
-		    "'priority':5000}",
-		    400, "invalid_value", "priority");
 }
 
 static void
@@ -936,7 +954,6 @@ test_hash_changes(void **state)
 		"'callback':{'url':'http://h'}}",
 		"{'topic':'t','body':'b','delay_ms':1,'max_attempts':2}",
 		"{'topic':'t','body':'b','delay_ms':1,'ttl_ms':2}",
-		"{'topic':'t','body':'b','delay_ms':1,'priority':2}",
 		"{'topic':'t','body':'b\\u0000','delay_ms':1}",
 		NULL};
 	uint64_t h[32];
@@ -961,7 +978,7 @@ test_to_json(void **state)
 		"{'id':'job-1','topic':'orders','body':'x\\u0000y \\u00e9',"
 		"'due_at':1700000009000,'key':'k','headers':{'a':'1'},"
 		"'callback':{'url':'http://h/cb','method':'POST'},"
-		"'max_attempts':5,'ttl_ms':60000,'priority':3}";
+		"'max_attempts':5,'ttl_ms':60000}";
 	struct task t, back;
 	struct task_error err;
 	json_t *in, *out;
@@ -995,8 +1012,7 @@ test_to_json(void **state)
 		json_integer_value(json_object_get(out, "max_attempts")), 5);
 	assert_int_equal(json_integer_value(json_object_get(out, "ttl_ms")),
 			 60000);
-	assert_int_equal(json_integer_value(json_object_get(out, "priority")),
-			 3);
+	assert_null(json_object_get(out, "priority"));
 	assert_int_equal(json_integer_value(json_object_get(out, "attempt")),
 			 0);
 	assert_int_equal(json_integer_value(json_object_get(out, "created_at")),
@@ -1023,7 +1039,6 @@ test_to_json(void **state)
 	assert_true(json_equal(back.callback, t.callback));
 	assert_int_equal(back.max_attempts, t.max_attempts);
 	assert_int_equal(back.ttl_ms, t.ttl_ms);
-	assert_int_equal(back.priority, t.priority);
 	assert_int_equal(back.content_hash, t.content_hash);
 	task_clear(&back);
 	json_decref(out);
@@ -1190,11 +1205,177 @@ test_id_generate(void **state)
 	}
 }
 
+#define TP "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+
+/* W3C trace context: strict traceparent (version 00), tracestate list
+ * syntax, each refusal naming the field. */
+static void
+test_trace_validation(void)
+{
+	static const char *const bad_parent[] = {
+		"",
+		"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-0",
+		"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-011",
+		"00-4BF92F3577B34DA6A3CE929D0E0E4736-00f067aa0ba902b7-01",
+		"00-00000000000000000000000000000000-00f067aa0ba902b7-01",
+		"00-4bf92f3577b34da6a3ce929d0e0e4736-0000000000000000-01",
+		"01-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+		"ff-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+		"00_4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+		"00-4bf92f3577b34da6a3ce929d0e0e473g-00f067aa0ba902b7-01",
+		"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-0x",
+		NULL};
+	static const char *const good_state[] = {
+		"",
+		"a=1",
+		"congo=t61rcWkgMzE,rojo=00f067aa0ba902b7",
+		" a=1 ,\tb=2",
+		"a=1,,b=2",
+		"t@sys=x y",
+		"0t@s-1=v",
+		NULL};
+	static const char *const bad_state[] = {
+		"a",	   "=1",    "A=1",     "a=",
+		"a=1,a=2", "a=b=c", "a=\x7f",  "@s=1",
+		"t@=1",	   "t@S=1", "t@s@x=1", "t@abcdefghijklmno=1",
+		"1a=1",	   NULL};
+	char buf[600];
+
+	assert_null(trace_parent_invalid(TP, strlen(TP)));
+	for (int i = 0; bad_parent[i]; i++)
+		if (trace_parent_invalid(bad_parent[i],
+					 strlen(bad_parent[i])) == NULL)
+			fail_msg("traceparent '%s' accepted", bad_parent[i]);
+	for (int i = 0; good_state[i]; i++)
+		if (trace_state_invalid(good_state[i], strlen(good_state[i])))
+			fail_msg("tracestate '%s' refused: %s", good_state[i],
+				 trace_state_invalid(good_state[i],
+						     strlen(good_state[i])));
+	for (int i = 0; bad_state[i]; i++)
+		if (trace_state_invalid(bad_state[i], strlen(bad_state[i])) ==
+		    NULL)
+			fail_msg("tracestate '%s' accepted", bad_state[i]);
+	/* 32 members pass, 33 do not; 512 characters pass, 513 do not */
+	buf[0] = '\0';
+	for (int i = 0; i < 32; i++)
+		snprintf(buf + strlen(buf), sizeof(buf) - strlen(buf),
+			 "%sk%d=v", i ? "," : "", i);
+	assert_null(trace_state_invalid(buf, strlen(buf)));
+	strcat(buf, ",k32=v");
+	assert_non_null(trace_state_invalid(buf, strlen(buf)));
+	memset(buf, 'v', 513);
+	memcpy(buf, "a=", 2);
+	memcpy(buf + 256, ",b=", 3);
+	buf[512] = '\0';
+	assert_null(trace_state_invalid(buf, 512));
+	buf[512] = 'v';
+	buf[513] = '\0';
+	assert_non_null(trace_state_invalid(buf, 513));
+	buf[300] = '\0';
+	memset(buf, 'v', 300);
+	memcpy(buf, "a=", 2);
+	assert_non_null(trace_state_invalid(buf, 300)); /* value > 256 */
+
+	reject_text(
+		"{'topic':'t','body':'','delay_ms':1,'traceparent':"
+		"'00-00000000000000000000000000000000-00f067aa0ba902b7-01'}",
+		400, "invalid_value", "traceparent");
+	reject_text("{'topic':'t','body':'','delay_ms':1,'traceparent':5}", 400,
+		    "invalid_type", "traceparent");
+	reject_text("{'topic':'t','body':'','delay_ms':1,'headers':"
+		    "{'traceparent':'00-1'}}",
+		    400, "invalid_value", "traceparent");
+	{
+		json_t *in = load("{'topic':'t','body':'','delay_ms':1}");
+		json_t *hd = json_object();
+		char name[16];
+
+		for (int i = 0; i < 32; i++) {
+			snprintf(name, sizeof(name), "h%d", i);
+			json_object_set_new(hd, name, json_string("v"));
+		}
+		json_object_set_new(in, "headers", hd);
+		json_object_set_new(in, "traceparent", json_string(TP));
+		reject_json(in, 400, "too_large", "headers");
+	}
+	reject_text("{'topic':'t','body':'','delay_ms':1,'tracestate':'a=1'}",
+		    400, "invalid_value", "tracestate");
+	reject_text("{'topic':'t','body':'','delay_ms':1,'traceparent':'" TP
+		    "','tracestate':'a=1,a=2'}",
+		    400, "invalid_value", "tracestate");
+	reject_text(
+		"{'topic':'t','body':'','delay_ms':1,'traceparent':'" TP
+		"','headers':{'Traceparent':"
+		"'00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b8-01'}}",
+		400, "invalid_value", "traceparent");
+}
+
+/* Stored in the headers (so every publish and callback carries it), and
+ * not part of the content hash: a client's retry with a new parent-id is
+ * a replay. */
+static void
+test_trace_stored(void)
+{
+	struct task a, b, c;
+	char kv[TRACE_KV_LEN];
+
+	accept_text("{'id':'x','topic':'t','body':'','delay_ms':1,"
+		    "'traceparent':'" TP "','tracestate':'a=1',"
+		    "'headers':{'h':'v'}}",
+		    NOW, &a);
+	assert_string_equal(
+		json_string_value(json_object_get(a.headers, "traceparent")),
+		TP);
+	assert_string_equal(
+		json_string_value(json_object_get(a.headers, "tracestate")),
+		"a=1");
+	assert_string_equal(trace_kv(kv, sizeof(kv), a.headers),
+			    " trace=4bf92f3577b34da6a3ce929d0e0e4736");
+	accept_text("{'id':'x','topic':'t','body':'','delay_ms':1,"
+		    "'headers':{'h':'v','TraceParent':"
+		    "'00-4bf92f3577b34da6a3ce929d0e0e4736-1111111111111111-00'"
+		    "}}",
+		    NOW, &b);
+	assert_true(a.content_hash == b.content_hash);
+	assert_string_equal(
+		json_string_value(json_object_get(b.headers, "traceparent")),
+		"00-4bf92f3577b34da6a3ce929d0e0e4736-1111111111111111-00");
+	assert_null(json_object_get(b.headers, "TraceParent"));
+	accept_text("{'id':'x','topic':'t','body':'','delay_ms':1,"
+		    "'headers':{'h':'v'}}",
+		    NOW, &c);
+	assert_true(a.content_hash == c.content_hash);
+	assert_string_equal(trace_kv(kv, sizeof(kv), c.headers), "");
+	assert_null(json_object_get(c.headers, "traceparent"));
+	task_clear(&a);
+	task_clear(&b);
+	task_clear(&c);
+	/* the request's context applies only to a task without its own */
+	{
+		json_t *in = load("{'topic':'t','body':'','delay_ms':1}");
+
+		trace_default(in, TP, "x=1");
+		assert_string_equal(
+			json_string_value(json_object_get(in, "traceparent")),
+			TP);
+		assert_string_equal(
+			json_string_value(json_object_get(in, "tracestate")),
+			"x=1");
+		json_decref(in);
+		in = load("{'topic':'t','body':'','delay_ms':1,'headers':{"
+			  "'TRACEPARENT':'y'}}");
+		trace_default(in, TP, NULL);
+		assert_null(json_object_get(in, "traceparent"));
+		json_decref(in);
+	}
+}
+
 int
 main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_minimal),
+		cmocka_unit_test(test_priority_refused),
 		cmocka_unit_test(test_due_at),
 		cmocka_unit_test(test_due_at_and_delay),
 		cmocka_unit_test(test_time_bounds),
@@ -1223,6 +1404,8 @@ main(void)
 		cmocka_unit_test(test_status_names),
 		cmocka_unit_test(test_error_json),
 		cmocka_unit_test(test_id_generate),
+		cmocka_unit_test(test_trace_validation),
+		cmocka_unit_test(test_trace_stored),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

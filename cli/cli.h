@@ -47,6 +47,9 @@ int cmd_token_hash(struct cli *c, int argc, char **argv);
 int cmd_prune(struct cli *c, int argc, char **argv);
 int cmd_bulk(struct cli *c, int argc, char **argv);
 int cmd_jobs(struct cli *c, int argc, char **argv);
+int cmd_topics(struct cli *c, int argc, char **argv);
+int cmd_pause(struct cli *c, int argc, char **argv);
+int cmd_resume(struct cli *c, int argc, char **argv);
 int cmd_schedule(struct cli *c, int argc, char **argv);
 
 #endif

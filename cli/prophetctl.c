@@ -53,6 +53,17 @@ static const struct cli_cmd commands[] = {
 	 "master, workers and every slot's owner, "
 	 "epoch, backlog and lag",
 	 cmd_cluster},
+	{"topics", "topics",
+	 "per topic: pending and overdue tasks, next due time, paused since, "
+	 "fired in the last minute",
+	 cmd_topics},
+	{"pause", "pause TOPIC",
+	 "hold the topic's tasks (they stay scheduled) until resumed",
+	 cmd_pause},
+	{"resume", "resume TOPIC --policy fire|skip [--rate N]",
+	 "release a paused topic: what fell due meanwhile fires (oldest "
+	 "first, at most N/s) or expires",
+	 cmd_resume},
 	{"token-hash", "token-hash < TOKENFILE",
 	 "print the sha256: form of the token on stdin, for http.tokens_file",
 	 cmd_token_hash},

@@ -697,6 +697,26 @@ r_pull_ack(void *ctx, struct evhttp_request *req, const char *a, size_t n)
 }
 
 static void
+r_topic_pause(void *ctx, struct evhttp_request *req, const char *a, size_t n)
+{
+	topics_pause(ctx, req, a, n);
+}
+
+static void
+r_topic_resume(void *ctx, struct evhttp_request *req, const char *a, size_t n)
+{
+	topics_resume(ctx, req, a, n);
+}
+
+static void
+r_topics(void *ctx, struct evhttp_request *req, const char *a, size_t n)
+{
+	(void)a;
+	(void)n;
+	topics_list(ctx, req);
+}
+
+static void
 r_cluster(void *ctx, struct evhttp_request *req, const char *a, size_t n)
 {
 	(void)a;
@@ -789,6 +809,11 @@ static const struct http_route routes[] = {
 	{GET, "/v1/topics/{}/next", AUTH_READ, NATIVE, STATE, r_pull_next},
 	{POST, "/v1/topics/{}/ack", AUTH_SUBMIT, NATIVE, STATE | JSON,
 	 r_pull_ack},
+	{GET, "/v1/topics", AUTH_READ, NATIVE, 0, r_topics},
+	{POST, "/v1/topics/{}/pause", AUTH_ADMIN, NATIVE, STATE | JSON,
+	 r_topic_pause},
+	{POST, "/v1/topics/{}/resume", AUTH_ADMIN, NATIVE, STATE | JSON,
+	 r_topic_resume},
 	{GET, "/v1/cluster", AUTH_READ, NATIVE, 0, r_cluster},
 	{GET, "/v1/cluster/lateness", AUTH_READ, NATIVE, 0, r_lateness},
 	{GET, "/v1/schedule", AUTH_READ, NATIVE, 0, r_schedule},

@@ -493,6 +493,7 @@ struct item {
 	int series; /* recurring (a cancel ends the series) */
 	int64_t old_due;
 	int64_t new_due;
+	char *topic;   /* its held set's, if the topic is paused */
 	char *payload; /* reschedule: "" beyond the horizon */
 	char *note;    /* its log row's (bound by pointer) */
 	int outcome;   /* BO_*, BO_PENDING until decided */
@@ -571,6 +572,7 @@ items_free(struct item *it, size_t n)
 	for (size_t i = 0; i < n; i++) {
 		xfree(it[i].id);
 		xfree(it[i].payload);
+		xfree(it[i].topic);
 		xfree(it[i].note);
 	}
 	xfree(it);
@@ -758,7 +760,7 @@ fail:
 /* A reschedule reads what the index needs; a cancel only its own
  * columns, at the same places (id and due_at first). */
 #define READ_COLS SQL_TASK_COLS_INDEX ", slot, cron IS NOT NULL"
-#define READ_COLS_CANCEL "id, due_at, slot, cron IS NOT NULL"
+#define READ_COLS_CANCEL "id, due_at, slot, cron IS NOT NULL, topic"
 
 /* The next chunk after the cursor: items with their Redis arguments. */
 static int
@@ -810,6 +812,8 @@ read_run(struct db_conn *c, struct runner_job *j)
 			(int)db_rows_int(&j->rows, i, cancel ? 2 : PC__COUNT);
 		it->series = db_rows_int(&j->rows, i,
 					 cancel ? 3 : PC__COUNT + 1) != 0;
+		it->topic = xstrdup(
+			db_rows_get(&j->rows, i, cancel ? 4 : PC_TOPIC, NULL));
 		it->outcome = BO_PENDING;
 		if (s->action == BA_CANCEL)
 			continue;
@@ -1266,11 +1270,11 @@ redis_pass(struct bulk_runner *p, int changed_only, redis_reply_fn cb)
 		sc->p = p;
 		sc->idx = xcalloc(count[s], sizeof(*sc->idx));
 		if (cancel) {
-			slot_eval_init(&ev, SCRIPT_BULK_CANCEL, s, "dic");
+			slot_eval_init(&ev, SCRIPT_BULK_CANCEL, s, "dich");
 			redis_args_addint(&ev.a, clock_now_ms());
 		} else {
 			slot_eval_init(&ev, SCRIPT_BULK_RESCHEDULE, s,
-				       "dtickbv");
+				       "dtickbvh");
 			redis_args_addint(&ev.a,
 					  clock_now_ms() + mg->bucket_near_ms);
 			redis_args_addint(&ev.a, mg->bucket_ms);
@@ -1293,6 +1297,7 @@ redis_pass(struct bulk_runner *p, int changed_only, redis_reply_fn cb)
 				redis_args_addstr(&ev.a, it->payload);
 				redis_args_addint(&ev.a, it->old_due);
 			}
+			redis_args_addstr(&ev.a, it->topic);
 		}
 		if (slot_eval_send(&ev, mg->redis, cb, cb ? sc : NULL) < 0) {
 			p->redis_failed = 1;

@@ -318,6 +318,7 @@ main(int argc, char **argv)
 	if (mg.tls_client == NULL)
 		log_fatal("bad config", "key=http.tls_ca error=\"%s\"", err);
 	cluster_sampler_start(&mg);
+	topics_start(&mg);
 	schedule_start(&mg);
 	mg.cover = cover_start(&mg);
 	mg.prune = prune_create(&mg);
@@ -354,6 +355,7 @@ main(int argc, char **argv)
 	ingest_destroy(mg.ingest);
 	event_free(gauges);
 	cluster_sampler_stop(&mg);
+	topics_stop(&mg);
 	redis_destroy(mg.redis);
 	schedule_destroy(&mg);
 	lateness_shutdown(&mg);

@@ -86,6 +86,9 @@ struct coverage;
 	  "1 while this manager holds the pruner lock")                     \
 	X(prune_retention, GAUGE, "prophet_prune_retention_seconds",        \
 	  "task.retention of this manager (0: finished tasks are kept)")    \
+	X(pause_skipped, COUNTER, "prophet_pause_skipped_total",            \
+	  "Tasks expired by a resume with policy skip (they fell due "      \
+	  "while their topic was paused)")                                  \
 	X(cb_uncovered, COUNTER, "prophet_callbacks_uncovered_total",       \
 	  "Tasks with a callback accepted on a topic no running notifier "  \
 	  "consumes (their callback waits for one)")                        \
@@ -138,11 +141,13 @@ struct manager {
 	int64_t stop_deadline_ms;
 	size_t inflight; /* requests waiting for the DB */
 	struct event *stop_ev;
-	struct event *sample_ev; /* backlog gauges, cluster.c */
-	int sampling;		 /* backlog reads out */
-	struct evdns_base *dns;	 /* lateness.c scrapes workers */
-	struct pull *pull;	 /* pull.c */
-	struct coverage *cover;	 /* cover.c */
+	struct event *sample_ev;       /* backlog gauges, cluster.c */
+	int sampling;		       /* backlog reads out */
+	struct evdns_base *dns;	       /* lateness.c scrapes workers */
+	struct pull *pull;	       /* pull.c */
+	struct metric *m_topic_paused; /* topics.c, per topic */
+	struct event *pause_ev;	       /* topics.c: the gauge's reads */
+	struct coverage *cover;	       /* cover.c */
 	struct manager_metrics m;
 	struct schedule *schedule; /* schedule.c */
 };
@@ -309,6 +314,15 @@ void pull_ack(struct manager *mg, struct evhttp_request *req, const char *topic,
 void pull_mykit_get(struct manager *mg, struct evhttp_request *req,
 		    const char *topic, size_t tlen);
 
+/* topics.c: POST /v1/topics/{topic}/pause and /resume, GET /v1/topics,
+ * and the prophet_topic_paused gauge */
+void topics_pause(struct manager *mg, struct evhttp_request *req,
+		  const char *topic, size_t n);
+void topics_resume(struct manager *mg, struct evhttp_request *req,
+		   const char *topic, size_t n);
+void topics_list(struct manager *mg, struct evhttp_request *req);
+void topics_start(struct manager *mg);
+void topics_stop(struct manager *mg);
 /* api.c */
 void api_register(struct manager *mg);
 /* The route table, a line a route (--print-routes). */

@@ -52,6 +52,7 @@ struct change {
 	enum op op;
 	int phase; /* 0: read, 1: write */
 	char id[TASK_ID_MAX + 1];
+	char topic[TASK_TOPIC_MAX + 1]; /* its held set while paused */
 	int slot;
 	int64_t new_due;
 	int64_t old_due;       /* the DB's due time before the change */
@@ -267,13 +268,14 @@ reschedule_in_redis(struct change *c, redis_reply_fn cb)
 	struct slot_eval ev;
 	int rc;
 
-	slot_eval_init(&ev, SCRIPT_RESCHEDULE, c->slot, "dtickbv");
+	slot_eval_init(&ev, SCRIPT_RESCHEDULE, c->slot, "dtickbvh");
 	redis_args_addstr(&ev.a, c->id);
 	redis_args_addint(&ev.a, c->new_due);
 	redis_args_addstr(&ev.a, c->payload);
 	redis_args_addint(&ev.a, clock_now_ms() + c->mg->bucket_near_ms);
 	redis_args_addint(&ev.a, c->mg->bucket_ms);
 	redis_args_addint(&ev.a, c->old_due);
+	redis_args_addstr(&ev.a, c->topic);
 	rc = slot_eval_send(&ev, c->mg->redis, cb, cb ? c : NULL);
 	slot_eval_free(&ev);
 	return rc;
@@ -402,16 +404,19 @@ change_done_cb(struct db_job *job, int status, const char *err)
 	}
 	c->slot = slot_of(c->id, strlen(c->id), mg->nslots);
 	c->old_due = db_rows_int(&c->rows, 0, PC_DUE_AT);
+	snprintf(c->topic, sizeof(c->topic), "%s",
+		 db_rows_get(&c->rows, 0, PC_TOPIC, NULL));
 	if (c->op == OP_CANCEL) {
 		struct slot_eval ev;
 
 		slot_eval_init(&ev,
 			       c->recurring ? SCRIPT_CANCEL_SERIES
 					    : SCRIPT_CANCEL,
-			       c->slot, "dic");
+			       c->slot, "dich");
 		redis_args_addstr(&ev.a, c->id);
 		redis_args_addint(&ev.a, c->now);
 		redis_args_addint(&ev.a, c->old_due);
+		redis_args_addstr(&ev.a, c->topic);
 		rc = slot_eval_send(&ev, mg->redis, redis_decided_cb, c);
 		slot_eval_free(&ev);
 	} else {

@@ -102,7 +102,8 @@ repair_acls(struct zk *z, const char *root, int nslots, char *err,
 					    ZPATH_WORKERS,
 					    ZPATH_ELECTION,
 					    ZPATH_MASTER,
-					    ZPATH_NOTIFIERS};
+					    ZPATH_NOTIFIERS,
+					    ZPATH_PAUSED};
 	char path[1024];
 	int repaired = 0;
 
@@ -183,6 +184,10 @@ zktree_ensure(struct zk *z, const char *root, int nslots, char *err,
 		goto fail;
 	snprintf(path, sizeof(path), "%s%s", root, ZPATH_ELECTION);
 	if (zk_ensure(z, path, NULL, 0) < 0)
+		goto fail;
+	/* Its data is rewritten at every pause and resume (topics.c). */
+	snprintf(path, sizeof(path), "%s%s", root, ZPATH_PAUSED);
+	if (zk_ensure(z, path, "{\"paused\":[]}", 0) < 0)
 		goto fail;
 	snprintf(path, sizeof(path), "%s%s", root, ZPATH_NOTIFIERS);
 	if (zk_ensure(z, path, NULL, 0) < 0)

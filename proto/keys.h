@@ -27,6 +27,8 @@
  *                         rescheduled while a copy may wait in a bucket:
  *                         copies of another due are stale (trimmed an hour
  *                         after the last due)
+ *   {prophet:N}:held:T    ZSET  id -> due ms: tasks of paused topic T,
+ *                         claimed and taken out of due (worker/pause.c)
  * The slot's owner moves a bucket into due/task (SCRIPT_MOVE) once it
  * starts within the near window; tasks due sooner are indexed there
  * directly.
@@ -76,6 +78,15 @@ static inline void
 rkey_bk(char *buf, size_t len, int slot)
 {
 	snprintf(buf, len, "{prophet:%d}:bk", slot);
+}
+
+/* Tasks of a paused topic, held out of due (worker/pause.c): the key is
+ * this prefix and the topic, a ZSET id -> due ms; their payloads stay in
+ * task. */
+static inline void
+rkey_hprefix(char *buf, size_t len, int slot)
+{
+	snprintf(buf, len, "{prophet:%d}:held:", slot);
 }
 
 /* The buckets' common prefix; a bucket is the prefix and its start. */
@@ -132,6 +143,9 @@ rchan_wake(char *buf, size_t len, const char *root)
 #define ZPATH_MASTER "/master"
 /* Ephemeral: the manager that prunes finished tasks (manager/prune.c). */
 #define ZPATH_PRUNER "/pruner"
+/* {"paused":["topic",...]}: rewritten by the manager after every pause
+ * and resume commit; workers watch it (the DB's topic_pause decides). */
+#define ZPATH_PAUSED "/paused"
 /* One ephemeral child per running notifier, with what it consumes
  * (proto/cover.h); the manager warns of callbacks none of them covers. */
 #define ZPATH_NOTIFIERS "/notifiers"

@@ -38,6 +38,7 @@ slot_eval_init(struct slot_eval *e, const char *script, int slot,
 		case 'k': rkey_bk(k, RKEY_MAX, slot); break;
 		case 'b': rkey_bprefix(k, RKEY_MAX, slot); break;
 		case 'v': rkey_moved(k, RKEY_MAX, slot); break;
+		case 'h': rkey_hprefix(k, RKEY_MAX, slot); break;
 		default: abort();
 		}
 		redis_args_addstr(&e->a, k);

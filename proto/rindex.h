@@ -13,10 +13,10 @@ struct db_rows;
  * An EVAL of one of a slot's scripts (proto/scripts.h), its keys named by
  * letters in the order the script wants them: d due, t task, i inflight,
  * a attempt, e epoch, m marker, c cancelled, k bk, b the buckets' prefix,
- * v moved. Further arguments go to .a
+ * v moved, h the held sets' prefix. Further arguments go to .a
  * with redis_args_add*; send with redis_command_argv(.a).
  */
-#define SLOT_EVAL_KEYS 10
+#define SLOT_EVAL_KEYS 11
 struct slot_eval {
 	char keys[SLOT_EVAL_KEYS][RKEY_MAX];
 	struct redis_args a;

@@ -141,6 +141,26 @@ static const char *const v5_stmts[] = {
 	"COLUMN_NAME IN ('status', 'callback_status') AND DATA_TYPE = " \
 	"'enum' HAVING COUNT(*) = 2"
 
+/* Paused topics (issue 22): one row per topic ever paused. paused=1 holds
+ * its tasks; a resume keeps the row with its policy and, for a
+ * rate-limited fire, drain_until (the end of the drain at that rate), so
+ * that the sweeper leaves the backlog to the drain. Self-contained, so it
+ * can be renumbered when merged after other migrations. */
+static const char *const v6_stmts[] = {
+	"CREATE TABLE IF NOT EXISTS topic_pause ("
+	" topic VARCHAR(200) CHARACTER SET ascii COLLATE ascii_bin NOT NULL,"
+	" paused TINYINT NOT NULL DEFAULT 0,"
+	" paused_at BIGINT NOT NULL DEFAULT 0,"
+	" resumed_at BIGINT NULL,"
+	" policy VARCHAR(8) CHARACTER SET ascii NULL,"
+	" rate INT NOT NULL DEFAULT 0,"
+	" drain_until BIGINT NOT NULL DEFAULT 0,"
+	" backlog BIGINT NOT NULL DEFAULT 0,"
+	" updated_at BIGINT NOT NULL DEFAULT 0,"
+	" PRIMARY KEY (topic)"
+	") ENGINE=InnoDB",
+	NULL};
+
 /* Bulk jobs (issue 22): a cancel or reschedule of every scheduled task a
  * filter matches, run in keyset chunks by one manager at a time. The row
  * is the job's audit record (who, filter, counts) and its resumable
@@ -197,6 +217,7 @@ const struct schema_migration schema_migrations[] = {
 	{4, "retention: index by status and last change, prune_state", v4_stmts,
 	 NULL, NULL},
 	{5, "status and callback_status as ENUM", v5_stmts, "tasks", V5_DONE},
+	{6, "topic_pause", v6_stmts, NULL, NULL},
 	{7, "bulk_jobs", v7_stmts, NULL, NULL},
 	{8, "drop tasks.priority", v8_stmts, NULL, NULL},
 };

@@ -129,13 +129,83 @@ enum sql_task_col {
 	"FROM tasks WHERE slot = ? AND status = 'scheduled' AND due_at >= ? " \
 	"AND due_at < ? ORDER BY due_at LIMIT ?"
 
+/* What a worker holds: every topic ever paused, paused or not, and the
+ * rate its last resume gave. */
+#define SQL_PAUSE_LIST "SELECT topic, paused, rate FROM topic_pause"
+
+/* Pausing and resuming a topic (manager/topics.c). A pause keeps the
+ * first pause time of a topic paused twice. */
+#define SQL_PAUSE_COUNT_OTHERS \
+	"SELECT COUNT(*) FROM topic_pause WHERE paused = 1 AND topic <> ?"
+#define SQL_PAUSE_SET                                                     \
+	"INSERT INTO topic_pause (topic, paused, paused_at, updated_at) " \
+	"VALUES (?, 1, ?, ?) ON DUPLICATE KEY UPDATE "                    \
+	"paused_at = IF(paused = 1, paused_at, VALUES(paused_at)), "      \
+	"paused = 1, resumed_at = NULL, policy = NULL, rate = 0, "        \
+	"drain_until = 0, backlog = 0, updated_at = VALUES(updated_at)"
+#define SQL_PAUSE_PAUSED                                  \
+	"SELECT topic FROM topic_pause WHERE paused = 1 " \
+	"ORDER BY topic"
+#define SQL_PAUSE_GET_LOCK \
+	"SELECT paused, paused_at FROM topic_pause WHERE topic = ? FOR UPDATE"
+#define SQL_PAUSE_GET \
+	"SELECT paused, paused_at FROM topic_pause WHERE topic = ?"
+#define SQL_PAUSE_BACKLOG                                          \
+	"SELECT COUNT(*) FROM tasks WHERE topic = ? AND status = " \
+	"'scheduled' AND due_at <= ?"
+/* (resumed_at, policy, rate, drain_until, backlog, updated_at, topic) */
+#define SQL_PAUSE_RESUME                                                  \
+	"UPDATE topic_pause SET paused = 0, resumed_at = ?, policy = ?, " \
+	"rate = ?, drain_until = ?, backlog = ?, updated_at = ? WHERE "   \
+	"topic = ? AND paused = 1"
+/* Resume with skip: one keyset page of the topic's one-shot tasks that
+ * fell due while it was paused (topic, cutoff, after_due, after_due,
+ * after_id); recurring tasks fire, their misfire policy decides. */
+#define SQL_PAUSE_SKIP_PAGE                                                   \
+	"SELECT id, slot, due_at, attempt, epoch FROM tasks WHERE topic = ? " \
+	"AND status = 'scheduled' AND due_at <= ? AND cron IS NULL AND "      \
+	"(due_at > ? OR (due_at = ? AND id > ?)) ORDER BY due_at, id LIMIT "  \
+	"500"
+#define SQL_PAUSE_SKIP_TASK                                    \
+	"UPDATE tasks SET status = 'expired', updated_at = ? " \
+	"WHERE id = ? AND status = 'scheduled'"
+/* GET /v1/topics: the topics with scheduled tasks (a loose scan of
+ * by_topic), each one's counts (a range of it), the pause rows, and the
+ * tasks delivered since a time (by_status_updated: a task's last change
+ * is at or after its delivery). */
+#define SQL_TOPICS_SCHEDULED                                               \
+	"SELECT topic, MIN(due_at) FROM tasks WHERE status = 'scheduled' " \
+	"GROUP BY topic ORDER BY topic LIMIT 1000"
+#define SQL_TOPICS_COUNTS                                                  \
+	"SELECT COUNT(*), COALESCE(SUM(due_at <= ?), 0) FROM tasks WHERE " \
+	"topic = ? AND status = 'scheduled'"
+#define SQL_TOPICS_PAUSE_ROWS                                                \
+	"SELECT topic, paused, paused_at, resumed_at, policy, rate, "        \
+	"drain_until, backlog FROM topic_pause ORDER BY paused DESC, topic " \
+	"LIMIT 1000"
+#define SQL_TOPICS_FIRED                                                    \
+	"SELECT topic, COUNT(*) FROM tasks WHERE status = 'delivered' AND " \
+	"updated_at >= ? AND delivered_at >= ? GROUP BY topic"
+
+/* Paused topics (topic_pause, worker/pause.c). DB mode leaves a paused
+ * topic's tasks scheduled (a plain read of topic_pause: the locking read
+ * of the outer SELECT does not lock the subquery's rows); the sweeper also
+ * leaves a rate-limited drain's backlog alone while it runs (param: now),
+ * as the drain moves it out of Redis's held sets at its own pace. */
+#define SQL_NOT_PAUSED \
+	"AND topic NOT IN (SELECT topic FROM topic_pause WHERE paused = 1) "
+#define SQL_NOT_HELD_SWEEP                                              \
+	"AND topic NOT IN (SELECT topic FROM topic_pause WHERE paused " \
+	"= 1 OR drain_until > ?)"
+
 /* Scheduled tasks of a slot overdue by a few seconds: normally none
  * (they fired, or are in flight in Redis); any other was never indexed
  * (an index write lost with a Redis connection, a manager that died
  * between its commit and its index write) and is swept into the index. */
-#define SQL_TASK_OVERDUE                                            \
-	"SELECT " SQL_TASK_COLS_INDEX " FROM tasks WHERE slot = ? " \
-	"AND status = 'scheduled' AND due_at < ? ORDER BY due_at LIMIT 1000"
+#define SQL_TASK_OVERDUE                                              \
+	"SELECT " SQL_TASK_COLS_INDEX " FROM tasks WHERE slot = ? "   \
+	"AND status = 'scheduled' AND due_at < ? " SQL_NOT_HELD_SWEEP \
+	" ORDER BY due_at LIMIT 1000"
 
 /* The time pointer only moves forward. */
 #define SQL_SLOT_POINTER                                                \
@@ -157,10 +227,10 @@ enum sql_task_col {
  * (so nothing waits on a row someone else holds) and moved to firing. */
 #define SQL_SLOT_EPOCH_LOCK \
 	"SELECT epoch FROM slot_state WHERE slot = ? FOR UPDATE"
-#define SQL_TASK_DUE_LOCK                                                     \
-	"SELECT " SQL_TASK_COLS_INDEX " "                                     \
-	"FROM tasks WHERE slot = ? AND status = 'scheduled' AND due_at <= ? " \
-	"ORDER BY due_at LIMIT ? FOR UPDATE SKIP LOCKED"
+#define SQL_TASK_DUE_LOCK                                                   \
+	"SELECT " SQL_TASK_COLS_INDEX " "                                   \
+	"FROM tasks WHERE slot = ? AND status = 'scheduled' AND due_at <= " \
+	"? " SQL_NOT_PAUSED "ORDER BY due_at LIMIT ? FOR UPDATE SKIP LOCKED"
 #define SQL_TASK_MARK_FIRING                                                  \
 	"UPDATE tasks SET status = 'firing', owner = ?, epoch = ?, "          \
 	"attempt = attempt + 1, lease_until = ?, fired_at = ?, updated_at = " \

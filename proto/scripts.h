@@ -304,47 +304,57 @@
  * Cancel, race-free against claims: a task still due is removed (and
  * tombstoned); one in flight cannot be cancelled. The tombstone's time is
  * the later of now and the task's due time (it is trimmed an hour after):
- * it also drops a copy waiting in a bucket when that is moved. A recurring
- * task (series) is tombstoned even while an occurrence is in flight, so
- * that the worker recording that occurrence does not index the next one
- * (SCRIPT_CRON_NEXT). cancel_one returns -1 if (an occurrence is) in
- * flight, else the removed due score (0: not indexed).
+ * it also drops a copy waiting in a bucket when that is moved. A task held
+ * for its paused topic (held prefix .. topic; topic "" for none) leaves
+ * its held set. A recurring task (series) is tombstoned even while an
+ * occurrence is in flight, so that the worker recording that occurrence
+ * does not index the next one (SCRIPT_CRON_NEXT). cancel_one returns -1
+ * if (an occurrence is) in flight, else the removed due score (0: not
+ * indexed).
  */
-#define LUA_CANCEL                                                      \
-	"local function cancel_one(kd, ki, kc, id, now, due, series)\n" \
-	"  local t = math.max(tonumber(now), tonumber(due))\n"          \
-	"  if series then redis.call('ZADD', kc, t, id) end\n"          \
-	"  if redis.call('ZSCORE', ki, id) then return -1 end\n"        \
-	"  local s = redis.call('ZSCORE', kd, id)\n"                    \
-	"  redis.call('ZREM', kd, id)\n"                                \
-	"  if not series then redis.call('ZADD', kc, t, id) end\n"      \
-	"  if s then return tonumber(s) end\n"                          \
-	"  return 0\n"                                                  \
+#define LUA_CANCEL                                                         \
+	"local function cancel_one(kd, ki, kc, kh, id, now, due, series, " \
+	"topic)\n"                                                         \
+	"  local t = math.max(tonumber(now), tonumber(due))\n"             \
+	"  if series then redis.call('ZADD', kc, t, id) end\n"             \
+	"  if redis.call('ZSCORE', ki, id) then return -1 end\n"           \
+	"  local h = nil\n"                                                \
+	"  if topic ~= '' then\n"                                          \
+	"    h = redis.call('ZSCORE', kh .. topic, id)\n"                  \
+	"    if h then redis.call('ZREM', kh .. topic, id) end\n"          \
+	"  end\n"                                                          \
+	"  local s = redis.call('ZSCORE', kd, id) or h\n"                  \
+	"  redis.call('ZREM', kd, id)\n"                                   \
+	"  if not series then redis.call('ZADD', kc, t, id) end\n"         \
+	"  if s then return tonumber(s) end\n"                             \
+	"  return 0\n"                                                     \
 	"end\n"
 
-/* KEYS: due, inflight, cancelled     ARGV: id, now_ms, due_ms */
+/* KEYS: due, inflight, cancelled, held prefix
+ * ARGV: id, now_ms, due_ms, topic */
 #define SCRIPT_CANCEL                                                     \
 	LUA_CANCEL                                                        \
-	"return cancel_one(KEYS[1], KEYS[2], KEYS[3], ARGV[1], ARGV[2], " \
-	"ARGV[3], false)\n"
+	"return cancel_one(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[1], " \
+	"ARGV[2], ARGV[3], false, ARGV[4])\n"
 
-/* A recurring task. KEYS: due, inflight, cancelled  ARGV: id, now, due */
+/* A recurring task. KEYS, ARGV: as SCRIPT_CANCEL. */
 #define SCRIPT_CANCEL_SERIES                                              \
 	LUA_CANCEL                                                        \
-	"return cancel_one(KEYS[1], KEYS[2], KEYS[3], ARGV[1], ARGV[2], " \
-	"ARGV[3], true)\n"
+	"return cancel_one(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[1], " \
+	"ARGV[2], ARGV[3], true, ARGV[4])\n"
 
 /*
  * Bulk cancel (manager/bulk.c): cancel_one for each task of a slot.
- * KEYS: due, inflight, cancelled     ARGV: now_ms, (id, due_ms, series
- * 0/1)...     Returns cancel_one's answer for each, in order.
+ * KEYS: due, inflight, cancelled, held prefix     ARGV: now_ms, (id,
+ * due_ms, series 0/1, topic)...     Returns cancel_one's answer for each,
+ * in order.
  */
 #define SCRIPT_BULK_CANCEL                                                  \
 	LUA_CANCEL                                                          \
 	"local out = {}\n"                                                  \
-	"for i = 2, #ARGV, 3 do\n"                                          \
-	"  out[#out + 1] = cancel_one(KEYS[1], KEYS[2], KEYS[3], ARGV[i], " \
-	"ARGV[1], ARGV[i + 1], ARGV[i + 2] == '1')\n"                       \
+	"for i = 2, #ARGV, 4 do\n"                                          \
+	"  out[#out + 1] = cancel_one(KEYS[1], KEYS[2], KEYS[3], KEYS[4], " \
+	"ARGV[i], ARGV[1], ARGV[i + 1], ARGV[i + 2] == '1', ARGV[i + 3])\n" \
 	"end\n"                                                             \
 	"return out\n"
 
@@ -401,51 +411,125 @@
  * was moved before), the moved entry records the new due time as current
  * and the latest due of any copy. It is indexed at the new time (in a
  * bucket if that starts after edge) unless payload is "" (beyond the
- * horizon: the loader indexes it). reschedule_one returns -1 if in
- * flight, -2 if cancelled, 1 if indexed at the new time, 0 if dropped
- * from the index. KEYS (of both scripts): due, task, inflight, cancelled,
- * bk, bucket prefix, moved.
+ * horizon: the loader indexes it). A task held for its paused topic
+ * leaves its held set (it is held again when it falls due while the
+ * topic is still paused). reschedule_one returns -1 if in flight, -2 if
+ * cancelled, 1 if indexed at the new time, 0 if dropped from the index.
+ * KEYS (of both scripts): due, task, inflight, cancelled, bk, bucket
+ * prefix, moved, held prefix.
  */
-#define LUA_RESCHEDULE                                                        \
-	LUA_INDEXING                                                          \
-	"local function reschedule_one(id, nd, p, edge, width, old)\n"        \
-	"  if redis.call('ZSCORE', KEYS[3], id) then return -1 end\n"         \
-	"  if redis.call('ZSCORE', KEYS[4], id) then return -2 end\n"         \
-	"  redis.call('ZREM', KEYS[1], id)\n"                                 \
-	"  redis.call('HDEL', KEYS[2], id)\n"                                 \
-	"  local mv = redis.call('HGET', KEYS[7], id)\n"                      \
-	"  local ob = width > 0 and old - old % width or 0\n"                 \
-	"  if mv or (width > 0 and redis.call('ZSCORE', KEYS[5], "            \
-	"string.format('%d', ob))) then\n"                                    \
-	"    set_moved(KEYS[7], id, nd, mv, math.max(old, tonumber(nd)))\n"   \
-	"  end\n"                                                             \
-	"  if p == '' then return 0 end\n"                                    \
-	"  if not to_bucket(KEYS[5], KEYS[6], width, edge, id, nd, p) then\n" \
-	"    redis.call('HSET', KEYS[2], id, p)\n"                            \
-	"    redis.call('ZADD', KEYS[1], nd, id)\n"                           \
-	"  end\n"                                                             \
-	"  return 1\n"                                                        \
+#define LUA_RESCHEDULE                                                         \
+	LUA_INDEXING                                                           \
+	"local function reschedule_one(id, nd, p, edge, width, old, topic)\n"  \
+	"  if redis.call('ZSCORE', KEYS[3], id) then return -1 end\n"          \
+	"  if redis.call('ZSCORE', KEYS[4], id) then return -2 end\n"          \
+	"  if topic ~= '' then redis.call('ZREM', KEYS[8] .. topic, id) end\n" \
+	"  redis.call('ZREM', KEYS[1], id)\n"                                  \
+	"  redis.call('HDEL', KEYS[2], id)\n"                                  \
+	"  local mv = redis.call('HGET', KEYS[7], id)\n"                       \
+	"  local ob = width > 0 and old - old % width or 0\n"                  \
+	"  if mv or (width > 0 and redis.call('ZSCORE', KEYS[5], "             \
+	"string.format('%d', ob))) then\n"                                     \
+	"    set_moved(KEYS[7], id, nd, mv, math.max(old, tonumber(nd)))\n"    \
+	"  end\n"                                                              \
+	"  if p == '' then return 0 end\n"                                     \
+	"  if not to_bucket(KEYS[5], KEYS[6], width, edge, id, nd, p) then\n"  \
+	"    redis.call('HSET', KEYS[2], id, p)\n"                             \
+	"    redis.call('ZADD', KEYS[1], nd, id)\n"                            \
+	"  end\n"                                                              \
+	"  return 1\n"                                                         \
 	"end\n"
 
-/* ARGV: id, new_due_ms, payload, edge, width, old_due_ms */
+/* ARGV: id, new_due_ms, payload, edge, width, old_due_ms, topic */
 #define SCRIPT_RESCHEDULE                                   \
 	LUA_RESCHEDULE                                      \
 	"return reschedule_one(ARGV[1], ARGV[2], ARGV[3], " \
-	"tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6]))\n"
+	"tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6]), ARGV[7])\n"
 
 /*
  * Bulk reschedule (manager/bulk.c): reschedule_one for each task of a
- * slot. ARGV: edge, width, (id, new_due_ms, payload, old_due_ms)...
+ * slot. ARGV: edge, width, (id, new_due_ms, payload, old_due_ms, topic)...
  * Returns reschedule_one's answer for each, in order.
  */
-#define SCRIPT_BULK_RESCHEDULE                                       \
-	LUA_RESCHEDULE                                               \
-	"local edge, width = tonumber(ARGV[1]), tonumber(ARGV[2])\n" \
-	"local out = {}\n"                                           \
-	"for i = 3, #ARGV, 4 do\n"                                   \
-	"  out[#out + 1] = reschedule_one(ARGV[i], ARGV[i + 1], "    \
-	"ARGV[i + 2], edge, width, tonumber(ARGV[i + 3]))\n"         \
-	"end\n"                                                      \
+#define SCRIPT_BULK_RESCHEDULE                                            \
+	LUA_RESCHEDULE                                                    \
+	"local edge, width = tonumber(ARGV[1]), tonumber(ARGV[2])\n"      \
+	"local out = {}\n"                                                \
+	"for i = 3, #ARGV, 5 do\n"                                        \
+	"  out[#out + 1] = reschedule_one(ARGV[i], ARGV[i + 1], "         \
+	"ARGV[i + 2], edge, width, tonumber(ARGV[i + 3]), ARGV[i + 4])\n" \
+	"end\n"                                                           \
+	"return out\n"
+
+/*
+ * Hold claimed tasks of a paused topic: out of inflight (their claim is
+ * undone, the attempt was not counted) into the topic's held set, keyed by
+ * their due time. Held even if no longer in flight (a rebuild reset the
+ * slot meanwhile and skipped the task as ours): a copy also back in due is
+ * held again by its claim, one without a payload is dropped by the claim
+ * after the resume (and swept from the DB).
+ * KEYS: inflight, held prefix     ARGV: topic, (id, due_ms)...
+ * Returns how many were held.
+ */
+#define SCRIPT_HOLD                                       \
+	"local k = KEYS[2] .. ARGV[1]\n"                  \
+	"for i = 2, #ARGV, 2 do\n"                        \
+	"  redis.call('ZREM', KEYS[1], ARGV[i])\n"        \
+	"  redis.call('ZADD', k, ARGV[i + 1], ARGV[i])\n" \
+	"end\n"                                           \
+	"return (#ARGV - 1) / 2\n"
+
+/*
+ * Resume with skip (manager/topics.c), at least PAUSE_SETTLE_MS after the
+ * pause (claims made before it reached the workers are published by then;
+ * one in flight now is a claim being held): the tasks leave due, inflight
+ * and their held set, lose their payload and get a tombstone (so no loader
+ * or bucket indexes them again, and a claim or lift finds nothing to
+ * publish); the caller then records them expired.
+ * KEYS: due, inflight, cancelled, held prefix, task
+ * ARGV: now_ms, topic, (id, due_ms)...   Returns the ids it removed.
+ */
+#define SCRIPT_SKIP                                                            \
+	"local k = KEYS[4] .. ARGV[2]\n"                                       \
+	"local now = tonumber(ARGV[1])\n"                                      \
+	"local out = {}\n"                                                     \
+	"for i = 3, #ARGV, 2 do\n"                                             \
+	"  local id = ARGV[i]\n"                                               \
+	"  redis.call('ZREM', KEYS[1], id)\n"                                  \
+	"  redis.call('ZREM', KEYS[2], id)\n"                                  \
+	"  redis.call('ZREM', k, id)\n"                                        \
+	"  redis.call('HDEL', KEYS[5], id)\n"                                  \
+	"  redis.call('ZADD', KEYS[3], math.max(now, tonumber(ARGV[i + 1])), " \
+	"id)\n"                                                                \
+	"  out[#out + 1] = id\n"                                               \
+	"end\n"                                                                \
+	"return out\n"
+
+/*
+ * Release held tasks of a resumed topic, oldest first: up to ARGV[2] of
+ * them go back to due with their due time (overdue: the next scan claims
+ * them at once). Returns the number released followed by the due times
+ * of up to ARGV[3] tasks still held, oldest first (the heads the drain
+ * merges across slots).
+ * KEYS: due, held prefix     ARGV: topic, count, peek
+ */
+#define SCRIPT_LIFT                                                     \
+	"local k = KEYS[2] .. ARGV[1]\n"                                \
+	"local n = tonumber(ARGV[2])\n"                                 \
+	"local out = {0}\n"                                             \
+	"if n > 0 then\n"                                               \
+	"  local r = redis.call('ZRANGE', k, 0, n - 1, 'WITHSCORES')\n" \
+	"  for i = 1, #r, 2 do\n"                                       \
+	"    redis.call('ZADD', KEYS[1], r[i + 1], r[i])\n"             \
+	"    redis.call('ZREM', k, r[i])\n"                             \
+	"  end\n"                                                       \
+	"  out[1] = #r / 2\n"                                           \
+	"end\n"                                                         \
+	"local m = tonumber(ARGV[3])\n"                                 \
+	"if m > 0 then\n"                                               \
+	"  local r = redis.call('ZRANGE', k, 0, m - 1, 'WITHSCORES')\n" \
+	"  for i = 2, #r, 2 do out[#out + 1] = tonumber(r[i]) end\n"    \
+	"end\n"                                                         \
 	"return out\n"
 
 #endif

@@ -225,6 +225,7 @@ gained(struct worker *w, int slot, const char *mode)
 	update_owned_gauge(w);
 	log_info("slot gained", "slot=%d epoch=%lld mode=%s", slot,
 		 (long long)s->epoch, mode);
+	pause_slot_ready(w, slot);
 }
 
 static void
@@ -1081,6 +1082,7 @@ zk_event_cb(struct zk *z, int type, int state, const char *path, void *arg)
 			lose_all(w, "session expired");
 			zk_reopen(z);
 		} else if (state == ZOO_CONNECTED_STATE) {
+			pause_zk_connected(w);
 			if (zk_session_id(z) != w->session_id)
 				session_setup(w);
 			else {
@@ -1094,6 +1096,8 @@ zk_event_cb(struct zk *z, int type, int state, const char *path, void *arg)
 		}
 		return;
 	}
+	if (pause_zk_event(w, type, path))
+		return;
 	slot = slot_of_path(w, path);
 	if (slot >= 0) {
 		read_slot(w, slot);

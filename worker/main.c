@@ -220,6 +220,7 @@ main(int argc, char **argv)
 	scanner_start(&w);
 	recovery_start(&w);
 	dbmode_start(&w);
+	pause_start(&w);
 	gauges = event_new(w.base, -1, EV_PERSIST, gauges_cb, &w);
 	event_add(gauges, &one_s);
 
@@ -246,6 +247,7 @@ main(int argc, char **argv)
 	scanner_redis_up(&w); /* sends and frees what is left */
 	redis_destroy(w.redis_sub);
 	redis_destroy(w.redis);
+	pause_stop(&w);
 	timerwheel_destroy(w.wheel);
 	http_server_free(w.http);
 	daemon_destroy(w.daemon);

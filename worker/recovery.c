@@ -164,6 +164,7 @@ marker_set_cb(struct redis *r, redisReply *reply, void *arg)
 	s->next_load_ms = 0;
 	s->next_move_ms = 0;
 	s->next_reap_ms = 0;
+	pause_slot_ready(w, rb->slot);
 	metric_inc(w->m.rebuilds);
 	metric_observe(w->m.rebuild_seconds, secs);
 	log_info("slot index rebuilt", "slot=%d tasks=%zu duration_ms=%.0f",

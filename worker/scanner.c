@@ -258,6 +258,12 @@ claim_reply_cb(struct redis *r, redisReply *reply, void *arg)
 				c->tasks[j] = NULL; /* freed */
 			continue;
 		}
+		if (pause_hold(w, t, &pt)) {
+			task_clear(&pt);
+			if (j < c->n)
+				c->tasks[j] = NULL; /* released when held */
+			continue;
+		}
 		if (claimed_early(w, t, &pt)) {
 			early++;
 			continue;
@@ -294,7 +300,8 @@ claim_slot(struct worker *w, int slot)
 	int64_t now = clock_now_ms();
 	size_t n;
 
-	if (!coord_may_claim(w, slot) || w->stopping || !redis_up(w->redis))
+	if (!coord_may_claim(w, slot) || w->stopping || !redis_up(w->redis) ||
+	    !pause_ready(w))
 		return;
 	/* Back-pressure: leave tasks due in Redis while Kafka is full or
 	 * unreachable (there, a task's ttl_ms can still expire it; in the
@@ -900,9 +907,10 @@ sweep_run(struct db_conn *c, struct db_job *job)
 	struct db_params p;
 	int rc;
 
-	db_params_init(&p, 2);
+	db_params_init(&p, 3);
 	db_params_int(&p, sj->slot);
 	db_params_int(&p, sj->before);
+	db_params_int(&p, clock_now_ms());
 	rc = db_query(c, SQL_TASK_OVERDUE, &p, &sj->rows);
 	db_params_free(&p);
 	return rc;

@@ -98,7 +98,13 @@ struct hmap;
 	X(db_up, GAUGE, "prophet_db_connections",                              \
 	  "Database connections open (of db.pool_size)")                       \
 	X(zk_up, GAUGE, "prophet_zookeeper_up",                                \
-	  "1 when the ZooKeeper session is connected")
+	  "1 when the ZooKeeper session is connected")                         \
+	X(pause_held, COUNTER, "prophet_pause_held_total",                     \
+	  "Claimed tasks of paused topics held back instead of published")     \
+	X(pause_released, COUNTER, "prophet_pause_released_total",             \
+	  "Held tasks of resumed topics moved back to due")                    \
+	X(paused_topics, GAUGE, "prophet_paused_topics",                       \
+	  "Topics this worker holds as paused")
 
 struct worker_metrics {
 #define WM_FIELD(f, t, n, h) struct metric *f;
@@ -245,6 +251,7 @@ struct worker {
 	struct event *rebalance_ev;
 	struct event *coord_ev;
 	struct limbo *limbo; /* claims whose reply was lost */
+	struct pause *pause; /* paused topics (pause.c) */
 	/* Degraded modes (recovery.c, dbmode.c). */
 	int64_t redis_down_since_ms;
 	int64_t redis_up_since_ms;
@@ -317,6 +324,21 @@ int recovery_held(struct worker *w, const char *id);
 void dbmode_start(struct worker *w);
 void dbmode_stop(struct worker *w);
 void dbmode_reap_slot(struct worker *w, int slot);
+
+/* pause.c: paused topics, holding their tasks, draining them on resume */
+void pause_start(struct worker *w);
+void pause_stop(struct worker *w);
+/* The paused topics were read once: claims may go out. */
+int pause_ready(const struct worker *w);
+int pause_is_paused(const struct worker *w, const char *topic);
+/* A claimed task of a paused topic: held (t is released when Redis
+ * answers) and 1; 0 if its topic is not paused. */
+int pause_hold(struct worker *w, struct wtask *t, const struct task *pt);
+/* A ZooKeeper event for the paused node (1: handled); a (re)connect. */
+int pause_zk_event(struct worker *w, int type, const char *path);
+void pause_zk_connected(struct worker *w);
+/* A slot was gained or fires from Redis again: drains look at it. */
+void pause_slot_ready(struct worker *w, int slot);
 
 /* coord.c: membership, election, assignment, handover, fencing */
 int coord_start(struct worker *w, char *err, size_t errlen);

@@ -36,11 +36,16 @@
   // ---------------------------------------------------------------- API
   const state = { needToken: false, lastOk: 0, prev: new Map(), points: [] };
 
-  async function api(method, path) {
+  async function api(method, path, json) {
     const headers = { Accept: "application/json" };
     const token = sessionStorage.getItem(TOKEN_KEY);
     if (token) headers.Authorization = "Bearer " + token;
-    const r = await fetch(path, { method, headers, cache: "no-store" });
+    const init = { method, headers, cache: "no-store" };
+    if (json !== undefined) {
+      headers["Content-Type"] = "application/json";
+      init.body = JSON.stringify(json);
+    }
+    const r = await fetch(path, init);
     let body = null;
     try { body = await r.json(); } catch (e) { body = null; }
     if (r.status === 401) askToken(token ? "the token was refused" : "");
@@ -433,6 +438,7 @@
       if (l) addLateness(l);
       pollJobs();
       renderCluster(c);
+      pollTopics();
       renderChart();
       await pollLoad();
       $("error").hidden = true;
@@ -483,6 +489,72 @@
       }
     }
   }
+
+  // ------------------------------------------------------------ topics
+  function topicMsg(text, cls) {
+    $("topic-msg").textContent = text;
+    $("topic-msg").className = cls || "muted";
+  }
+
+  async function topicAction(topic, what) {
+    const path = "/v1/topics/" + encodeURIComponent(topic) + "/" +
+      (what === "pause" ? "pause" : "resume");
+    let body = {};
+    if (what === "fire") {
+      body = { policy: "fire" };
+      const rate = parseInt($("topic-rate").value, 10);
+      if (rate > 0) body.rate = rate;
+    } else if (what === "skip") {
+      if (!window.confirm("Expire every task of " + topic +
+        " that fell due while it was paused?")) return;
+      body = { policy: "skip" };
+    }
+    try {
+      const a = await api("POST", path, body);
+      topicMsg(what === "pause" ? topic + " paused."
+        : what === "skip" ? topic + " resumed: " + a.skipped + " tasks expired."
+          : topic + " resumed: " + a.backlog + " overdue tasks fire" +
+            (a.rate ? " at " + a.rate + "/s." : " now."), "done");
+    } catch (e) {
+      topicMsg(topic + ": " + e.message, "error");
+    }
+    pollTopics();
+  }
+
+  function renderTopics(ans) {
+    const rows = (ans.topics || []).map((t) => {
+      const acts = t.paused
+        ? [el("button", { type: "button", "data-t": t.topic, "data-a": "fire" }, "Resume"),
+          el("button", { type: "button", class: "danger", "data-t": t.topic, "data-a": "skip" }, "Skip")]
+        : [el("button", { type: "button", class: "ghost", "data-t": t.topic, "data-a": "pause" }, "Pause")];
+      return el("tr", {},
+        el("td", { class: "mono" }, t.topic),
+        el("td", {}, t.paused ? "paused " + fmtRel(t.paused_since) : "active"),
+        el("td", { class: "num" }, t.pending), el("td", { class: "num" }, t.overdue),
+        el("td", {}, t.next_due_at ? fmtRel(t.next_due_at) : "-"),
+        el("td", { class: "num" }, t.fired_last_minute), el("td", {}, acts));
+    });
+    $("topics").tBodies[0].replaceChildren(...rows);
+  }
+
+  async function pollTopics() {
+    try {
+      renderTopics(await api("GET", "/v1/topics"));
+    } catch (e) {
+      if (e.status !== 401) topicMsg("Cannot read the topics: " + e.message, "error");
+    }
+  }
+
+  $("topics").addEventListener("click", (ev) => {
+    const b = ev.target.closest("button[data-t]");
+    if (b) topicAction(b.getAttribute("data-t"), b.getAttribute("data-a"));
+  });
+
+  $("topic-form").addEventListener("submit", (ev) => {
+    ev.preventDefault();
+    const t = $("topic-name").value.trim();
+    if (t) topicAction(t, "pause");
+  });
 
   // -------------------------------------------------------------- task
   let current = null;

@@ -50,7 +50,7 @@ def setup():
     # Owner only: the manager refuses a tokens file others may read.
     with open(os.open(tokens, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600),
               "w") as f:
-        f.write("%s read,submit\n%s read\n" % (TOKEN, READ_ONLY))
+        f.write("%s admin\n%s read\n" % (TOKEN, READ_ONLY))
     C = h.Cluster(workers=3, name="console",
                   conf={"http.tokens_file": tokens}).open()
     C.tokens_path = tokens
@@ -260,6 +260,24 @@ def test_read_only_token_cannot_cancel():
     h.check_eq(call("GET", "/v1/tasks/ro-keep").json["status"],
                "scheduled", "still scheduled")
     B.script("sessionStorage.setItem('prophet.token', arguments[0])", TOKEN)
+
+
+def test_pause_and_resume_from_page():
+    B.find("#topic-name").type("console-p")
+    B.find("#topic-form button").click()
+    B.wait_for("return /console-p paused/.test(document.getElementById("
+               "'topic-msg').innerText)", 10, "the pause confirmed")
+    t = {x["topic"]: x for x in call("GET", "/v1/topics").json["topics"]}
+    h.check(t.get("console-p", {}).get("paused"), "paused: %r" % t)
+    B.wait_for("return document.querySelector('#topics button[data-t="
+               "\"console-p\"][data-a=\"fire\"]') !== null", 10,
+               "a Resume button")
+    B.find('#topics button[data-t="console-p"][data-a="fire"]').click()
+    B.wait_for("return /console-p resumed/.test(document.getElementById("
+               "'topic-msg').innerText)", 10, "the resume confirmed")
+    t = {x["topic"]: x for x in call("GET", "/v1/topics").json["topics"]}
+    h.check(not t["console-p"]["paused"], "resumed: %r" % t["console-p"])
+    h.check_eq(t["console-p"]["last_resume"]["policy"], "fire", "policy")
 
 
 def test_screenshot():

@@ -232,12 +232,14 @@ def test_notifier_ready_and_watchdog():
 REQUIRED = {
     "manager": ["prophet_tasks_accepted_total", "prophet_slot_pending_tasks",
                 "prophet_slot_lag_seconds", "prophet_slot_redis_bytes",
-                "prophet_cluster_slots"],
+                "prophet_cluster_slots", "prophet_topic_paused",
+                "prophet_pause_skipped_total"],
     "worker": ["prophet_tasks_fired_total", "prophet_tasks_delivered_total",
                "prophet_fire_lateness_seconds", "prophet_slots_owned",
                "prophet_slot_epoch", "prophet_db_mode_slots",
                "prophet_kafka_queue_messages", "prophet_rebalances_total",
-               "prophet_fenced_writes_total", "prophet_master"],
+               "prophet_fenced_writes_total", "prophet_master",
+               "prophet_pause_held_total", "prophet_paused_topics"],
     # callbacks by outcome, latency, in flight, retries, dead letters
     "notifier": ["prophet_callbacks_ok_total",
                  "prophet_callbacks_http_error_total",
@@ -265,6 +267,11 @@ def test_metric_names():
     try:
         r = api.get("/v1/topics/ops/next?group=ops-metrics&wait_ms=0")
         h.check_eq(r.status, 200, "pull next: %r" % r)
+        # A topic paused once: prophet_topic_paused{topic} has a sample.
+        r = api.post("/v1/topics/ops-paused/pause", None)
+        h.check_eq(r.status, 200, "pause: %r" % r)
+        h.wait_until(lambda: 'prophet_topic_paused{topic="ops-paused"}' in
+                     metrics(C.manager_addr), 10, what="the paused gauge")
     finally:
         api.close()
     p = h.Problems()

@@ -1210,7 +1210,7 @@ test_id_generate(void **state)
 /* W3C trace context: strict traceparent (version 00), tracestate list
  * syntax, each refusal naming the field. */
 static void
-test_trace_validation(void)
+test_trace_validation(void **state)
 {
 	static const char *const bad_parent[] = {
 		"",
@@ -1241,6 +1241,7 @@ test_trace_validation(void)
 		"1a=1",	   NULL};
 	char buf[600];
 
+	(void)state;
 	assert_null(trace_parent_invalid(TP, strlen(TP)));
 	for (int i = 0; bad_parent[i]; i++)
 		if (trace_parent_invalid(bad_parent[i],
@@ -1314,10 +1315,12 @@ test_trace_validation(void)
  * not part of the content hash: a client's retry with a new parent-id is
  * a replay. */
 static void
-test_trace_stored(void)
+test_trace_stored(void **state)
 {
 	struct task a, b, c;
 	char kv[TRACE_KV_LEN];
+
+	(void)state;
 
 	accept_text("{'id':'x','topic':'t','body':'','delay_ms':1,"
 		    "'traceparent':'" TP "','tracestate':'a=1',"

@@ -735,6 +735,82 @@ db_exec_rows(struct db_conn *c, const char *prefix, const char *row,
 				   arg, affected);
 }
 
+/* A "PREFIX ITEM,...,ITEM SUFFIX" text for n items. */
+static char *
+list_sql(const char *prefix, const char *item, size_t n, const char *suffix)
+{
+	size_t pl = strlen(prefix), il = strlen(item), sl = strlen(suffix);
+	char *sql = xmalloc(pl + (il + 1) * n + sl + 1), *q = sql;
+
+	memcpy(q, prefix, pl);
+	q += pl;
+	for (size_t i = 0; i < n; i++) {
+		if (i > 0)
+			*q++ = ',';
+		memcpy(q, item, il);
+		q += il;
+	}
+	memcpy(q, suffix, sl);
+	q[sl] = '\0';
+	return sql;
+}
+
+int
+db_run_list(struct db_conn *c, const struct db_list *l, size_t n,
+	    unsigned long long *affected)
+{
+	size_t done = 0;
+	struct db_params p;
+	int rc = 0;
+
+	db_params_init(&p, 16);
+	for (size_t k = 0; k < l->nsizes && rc == 0; k++) {
+		size_t m = l->sizes[k];
+		char *sql;
+
+		if (n - done < m)
+			continue;
+		sql = list_sql(l->prefix, l->item, m, l->suffix);
+		while (n - done >= m) {
+			p.n = 0;
+			l->bind(&p, done, m, l->arg);
+			if (l->rows_cb != NULL) {
+				struct db_rows rows;
+
+				rc = db_query(c, sql, &p, &rows);
+				if (rc == 0)
+					l->rows_cb(&rows, l->arg);
+			} else {
+				unsigned long long a = 0;
+
+				rc = db_exec(c, sql, &p, &a);
+				if (rc == 0 && affected != NULL)
+					*affected += a;
+			}
+			if (rc < 0)
+				break;
+			done += m;
+		}
+		xfree(sql);
+	}
+	db_params_free(&p);
+	return rc < 0 ? -1 : 0;
+}
+
+struct rows_bind {
+	void (*bind_row)(struct db_params *p, size_t i, void *arg);
+	void *arg;
+};
+
+static void
+bind_rows(struct db_params *p, size_t from, size_t m, void *arg)
+{
+	struct rows_bind *rb = arg;
+
+	for (size_t i = 0; i < m; i++)
+		rb->bind_row(p, from + i, rb->arg);
+}
+
 int
 db_exec_rows_suffix(struct db_conn *c, const char *prefix, const char *row,
 		    const char *suffix, size_t nrows, size_t ncols,
@@ -742,47 +818,19 @@ db_exec_rows_suffix(struct db_conn *c, const char *prefix, const char *row,
 		    void *arg, unsigned long long *affected)
 {
 	static const size_t chunks[] = {256, 64, 16, 4, 1};
-	size_t done = 0, plen = strlen(prefix), rlen = strlen(row);
-	size_t slen = strlen(suffix);
-	struct db_params p;
-	char *sql = xmalloc(plen + (rlen + 1) * 256 + slen + 1);
+	struct rows_bind rb = {bind_row, arg};
+	struct db_list l = {
+		.prefix = prefix,
+		.item = row,
+		.suffix = suffix,
+		.sizes = chunks,
+		.nsizes = sizeof(chunks) / sizeof(chunks[0]),
+		.bind = bind_rows,
+		.arg = &rb,
+	};
 
-	db_params_init(&p, ncols * 16);
-	for (size_t k = 0; k < sizeof(chunks) / sizeof(chunks[0]); k++) {
-		size_t n = chunks[k], off;
-
-		if (nrows - done < n)
-			continue;
-		memcpy(sql, prefix, plen);
-		off = plen;
-		for (size_t i = 0; i < n; i++) {
-			if (i > 0)
-				sql[off++] = ',';
-			memcpy(sql + off, row, rlen);
-			off += rlen;
-		}
-		memcpy(sql + off, suffix, slen);
-		off += slen;
-		sql[off] = '\0';
-		while (nrows - done >= n) {
-			unsigned long long a = 0;
-
-			p.n = 0;
-			for (size_t i = 0; i < n; i++)
-				bind_row(&p, done + i, arg);
-			if (db_exec(c, sql, &p, &a) < 0) {
-				db_params_free(&p);
-				xfree(sql);
-				return -1;
-			}
-			if (affected != NULL)
-				*affected += a;
-			done += n;
-		}
-	}
-	db_params_free(&p);
-	xfree(sql);
-	return 0;
+	(void)ncols;
+	return db_run_list(c, &l, nrows, affected);
 }
 
 static void

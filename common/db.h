@@ -122,6 +122,29 @@ int db_exec_rows_suffix(struct db_conn *c, const char *prefix, const char *row,
 			void *arg, unsigned long long *affected);
 
 /*
+ * "PREFIX ITEM,...,ITEM SUFFIX" over n items, in statements of sizes[]
+ * items (largest first, the last 1), so a connection prepares one text
+ * per size: a multi-row INSERT (ITEM "(?,?)") or an IN list (ITEM "?").
+ * bind(p, from, m, arg) appends one statement's parameters: what comes
+ * before the list, then items from..from+m-1. With rows_cb the statements
+ * are queries and each result goes to rows_cb, which owns it (frees it
+ * with db_rows_free); else affected rows are added to *affected (may be
+ * NULL). Stops at the first failure.
+ */
+struct db_list {
+	const char *prefix;
+	const char *item;
+	const char *suffix;
+	const size_t *sizes;
+	size_t nsizes;
+	void (*bind)(struct db_params *p, size_t from, size_t m, void *arg);
+	void (*rows_cb)(struct db_rows *r, void *arg);
+	void *arg;
+};
+int db_run_list(struct db_conn *c, const struct db_list *l, size_t n,
+		unsigned long long *affected);
+
+/*
  * One blocking connection for startup work (migrations) and tools; dsn
  * is borrowed. *refused (may be NULL) is 1 when the server refused the
  * credentials or TLS failed: no retry will help.

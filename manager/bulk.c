@@ -604,22 +604,33 @@ step_time(struct job_state *js, int step)
  * of the default 2,000 tasks is one statement). */
 static const size_t in_sizes[] = {2000, 500, 100, 20, 4, 1};
 
-static char *
-in_sql(const char *prefix, size_t n, const char *suffix)
-{
-	size_t pl = strlen(prefix), sl = strlen(suffix);
-	char *sql = xmalloc(pl + 2 * n + sl + 1), *q = sql;
+struct in_arg {
+	const struct item *items;
+	const size_t *idx;
+	const int64_t *lead;
+	size_t nlead;
+	void (*row_cb)(const struct db_rows *r, void *arg);
+	void *arg;
+};
 
-	memcpy(q, prefix, pl);
-	q += pl;
-	for (size_t i = 0; i < n; i++) {
-		if (i > 0)
-			*q++ = ',';
-		*q++ = '?';
-	}
-	memcpy(q, suffix, sl);
-	q[sl] = '\0';
-	return sql;
+static void
+in_bind(struct db_params *p, size_t from, size_t m, void *arg)
+{
+	struct in_arg *a = arg;
+
+	for (size_t i = 0; i < a->nlead; i++)
+		db_params_int(p, a->lead[i]);
+	for (size_t i = 0; i < m; i++)
+		db_params_str(p, a->items[a->idx[from + i]].id);
+}
+
+static void
+in_rows(struct db_rows *r, void *arg)
+{
+	struct in_arg *a = arg;
+
+	a->row_cb(r, a->arg);
+	db_rows_free(r);
 }
 
 /*
@@ -634,46 +645,19 @@ in_run(struct db_conn *c, const char *prefix, const char *suffix,
        void (*row_cb)(const struct db_rows *r, void *arg), void *arg,
        unsigned long long *affected)
 {
-	size_t done = 0;
+	struct in_arg a = {items, idx, lead, nlead, row_cb, arg};
+	struct db_list l = {
+		.prefix = prefix,
+		.item = "?",
+		.suffix = suffix,
+		.sizes = in_sizes,
+		.nsizes = sizeof(in_sizes) / sizeof(in_sizes[0]),
+		.bind = in_bind,
+		.rows_cb = row_cb != NULL ? in_rows : NULL,
+		.arg = &a,
+	};
 
-	for (size_t k = 0; k < sizeof(in_sizes) / sizeof(in_sizes[0]); k++) {
-		size_t m = in_sizes[k];
-		char *sql;
-
-		if (n - done < m)
-			continue;
-		sql = in_sql(prefix, m, suffix);
-		while (n - done >= m) {
-			struct db_params p;
-			struct db_rows rows;
-			unsigned long long a = 0;
-			int rc;
-
-			db_params_init(&p, m + nlead);
-			for (size_t i = 0; i < nlead; i++)
-				db_params_int(&p, lead[i]);
-			for (size_t i = 0; i < m; i++)
-				db_params_str(&p, items[idx[done + i]].id);
-			if (row_cb != NULL) {
-				rc = db_query(c, sql, &p, &rows);
-				if (rc == 0) {
-					row_cb(&rows, arg);
-					db_rows_free(&rows);
-				}
-			} else {
-				rc = db_exec(c, sql, &p, &a);
-				*affected += a;
-			}
-			db_params_free(&p);
-			if (rc < 0) {
-				xfree(sql);
-				return -1;
-			}
-			done += m;
-		}
-		xfree(sql);
-	}
-	return 0;
+	return db_run_list(c, &l, n, affected);
 }
 
 /* On the pool thread ----------------------------------------------------- */

@@ -241,31 +241,41 @@ begin_fenced(struct db_conn *c, struct prune_job *j)
 /* Sub-lists of ids, so that the connection prepares few texts. */
 static const size_t in_sizes[] = {256, 32, 4, 1};
 
-/* "prefix?,?,...?suffix" for n values. */
-static char *
-in_sql(const char *prefix, size_t n, const char *suffix)
-{
-	size_t pl = strlen(prefix), sl = strlen(suffix);
-	char *sql = xmalloc(pl + 2 * n + sl + 1), *q = sql;
-
-	memcpy(q, prefix, pl);
-	q += pl;
-	for (size_t i = 0; i < n; i++) {
-		if (i > 0)
-			*q++ = ',';
-		*q++ = '?';
-	}
-	memcpy(q, suffix, sl);
-	q[sl] = '\0';
-	return sql;
-}
-
 /* What a statement binds before its IN list. */
 struct lead {
 	const char *str; /* NULL: none */
 	int64_t num;
 	int has_num;
 };
+
+struct in_arg {
+	char *const *vals;
+	const struct lead *lead;
+	struct db_rows **rows;
+	size_t *nrows;
+};
+
+static void
+in_bind(struct db_params *p, size_t from, size_t m, void *arg)
+{
+	struct in_arg *a = arg;
+
+	if (a->lead != NULL && a->lead->str != NULL)
+		db_params_str(p, a->lead->str);
+	if (a->lead != NULL && a->lead->has_num)
+		db_params_int(p, a->lead->num);
+	for (size_t i = 0; i < m; i++)
+		db_params_str(p, a->vals[from + i]);
+}
+
+static void
+in_rows(struct db_rows *r, void *arg)
+{
+	struct in_arg *a = arg;
+
+	*a->rows = xrealloc(*a->rows, (*a->nrows + 1) * sizeof(**a->rows));
+	(*a->rows)[(*a->nrows)++] = *r;
+}
 
 /*
  * prefix + IN list + suffix over vals, in sub-lists of in_sizes. With
@@ -277,49 +287,19 @@ in_run(struct db_conn *c, const char *prefix, const char *suffix,
        char *const *vals, size_t n, const struct lead *lead,
        struct db_rows **rows, size_t *nrows, unsigned long long *affected)
 {
-	size_t done = 0;
+	struct in_arg a = {vals, lead, rows, nrows};
+	struct db_list l = {
+		.prefix = prefix,
+		.item = "?",
+		.suffix = suffix,
+		.sizes = in_sizes,
+		.nsizes = sizeof(in_sizes) / sizeof(in_sizes[0]),
+		.bind = in_bind,
+		.rows_cb = rows != NULL ? in_rows : NULL,
+		.arg = &a,
+	};
 
-	for (size_t k = 0; k < sizeof(in_sizes) / sizeof(in_sizes[0]); k++) {
-		size_t m = in_sizes[k];
-		char *sql;
-
-		if (n - done < m)
-			continue;
-		sql = in_sql(prefix, m, suffix);
-		while (n - done >= m) {
-			struct db_params p;
-			int rc;
-
-			db_params_init(&p, m + 2);
-			if (lead != NULL && lead->str != NULL)
-				db_params_str(&p, lead->str);
-			if (lead != NULL && lead->has_num)
-				db_params_int(&p, lead->num);
-			for (size_t i = 0; i < m; i++)
-				db_params_str(&p, vals[done + i]);
-			if (rows != NULL) {
-				*rows = xrealloc(*rows,
-						 (*nrows + 1) * sizeof(**rows));
-				rc = db_query(c, sql, &p, &(*rows)[*nrows]);
-				if (rc == 0)
-					(*nrows)++;
-			} else {
-				unsigned long long a = 0;
-
-				rc = db_exec(c, sql, &p, &a);
-				if (affected != NULL)
-					*affected += a;
-			}
-			db_params_free(&p);
-			if (rc < 0) {
-				xfree(sql);
-				return -1;
-			}
-			done += m;
-		}
-		xfree(sql);
-	}
-	return 0;
+	return db_run_list(c, &l, n, affected);
 }
 
 static void

@@ -36,6 +36,21 @@ long long cli_duration_ms(const char *s);
 /* "12:41:29.335" local time from ms since the epoch. */
 const char *cli_time(long long ms, char *buf, size_t len);
 
+/* An integer field of an answer (0 if absent). */
+long long cli_num(const json_t *o, const char *field);
+/* "\r[####      ] " + fmt on stderr: a progress bar (done past total
+ * shows full). */
+void cli_bar(long long done, long long total, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+/*
+ * GETs path every interval_ms until its answer's "done" is true, calling
+ * draw (on a terminal, not with --json) with each answer. Returns the last
+ * answer (the caller frees it) with its status in *code: 200 when done,
+ * else the failure as cli_request gave it.
+ */
+json_t *cli_follow(const struct cli *c, const char *path, unsigned interval_ms,
+		   void (*draw)(const json_t *st), long *code, char *err,
+		   size_t errlen);
 int cmd_cluster(struct cli *c, int argc, char **argv);
 int cmd_get(struct cli *c, int argc, char **argv);
 int cmd_push(struct cli *c, int argc, char **argv);

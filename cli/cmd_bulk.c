@@ -5,15 +5,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "cli.h"
-
-static long long
-num(const json_t *o, const char *field)
-{
-	return (long long)json_integer_value(json_object_get(o, field));
-}
 
 static int
 usage(void)
@@ -26,42 +19,34 @@ usage(void)
 	return 2;
 }
 
+/* total is the count when the job was recorded: tasks added since may
+ * make it pass 100%. */
 static void
-draw(const json_t *st, int tty)
+draw(const json_t *st)
 {
-	long long done = num(st, "scanned"), total = num(st, "total");
-	int width = 30, fill;
-
-	if (!tty)
-		return;
-	/* total is the count when the job was recorded: tasks added since
-	 * may make it pass 100%. */
-	fill = total > 0 ? (int)((done > total ? total : done) * width / total)
-			 : width;
-	fprintf(stderr,
-		"\r[%.*s%*s] %lld/%lld: %lld changed, %lld firing, %lld "
-		"skipped",
-		fill, "##############################", width - fill, "", done,
-		total, num(st, "changed"), num(st, "firing"),
-		num(st, "skipped"));
-	fflush(stderr);
+	cli_bar(cli_num(st, "scanned"), cli_num(st, "total"),
+		"%lld/%lld: %lld changed, %lld firing, %lld skipped",
+		cli_num(st, "scanned"), cli_num(st, "total"),
+		cli_num(st, "changed"), cli_num(st, "firing"),
+		cli_num(st, "skipped"));
 }
 
 static void
 print_job(const json_t *j)
 {
 	char *f = json_dumps(json_object_get(j, "filter"), JSON_COMPACT);
-	long long s = num(j, "started_at"), e = num(j, "finished_at");
+	long long s = cli_num(j, "started_at"), e = cli_num(j, "finished_at");
 
-	printf("job %lld %s %s by %s, filter %s\n", num(j, "job"),
+	printf("job %lld %s %s by %s, filter %s\n", cli_num(j, "job"),
 	       json_string_value(json_object_get(j, "action")),
 	       json_string_value(json_object_get(j, "state")),
 	       json_string_value(json_object_get(j, "who")), f ? f : "?");
 	printf("  %lld of %lld scanned: %lld changed, %lld firing (left "
 	       "alone), %lld skipped; %lld transactions%s",
-	       num(j, "scanned"), num(j, "total"), num(j, "changed"),
-	       num(j, "firing"), num(j, "skipped"), num(j, "chunks"),
-	       num(j, "resumed") ? ", resumed" : "");
+	       cli_num(j, "scanned"), cli_num(j, "total"),
+	       cli_num(j, "changed"), cli_num(j, "firing"),
+	       cli_num(j, "skipped"), cli_num(j, "chunks"),
+	       cli_num(j, "resumed") ? ", resumed" : "");
 	if (s > 0 && e > 0)
 		printf(", took %lld ms", e - s);
 	putchar('\n');
@@ -80,23 +65,13 @@ static int
 follow(struct cli *c, long long id)
 {
 	char path[64], err[512];
-	int tty = isatty(STDERR_FILENO) && !c->json;
-	json_t *st = NULL;
+	json_t *st;
 	long code;
 
 	snprintf(path, sizeof(path), "/v1/admin/jobs/%lld", id);
-	for (;;) {
-		json_decref(st);
-		code = cli_request(c, "GET", path, NULL, &st, err, sizeof(err));
-		if (code != 200)
-			return cli_fail(code, st, err);
-		draw(st, tty);
-		if (json_is_true(json_object_get(st, "done")))
-			break;
-		usleep(250 * 1000);
-	}
-	if (tty)
-		fputc('\n', stderr);
+	st = cli_follow(c, path, 250, draw, &code, err, sizeof(err));
+	if (code != 200)
+		return cli_fail(code, st, err);
 	if (c->json)
 		cli_print_json(st);
 	else
@@ -197,14 +172,14 @@ cmd_bulk(struct cli *c, int argc, char **argv)
 			cli_print_json(ans);
 		else if (dry)
 			printf("%lld scheduled tasks match\n",
-			       num(ans, "matched"));
+			       cli_num(ans, "matched"));
 		else
 			printf("job %lld recorded: %lld tasks match\n",
-			       num(ans, "job"), num(ans, "total"));
+			       cli_num(ans, "job"), cli_num(ans, "total"));
 		json_decref(ans);
 		return 0;
 	}
-	v = num(ans, "job");
+	v = cli_num(ans, "job");
 	json_decref(ans);
 	return follow(c, v);
 bad:
@@ -255,11 +230,11 @@ cmd_jobs(struct cli *c, int argc, char **argv)
 		json_array_foreach (json_object_get(ans, "jobs"), i, j)
 			printf("%6lld %-8s %-8s %10lld %10lld %8lld %8lld  "
 			       "%s\n",
-			       num(j, "job"),
+			       cli_num(j, "job"),
 			       json_string_value(json_object_get(j, "action")),
 			       json_string_value(json_object_get(j, "state")),
-			       num(j, "total"), num(j, "changed"),
-			       num(j, "firing"), num(j, "skipped"),
+			       cli_num(j, "total"), cli_num(j, "changed"),
+			       cli_num(j, "firing"), cli_num(j, "skipped"),
 			       json_string_value(json_object_get(j, "who")));
 	}
 	json_decref(ans);

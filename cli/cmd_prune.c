@@ -14,12 +14,6 @@
 #define START_WAIT_MS 30000
 
 static long long
-num(const json_t *o, const char *field)
-{
-	return (long long)json_integer_value(json_object_get(o, field));
-}
-
-static long long
 now_ms(void)
 {
 	struct timespec ts;
@@ -53,19 +47,21 @@ print_pass(const char *what, const json_t *ps)
 	const json_t *d = json_object_get(ps, "deleted");
 	char t[32], a[32];
 
-	printf("%s pass %lld by %s, started %s, %s%s\n", what, num(ps, "pass"),
+	printf("%s pass %lld by %s, started %s, %s%s\n", what,
+	       cli_num(ps, "pass"),
 	       json_string_value(json_object_get(ps, "holder")),
-	       cli_time(num(ps, "started_at"), t, sizeof(t)),
+	       cli_time(cli_num(ps, "started_at"), t, sizeof(t)),
 	       json_is_null(json_object_get(ps, "finished_at")) ? "running "
 								: "took ",
-	       age(num(ps, "duration_ms"), a, sizeof(a)));
+	       age(cli_num(ps, "duration_ms"), a, sizeof(a)));
 	printf("  deleted %lld tasks (%lld delivered, %lld cancelled, %lld "
 	       "expired) of %lld eligible, %lld log rows, %lld archived; %lld "
 	       "transactions%s\n",
-	       num(ps, "tasks_deleted"), num(d, "delivered"),
-	       num(d, "cancelled"), num(d, "expired"), num(ps, "eligible"),
-	       num(ps, "log_rows_deleted"), num(ps, "archived"),
-	       num(ps, "chunks"), num(ps, "resumed") ? ", resumed" : "");
+	       cli_num(ps, "tasks_deleted"), cli_num(d, "delivered"),
+	       cli_num(d, "cancelled"), cli_num(d, "expired"),
+	       cli_num(ps, "eligible"), cli_num(ps, "log_rows_deleted"),
+	       cli_num(ps, "archived"), cli_num(ps, "chunks"),
+	       cli_num(ps, "resumed") ? ", resumed" : "");
 }
 
 static int
@@ -86,8 +82,8 @@ show_status(struct cli *c)
 	}
 	printf("retention %lld ms, log retention %lld ms, pass every %lld ms "
 	       "(this manager: %s)\n",
-	       num(st, "retention_ms"), num(st, "log_retention_ms"),
-	       num(st, "interval_ms"),
+	       cli_num(st, "retention_ms"), cli_num(st, "log_retention_ms"),
+	       cli_num(st, "interval_ms"),
 	       json_is_true(json_object_get(st, "enabled")) ? "prunes when it "
 							      "holds the lock"
 							    : "pruning off");
@@ -123,15 +119,16 @@ dry_run(struct cli *c)
 	}
 	printf("a pass now would delete the tasks finished before %s "
 	       "(task.retention %s):\n",
-	       cli_time(num(ans, "cutoff"), t, sizeof(t)),
-	       age(num(ans, "retention_ms"), a, sizeof(a)));
+	       cli_time(cli_num(ans, "cutoff"), t, sizeof(t)),
+	       age(cli_num(ans, "retention_ms"), a, sizeof(a)));
 	printf("%-10s %12s %12s  %s\n", "STATUS", "ELIGIBLE", "KEPT", "OLDEST");
 	json_array_foreach (json_object_get(ans, "statuses"), i, s) {
 		const json_t *o = json_object_get(s, "oldest_at");
 
 		printf("%-10s %12lld %12lld  %s\n",
 		       json_string_value(json_object_get(s, "status")),
-		       num(s, "eligible"), num(s, "kept_by_retrying_callback"),
+		       cli_num(s, "eligible"),
+		       cli_num(s, "kept_by_retrying_callback"),
 		       json_is_integer(o)
 			       ? age(now_ms() - json_integer_value(o), a,
 				     sizeof(a))
@@ -140,19 +137,20 @@ dry_run(struct cli *c)
 			char lo[32], hi[32];
 			const json_t *to = json_object_get(b, "to_s");
 
-			if (num(b, "count") == 0)
+			if (cli_num(b, "count") == 0)
 				continue;
-			age(num(b, "from_s") * 1000, lo, sizeof(lo));
+			age(cli_num(b, "from_s") * 1000, lo, sizeof(lo));
 			if (json_is_integer(to))
 				age(json_integer_value(to) * 1000, hi,
 				    sizeof(hi));
 			printf("  age %s .. %-12s %12lld\n", lo,
-			       json_is_integer(to) ? hi : "", num(b, "count"));
+			       json_is_integer(to) ? hi : "",
+			       cli_num(b, "count"));
 		}
 	}
 	printf("total %lld tasks, with their log rows (KEPT: a callback "
 	       "still retrying)\n",
-	       num(ans, "eligible"));
+	       cli_num(ans, "eligible"));
 	json_decref(ans);
 	return 0;
 }
@@ -162,28 +160,21 @@ pass_no(const json_t *st, const char *which)
 {
 	const json_t *ps = json_object_get(st, which);
 
-	return json_is_object(ps) ? num(ps, "pass") : 0;
+	return json_is_object(ps) ? cli_num(ps, "pass") : 0;
 }
 
 static void
 draw(const json_t *ps, int tty)
 {
-	long long done = num(ps, "tasks_deleted"), total = num(ps, "eligible");
-	int width = 30, fill;
 	char a[32];
 
 	if (!tty)
 		return;
-	if (done > total)
-		total = done;
-	fill = total > 0 ? (int)(done * width / total) : width;
-	fprintf(stderr,
-		"\r[%.*s%*s] %lld/%lld tasks, %lld log rows, %lld archived, %s "
-		"  ",
-		fill, "##############################", width - fill, "", done,
-		total, num(ps, "log_rows_deleted"), num(ps, "archived"),
-		age(num(ps, "duration_ms"), a, sizeof(a)));
-	fflush(stderr);
+	cli_bar(cli_num(ps, "tasks_deleted"), cli_num(ps, "eligible"),
+		"%lld/%lld tasks, %lld log rows, %lld archived, %s   ",
+		cli_num(ps, "tasks_deleted"), cli_num(ps, "eligible"),
+		cli_num(ps, "log_rows_deleted"), cli_num(ps, "archived"),
+		age(cli_num(ps, "duration_ms"), a, sizeof(a)));
 }
 
 /* Asks the pruner for a pass and follows it to its end. */
@@ -228,7 +219,7 @@ prune_now(struct cli *c, int wait)
 			rc = 0;
 			break;
 		}
-		if (json_is_object(cur) && num(cur, "pass") > base) {
+		if (json_is_object(cur) && cli_num(cur, "pass") > base) {
 			draw(cur, tty);
 		} else if (!json_is_object(cur) &&
 			   now_ms() - t0 > START_WAIT_MS) {

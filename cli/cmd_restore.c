@@ -5,30 +5,18 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include <curl/curl.h>
 
 #include "cli.h"
 
-static long long
-num(const json_t *o, const char *field)
-{
-	return (long long)json_integer_value(json_object_get(o, field));
-}
-
 static void
-draw(const json_t *st, int tty)
+draw(const json_t *st)
 {
-	long long done = num(st, "slots_done"), total = num(st, "slots_total");
-	int width = 30, fill = total > 0 ? (int)(done * width / total) : width;
-
-	if (!tty)
-		return;
-	fprintf(stderr, "\r[%.*s%*s] %lld/%lld slots, %lld tasks indexed", fill,
-		"##############################", width - fill, "", done, total,
-		num(st, "tasks_indexed"));
-	fflush(stderr);
+	cli_bar(cli_num(st, "slots_done"), cli_num(st, "slots_total"),
+		"%lld/%lld slots, %lld tasks indexed",
+		cli_num(st, "slots_done"), cli_num(st, "slots_total"),
+		cli_num(st, "tasks_indexed"));
 }
 
 static int
@@ -60,9 +48,8 @@ restore_one_task(struct cli *c, const char *id)
 int
 cmd_restore(struct cli *c, int argc, char **argv)
 {
-	json_t *req = json_object(), *ans, *st = NULL;
+	json_t *req = json_object(), *ans, *st;
 	char err[512], path[128];
-	int tty = isatty(STDERR_FILENO) && !c->json;
 	long code;
 	char *body;
 
@@ -89,33 +76,25 @@ cmd_restore(struct cli *c, int argc, char **argv)
 	free(body);
 	if (code != 202)
 		return cli_fail(code, ans, err);
-	snprintf(path, sizeof(path), "/v1/admin/restore/%lld", num(ans, "job"));
+	snprintf(path, sizeof(path), "/v1/admin/restore/%lld",
+		 cli_num(ans, "job"));
 	json_decref(ans);
-	for (;;) {
-		json_decref(st);
-		code = cli_request(c, "GET", path, NULL, &st, err, sizeof(err));
-		if (code != 200)
-			return cli_fail(code, st, err);
-		draw(st, tty);
-		if (json_is_true(json_object_get(st, "done")))
-			break;
-		usleep(200 * 1000);
-	}
-	if (tty)
-		fputc('\n', stderr);
+	st = cli_follow(c, path, 200, draw, &code, err, sizeof(err));
+	if (code != 200)
+		return cli_fail(code, st, err);
 	if (c->json) {
 		cli_print_json(st);
 	} else if (json_is_string(json_object_get(st, "error"))) {
 		fprintf(stderr, "prophetctl: restore failed at slot %lld: %s\n",
-			num(st, "slots_done"),
+			cli_num(st, "slots_done"),
 			json_string_value(json_object_get(st, "error")));
 		json_decref(st);
 		return 1;
 	} else {
 		printf("restored %lld slots: %lld tasks indexed, %lld expired "
 		       "tasks scheduled again, in %lld ms\n",
-		       num(st, "slots_total"), num(st, "tasks_indexed"),
-		       num(st, "tasks_revived"), num(st, "elapsed_ms"));
+		       cli_num(st, "slots_total"), cli_num(st, "tasks_indexed"),
+		       cli_num(st, "tasks_revived"), cli_num(st, "elapsed_ms"));
 	}
 	code = json_is_string(json_object_get(st, "error")) ? 1 : 0;
 	json_decref(st);

@@ -11,12 +11,6 @@
 /* prophetctl topics | pause TOPIC | resume TOPIC --policy fire|skip
  * [--rate N]: GET /v1/topics, POST /v1/topics/{topic}/pause and /resume. */
 
-static long long
-num(const json_t *o, const char *field)
-{
-	return (long long)json_integer_value(json_object_get(o, field));
-}
-
 int
 cmd_topics(struct cli *c, int argc, char **argv)
 {
@@ -47,15 +41,16 @@ cmd_topics(struct cli *c, int argc, char **argv)
 		char since[32] = "-";
 
 		if (paused)
-			cli_time(num(t, "paused_since"), since, sizeof(since));
+			cli_time(cli_num(t, "paused_since"), since,
+				 sizeof(since));
 		printf("%-32s %-8s %10lld %10lld %-14s %-14s %8lld\n",
 		       json_string_value(json_object_get(t, "topic")),
-		       paused ? "paused" : "active", num(t, "pending"),
-		       num(t, "overdue"),
+		       paused ? "paused" : "active", cli_num(t, "pending"),
+		       cli_num(t, "overdue"),
 		       json_is_integer(nd) ? cli_time(json_integer_value(nd),
 						      buf, sizeof(buf))
 					   : "-",
-		       since, num(t, "fired_last_minute"));
+		       since, cli_num(t, "fired_last_minute"));
 	}
 	if (json_array_size(list) == 0)
 		printf("no topics with scheduled tasks or paused\n");
@@ -86,7 +81,7 @@ cmd_pause(struct cli *c, int argc, char **argv)
 		cli_print_json(ans);
 	else
 		printf("%s paused since %s%s\n", argv[1],
-		       cli_time(num(ans, "paused_since"), t, sizeof(t)),
+		       cli_time(cli_num(ans, "paused_since"), t, sizeof(t)),
 		       json_is_true(json_object_get(ans, "notified"))
 			       ? ""
 			       : " (workers learn it from the DB within a "
@@ -143,15 +138,15 @@ cmd_resume(struct cli *c, int argc, char **argv)
 	else if (!strcmp(policy, "skip"))
 		printf("%s resumed: %lld tasks that fell due while paused "
 		       "expired\n",
-		       topic, num(ans, "skipped"));
+		       topic, cli_num(ans, "skipped"));
 	else if (rate > 0)
 		printf("%s resumed: %lld overdue tasks fire oldest first at "
 		       "%lld/s\n",
-		       topic, num(ans, "backlog"), rate);
+		       topic, cli_num(ans, "backlog"), rate);
 	else
 		printf("%s resumed: %lld overdue tasks fire now, oldest "
 		       "first\n",
-		       topic, num(ans, "backlog"));
+		       topic, cli_num(ans, "backlog"));
 	json_decref(ans);
 	return 0;
 }

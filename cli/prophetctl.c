@@ -2,10 +2,12 @@
 #include "config.h"
 #endif
 
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <curl/curl.h>
 
@@ -204,6 +206,52 @@ cli_time(long long ms, char *buf, size_t len)
 	n = strftime(buf, len, "%Y-%m-%d %H:%M:%S", &tm);
 	snprintf(buf + n, len - n, ".%03lld", ms % 1000);
 	return buf;
+}
+
+long long
+cli_num(const json_t *o, const char *field)
+{
+	return (long long)json_integer_value(json_object_get(o, field));
+}
+
+void
+cli_bar(long long done, long long total, const char *fmt, ...)
+{
+	int width = 30, fill;
+	va_list ap;
+
+	if (done > total)
+		total = done;
+	fill = total > 0 ? (int)(done * width / total) : width;
+	fprintf(stderr, "\r[%.*s%*s] ", fill, "##############################",
+		width - fill, "");
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fflush(stderr);
+}
+
+json_t *
+cli_follow(const struct cli *c, const char *path, unsigned interval_ms,
+	   void (*draw)(const json_t *st), long *code, char *err, size_t errlen)
+{
+	int tty = isatty(STDERR_FILENO) && !c->json;
+	json_t *st = NULL;
+
+	for (;;) {
+		json_decref(st);
+		*code = cli_request(c, "GET", path, NULL, &st, err, errlen);
+		if (*code != 200)
+			break;
+		if (tty)
+			draw(st);
+		if (json_is_true(json_object_get(st, "done")))
+			break;
+		usleep(interval_ms * 1000);
+	}
+	if (tty)
+		fputc('\n', stderr);
+	return st;
 }
 
 static void

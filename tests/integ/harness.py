@@ -34,6 +34,7 @@ PROPHET_INTEG_KEEP=1 (keep the logs' temp dir), PROPHET_INTEG_SEED (e2e).
 import atexit
 import fcntl
 import http.client
+import http.server
 import json
 import os
 import random
@@ -41,6 +42,7 @@ import shlex
 import shutil
 import signal
 import socket
+import socketserver
 import ssl
 import struct
 import subprocess
@@ -642,6 +644,75 @@ def submit_many(addr, tasks, threads=8, path="/v1/tasks"):
 
 
 # ----------------------------------------------------------------- kafka ---
+
+class CallbackSink:
+    """An HTTP endpoint for callbacks on a free loopback port, one thread a
+    connection. Every call is recorded under the last part of its path (the
+    tests put the task id there) as {"path", "headers" (lower-case names),
+    "body"}; /flaky/<id> answers 500 to the first `flaky` calls of that id,
+    every other call 200."""
+
+    def __init__(self, flaky=1):
+        self.calls = {}
+        self.cond = threading.Condition()
+        sink = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+            disable_nagle_algorithm = True
+
+            def log_message(self, *args):
+                pass
+
+            def handle_any(self):
+                n = int(self.headers.get("Content-Length") or 0)
+                body = self.rfile.read(n) if n else b""
+                parts = self.path.split("/")
+                with sink.cond:
+                    calls = sink.calls.setdefault(parts[-1], [])
+                    calls.append({"path": self.path, "body": body,
+                                  "headers": {k.lower(): v for k, v
+                                              in self.headers.items()}})
+                    nth = len(calls)
+                    sink.cond.notify_all()
+                fail = len(parts) > 2 and parts[1] == "flaky" and nth <= flaky
+                self.send_response(500 if fail else 200)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            do_POST = do_GET = do_PUT = handle_any
+
+        class Server(socketserver.ThreadingMixIn, http.server.HTTPServer):
+            daemon_threads = True
+
+        self.server = Server(("127.0.0.1", 0), Handler)
+        self.port = self.server.server_address[1]
+        threading.Thread(target=self.server.serve_forever,
+                         daemon=True).start()
+
+    def url(self, path):
+        return "http://127.0.0.1:%d/%s" % (self.port, path)
+
+    def count(self, tid):
+        with self.cond:
+            return len(self.calls.get(tid, []))
+
+    def wait(self, tid, n=1, timeout=60):
+        """The calls of tid once there are n, None after timeout s."""
+        with self.cond:
+            if not self.cond.wait_for(
+                    lambda: len(self.calls.get(tid, [])) >= n, timeout):
+                return None
+            return list(self.calls[tid])
+
+    def paths(self):
+        with self.cond:
+            return sorted(c["path"] for v in self.calls.values() for c in v)
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
 
 class KafkaMessage:
     __slots__ = ("topic", "partition", "offset", "ts", "key", "payload",

@@ -19,14 +19,11 @@ is left empty, as a new user leaves it.
   3. No notifier at all: every callback task is counted.
 """
 
-import http.server
 import json
 import os
 import re
-import socketserver
 import subprocess
 import sys
-import threading
 import time
 
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
@@ -35,63 +32,10 @@ import harness as h  # noqa: E402
 
 C = None         # the cluster
 NOTIFIER = None  # its Proc
-RECV = None      # Receiver
+RECV = None      # h.CallbackSink
 NPORT = None     # the notifier's /metrics port
 
 WARNING = "no running notifier consumes"
-
-
-class Receiver:
-    """A threaded HTTP server recording the path of every call (200)."""
-
-    def __init__(self):
-        self.paths = []
-        self.cond = threading.Condition()
-        rc = self
-
-        class Handler(http.server.BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, *args):
-                pass
-
-            def handle_any(self):
-                n = int(self.headers.get("Content-Length") or 0)
-                if n:
-                    self.rfile.read(n)
-                with rc.cond:
-                    rc.paths.append(self.path)
-                    rc.cond.notify_all()
-                self.send_response(200)
-                self.send_header("Content-Length", "0")
-                self.end_headers()
-
-            do_POST = do_PUT = do_GET = handle_any
-
-        class Server(socketserver.ThreadingMixIn, http.server.HTTPServer):
-            daemon_threads = True
-
-        self.server = Server(("127.0.0.1", 0), Handler)
-        self.port = self.server.server_address[1]
-        threading.Thread(target=self.server.serve_forever,
-                         daemon=True).start()
-
-    def url(self, tid):
-        return "http://127.0.0.1:%d/cb/%s" % (self.port, tid)
-
-    def wait(self, tid, timeout):
-        deadline = time.monotonic() + timeout
-        with self.cond:
-            while "/cb/" + tid not in self.paths:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    return False
-                self.cond.wait(min(left, 0.5))
-        return True
-
-    def close(self):
-        self.server.shutdown()
-        self.server.server_close()
 
 
 def example_config():
@@ -160,7 +104,7 @@ def start_notifier(args=()):
 
 def setup():
     global C, RECV, NPORT
-    RECV = Receiver()
+    RECV = h.CallbackSink()
     NPORT = h.free_port()
     C = h.Cluster(workers=1, name="cbcover")
     C.open()
@@ -197,15 +141,15 @@ def test_default_config_makes_every_callback():
     t0 = time.monotonic()
     for tid, topic in (("first", "orders"), ("second", "billing")):
         submit({"id": tid, "topic": topic, "body": "b", "delay_ms": 0,
-                "callback": {"url": RECV.url(tid)}})
+                "callback": {"url": RECV.url("cb/" + tid)}})
     for tid in ("first", "second"):
-        if not RECV.wait(tid, 90):
+        if RECV.wait(tid, 1, 90) is None:
             h.log("tasks: %r" % C.mysql("SELECT id, status, callback_status "
                                         "FROM tasks"))
             h.log("notifier: %r" % {
                 k: v for k, v in h.metrics(NOTIFIER.addr).items()
                 if "consumed" in k or "skipped" in k or "callbacks_" in k})
-            h.log("receiver: %r" % RECV.paths)
+            h.log("receiver: %r" % RECV.paths())
             h.check(False, "callback of %s not made" % tid)
     h.log("FIGURES callbacks of tasks on two new topics made within "
           "%.1f s (the default pattern's metadata refresh is 10 s)"
@@ -227,14 +171,14 @@ def test_topic_no_notifier_covers():
                    not ns[0]["patterns"], "the restarted notifier")
     m0 = uncovered()
     submit({"id": "lost-1", "topic": "orders", "body": "b",
-            "delay_ms": 3600000, "callback": {"url": RECV.url("lost-1")}})
+            "delay_ms": 3600000, "callback": {"url": RECV.url("cb/lost-1")}})
     h.check_eq(uncovered() - m0, 1.0, "an uncovered callback task counted")
     lines = C.manager.grep(WARNING)
     h.check_eq(len(lines), 1, "one warning: %r" % lines)
     h.check("topic=orders" in lines[0] and "id=lost-1" in lines[0],
             "the warning names topic and task: %r" % lines[0])
     submit({"id": "lost-2", "topic": "orders", "body": "b",
-            "delay_ms": 3600000, "callback": {"url": RECV.url("lost-2")}})
+            "delay_ms": 3600000, "callback": {"url": RECV.url("cb/lost-2")}})
     h.check_eq(uncovered() - m0, 2.0, "the second one counted too")
     h.check_eq(len(C.manager.grep(WARNING)), 1,
                "the warning is rate-limited")
@@ -249,11 +193,12 @@ def test_topic_no_notifier_covers():
             "prophetctl cluster shows it:\n%s" % table)
     # covered, or without a callback: not counted
     submit({"id": "kept", "topic": "other", "body": "b", "delay_ms": 0,
-            "callback": {"url": RECV.url("kept")}})
+            "callback": {"url": RECV.url("cb/kept")}})
     submit({"id": "plain", "topic": "orders", "body": "b",
             "delay_ms": 3600000})
     h.check_eq(uncovered() - m0, 2.0, "covered and plain tasks not counted")
-    h.check(RECV.wait("kept", 90), "callback on the covered topic not made")
+    h.check(RECV.wait("kept", 1, 90) is not None,
+            "callback on the covered topic not made")
 
 
 def test_no_notifier_running():
@@ -263,7 +208,7 @@ def test_no_notifier_running():
                "prophet_notifiers")
     m0 = uncovered()
     submit({"id": "alone", "topic": "other", "body": "b",
-            "delay_ms": 3600000, "callback": {"url": RECV.url("alone")}})
+            "delay_ms": 3600000, "callback": {"url": RECV.url("cb/alone")}})
     h.check_eq(uncovered() - m0, 1.0, "counted without any notifier")
 
 

@@ -18,13 +18,10 @@ topic prefix is 61 characters long, and an HTTP sink on loopback:
      dead-letter topic would be too long is refused at start.
 """
 
-import http.server
 import json
 import os
-import socketserver
 import subprocess
 import sys
-import threading
 import time
 
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
@@ -43,61 +40,9 @@ RETRIES = None  # KafkaReader of the retry topic
 INGEST = None
 
 
-class Sink:
-    """/ok/<id> 200; /flaky/<id> 500 for the first 2 calls, then 200."""
-
-    def __init__(self):
-        self.calls = {}
-        self.lock = threading.Lock()
-        sink = self
-
-        class Handler(http.server.BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-            disable_nagle_algorithm = True
-
-            def log_message(self, *args):
-                pass
-
-            def handle_any(self):
-                n = int(self.headers.get("Content-Length") or 0)
-                body = self.rfile.read(n) if n else b""
-                _, kind, tid = (self.path.split("/") + ["", ""])[:3]
-                with sink.lock:
-                    calls = sink.calls.setdefault(tid, [])
-                    calls.append({"headers": dict(self.headers.items()),
-                                  "body": body})
-                    nth = len(calls)
-                code = 500 if kind == "flaky" and nth <= 2 else 200
-                self.send_response(code)
-                self.send_header("Content-Length", "2")
-                self.end_headers()
-                self.wfile.write(b"{}")
-
-            do_POST = do_GET = do_PUT = handle_any
-
-        class Server(socketserver.ThreadingMixIn, http.server.HTTPServer):
-            daemon_threads = True
-
-        self.server = Server(("127.0.0.1", 0), Handler)
-        self.port = self.server.server_address[1]
-        threading.Thread(target=self.server.serve_forever,
-                         daemon=True).start()
-
-    def url(self, path):
-        return "http://127.0.0.1:%d/%s" % (self.port, path)
-
-    def count(self, tid):
-        with self.lock:
-            return len(self.calls.get(tid, []))
-
-    def close(self):
-        self.server.shutdown()
-        self.server.server_close()
-
-
 def setup():
     global C, NOTIFIER, SINK, RETRIES, INGEST
-    SINK = Sink()
+    SINK = h.CallbackSink(flaky=2)
     tag = h.rand_tag()
     INGEST = "ingest-rs-" + tag
     port = h.free_port()

@@ -19,17 +19,14 @@ openssl CLI. One cluster (manager, worker, notifier) serving HTTPS only:
      with a client certificate too.
 """
 
-import http.server
 import json
 import os
 import signal
 import socket
-import socketserver
 import ssl
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
@@ -89,52 +86,13 @@ class Pki:
         return self.path(name + ".pem"), self.path(name + ".key")
 
 
-class Sink:
-    """/flaky/<id>: 500 the first time, then 200."""
-
-    def __init__(self):
-        self.calls = {}
-        self.lock = threading.Lock()
-        sink = self
-
-        class Handler(http.server.BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, *args):
-                pass
-
-            def do_POST(self):
-                n = int(self.headers.get("Content-Length") or 0)
-                self.rfile.read(n)
-                tid = self.path.rsplit("/", 1)[-1]
-                with sink.lock:
-                    sink.calls[tid] = sink.calls.get(tid, 0) + 1
-                    k = sink.calls[tid]
-                code = 500 if k == 1 else 200
-                self.send_response(code)
-                self.send_header("Content-Length", "0")
-                self.end_headers()
-
-        class Server(socketserver.ThreadingMixIn, http.server.HTTPServer):
-            daemon_threads = True
-
-        self.server = Server(("127.0.0.1", 0), Handler)
-        self.port = self.server.server_address[1]
-        threading.Thread(target=self.server.serve_forever,
-                         daemon=True).start()
-
-    def close(self):
-        self.server.shutdown()
-        self.server.server_close()
-
-
 def setup():
     global C, NOTIFIER, SINK, READER, PKI
     PKI = Pki()
     cert, key = PKI.issue("manager")
     wcert, wkey = PKI.issue("worker")
     ncert, nkey = PKI.issue("notifier")
-    SINK = Sink()
+    SINK = h.CallbackSink()
     C = h.Cluster(workers=1, name="tls", conf={
         "http.tls_cert": cert, "http.tls_key": key,
         "http.tls_ca": PKI.ca,
@@ -367,7 +325,7 @@ def test_worker_metrics_read_over_https():
 def test_notifier_retries_through_https():
     api = C.api()
     tid = "tls-%s-cb" % C.tag
-    url = "http://127.0.0.1:%d/flaky/%s" % (SINK.port, tid)
+    url = SINK.url("flaky/" + tid)
     r = api.post("/v1/tasks", {"id": tid, "topic": TOPIC, "body": "cb",
                                "delay_ms": 200, "callback": {"url": url}})
     h.check_eq(r.status, 201, "task with a callback")
@@ -375,7 +333,7 @@ def test_notifier_retries_through_https():
         "callback_status"] == "ok", 60,
         what="the callback retried (its retry task submitted over HTTPS) "
              "and ok")
-    h.check(SINK.calls.get(tid) == 2, "called twice: %r" % SINK.calls)
+    h.check(SINK.count(tid) == 2, "called twice: %r" % SINK.paths())
     api.close()
 
 

@@ -15,13 +15,10 @@ worker, a notifier, a local HTTP receiver):
      fields, batch items, headers map).
 """
 
-import http.server
 import json
 import os
-import socketserver
 import subprocess
 import sys
-import threading
 
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -47,68 +44,17 @@ def tp(n):
     return "00-%032x-00f067aa0ba902b7-01" % n
 
 
-class Receiver:
-    """Records every call: /ok/<id> answers 200, /flaky/<id> 500 once."""
-
-    def __init__(self):
-        self.calls = {}
-        self.cond = threading.Condition()
-        ep = self
-
-        class Handler(http.server.BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-            disable_nagle_algorithm = True
-
-            def log_message(self, *args):
-                pass
-
-            def handle_any(self):
-                n = int(self.headers.get("Content-Length") or 0)
-                if n:
-                    self.rfile.read(n)
-                parts = self.path.split("/")
-                kind, tid = (parts[1], parts[2]) if len(parts) > 2 \
-                    else ("?", "?")
-                with ep.cond:
-                    calls = ep.calls.setdefault(tid, [])
-                    calls.append({k.lower(): v
-                                  for k, v in self.headers.items()})
-                    nth = len(calls)
-                    ep.cond.notify_all()
-                code = 500 if kind == "flaky" and nth == 1 else 200
-                self.send_response(code)
-                self.send_header("Content-Length", "0")
-                self.end_headers()
-
-            do_POST = do_GET = handle_any
-
-        class Server(socketserver.ThreadingMixIn, http.server.HTTPServer):
-            daemon_threads = True
-
-        self.server = Server(("127.0.0.1", 0), Handler)
-        self.port = self.server.server_address[1]
-        threading.Thread(target=self.server.serve_forever,
-                         daemon=True).start()
-
-    def url(self, kind, tid):
-        return "http://127.0.0.1:%d/%s/%s" % (self.port, kind, tid)
-
-    def wait(self, tid, n=1, timeout=60):
-        with self.cond:
-            ok = self.cond.wait_for(
-                lambda: len(self.calls.get(tid, [])) >= n, timeout)
-            h.check(ok, "callback of %s called %d times, want %d"
-                    % (tid, len(self.calls.get(tid, [])), n))
-            return list(self.calls[tid])
-
-    def close(self):
-        self.server.shutdown()
-        self.server.server_close()
+def called(tid, n=1, timeout=60):
+    """The headers of tid's first n callback calls (fails after timeout)."""
+    calls = EP.wait(tid, n, timeout)
+    h.check(calls is not None, "callback of %s called %d times, want %d"
+            % (tid, EP.count(tid), n))
+    return [c["headers"] for c in calls]
 
 
 def setup():
     global C, EP, READER, NOTIFIER, INGEST
-    EP = Receiver()
+    EP = h.CallbackSink()
     port = h.free_port()
     tag = h.rand_tag()
     INGEST = "ingest-" + tag
@@ -134,8 +80,8 @@ def setup():
     READER = C.reader([TOPIC])
     # the consumer group's first assignment takes a few seconds
     submit({"id": "warmup", "topic": TOPIC, "delay_ms": 0, "body": "w",
-            "callback": {"url": EP.url("ok", "warmup")}})
-    EP.wait("warmup")
+            "callback": {"url": EP.url("ok/warmup")}})
+    called("warmup")
 
 
 def submit(task, headers=None, path="/v1/tasks", want=201):
@@ -158,12 +104,12 @@ def message(tid, timeout=30, reader=None):
 def test_http_headers_end_to_end():
     tid = "tr-http"
     submit({"id": tid, "topic": TOPIC, "body": "b", "delay_ms": 300,
-            "callback": {"url": EP.url("ok", tid)}},
+            "callback": {"url": EP.url("ok/" + tid)}},
            headers={"traceparent": TP, "tracestate": TS})
     m = message(tid)
     h.check_eq(m.hdr.get("traceparent"), TP, "Kafka header traceparent")
     h.check_eq(m.hdr.get("tracestate"), TS, "Kafka header tracestate")
-    call = EP.wait(tid)[0]
+    call = called(tid)[0]
     h.check_eq(call.get("traceparent"), TP, "callback traceparent")
     h.check_eq(call.get("tracestate"), TS, "callback tracestate")
     api = C.api()
@@ -270,8 +216,8 @@ def test_callback_retry_keeps_trace():
     tid = "tr-flaky"
     submit({"id": tid, "topic": TOPIC, "body": "b", "delay_ms": 0,
             "traceparent": tp(5),
-            "callback": {"url": EP.url("flaky", tid)}})
-    calls = EP.wait(tid, 2)
+            "callback": {"url": EP.url("flaky/" + tid)}})
+    calls = called(tid, 2)
     h.check_eq([c.get("traceparent") for c in calls], [tp(5), tp(5)],
                "traceparent of the first call and of the retry")
     want = "id=%s trace=%032x" % (tid, 5)

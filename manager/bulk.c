@@ -512,10 +512,14 @@ struct job_state {
 	long long counts[BO__COUNT];
 	long long scanned;
 	int64_t started_mono;
-	int64_t phase_us;     /* when the current step began */
-	long long step_us[3]; /* read, Redis, write: where a job's time goes */
+	/* read, Redis, write: where a job's time goes (a chunk's read and
+	 * Redis step overlap the previous chunk's write) */
+	long long step_us[3];
 	long long write_us[4];
 };
+
+/* The chunk after the one being written. */
+enum next_state { NX_NONE, NX_READING, NX_DECIDING, NX_READY, NX_EMPTY };
 
 struct bulk_runner {
 	struct manager *mg;
@@ -524,13 +528,18 @@ struct bulk_runner {
 	int chunk, pause_ms;
 	struct event *tick_ev;
 	struct event *step_ev;
-	int busy;	   /* a DB job or Redis calls are out */
+	int out;	   /* DB jobs out */
 	int redis_pending; /* replies awaited */
 	int redis_failed;
+	int64_t redis_t0;
 	int stopping;
-	int dead; /* destroyed while Redis replies were awaited */
+	int dead;  /* destroyed while Redis replies were awaited */
+	int lost;  /* a step found the job taken over */
+	int retry; /* a step failed: on from the job's cursor, later */
+	int wrote; /* a chunk was just written (task.bulk_pause_ms) */
 	struct job_state *job;
-	struct item *items;
+	enum next_state next;
+	struct item *items; /* the next chunk, read or decided */
 	size_t nitems;
 	struct metric *tasks_total;
 	struct metric *running;
@@ -560,6 +569,7 @@ struct runner_job {
 	int fenced;
 	struct db_rows rows;
 	long long counts[BO__COUNT];
+	long long run_us;      /* the step's time on the pool thread */
 	long long write_us[4]; /* lock, update, log rows, cursor + commit */
 };
 
@@ -586,18 +596,6 @@ job_state_free(struct job_state *js)
 	spec_clear(&js->spec);
 	json_decref(js->firing_ids);
 	xfree(js);
-}
-
-/* Ends the job's current step (0 read, 1 Redis, 2 write), begins the
- * next. */
-static void
-step_time(struct job_state *js, int step)
-{
-	int64_t now = clock_mono_us();
-
-	if (step >= 0)
-		js->step_us[step] += now - js->phase_us;
-	js->phase_us = now;
 }
 
 /* Sub-lists of ids, so that the connection prepares few texts (a chunk
@@ -903,6 +901,10 @@ bind_log_row(struct db_params *p, size_t i, void *arg)
 	db_params_str(p, it->note);
 }
 
+#define SQL_BULK_CANCEL                                                 \
+	"UPDATE tasks FORCE INDEX (PRIMARY) SET status = 'cancelled', " \
+	"updated_at = ? WHERE status = 'scheduled' AND id IN ("
+
 /* The chunk's transaction: fence, lock, change, log, cursor. */
 static int
 write_run(struct db_conn *c, struct runner_job *j)
@@ -928,6 +930,29 @@ write_run(struct db_conn *c, struct runner_job *j)
 	for (size_t i = 0; i < j->nitems; i++)
 		if (j->items[i].outcome == BO_PENDING)
 			idx[n++] = i;
+	if (s->action == BA_CANCEL && n > 0) {
+		/* Most chunks: every candidate is still scheduled, and the
+		 * update alone locks and changes them all. If not, it is
+		 * undone and the rows are locked and read first. */
+		t = clock_mono_us();
+		if (in_run(c, SQL_BULK_CANCEL, ")", j->items, idx, n, &now, 1,
+			   NULL, NULL, &affected) < 0)
+			goto fail;
+		j->write_us[1] = clock_mono_us() - t;
+		if (affected == n) {
+			for (size_t i = 0; i < n; i++)
+				j->items[idx[i]].outcome = BO_CHANGED;
+			goto logged_rows;
+		}
+		affected = 0;
+		if (db_rollback(c) < 0 || db_begin(c) < 0 || fence_ok(c, j) < 0)
+			goto fail;
+		if (j->fenced) {
+			db_rollback(c);
+			xfree(idx);
+			return 0;
+		}
+	}
 	t = clock_mono_us();
 	if (in_run(c,
 		   "SELECT id, status, due_at FROM tasks FORCE INDEX (PRIMARY) "
@@ -944,9 +969,7 @@ write_run(struct db_conn *c, struct runner_job *j)
 		if (j->items[i].outcome == BO_CHANGED)
 			idx[n++] = i;
 	if (s->action == BA_CANCEL) {
-		upd = "UPDATE tasks FORCE INDEX (PRIMARY) SET status = "
-		      "'cancelled', updated_at = ? "
-		      "WHERE status = 'scheduled' AND id IN (";
+		upd = SQL_BULK_CANCEL;
 		lead[0] = now;
 	} else if (s->action == BA_SHIFT) {
 		upd = "UPDATE tasks FORCE INDEX (PRIMARY) SET due_at = due_at "
@@ -966,6 +989,7 @@ write_run(struct db_conn *c, struct runner_job *j)
 		   s->action == BA_CANCEL ? 1 : 2, NULL, NULL, &affected) < 0)
 		goto fail;
 	j->write_us[1] = clock_mono_us() - t;
+logged_rows:
 	t = clock_mono_us();
 	logc.j = j;
 	logc.idx = idx;
@@ -1045,14 +1069,17 @@ static int
 runner_run(struct db_conn *c, struct db_job *job)
 {
 	struct runner_job *j = (struct runner_job *)job;
+	int64_t t = clock_mono_us();
+	int rc = -1;
 
 	switch (j->kind) {
-	case RJ_TAKE: return take_run(c, j);
-	case RJ_READ: return read_run(c, j);
-	case RJ_WRITE: return write_run(c, j);
-	case RJ_FINISH: return finish_run(c, j);
+	case RJ_TAKE: rc = take_run(c, j); break;
+	case RJ_READ: rc = read_run(c, j); break;
+	case RJ_WRITE: rc = write_run(c, j); break;
+	case RJ_FINISH: rc = finish_run(c, j); break;
 	}
-	return -1;
+	j->run_us = clock_mono_us() - t;
+	return rc;
 }
 
 /* On the loop ------------------------------------------------------------ */
@@ -1082,7 +1109,7 @@ rjob_new(struct bulk_runner *p, enum rjob_kind kind)
 static void
 rjob_submit(struct bulk_runner *p, struct runner_job *j)
 {
-	p->busy = 1;
+	p->out++;
 	p->mg->inflight++;
 	db_pool_submit(p->db, &j->job);
 }
@@ -1168,8 +1195,23 @@ struct slot_call {
 	size_t n;
 };
 
-static void write_chunk(struct bulk_runner *p);
-static void chunk_retry(struct bulk_runner *p);
+static void runner_step(struct bulk_runner *p);
+static void advance(struct bulk_runner *p);
+
+static int
+busy(const struct bulk_runner *p)
+{
+	return p->out > 0 || p->redis_pending > 0;
+}
+
+static void
+drop_next(struct bulk_runner *p)
+{
+	items_free(p->items, p->nitems);
+	p->items = NULL;
+	p->nitems = 0;
+	p->next = NX_NONE;
+}
 
 static void
 decided_cb(struct redis *r, redisReply *reply, void *arg)
@@ -1216,14 +1258,16 @@ decided_cb(struct redis *r, redisReply *reply, void *arg)
 	xfree(sc);
 	if (p->redis_pending > 0)
 		return;
-	p->busy = 0;
 	p->mg->inflight--;
+	p->job->step_us[1] += clock_mono_us() - p->redis_t0;
 	if (p->redis_failed) {
-		chunk_retry(p);
-		return;
+		log_warn("bulk job: redis step failed, chunk retried",
+			 "job=%lld", (long long)p->job->id);
+		p->retry = 1;
+	} else {
+		p->next = NX_READY;
 	}
-	step_time(p->job, 1);
-	write_chunk(p);
+	advance(p);
 }
 
 /* One script call per slot for the items still pending (or, with
@@ -1231,18 +1275,19 @@ decided_cb(struct redis *r, redisReply *reply, void *arg)
  * write, against a rebuild that read the old due time meanwhile). Returns
  * the calls sent. */
 static int
-redis_pass(struct bulk_runner *p, int changed_only, redis_reply_fn cb)
+redis_pass(struct bulk_runner *p, const struct item *items, size_t nitems,
+	   int changed_only, redis_reply_fn cb)
 {
 	struct manager *mg = p->mg;
 	int cancel = p->job->spec.action == BA_CANCEL, sent = 0;
 	size_t *count = xcalloc((size_t)mg->nslots, sizeof(*count));
 
-	for (size_t i = 0; i < p->nitems; i++) {
-		int want = changed_only ? p->items[i].outcome == BO_CHANGED
-					: p->items[i].outcome == BO_PENDING;
+	for (size_t i = 0; i < nitems; i++) {
+		int want = changed_only ? items[i].outcome == BO_CHANGED
+					: items[i].outcome == BO_PENDING;
 
 		if (want)
-			count[p->items[i].slot]++;
+			count[items[i].slot]++;
 	}
 	for (int s = 0; s < mg->nslots; s++) {
 		struct slot_eval ev;
@@ -1263,8 +1308,8 @@ redis_pass(struct bulk_runner *p, int changed_only, redis_reply_fn cb)
 					  clock_now_ms() + mg->bucket_near_ms);
 			redis_args_addint(&ev.a, mg->bucket_ms);
 		}
-		for (size_t i = 0; i < p->nitems; i++) {
-			const struct item *it = &p->items[i];
+		for (size_t i = 0; i < nitems; i++) {
+			const struct item *it = &items[i];
 
 			if (it->slot != s ||
 			    (changed_only ? it->outcome != BO_CHANGED
@@ -1300,34 +1345,25 @@ redis_pass(struct bulk_runner *p, int changed_only, redis_reply_fn cb)
 	return sent;
 }
 
-static void
-chunk_retry(struct bulk_runner *p)
-{
-	log_warn("bulk job: redis step failed, chunk retried", "job=%lld",
-		 (long long)p->job->id);
-	items_free(p->items, p->nitems);
-	p->items = NULL;
-	p->nitems = 0;
-	runner_later(p, BULK_RETRY_MS);
-}
-
+/* The next chunk's Redis step: decided against claims, per slot. */
 static void
 decide_chunk(struct bulk_runner *p)
 {
-	step_time(p->job, 0);
+	p->next = NX_DECIDING;
 	p->redis_failed = 0;
-	redis_pass(p, 0, decided_cb);
+	p->redis_t0 = clock_mono_us();
+	redis_pass(p, p->items, p->nitems, 0, decided_cb);
 	if (p->redis_pending > 0) {
-		p->busy = 1;
 		p->mg->inflight++;
 		return;
 	}
 	if (p->redis_failed)
-		chunk_retry(p);
+		p->retry = 1;
 	else
-		write_chunk(p); /* nothing left to decide */
+		p->next = NX_READY; /* nothing left to decide */
 }
 
+/* Hands the decided chunk to its transaction. */
 static void
 write_chunk(struct bulk_runner *p)
 {
@@ -1358,6 +1394,22 @@ write_chunk(struct bulk_runner *p)
 	j->nitems = p->nitems;
 	p->items = NULL;
 	p->nitems = 0;
+	p->next = NX_NONE;
+	rjob_submit(p, j);
+}
+
+/* Reads the chunk after cursor (NULL: the job's). */
+static void
+read_chunk(struct bulk_runner *p, const char *cursor)
+{
+	struct manager *mg = p->mg;
+	struct runner_job *j = rjob_new(p, RJ_READ);
+
+	if (cursor != NULL)
+		snprintf(j->cursor, sizeof(j->cursor), "%s", cursor);
+	j->horizon_edge = clock_now_ms() + mg->horizon_ms + 60000;
+	j->max_due = clock_now_ms() + mg->limits.max_delay_ms;
+	p->next = NX_READING;
 	rjob_submit(p, j);
 }
 
@@ -1432,11 +1484,7 @@ chunk_written(struct bulk_runner *p, struct runner_job *j)
 		snprintf(js->cursor, sizeof(js->cursor), "%s",
 			 j->items[j->nitems - 1].id);
 	if (!cancel) {
-		p->items = j->items;
-		p->nitems = j->nitems;
-		redis_pass(p, 1, NULL);
-		p->items = NULL;
-		p->nitems = 0;
+		redis_pass(p, j->items, j->nitems, 1, NULL);
 		for (int s = 0; s < mg->nslots; s++)
 			if (wake[s])
 				ingest_wake(mg, s);
@@ -1444,66 +1492,70 @@ chunk_written(struct bulk_runner *p, struct runner_job *j)
 	xfree(wake);
 }
 
+/* A reschedule's Redis step may have changed tasks whose transaction did
+ * not go in (the job was taken over): their slots are rebuilt (a
+ * cancel's tombstones are left: the task stays out of the index until
+ * the job's new holder cancels it). */
+static void
+undo_redis_step(struct bulk_runner *p, const struct item *items, size_t n)
+{
+	if (p->job->spec.action == BA_CANCEL)
+		return;
+	for (size_t i = 0; i < n; i++)
+		if (items[i].redis_changed)
+			rebuild_slot(p, items[i].slot);
+}
+
 static void
 runner_done_cb(struct db_job *job, int status, const char *err)
 {
 	struct runner_job *j = (struct runner_job *)job;
 	struct bulk_runner *p = j->p;
-	int next_ms = 0;
 
-	p->busy = 0;
+	p->out--;
 	p->mg->inflight--;
 	if (status < 0) {
 		log_warn("bulk job step failed, retried",
 			 "step=%d error=\"%s\"", (int)j->kind, err);
-		next_ms = BULK_RETRY_MS;
+		if (j->kind == RJ_READ)
+			p->next = NX_NONE;
+		p->retry = 1;
 		goto out;
 	}
 	switch (j->kind) {
 	case RJ_TAKE:
 		take_job(p, &j->rows);
 		db_rows_free(&j->rows);
-		if (p->job == NULL)
-			next_ms = -1; /* the tick looks again */
-		break;
-	case RJ_READ:
-		if (j->fenced) {
-			lose_job(p, "another manager took it over");
-		} else if (j->nitems == 0) {
-			struct runner_job *f = rjob_new(p, RJ_FINISH);
-
-			items_free(j->items, 0);
-			j->items = NULL;
-			rjob_submit(p, f);
+		if (p->job == NULL) {
+			/* The tick looks again. */
 			xfree(j);
 			return;
+		}
+		break;
+	case RJ_READ:
+		p->job->step_us[0] += j->run_us;
+		if (j->fenced) {
+			p->next = NX_NONE;
+			p->lost = 1;
+		} else if (j->nitems == 0) {
+			p->next = NX_EMPTY;
 		} else {
 			p->items = j->items;
 			p->nitems = j->nitems;
 			j->items = NULL;
-			xfree(j);
 			decide_chunk(p);
-			return;
 		}
 		break;
 	case RJ_WRITE:
+		p->job->step_us[2] += j->run_us;
 		if (j->fenced) {
-			/* Our Redis step may have changed tasks the new
-			 * holder changes otherwise: their slots are rebuilt
-			 * (a cancel's tombstones are left: the task stays
-			 * out of the index until its holder cancels it). */
-			if (p->job->spec.action != BA_CANCEL)
-				for (size_t i = 0; i < j->nitems; i++)
-					if (j->items[i].redis_changed)
-						rebuild_slot(p,
-							     j->items[i].slot);
-			lose_job(p, "another manager took it over");
+			undo_redis_step(p, j->items, j->nitems);
+			p->lost = 1;
 		} else {
-			step_time(p->job, 2);
 			for (int k = 0; k < 4; k++)
 				p->job->write_us[k] += j->write_us[k];
 			chunk_written(p, j);
-			next_ms = p->pause_ms;
+			p->wrote = 1;
 		}
 		break;
 	case RJ_FINISH:
@@ -1531,7 +1583,7 @@ runner_done_cb(struct db_job *job, int status, const char *err)
 			p->job = NULL;
 			metric_set(p->running, 0);
 		} else {
-			lose_job(p, "another manager took it over");
+			p->lost = 1;
 		}
 		break;
 	}
@@ -1540,20 +1592,70 @@ out:
 		items_free(j->items, j->nitems);
 	xfree(j->firing_text);
 	xfree(j);
-	if (next_ms >= 0)
-		runner_later(p, next_ms);
+	advance(p);
+}
+
+/*
+ * Once nothing is out (a chunk's transaction, the next chunk's read and
+ * Redis step): the job was lost, a step failed (on from the job's cursor
+ * a little later), the job is done, or the next chunk is written (after
+ * task.bulk_pause_ms) while the one after it is read and decided.
+ */
+static void
+advance(struct bulk_runner *p)
+{
+	if (busy(p) || p->dead)
+		return;
+	if (p->lost) {
+		if (p->items != NULL)
+			undo_redis_step(p, p->items, p->nitems);
+		drop_next(p);
+		p->lost = p->retry = p->wrote = 0;
+		if (p->job != NULL)
+			lose_job(p, "another manager took it over");
+		runner_later(p, 0);
+		return;
+	}
+	if (p->retry) {
+		drop_next(p);
+		p->retry = p->wrote = 0;
+		runner_later(p, BULK_RETRY_MS);
+		return;
+	}
+	if (p->next == NX_READY && p->wrote && p->pause_ms > 0) {
+		p->wrote = 0;
+		runner_later(p, p->pause_ms);
+		return;
+	}
+	p->wrote = 0;
+	runner_step(p);
 }
 
 static void
 runner_step(struct bulk_runner *p)
 {
 	struct manager *mg = p->mg;
-	struct runner_job *j;
 
-	if (p->busy || p->stopping)
+	if (busy(p) || p->stopping)
 		return;
 	if (p->job == NULL) {
 		rjob_submit(p, rjob_new(p, RJ_TAKE));
+		return;
+	}
+	if (p->next == NX_EMPTY) {
+		p->next = NX_NONE;
+		rjob_submit(p, rjob_new(p, RJ_FINISH));
+		return;
+	}
+	if (p->next == NX_READY) {
+		char cursor[TASK_ID_MAX + 1];
+
+		snprintf(cursor, sizeof(cursor), "%s",
+			 p->items[p->nitems - 1].id);
+		write_chunk(p);
+		/* The chunk after it, read and decided meanwhile. */
+		if (redis_up(mg->redis))
+			read_chunk(p, cursor);
 		return;
 	}
 	if (!redis_up(mg->redis)) {
@@ -1561,11 +1663,7 @@ runner_step(struct bulk_runner *p)
 		runner_later(p, BULK_RETRY_MS);
 		return;
 	}
-	step_time(p->job, -1);
-	j = rjob_new(p, RJ_READ);
-	j->horizon_edge = clock_now_ms() + mg->horizon_ms + 60000;
-	j->max_due = clock_now_ms() + mg->limits.max_delay_ms;
-	rjob_submit(p, j);
+	read_chunk(p, NULL);
 }
 
 static void
@@ -1591,7 +1689,7 @@ tick_cb(evutil_socket_t fd, short what, void *arg)
 {
 	struct bulk_runner *p = arg;
 
-	if (p->job == NULL && !p->busy)
+	if (p->job == NULL && !busy(p))
 		runner_step(p);
 }
 
@@ -1614,7 +1712,9 @@ bulk_create(struct manager *mg)
 	 * back at once. */
 	snprintf(p->id, sizeof(p->id), "%.150s/%.100s", host,
 		 cfg_str(mg->cfg, CFG_HTTP_LISTEN));
-	p->db = db_pool_create(mg->base, mg->dsn, 1, "bulk");
+	/* Two connections: a chunk's transaction on one, the next chunk's
+	 * read on the other. */
+	p->db = db_pool_create(mg->base, mg->dsn, 2, "bulk");
 	p->tasks_total = metrics_register(
 		METRIC_COUNTER, "prophet_bulk_tasks_total",
 		"Tasks of bulk jobs by action and outcome (changed; firing: in "
@@ -1670,7 +1770,7 @@ bulk_destroy(struct bulk_runner *p)
 static void
 kick(void)
 {
-	if (the_runner != NULL && the_runner->job == NULL && !the_runner->busy)
+	if (the_runner != NULL && the_runner->job == NULL && !busy(the_runner))
 		runner_step(the_runner);
 }
 

@@ -118,6 +118,17 @@
 	X(KAFKA_QUEUE_MAX, "kafka", "queue_max", CFG_INT, "200000", 1000,      \
 	  10000000, NULL, 0,                                                   \
 	  "most messages waiting in the producer before claiming pauses")      \
+	X(KAFKA_STATIC_MEMBERSHIP, "kafka", "static_membership", CFG_BOOL,     \
+	  "true", 0, 1, NULL, 0,                                               \
+	  "the notifier's and the ingest managers' consumers are static "      \
+	  "group members (group.instance.id from host and listen address): "   \
+	  "one restarted takes its partitions back at once, one stopped for "  \
+	  "good keeps them until session_timeout_ms")                          \
+	X(KAFKA_SESSION_TIMEOUT_MS, "kafka", "session_timeout_ms", CFG_INT,    \
+	  "10000", 6000, 300000, NULL, 0,                                      \
+	  "consumer group session timeout: how long a member that went "       \
+	  "without leaving (killed, or a static member stopped) keeps its "    \
+	  "partitions; heartbeats every third of it, at most 3 s")             \
 	X(KAFKA_SECURITY_PROTOCOL, "kafka", "security_protocol", CFG_STR,      \
 	  "plaintext", 0, 0, cfg_check_kafka_protocol, 0,                      \
 	  "plaintext, ssl, sasl_plaintext or sasl_ssl, for every producer "    \

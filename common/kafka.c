@@ -2,6 +2,7 @@
 #include "config.h"
 #endif
 
+#include <ctype.h>
 #include <fcntl.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -663,6 +664,21 @@ rebalance_cb(rd_kafka_t *rk, rd_kafka_resp_err_t err,
 	}
 }
 
+void
+kafka_instance_id(char *buf, size_t len, const char *role, const char *listen)
+{
+	char host[128];
+
+	if (gethostname(host, sizeof(host)) != 0)
+		snprintf(host, sizeof(host), "host");
+	host[sizeof(host) - 1] = '\0';
+	snprintf(buf, len, "%.40s.%.100s.%.100s", role, host, listen);
+	for (char *p = buf; *p; p++)
+		if (!isalnum((unsigned char)*p) && *p != '.' && *p != '-' &&
+		    *p != '_')
+			*p = '_';
+}
+
 struct kafka_consumer *
 kafka_consumer_create(struct event_base *base, const struct cfg *cfg,
 		      const char *group, const char *topic, kafka_msg_fn msg_cb,
@@ -683,12 +699,31 @@ kafka_consumer_create_opts(struct event_base *base, const struct cfg *cfg,
 	rd_kafka_conf_t *conf = rd_kafka_conf_new();
 	rd_kafka_topic_partition_list_t *topics;
 
+	int64_t session = cfg_int(cfg, CFG_KAFKA_SESSION_TIMEOUT_MS);
+	char session_s[32], beat_s[32], instance[256];
+
+	snprintf(session_s, sizeof(session_s), "%lld", (long long)session);
+	snprintf(beat_s, sizeof(beat_s), "%lld",
+		 (long long)(session / 3 < 3000 ? session / 3 : 3000));
 	if (set_common(conf, cfg, err, errlen) < 0 ||
 	    set(conf, "group.id", group, err, errlen) ||
 	    set(conf, "enable.auto.commit", "false", err, errlen) ||
 	    set(conf, "enable.auto.offset.store", "false", err, errlen) ||
 	    set(conf, "auto.offset.reset", "earliest", err, errlen) ||
-	    set_section(conf, cfg, "kafka.consumer", err, errlen) < 0)
+	    set(conf, "session.timeout.ms", session_s, err, errlen) ||
+	    set(conf, "heartbeat.interval.ms", beat_s, err, errlen))
+		goto fail;
+	/* A static member (KIP-345): restarted with the same instance id it
+	 * gets its partitions back without a rebalance, where a member that
+	 * did not manage to leave held them until its session timeout. */
+	if (opts != NULL && opts->role != NULL &&
+	    cfg_int(cfg, CFG_KAFKA_STATIC_MEMBERSHIP)) {
+		kafka_instance_id(instance, sizeof(instance), opts->role,
+				  opts->listen ? opts->listen : "");
+		if (set(conf, "group.instance.id", instance, err, errlen))
+			goto fail;
+	}
+	if (set_section(conf, cfg, "kafka.consumer", err, errlen) < 0)
 		goto fail;
 	for (const char *const *p = opts ? opts->props : NULL; p && p[0];
 	     p += 2)

@@ -84,7 +84,17 @@ struct kafka_consumer_opts {
 	const char *const *props;
 	/* Told of every assignment change (NULL: none). */
 	kafka_rebalance_fn rebalance_cb;
+	/* With kafka.static_membership: the listen address that, with the
+	 * host name and role, makes the group.instance.id (NULL: a dynamic
+	 * member). */
+	const char *role;
+	const char *listen;
 };
+
+/* "<role>.<host>.<listen>" in the characters Kafka allows in a
+ * group.instance.id (others become '_'). */
+void kafka_instance_id(char *buf, size_t len, const char *role,
+		       const char *listen);
 
 struct kafka_consumer *
 kafka_consumer_create(struct event_base *base, const struct cfg *cfg,

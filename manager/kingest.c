@@ -319,6 +319,7 @@ kingest_create(struct manager *mg, char *err, size_t errlen)
 {
 	const char *topic = cfg_str(mg->cfg, CFG_KAFKA_INGEST_TOPIC);
 	const char *et = cfg_str(mg->cfg, CFG_KAFKA_INGEST_ERRORS_TOPIC);
+	struct kafka_consumer_opts opts = {0};
 	struct kingest *k;
 
 	if (topic[0] == '\0')
@@ -339,9 +340,12 @@ kingest_create(struct manager *mg, char *err, size_t errlen)
 					    err, errlen);
 	if (k->producer == NULL)
 		goto fail;
-	k->consumer = kafka_consumer_create(
+	/* A static member named by its API address (kafka.c). */
+	opts.role = "manager";
+	opts.listen = cfg_str(mg->cfg, CFG_HTTP_LISTEN);
+	k->consumer = kafka_consumer_create_opts(
 		mg->base, mg->cfg, cfg_str(mg->cfg, CFG_KAFKA_INGEST_GROUP),
-		topic, message_cb, k, err, errlen);
+		topic, message_cb, k, &opts, err, errlen);
 	if (k->consumer == NULL)
 		goto fail;
 	log_info("kafka ingest on", "topic=%s errors_topic=%s group=%s", topic,

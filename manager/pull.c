@@ -904,7 +904,7 @@ group_get(struct pull *p, struct evhttp_request *req, const char *name,
 		/* A topic nothing was published to yet is found within
 		 * 10 s once it is there. */
 		"topic.metadata.refresh.interval.ms", "10000", NULL};
-	struct kafka_consumer_opts opts = {props, rebalance_cb};
+	struct kafka_consumer_opts opts = {props, rebalance_cb, NULL, NULL};
 	struct pgroup *g;
 	char *key = xasprintf("%s %s", name, topic), *gid;
 	char err[512];

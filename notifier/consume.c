@@ -484,6 +484,10 @@ consume_start(struct notifier *n, char *err, size_t errlen)
 		return -1;
 	if (!consumer_sets(n, "topic.metadata.refresh.interval.ms"))
 		opts.props = fast_refresh;
+	/* A static member named by its metrics address: the one restarted
+	 * in place takes its partitions back at once. */
+	opts.role = "notifier";
+	opts.listen = cfg_str(n->cfg, CFG_NOTIFIER_HTTP_LISTEN);
 	n->forged_ids = hmap_create();
 	n->consumer = kafka_consumer_create_opts(
 		n->base, n->cfg, cfg_str(n->cfg, CFG_NOTIFIER_GROUP), topics,

@@ -480,15 +480,16 @@ notified_cb(struct zk *z, int rc, const struct Stat *st, void *arg)
 static void
 notify(struct top *t)
 {
-	json_t *doc = json_array();
+	json_t *doc = json_array(), *node;
 	char path[512];
 
 	for (size_t i = 0; i < t->paused.nrows; i++)
 		json_array_append_new(
 			doc, json_string(db_rows_get(&t->paused, i, 0, NULL)));
-	t->node = json_dumps(json_pack("{s:o, s:I}", "paused", doc,
-				       "updated_at", (json_int_t)t->now),
-			     JSON_COMPACT);
+	node = json_pack("{s:o, s:I}", "paused", doc, "updated_at",
+			 (json_int_t)t->now);
+	t->node = json_dumps(node, JSON_COMPACT);
+	json_decref(node);
 	snprintf(path, sizeof(path), "%s%s",
 		 cfg_str(t->mg->cfg, CFG_CLUSTER_ROOT), ZPATH_PAUSED);
 	log_info(t->op == TOP_PAUSE ? "topic paused" : "topic resumed",

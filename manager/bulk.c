@@ -930,29 +930,6 @@ write_run(struct db_conn *c, struct runner_job *j)
 	for (size_t i = 0; i < j->nitems; i++)
 		if (j->items[i].outcome == BO_PENDING)
 			idx[n++] = i;
-	if (s->action == BA_CANCEL && n > 0) {
-		/* Most chunks: every candidate is still scheduled, and the
-		 * update alone locks and changes them all. If not, it is
-		 * undone and the rows are locked and read first. */
-		t = clock_mono_us();
-		if (in_run(c, SQL_BULK_CANCEL, ")", j->items, idx, n, &now, 1,
-			   NULL, NULL, &affected) < 0)
-			goto fail;
-		j->write_us[1] = clock_mono_us() - t;
-		if (affected == n) {
-			for (size_t i = 0; i < n; i++)
-				j->items[idx[i]].outcome = BO_CHANGED;
-			goto logged_rows;
-		}
-		affected = 0;
-		if (db_rollback(c) < 0 || db_begin(c) < 0 || fence_ok(c, j) < 0)
-			goto fail;
-		if (j->fenced) {
-			db_rollback(c);
-			xfree(idx);
-			return 0;
-		}
-	}
 	t = clock_mono_us();
 	if (in_run(c,
 		   "SELECT id, status, due_at FROM tasks FORCE INDEX (PRIMARY) "
@@ -989,7 +966,6 @@ write_run(struct db_conn *c, struct runner_job *j)
 		   s->action == BA_CANCEL ? 1 : 2, NULL, NULL, &affected) < 0)
 		goto fail;
 	j->write_us[1] = clock_mono_us() - t;
-logged_rows:
 	t = clock_mono_us();
 	logc.j = j;
 	logc.idx = idx;

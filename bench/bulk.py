@@ -16,6 +16,7 @@ the Kafka headers) p50/p99/max before, during and after the job.
 import argparse
 import json
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -162,6 +163,13 @@ def main():
         res["job_wall_s"] = round((t_end - t_start) / 1000.0, 2)
         res["tasks_per_s"] = int(j["changed"] / max(res["job_s"], 0.001))
         h.log("job %d: %r in %.2f s" % (job, res["job"], res["job_s"]))
+        # Where the job's time went: the manager's "bulk job done" line
+        # (read, Redis and write overlap: a chunk is read and decided while
+        # the one before it is written).
+        done = c.manager.grep('msg="bulk job done"')
+        if done:
+            res["steps_ms"] = {k: int(v) for k, v in re.findall(
+                r"\b(\w+_ms)=(\d+)", done[-1])}
         time.sleep(10)
         st.stop_at = time.monotonic()
         st.join()

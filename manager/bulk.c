@@ -901,10 +901,6 @@ bind_log_row(struct db_params *p, size_t i, void *arg)
 	db_params_str(p, it->note);
 }
 
-#define SQL_BULK_CANCEL                                                 \
-	"UPDATE tasks FORCE INDEX (PRIMARY) SET status = 'cancelled', " \
-	"updated_at = ? WHERE status = 'scheduled' AND id IN ("
-
 /* The chunk's transaction: fence, lock, change, log, cursor. */
 static int
 write_run(struct db_conn *c, struct runner_job *j)
@@ -946,7 +942,9 @@ write_run(struct db_conn *c, struct runner_job *j)
 		if (j->items[i].outcome == BO_CHANGED)
 			idx[n++] = i;
 	if (s->action == BA_CANCEL) {
-		upd = SQL_BULK_CANCEL;
+		upd = "UPDATE tasks FORCE INDEX (PRIMARY) SET status = "
+		      "'cancelled', updated_at = ? "
+		      "WHERE status = 'scheduled' AND id IN (";
 		lead[0] = now;
 	} else if (s->action == BA_SHIFT) {
 		upd = "UPDATE tasks FORCE INDEX (PRIMARY) SET due_at = due_at "

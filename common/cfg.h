@@ -118,6 +118,25 @@
 	X(KAFKA_QUEUE_MAX, "kafka", "queue_max", CFG_INT, "200000", 1000,      \
 	  10000000, NULL, 0,                                                   \
 	  "most messages waiting in the producer before claiming pauses")      \
+	X(KAFKA_CREATE_TOPICS, "kafka", "create_topics", CFG_BOOL, "true", 0,  \
+	  1, NULL, 0,                                                          \
+	  "at start, Prophet's own topics that do not exist yet are created "  \
+	  "(the notifier's retry and dead-letter topics, the ingest topic "    \
+	  "and "                                                               \
+	  "its errors topic): brokers with auto.create.topics.enable=false "   \
+	  "need this or an operator")                                          \
+	X(KAFKA_TOPIC_PARTITIONS, "kafka", "topic_partitions", CFG_INT, "0",   \
+	  0, 10000, NULL, 0,                                                   \
+	  "partitions of a topic create_topics makes; 0: the brokers' "        \
+	  "num.partitions")                                                    \
+	X(KAFKA_TOPIC_REPLICATION, "kafka", "topic_replication", CFG_INT, "0", \
+	  0, 32767, NULL, 0,                                                   \
+	  "replication factor of a topic create_topics makes; 0: the "         \
+	  "brokers' default.replication.factor")                               \
+	X(KAFKA_TOPIC_MIN_INSYNC, "kafka", "topic_min_insync", CFG_INT, "0",   \
+	  0, 32767, NULL, 0,                                                   \
+	  "min.insync.replicas of a topic create_topics makes; 0: the "        \
+	  "brokers' default")                                                  \
 	X(KAFKA_STATIC_MEMBERSHIP, "kafka", "static_membership", CFG_BOOL,     \
 	  "true", 0, 1, NULL, 0,                                               \
 	  "the notifier's and the ingest managers' consumers are static "      \

@@ -950,6 +950,101 @@ kafka_consumer_wait_closed(void)
 	pthread_mutex_unlock(&closing_mu);
 }
 
+/* Topics -------------------------------------------------------------- */
+
+int
+kafka_ensure_topics(struct kafka_producer *p, const struct cfg *cfg,
+		    const char *const *topics, size_t n, int timeout_ms,
+		    char *err, size_t errlen)
+{
+	int parts = (int)cfg_int(cfg, CFG_KAFKA_TOPIC_PARTITIONS);
+	int repl = (int)cfg_int(cfg, CFG_KAFKA_TOPIC_REPLICATION);
+	int isr = (int)cfg_int(cfg, CFG_KAFKA_TOPIC_MIN_INSYNC);
+	rd_kafka_NewTopic_t **nt;
+	rd_kafka_AdminOptions_t *o;
+	rd_kafka_queue_t *q;
+	rd_kafka_event_t *ev;
+	const rd_kafka_CreateTopics_result_t *res;
+	const rd_kafka_topic_result_t **tr;
+	size_t ntr = 0;
+	char num[16], es[256];
+	int rc = 0;
+
+	err[0] = '\0';
+	if (!cfg_int(cfg, CFG_KAFKA_CREATE_TOPICS) || n == 0)
+		return 0;
+	snprintf(num, sizeof(num), "%d", isr);
+	nt = xcalloc(n, sizeof(*nt));
+	for (size_t i = 0; i < n; i++) {
+		/* -1: the brokers' defaults (KIP-464). */
+		nt[i] = rd_kafka_NewTopic_new(topics[i], parts > 0 ? parts : -1,
+					      repl > 0 ? repl : -1, es,
+					      sizeof(es));
+		if (nt[i] == NULL) {
+			snprintf(err, errlen, "%s: %s", topics[i], es);
+			rc = -1;
+			goto out;
+		}
+		if (isr > 0 &&
+		    rd_kafka_NewTopic_set_config(nt[i], "min.insync.replicas",
+						 num) != 0) {
+			snprintf(err, errlen, "%s: min.insync.replicas",
+				 topics[i]);
+			rc = -1;
+			goto out;
+		}
+	}
+	o = rd_kafka_AdminOptions_new(p->rk, RD_KAFKA_ADMIN_OP_CREATETOPICS);
+	rd_kafka_AdminOptions_set_request_timeout(o, timeout_ms, es,
+						  sizeof(es));
+	rd_kafka_AdminOptions_set_operation_timeout(o, timeout_ms, es,
+						    sizeof(es));
+	q = rd_kafka_queue_new(p->rk);
+	rd_kafka_CreateTopics(p->rk, nt, n, o, q);
+	ev = rd_kafka_queue_poll(q, timeout_ms + 2000);
+	res = ev ? rd_kafka_event_CreateTopics_result(ev) : NULL;
+	if (ev == NULL) {
+		snprintf(err, errlen, "no answer from the brokers in %d ms",
+			 timeout_ms + 2000);
+		rc = -1;
+	} else if (rd_kafka_event_error(ev) != RD_KAFKA_RESP_ERR_NO_ERROR) {
+		snprintf(err, errlen, "%s", rd_kafka_event_error_string(ev));
+		rc = -1;
+	} else if (res != NULL) {
+		tr = rd_kafka_CreateTopics_result_topics(res, &ntr);
+		for (size_t i = 0; i < ntr; i++) {
+			rd_kafka_resp_err_t e =
+				rd_kafka_topic_result_error(tr[i]);
+			const char *name = rd_kafka_topic_result_name(tr[i]);
+
+			if (e == RD_KAFKA_RESP_ERR_NO_ERROR) {
+				log_info(
+					"kafka topic created",
+					"topic=%s partitions=%d replication=%d "
+					"min_insync=%d",
+					name, parts, repl, isr);
+			} else if (e !=
+				   RD_KAFKA_RESP_ERR_TOPIC_ALREADY_EXISTS) {
+				snprintf(err, errlen, "%s: %s", name,
+					 rd_kafka_topic_result_error_string(
+						 tr[i])
+						 ?: rd_kafka_err2str(e));
+				rc = -1;
+			}
+		}
+	}
+	if (ev != NULL)
+		rd_kafka_event_destroy(ev);
+	rd_kafka_queue_destroy(q);
+	rd_kafka_AdminOptions_destroy(o);
+out:
+	for (size_t i = 0; i < n; i++)
+		if (nt[i] != NULL)
+			rd_kafka_NewTopic_destroy(nt[i]);
+	xfree(nt);
+	return rc;
+}
+
 /* Transactional producer ----------------------------------------------- */
 
 struct kafka_txn {

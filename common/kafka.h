@@ -50,6 +50,17 @@ void kafka_producer_destroy(struct kafka_producer *p, int timeout_ms);
  * with *errp set if it was not queued (RD_KAFKA_RESP_ERR__QUEUE_FULL is the
  * back-pressure signal).
  */
+/*
+ * With kafka.create_topics: creates those of the n topics that do not exist
+ * yet (the Admin API, through p's connections), with kafka.topic_partitions,
+ * kafka.topic_replication and kafka.topic_min_insync, waiting timeout_ms at
+ * most. Logs each topic created. Returns -1 with err when the brokers could
+ * not be asked or refused (not allowed, bad settings): the topics may exist
+ * all the same, or be made by an operator; a topic that exists is no error.
+ */
+int kafka_ensure_topics(struct kafka_producer *p, const struct cfg *cfg,
+			const char *const *topics, size_t n, int timeout_ms,
+			char *err, size_t errlen);
 int kafka_produce(struct kafka_producer *p, const char *topic, const void *key,
 		  size_t keylen, const void *value, size_t valuelen,
 		  rd_kafka_headers_t *hdrs, void *opaque,

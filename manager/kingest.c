@@ -340,6 +340,17 @@ kingest_create(struct manager *mg, char *err, size_t errlen)
 					    err, errlen);
 	if (k->producer == NULL)
 		goto fail;
+	{
+		const char *own[] = {topic, k->errors_topic};
+
+		if (kafka_ensure_topics(k->producer, mg->cfg, own, 2, 10000,
+					err, errlen) < 0)
+			log_warn("cannot create the ingest topics; they must "
+				 "exist (or auto-creation be on)",
+				 "error=\"%s\" hint=\"allow CREATE on them, or "
+				 "create them\"",
+				 err);
+	}
 	/* A static member named by its API address (kafka.c). */
 	opts.role = "manager";
 	opts.listen = cfg_str(mg->cfg, CFG_HTTP_LISTEN);

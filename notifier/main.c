@@ -301,6 +301,19 @@ main(int argc, char **argv)
 				      sizeof(err));
 	if (n.dlq == NULL)
 		log_fatal("kafka producer", "error=\"%s\"", err);
+	/* Before the subscription, which sees a topic made after it only at
+	 * its next metadata refresh. */
+	{
+		const char *own[] = {n.retry_ktopic, n.dlq_ktopic};
+
+		if (kafka_ensure_topics(n.dlq, n.cfg, own, 2, 10000, err,
+					sizeof(err)) < 0)
+			log_warn("cannot create the notifier's topics; they "
+				 "must exist (or auto-creation be on)",
+				 "error=\"%s\" hint=\"allow CREATE on them, or "
+				 "create them\"",
+				 err);
+	}
 	n.dsn = db_dsn_create(n.cfg, err, sizeof(err));
 	if (n.dsn == NULL)
 		log_fatal("bad config", "error=\"%s\"", err);

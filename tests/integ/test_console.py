@@ -272,7 +272,9 @@ def test_pause_and_resume_from_page():
     B.wait_for("return document.querySelector('#topics button[data-t="
                "\"console-p\"][data-a=\"fire\"]') !== null", 10,
                "a Resume button")
-    B.find('#topics button[data-t="console-p"][data-a="fire"]').click()
+    # The topics panel re-renders as it polls: a click that finds the
+    # button replaced looks again.
+    B.click('#topics button[data-t="console-p"][data-a="fire"]')
     B.wait_for("return /console-p resumed/.test(document.getElementById("
                "'topic-msg').innerText)", 10, "the resume confirmed")
     t = {x["topic"]: x for x in call("GET", "/v1/topics").json["topics"]}

@@ -23,6 +23,7 @@ import http.server
 import json
 import os
 import socketserver
+import subprocess
 import sys
 import threading
 import time
@@ -483,6 +484,57 @@ def test_kill9_notifier_every_callback_made():
           "all %d made at least once after the restart, %d duplicates "
           "(at-least-once: replayed in-progress messages)"
           % (before, n, dups))
+
+
+def test_own_topics_created_at_start():
+    """A notifier whose retry and dead-letter topics do not exist makes them
+    at start (Admin API, kafka.topic_partitions 3 where the broker's
+    auto-creation would give 4), before it subscribes: its first retry is
+    consumed at once, not at a metadata refresh."""
+    tag = h.rand_tag()
+    port = h.free_port()
+    retry, dead = "retry-" + tag, "dead-" + tag
+    other = C.notifier(port, args=[
+        "--set", "notifier.http_listen=127.0.0.1:%d" % port,
+        "--set", "notifier.group=own-topics-" + tag,
+        "--set", "notifier.topics=own-" + tag,
+        "--set", "notifier.retry_topic=" + retry,
+        "--set", "notifier.dead_letter_topic=" + dead,
+        "--set", "kafka.topic_partitions=3"])
+    other.name = "notifier-own-topics"
+    other.log_path = os.path.join(C.dir, "notifier3.log")
+    C.workers.append(other)
+    other.start()
+    try:
+        C._wait_http(other, other.addr, "/readyz", 60)
+        for t in (retry, dead):
+            kt = C.topic(t)
+            h.check(other.grep('msg="kafka topic created" topic=%s ' % kt),
+                    "no 'kafka topic created' line for %s" % kt)
+            p = subprocess.run(["kcat", "-L", "-b", C.brokers, "-t", kt],
+                               capture_output=True, text=True, timeout=30)
+            h.check(" 3 partitions:" in p.stdout,
+                    "%s not made with 3 partitions: %s" % (kt, p.stdout))
+        # Started again: the topics exist, nothing is created, no warning.
+        other.stop()
+        other.start()
+        C._wait_http(other, other.addr, "/readyz", 60)
+        h.check_eq(len(other.grep('msg="kafka topic created"')), 2,
+                   "topics created (two, at the first start only)")
+        h.check(not other.grep("cannot create the notifier's topics"),
+                "a warning about existing topics")
+        # The retry of a flaky callback, on the new retry topic.
+        tid = "own-" + tag
+        submit([{"id": tid, "topic": "own-" + tag, "delay_ms": 0,
+                 "body": "o", "callback": {"url": FAST.url("flaky", tid)}}])
+        short = FAST.wait_ids([tid], 30, min_calls=3)
+        h.check(not short, "the flaky callback was not retried twice")
+        calls = FAST.calls_of(tid)
+        h.log("FIGURES own topics: retries %d and %d ms after the first "
+              "call" % (calls[1]["ms"] - calls[0]["ms"],
+                        calls[2]["ms"] - calls[0]["ms"]))
+    finally:
+        other.stop()
 
 
 def test_rolling_restart_two_notifiers():

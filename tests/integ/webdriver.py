@@ -168,6 +168,19 @@ class Browser:
                       {"using": "css selector", "value": selector})
         return Element(self, v[ELEMENT], selector)
 
+    def click(self, selector, timeout=10):
+        """Finds selector and clicks it, again if the element was replaced
+        in between (a panel the page re-renders as it polls)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                return self.find(selector).click()
+            except WebDriverError as e:
+                if "stale element" not in str(e) or \
+                        time.monotonic() > deadline:
+                    raise
+            time.sleep(0.1)
+
     def wait_for(self, js, timeout, what, *args):
         """Polls js (a function body) until it returns a true value."""
         deadline = time.monotonic() + timeout

@@ -1397,6 +1397,19 @@ class Cluster:
         p.addr = "127.0.0.1:%d" % port
         return p
 
+    def add_manager(self, name="manager2", timeout=60):
+        """Another manager of this cluster on a free port, started and
+        ready (stopped with the cluster); its Proc, with .addr."""
+        port = free_port()
+        p = Proc(name, [MANAGER_BIN, "-c", self.conf_path, "--set",
+                        "http.listen=127.0.0.1:%d" % port],
+                 os.path.join(self.dir, name + ".log"))
+        p.addr = "127.0.0.1:%d" % port
+        self.workers.append(p)
+        p.start()
+        self._wait_http(p, p.addr, "/readyz", timeout)
+        return p
+
     def add_worker(self):
         i = len(self.workers) + 1
         port = free_port()

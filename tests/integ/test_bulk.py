@@ -334,13 +334,7 @@ def test_one_runner_and_takeover():
     # A second manager on the same cluster: jobs run on one manager at a
     # time; when it is killed, the other takes the job over once the lease
     # (15 s) ran out, from the committed cursor, and nothing is done twice.
-    port = h.free_port()
-    m2 = h.Proc("manager2", [h.MANAGER_BIN, "-c", C.conf_path, "--set",
-                             "http.listen=127.0.0.1:%d" % port],
-                os.path.join(C.dir, "manager2.log"))
-    C.workers.append(m2)  # stopped with the cluster
-    m2.start()
-    C._wait_http(m2, "127.0.0.1:%d" % port, "/readyz", 60)
+    m2 = C.add_manager()
     n = 8000
     far = h.now_ms() + 5 * 3600 * 1000
     submit_batch(tasks("two", n, far, spread=n))
@@ -362,8 +356,7 @@ def test_one_runner_and_takeover():
     victim = C.manager if owner.endswith(C.manager_addr) else m2
     h.log("killing the runner %s" % owner)
     victim.kill()
-    api = h.Api(C.manager_addr if victim is m2
-                else "127.0.0.1:%d" % port)
+    api = h.Api(C.manager_addr if victim is m2 else m2.addr)
     try:
         def done():
             return api.get("/v1/admin/jobs/%d" % jobs[1]["job"]).json["done"]

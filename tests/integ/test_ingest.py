@@ -122,13 +122,7 @@ def test_rolling_restart_two_managers():
     Static members take their partitions back as they rejoin: no
     submission waits for a session timeout (10 s), none is lost or
     stored twice."""
-    port = h.free_port()
-    m2 = h.Proc("manager2", [h.MANAGER_BIN, "-c", C.conf_path, "--set",
-                             "http.listen=127.0.0.1:%d" % port],
-                os.path.join(C.dir, "manager2.log"))
-    C.workers.append(m2)  # stopped with the cluster
-    m2.start()
-    C._wait_http(m2, "127.0.0.1:%d" % port, "/readyz", 60)
+    m2 = C.add_manager()
     due = {}
     t0 = h.now_ms()
 
@@ -159,7 +153,7 @@ def test_rolling_restart_two_managers():
     m2.signal(15)
     h.check_eq(m2.wait(30), 0, "manager 2 exit code after SIGTERM")
     m2.start()
-    C._wait_http(m2, "127.0.0.1:%d" % port, "/readyz", 60)
+    C._wait_http(m2, m2.addr, "/readyz", 60)
     h.log("manager 2 stopped and started again at t+%.1f s"
           % ((h.now_ms() - t0) / 1000.0))
     feeder.join(60)

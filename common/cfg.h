@@ -340,6 +340,11 @@
 	  CFG_INT, "5000", 0, 86400000, NULL, 0,                               \
 	  "an occurrence of a recurring task published later than this "       \
 	  "after its time is a misfire: its misfire policy applies")           \
+	X(WORKER_MAX_CLOCK_SKEW_MS, "worker", "max_clock_skew_ms", CFG_INT,    \
+	  "1000", 1, 3600000, NULL, 0,                                         \
+	  "a worker or manager whose clock is off the reference (Redis TIME) " \
+	  "by more than this logs a warning and sets prophet_clock_skewed; "   \
+	  "due times are always judged by the earlier of the two clocks")      \
 	X(NOTIFIER_HTTP_LISTEN, "notifier", "http_listen", CFG_STR,            \
 	  "127.0.0.1:7072", 0, 0, cfg_check_listen, 0,                         \
 	  "notifier /metrics and /healthz address")                            \

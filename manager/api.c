@@ -105,7 +105,7 @@ api_submit(struct manager *mg, struct evhttp_request *req, json_t *in)
 	struct task_error terr;
 	struct submit_ctx *ctx = xcalloc(1, sizeof(*ctx));
 
-	if (task_from_json(in, &mg->limits, clock_now_ms(), &ctx->req.task,
+	if (task_from_json(in, &mg->limits, manager_due_now(mg), &ctx->req.task,
 			   &terr) < 0) {
 		json_decref(in);
 		xfree(ctx);
@@ -234,7 +234,7 @@ post_batch(struct manager *mg, struct evhttp_request *req)
 	struct batch_ctx *b;
 	json_t *in, *tasks, *t;
 	size_t n, i;
-	int64_t now = clock_now_ms(), started = clock_mono_us();
+	int64_t now = manager_due_now(mg), started = clock_mono_us();
 
 	if ((in = api_body_json(mg, req)) == NULL)
 		return;

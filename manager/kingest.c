@@ -288,8 +288,8 @@ message_cb(const rd_kafka_message_t *km, void *arg)
 			 km->partition, (long long)km->offset);
 		json_object_set_new(in, "id", utf8_json_str(id));
 	}
-	if (task_from_json(in, &k->mg->limits, clock_now_ms(), &m->req.task,
-			   &terr) < 0) {
+	if (task_from_json(in, &k->mg->limits, manager_due_now(k->mg),
+			   &m->req.task, &terr) < 0) {
 		json_decref(in);
 		refuse(m, terr.code, terr.field, terr.message);
 		return;

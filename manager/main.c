@@ -286,6 +286,10 @@ main(int argc, char **argv)
 			       (int)cfg_int(mg.cfg, CFG_DB_POOL_SIZE), "api");
 	mg.redis = redis_create(mg.base, mg.cfg, redis_state_cb, &mg);
 	redis_on_failover(mg.redis, redis_failover_cb, &mg);
+	mg.clock =
+		refclock_create(mg.base, mg.redis,
+				cfg_int(mg.cfg, CFG_WORKER_MAX_CLOCK_SKEW_MS),
+				mg.m.clock_offset, mg.m.clock_skewed);
 	mg.ingest = ingest_create(&mg);
 	if (cfg_str(mg.cfg, CFG_KAFKA_INGEST_TOPIC)[0] != '\0' &&
 	    (mg.kingest = kingest_create(&mg, err, sizeof(err))) == NULL)
@@ -357,6 +361,7 @@ main(int argc, char **argv)
 	cluster_sampler_stop(&mg);
 	topics_stop(&mg);
 	redis_destroy(mg.redis);
+	refclock_destroy(mg.clock);
 	schedule_destroy(&mg);
 	lateness_shutdown(&mg);
 	zk_destroy(mg.zk);

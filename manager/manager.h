@@ -10,6 +10,7 @@
 #include <jansson.h>
 
 #include "callback.h"
+#include "refclock.h"
 #include "task.h"
 
 struct cfg;
@@ -60,6 +61,11 @@ struct coverage;
 	  "Database connections open (of db.pool_size)")                    \
 	X(zk_up, GAUGE, "prophet_zookeeper_up",                             \
 	  "1 when the ZooKeeper session is connected")                      \
+	X(clock_offset, GAUGE, "prophet_clock_offset_seconds",              \
+	  "The reference clock (Redis TIME) minus this host's clock")       \
+	X(clock_skewed, GAUGE, "prophet_clock_skewed",                      \
+	  "1 while this host's clock is off the reference by more than "    \
+	  "worker.max_clock_skew_ms")                                       \
 	X(cluster_slots, GAUGE, "prophet_cluster_slots",                    \
 	  "Slots the cluster has (cluster.slots)")                          \
 	X(pruned_tasks, COUNTER, "prophet_pruned_tasks_total",              \
@@ -118,6 +124,7 @@ struct manager {
 	struct db_pool *db;
 	struct db_dsn *dsn; /* where db connects, read at start */
 	struct redis *redis;
+	struct refclock *clock; /* delay_ms: manager_due_now() */
 	struct zk *zk;
 	struct ingest *ingest;
 	char *index_dirty;   /* per slot: an index write was lost */
@@ -324,6 +331,15 @@ void topics_list(struct manager *mg, struct evhttp_request *req);
 void topics_start(struct manager *mg);
 void topics_stop(struct manager *mg);
 /* api.c */
+/* Now, for a due time given relative (delay_ms): the later of this
+ * host's clock and the reference (common/refclock.h), so a clock behind
+ * cannot make a delay short. */
+static inline int64_t
+manager_due_now(const struct manager *mg)
+{
+	return refclock_due_ms(mg->clock);
+}
+
 void api_register(struct manager *mg);
 /* The route table, a line a route (--print-routes). */
 void api_print_routes(FILE *out);

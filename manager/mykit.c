@@ -135,7 +135,7 @@ mykit_push(void *ctx, struct evhttp_request *req, const char *a, size_t n)
 	(void)n;
 	if ((in = api_body_json(mg, req)) == NULL)
 		return;
-	task = map_push(in, clock_now_ms(), &why);
+	task = map_push(in, manager_due_now(mg), &why);
 	json_decref(in);
 	if (task == NULL)
 		http_reply_error(req, 400, "invalid_value", NULL, "%s", why);

@@ -526,7 +526,7 @@ tasks_reschedule(struct manager *mg, struct evhttp_request *req, const char *id,
 	struct change *c;
 	size_t len;
 	char *body = http_body(req, &len);
-	int64_t now = clock_now_ms(), v;
+	int64_t now = manager_due_now(mg), v;
 
 	in = json_loadb(body, len, 0, &jerr);
 	xfree(body);

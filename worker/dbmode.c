@@ -193,7 +193,7 @@ dbclaim_slot(struct worker *w, int slot)
 	c->w = w;
 	c->slot = slot;
 	c->epoch = s->epoch;
-	c->now = clock_now_ms();
+	c->now = worker_now(w);
 	c->limit = w->claim_batch;
 	c->lease_ms = w->lease_ms;
 	snprintf(c->owner, sizeof(c->owner), "%s", w->id);
@@ -340,7 +340,7 @@ dbmode_reap_slot(struct worker *w, int slot)
 
 	r->w = w;
 	r->slot = slot;
-	r->now = clock_now_ms();
+	r->now = worker_now(w);
 	r->job.run = dbreap_run;
 	r->job.done_cb = dbreap_done_cb;
 	w->slots[slot].dbreaping = 1;

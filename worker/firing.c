@@ -95,7 +95,7 @@ firing_publish_task(struct worker *w, struct wtask *t, const struct task *pt)
 {
 	rd_kafka_resp_err_t err;
 	rd_kafka_headers_t *h;
-	int64_t now = clock_now_ms();
+	int64_t now = worker_now(w);
 	char topic[256];
 	const char *k, *key;
 	json_t *v;
@@ -624,7 +624,7 @@ static void
 recurring_next(struct worker *w, struct mark_job *mj)
 {
 	struct wtask **gone = xcalloc(mj->n + 1, sizeof(*gone));
-	int64_t now = clock_now_ms();
+	int64_t now = worker_now(w);
 	size_t ngone = 0;
 
 	for (size_t i = 0; i < mj->n; i++) {
@@ -776,7 +776,7 @@ mark_flush(struct worker *w)
 	mj->n = n;
 	mj->nslots = w->nslots;
 	snprintf(mj->owner, sizeof(mj->owner), "%s", w->id);
-	mj->now = clock_now_ms();
+	mj->now = worker_now(w);
 	for (size_t i = 0; i < n; i++) {
 		mj->tasks[i] = w->mark_head;
 		w->mark_head = w->mark_head->next;

@@ -195,6 +195,9 @@ main(int argc, char **argv)
 	w.redis = redis_create(w.base, w.cfg, redis_state_cb, &w);
 	redis_on_failover(w.redis, redis_failover_cb, &w);
 	w.redis_sub = redis_create(w.base, w.cfg, NULL, NULL);
+	w.clock = refclock_create(w.base, w.redis,
+				  cfg_int(w.cfg, CFG_WORKER_MAX_CLOCK_SKEW_MS),
+				  w.m.clock_offset, w.m.clock_skewed);
 	{
 		struct http_limits lim = {
 			.max_body = 65536,
@@ -247,6 +250,7 @@ main(int argc, char **argv)
 	scanner_redis_up(&w); /* sends and frees what is left */
 	redis_destroy(w.redis_sub);
 	redis_destroy(w.redis);
+	refclock_destroy(w.clock);
 	pause_stop(&w);
 	timerwheel_destroy(w.wheel);
 	http_server_free(w.http);

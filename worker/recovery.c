@@ -189,7 +189,7 @@ pointer_saved(int status, const char *err, void *arg)
 	}
 	rkey_marker(kmark, sizeof(kmark), rb->slot);
 	if (redis_command(rb->w->redis, marker_set_cb, rb, "SET %s %lld", kmark,
-			  (long long)clock_now_ms()) < 0)
+			  (long long)worker_now(rb->w)) < 0)
 		rebuild_fail(rb, "marker", "redis unavailable");
 }
 
@@ -330,7 +330,7 @@ rebuild_reset(struct rebuild *rb)
 	struct worker *w = rb->w;
 	struct slot_eval ev;
 
-	rb->end_ms = clock_now_ms() + w->horizon_ms;
+	rb->end_ms = worker_now(w) + w->horizon_ms;
 	rb->after_due = -1;
 	rb->after_id[0] = '\0';
 	w->slots[rb->slot].rebuild_tasks = 0;

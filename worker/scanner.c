@@ -131,7 +131,7 @@ claim_all(struct worker *w)
 void
 scanner_tick(struct worker *w)
 {
-	timerwheel_advance(w->wheel, clock_now_ms());
+	timerwheel_advance(w->wheel, worker_now(w));
 	claim_all(w);
 	metric_set(w->m.wheel_size, (double)timerwheel_count(w->wheel));
 	metric_set(w->m.held, (double)hmap_count(w->tasks));
@@ -183,7 +183,7 @@ early_cb(struct timerwheel_timer *tm, void *arg)
 static int
 claimed_early(struct worker *w, struct wtask *t, const struct task *pt)
 {
-	if (pt->due_at <= clock_now_ms())
+	if (pt->due_at <= worker_now(w))
 		return 0;
 	t->state = WT_EARLY;
 	t->early = xmemdup(pt, sizeof(*pt));
@@ -297,12 +297,21 @@ claim_slot(struct worker *w, int slot)
 	struct wslot *s = &w->slots[slot];
 	struct slot_eval ev;
 	struct slot_call *c;
-	int64_t now = clock_now_ms();
+	int64_t now = worker_now(w);
 	size_t n;
 
 	if (!coord_may_claim(w, slot) || w->stopping || !redis_up(w->redis) ||
 	    !pause_ready(w))
 		return;
+	/* Not before the reference clock is known (its first sample comes
+	 * within a Redis round trip). */
+	if (!refclock_known(w->clock)) {
+		struct timeval tv = {0, 50000};
+
+		if (!evtimer_pending(w->claim_retry_ev, NULL))
+			evtimer_add(w->claim_retry_ev, &tv);
+		return;
+	}
 	/* Back-pressure: leave tasks due in Redis while Kafka is full or
 	 * unreachable (there, a task's ttl_ms can still expire it; in the
 	 * producer's queue it would wait forever). */
@@ -366,7 +375,7 @@ scan_reply_cb(struct redis *r, redisReply *reply, void *arg)
 	}
 	if (s->rescan) {
 		s->rescan = 0;
-		scan_slot(w, c->slot, clock_now_ms());
+		scan_slot(w, c->slot, worker_now(w));
 	}
 	for (size_t i = 0; i + 1 < reply->elements; i += 2) {
 		const char *id = reply->element[i]->str;
@@ -533,7 +542,7 @@ reap_done_cb(struct db_job *job, int status, const char *err)
 	struct slot_eval req, fin;
 	struct slot_call *c = slot_call_new(w, r->slot);
 
-	int64_t now = clock_now_ms();
+	int64_t now = worker_now(w);
 
 	slot_eval_init(&req, SCRIPT_REQUEUE, r->slot, "di");
 	redis_args_addint(&req.a, now);
@@ -583,7 +592,7 @@ reap_reply_cb(struct redis *r, redisReply *reply, void *arg)
 	char kinf[RKEY_MAX];
 	struct redis_args ext;
 	struct reap_job *rj;
-	int64_t now = clock_now_ms();
+	int64_t now = worker_now(w);
 
 	if (reply != NULL && reply->type == REDIS_REPLY_ARRAY &&
 	    reply->elements == 0)
@@ -1050,11 +1059,11 @@ move_reply_cb(struct redis *r, redisReply *reply, void *arg)
 	first = reply->element[3]->integer;
 	metric_add(w->m.bucket_moved, (double)moved);
 	metric_add(w->m.bucket_dropped, (double)dropped);
-	if (moved > 0 && first < clock_now_ms() + w->lookahead_ms)
+	if (moved > 0 && first < worker_now(w) + w->lookahead_ms)
 		scanner_wake(w, c->slot);
 	slot_call_free(c);
 	if (more)
-		move_slot(w, c->slot, clock_now_ms());
+		move_slot(w, c->slot, worker_now(w));
 }
 
 /* Moves the slot's buckets that start within task.bucket_near_ms into
@@ -1082,7 +1091,7 @@ static void
 scan_cb(evutil_socket_t fd, short what, void *arg)
 {
 	struct worker *w = arg;
-	int64_t now = clock_now_ms(), mono = clock_mono_ms();
+	int64_t now = worker_now(w), mono = clock_mono_ms();
 
 	if (w->stopping || !redis_up(w->redis))
 		return;
@@ -1132,7 +1141,7 @@ wake_cb(struct redis *r, redisReply *msg, void *arg)
 	if (w->slots[slot].scanning)
 		w->slots[slot].rescan = 1;
 	else
-		scan_slot(w, (int)slot, clock_now_ms());
+		scan_slot(w, (int)slot, worker_now(w));
 }
 
 void
@@ -1145,7 +1154,7 @@ scanner_wake(struct worker *w, int slot)
 	if (s->scanning)
 		s->rescan = 1;
 	else
-		scan_slot(w, slot, clock_now_ms());
+		scan_slot(w, slot, worker_now(w));
 }
 
 void
@@ -1157,7 +1166,7 @@ scanner_start(struct worker *w)
 	struct timeval tv = {(time_t)(ms / 1000),
 			     (suseconds_t)(ms % 1000) * 1000};
 
-	w->wheel = timerwheel_create(clock_now_ms());
+	w->wheel = timerwheel_create(worker_now(w));
 	w->scan_ev = event_new(w->base, -1, EV_PERSIST, scan_cb, w);
 	w->tick_ev = evtimer_new(w->base, tick_cb, w);
 	w->claim_retry_ev = evtimer_new(w->base, claim_retry_cb, w);

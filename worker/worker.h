@@ -7,6 +7,7 @@
 #include <event2/http.h>
 
 #include "kafka.h"
+#include "refclock.h"
 #include "task.h"
 #include "timerwheel.h"
 
@@ -104,7 +105,12 @@ struct hmap;
 	X(pause_released, COUNTER, "prophet_pause_released_total",             \
 	  "Held tasks of resumed topics moved back to due")                    \
 	X(paused_topics, GAUGE, "prophet_paused_topics",                       \
-	  "Topics this worker holds as paused")
+	  "Topics this worker holds as paused")                                \
+	X(clock_offset, GAUGE, "prophet_clock_offset_seconds",                 \
+	  "The reference clock (Redis TIME) minus this host's clock")          \
+	X(clock_skewed, GAUGE, "prophet_clock_skewed",                         \
+	  "1 while this host's clock is off the reference by more than "       \
+	  "worker.max_clock_skew_ms")
 
 struct worker_metrics {
 #define WM_FIELD(f, t, n, h) struct metric *f;
@@ -204,6 +210,7 @@ struct worker {
 	struct db_pool *db;
 	struct db_dsn *dsn; /* where db connects, read at start */
 	struct redis *redis;
+	struct refclock *clock;	 /* due decisions: worker_now() */
 	struct redis *redis_sub; /* wake-ups from the manager */
 	struct zk *zk;
 	struct kafka_producer *kafka;
@@ -269,6 +276,15 @@ struct worker {
 /* scanner.c: look-ahead scan, timing wheel, claims, lease reaper, loader */
 void scanner_start(struct worker *w);
 void scanner_stop(struct worker *w);
+/* Now, for every due decision: the earlier of this host's clock and the
+ * reference (common/refclock.h), so a clock jumped forwards cannot fire
+ * anything early. */
+static inline int64_t
+worker_now(const struct worker *w)
+{
+	return refclock_fire_ms(w->clock);
+}
+
 void scanner_tick(struct worker *w);
 /* Forgets a held task (frees it). */
 void wtask_release(struct worker *w, struct wtask *t);

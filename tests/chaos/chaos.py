@@ -9,8 +9,8 @@ It runs, on private servers it may restart (tests/integ/servers.py), a
 cluster of 3 workers and 2 managers: ZooKeeper, Redis (no persistence:
 restarts come back EMPTY), MariaDB and a one-node Kafka. Worker w3 reaches
 ZooKeeper through a TCP proxy of the runner (the "network cut"); worker w2
-runs under libfaketime (the "clock jump": its wall clock goes back, its
-monotonic clock is not faked). A stream of one-shot tasks (due 0.3-4 s
+runs under libfaketime (the "clock jump": its wall clock goes back or
+forwards, its monotonic clock is not faked). A stream of one-shot tasks (due 0.3-4 s
 ahead; ~8 % due later and cancelled through the API after a moment) is
 load-balanced over the two managers (the other one takes over on a
 connection error). A Kafka reader follows the output all along.
@@ -28,7 +28,8 @@ even past --duration when its faults take longer):
   kafka_restart  Kafka stopped and restarted (log kept)
   db_restart     MariaDB stopped 2-6 s and restarted (submissions get 503)
   zk_cut         w3's connection to ZooKeeper blackholed 2-12 s, then healed
-  clock_jump     w2's wall clock set back 5-30 s for 8-15 s, then restored
+  clock_jump     w2's wall clock set 5-30 s back or forwards for 8-15 s,
+                 then restored
   notifier_kill  kill -9 of the notifier (only with --notifier, see below)
 
 The ledger (after healing everything and waiting for the last due task):
@@ -695,12 +696,15 @@ class Run:
             time.sleep(secs)
             self.proxy.heal()
         elif kind == "clock_jump":
-            back = r.randint(5, 30)
+            # Either way: a jump forwards must not fire anything early
+            # (the reference clock, common/refclock.h), one back only
+            # delays that worker's tasks.
+            by = r.randint(5, 30) * r.choice((-1, 1))
             secs = r.uniform(8, 15)
             f["victim"] = self.c.workers[1].wid
-            f["note"] = "wall clock -%ds for %.1fs" % (back, secs)
+            f["note"] = "wall clock %+ds for %.1fs" % (by, secs)
             with open(self.clock_file, "w") as fh:
-                fh.write("-%d\n" % back)
+                fh.write("%+d\n" % by)
             time.sleep(secs)
             with open(self.clock_file, "w") as fh:
                 fh.write("+0\n")

@@ -89,6 +89,14 @@ FAKETIME_LIB = "/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1"
 ALL_FAULTS = ["worker_kill", "master_kill", "worker_stop", "master_stop",
               "manager_kill", "zk_restart", "redis_restart", "kafka_restart",
               "db_restart", "zk_cut", "clock_jump"]
+# --ha: on the replicated dev cluster (scripts/devcluster up --ha) the
+# single-server restarts give way to the faults of replicated servers.
+HA_FAULTS = ["worker_kill", "master_kill", "worker_stop", "master_stop",
+             "manager_kill", "db_restart", "zk_cut", "clock_jump",
+             "manager_clock_jump", "zk_leader_kill", "zk_follower_kill",
+             "kafka_leader_kill", "kafka_broker_stop", "kafka_two_down",
+             "redis_failover", "redis_primary_kill"]
+HA_SESSION_MS = 10000  # the --ha cluster's own prophet.conf value
 
 
 def log(msg):
@@ -219,6 +227,69 @@ class ZKProxy:
 
 
 # ---------------------------------------------------------------- stream ---
+
+class IngestStream:
+    """--ha: tasks through the managers' Kafka ingest topic as well (both
+    managers in its consumer group), `rate`/s in batches every 0.5 s, each
+    produced with kcat (acks=all). A batch kcat confirms (exit 0) is
+    accepted; one it does not may or may not be there, as an unanswered
+    POST (the ledger looks those up in the DB). Recorded in the stream's
+    own tables, so the ledger treats both alike."""
+
+    def __init__(self, run, stream, topic, rate):
+        self.run, self.st, self.topic, self.rate = run, stream, topic, rate
+        self.stopping = False
+        self.sent = 0
+        self.th = None
+
+    def start(self):
+        self.th = threading.Thread(target=self._loop, daemon=True)
+        self.th.start()
+        return self
+
+    def _loop(self):
+        rng = random.Random(self.run.seed * 7919)
+        n, t = 0, time.monotonic()
+        while not self.stopping:
+            k = max(1, int(self.rate / 2))
+            batch, ids = [], {}
+            now = h.now_ms()
+            for _ in range(k):
+                tid = "i%d-%07d" % (self.run.seed, n)
+                n += 1
+                due = now + rng.randint(1000, 4000)
+                batch.append(json.dumps({"id": tid, "topic": TOPIC,
+                                         "body": "ingest " + tid,
+                                         "due_at": due}))
+                ids[tid] = due
+            with self.st.lock:
+                self.st.submitted += len(ids)
+            try:
+                p = subprocess.run(
+                    ["kcat", "-P", "-b", self.run.c.brokers, "-t",
+                     self.topic, "-X", "message.timeout.ms=30000"],
+                    input="\n".join(batch) + "\n", text=True,
+                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                    timeout=60)
+                ok = p.returncode == 0
+            except subprocess.TimeoutExpired:
+                ok = False
+            with self.st.lock:
+                if ok:
+                    self.st.accepted.update(ids)
+                else:
+                    self.st.unknown.update(ids)
+            self.sent += len(ids)
+            t += 0.5
+            d = t - time.monotonic()
+            if d > 0:
+                time.sleep(d)
+
+    def stop(self):
+        self.stopping = True
+        if self.th is not None:
+            self.th.join(timeout=90)
+
 
 class Stream:
     """Submits one-shot tasks at `rate`/s over the managers (round-robin;
@@ -474,6 +545,159 @@ class CallbackSink:
         self.srv.shutdown()
 
 
+class ZKHosts:
+    """The ensemble's connect string, where the runner wants .hosts."""
+
+    def __init__(self, hosts):
+        self.hosts = hosts
+
+
+class ZKProxies:
+    """One ZKProxy per server of an ensemble, cut and healed together:
+    the worker behind them is cut from the whole quorum."""
+
+    def __init__(self, ports):
+        self.proxies = [ZKProxy(p) for p in ports]
+        self.hosts = ",".join(x.hosts for x in self.proxies)
+
+    def cut(self):
+        for x in self.proxies:
+            x.cut()
+
+    def heal(self):
+        for x in self.proxies:
+            x.heal()
+
+    def close(self):
+        for x in self.proxies:
+            x.close()
+
+
+class HAServers:
+    """The replicated dev cluster's processes (scripts/devcluster up --ha,
+    by their pid files): killed or stopped here, brought back by `up`,
+    which starts whatever is not running and waits until it serves."""
+
+    def __init__(self, env):
+        self.run = h.HA_RUN_DIR
+        self.env = env
+        self.zk_ports = [int(x.rsplit(":", 1)[1])
+                         for x in env["PROPHET_ZK"].split(",")]
+        self.brokers = env["PROPHET_KAFKA_BROKERS"]
+
+    def pid(self, name):
+        try:
+            with open(os.path.join(self.run, name + ".pid")) as f:
+                return int(f.read().strip())
+        except (OSError, ValueError):
+            return None
+
+    def alive(self, name):
+        pid = self.pid(name)
+        if pid is None:
+            return False
+        try:
+            os.kill(pid, 0)
+            return True
+        except OSError:
+            return False
+
+    def kill(self, name, sig=signal.SIGKILL, wait_s=30):
+        pid = self.pid(name)
+        if pid is None:
+            raise h.TestFailure("%s: no pid file in %s" % (name, self.run))
+        os.kill(pid, sig)
+        deadline = time.monotonic() + wait_s
+        while self.alive(name) and time.monotonic() < deadline:
+            time.sleep(0.1)
+
+    def signal(self, name, sig):
+        pid = self.pid(name)
+        if pid is not None:
+            os.kill(pid, sig)
+
+    def up(self):
+        p = h.ha_devcluster()
+        if p.returncode != 0:
+            log("devcluster up --ha failed:\n" + p.stdout[-2000:])
+            raise h.TestFailure("scripts/devcluster up --ha failed")
+
+    def zk_mode(self, i):
+        for _ in range(3):
+            try:
+                with socket.create_connection(("127.0.0.1",
+                                               self.zk_ports[i - 1]), 2) as c:
+                    c.sendall(b"srvr")
+                    data = b""
+                    while True:
+                        b = c.recv(4096)
+                        if not b:
+                            break
+                        data += b
+                m = re.search(rb"Mode: (\w+)", data)
+                if m:
+                    return m.group(1).decode()
+            except OSError:
+                pass
+        return None
+
+    def zk_pick(self, leader):
+        modes = {i: self.zk_mode(i) for i in (1, 2, 3)}
+        want = "leader" if leader else "follower"
+        cands = [i for i, m in modes.items() if m == want]
+        return ("zookeeper%d" % cands[0]) if cands else None, modes
+
+    def kafka_leader(self, topic, partition):
+        p = subprocess.run(["kcat", "-L", "-b", self.brokers, "-t", topic,
+                            "-J"], stdout=subprocess.PIPE,
+                           stderr=subprocess.DEVNULL, timeout=30)
+        try:
+            md = json.loads(p.stdout)
+            for t in md.get("topics", []):
+                for pa in t.get("partitions", []):
+                    if pa.get("partition") == partition:
+                        return pa.get("leader")
+        except ValueError:
+            pass
+        return None
+
+    def redis_primary_port(self):
+        return h.sentinel_primary(self.env["PROPHET_REDIS_SENTINELS"],
+                                  self.env["PROPHET_REDIS_MASTER_NAME"])[1]
+
+    def redis_name(self, port):
+        # devcluster: redis starts as the primary (its port), the
+        # replica on the next port
+        base = int(self.env["PROPHET_REDIS_URL"].rsplit(":", 1)[1]
+                   .split("/")[0])
+        return "redis" if port == base else "redis-replica"
+
+    def sentinel_cmd(self, *args):
+        last = None
+        for hp in self.env["PROPHET_REDIS_SENTINELS"].split(","):
+            host, port = hp.rsplit(":", 1)
+            try:
+                r = h.Redis(host, int(port), timeout=5)
+                try:
+                    return r.cmd(*args)
+                finally:
+                    r.close()
+            except (OSError, h.TestFailure) as e:
+                last = e
+        raise h.TestFailure("no Sentinel answered %s: %r" % (args, last))
+
+    def wait_primary_change(self, old, timeout=30):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                if self.redis_primary_port() != old:
+                    return True
+            except h.TestFailure:
+                pass
+            time.sleep(0.2)
+        return False
+
+
 # ------------------------------------------------------------------ run ---
 
 class Run:
@@ -491,9 +715,18 @@ class Run:
         self.notifier = None
         self.sink = None
         self.failed = True
+        self.ha = args.ha
+        self.hasrv = None
+        self.manager_clock_file = None
+        if self.ha:
+            global SESSION_MS, RECOVERY_MS
+            SESSION_MS = HA_SESSION_MS
+            RECOVERY_MS = SESSION_MS + LEASE_MS + 5000
 
     # -- setup -------------------------------------------------------------
     def setup(self):
+        if self.ha:
+            return self.setup_ha()
         log("starting private ZooKeeper, Redis, MariaDB, Kafka")
         self.zk = h.PrivateZooKeeper(name="chaos-zookeeper")
         rd, db, kf = s.PrivateRedis(), s.PrivateMariaDB(), s.PrivateKafka()
@@ -515,9 +748,41 @@ class Run:
         self.c = s.Cluster(workers=0, name="chaos", redis=rd, db=db,
                            kafka=kf, zk_hosts=self.zk.hosts,
                            conf=conf).open()
-        c = self.c
         self.proxy = ZKProxy(self.zk.port)
+        self.daemons()
+
+    def setup_ha(self):
+        """--ha: the replicated dev cluster's servers (started or adopted
+        by scripts/devcluster up --ha); its session timeout (10 s) lets a
+        ZooKeeper election pass without fencing."""
+        log("replicated servers: scripts/devcluster up --ha")
+        env = h.ensure_ha_cluster()
+        self.hasrv = HAServers(env)
+        conf = {"zookeeper.session_timeout_ms": HA_SESSION_MS,
+                "worker.lease_ms": LEASE_MS,
+                # both managers consume it (IngestStream); made by them
+                "kafka.ingest_topic": "chaos-ha-ingest.%d.%d" % (
+                    self.seed, os.getpid())}
+        if self.args.retention:
+            conf.update({"task.retention": self.args.retention,
+                         "task.prune_interval": "1s",
+                         "task.prune_chunk": 50,
+                         "task.archive_topic": ARCHIVE})
+        self.c = h.Cluster(workers=0, name="chaos-ha", ha=True,
+                           conf=conf).open()
+        self.zk = ZKHosts(env["PROPHET_ZK"])
+        self.proxy = ZKProxies(self.hasrv.zk_ports)
+        self.daemons()
+
+    def daemons(self):
+        """3 workers (w2 under libfaketime, w3 behind the ZooKeeper
+        proxy), 2 managers (the second under libfaketime too), the
+        notifier if asked for, the task topics and the reader."""
+        c = self.c
         self.clock_file = os.path.join(c.dir, "faketime")
+        self.manager_clock_file = os.path.join(c.dir, "faketime-manager2")
+        with open(self.manager_clock_file, "w") as f:
+            f.write("+0\n")
         with open(self.clock_file, "w") as f:
             f.write("+0\n")
         for i in range(1, 4):
@@ -542,7 +807,12 @@ class Run:
         self.manager2 = EnvProc("manager2", [
             h.MANAGER_BIN, "-c", c.conf_path,
             "--set", "http.listen=127.0.0.1:%d" % port2],
-            os.path.join(c.dir, "manager2.log"))
+            os.path.join(c.dir, "manager2.log"),
+            {"LD_PRELOAD": FAKETIME_LIB,
+             "FAKETIME_TIMESTAMP_FILE": self.manager_clock_file,
+             "FAKETIME_CACHE_DURATION": "1",
+             "FAKETIME_DONT_FAKE_MONOTONIC": "1"}
+            if self.ha else None)
         self.manager2.addr = "127.0.0.1:%d" % port2
         c.manager.addr = c.manager_addr
         self.managers = [c.manager, self.manager2]
@@ -558,7 +828,7 @@ class Run:
             # Its topics exist before it subscribes; a killed member's
             # partitions move after 6 s (librdkafka's default is 45 s).
             topics += ["prophet.callback-retry", "prophet.callback-dead"]
-            h.create_topics(c.brokers, [c.topic(t) for t in topics])
+            self.make_topics([c.topic(t) for t in topics])
             nport = h.free_port()
             self.notifier = EnvProc("notifier", [
                 self.args.notifier, "-c", c.conf_path,
@@ -577,10 +847,17 @@ class Run:
             self.sink = CallbackSink()
         if self.args.retention:
             topics.append(ARCHIVE)
-        h.create_topics(c.brokers, [c.topic(t) for t in topics])
+        self.make_topics([c.topic(t) for t in topics])
         self.reader = c.reader([TOPIC])
         log("cluster up: 3 workers, 2 managers (%s), logs in %s"
             % (", ".join(self.manager_addrs), c.dir))
+
+    def make_topics(self, topics):
+        if self.ha:
+            # no auto-creation there: replication 3, min.insync 2
+            h.kafka_admin_topics(self.c.brokers, topics)
+        else:
+            h.create_topics(self.c.brokers, topics)
 
     def start_manager(self, m, wait=True):
         m.start()
@@ -620,13 +897,18 @@ class Run:
             w.signal(signal.SIGCONT)
             self.paused.discard(w)
         self.proxy.heal()
-        with open(self.clock_file, "w") as f:
-            f.write("+0\n")
-        if not self.zk.proc.running():
-            self.zk.start()
-        for name, srv in self.servers.items():
-            if not srv.running():
-                srv.start()
+        for path in (self.clock_file, self.manager_clock_file):
+            if path:
+                with open(path, "w") as f:
+                    f.write("+0\n")
+        if self.ha:
+            self.hasrv.up()
+        else:
+            if not self.zk.proc.running():
+                self.zk.start()
+            for name, srv in self.servers.items():
+                if not srv.running():
+                    srv.start()
         for m in self.managers:
             if not m.running():
                 self.start_manager(m, wait=False)
@@ -685,9 +967,14 @@ class Run:
         elif kind == "db_restart":
             secs = r.uniform(2, 6)
             f["note"] = "down %.1fs" % secs
-            self.servers["db"].stop()
-            time.sleep(secs)
-            self.servers["db"].start()
+            if self.ha:
+                self.hasrv.kill("mariadb", signal.SIGTERM, wait_s=60)
+                time.sleep(secs)
+                self.hasrv.up()
+            else:
+                self.servers["db"].stop()
+                time.sleep(secs)
+                self.servers["db"].start()
         elif kind == "zk_cut":
             secs = r.uniform(2, 12)
             f["victim"] = self.c.workers[2].wid
@@ -708,6 +995,97 @@ class Run:
             time.sleep(secs)
             with open(self.clock_file, "w") as fh:
                 fh.write("+0\n")
+        elif kind == "manager_clock_jump":
+            by = r.randint(5, 30) * r.choice((-1, 1))
+            secs = r.uniform(8, 15)
+            f["victim"] = "manager2"
+            f["note"] = "wall clock %+ds for %.1fs" % (by, secs)
+            with open(self.manager_clock_file, "w") as fh:
+                fh.write("%+d\n" % by)
+            time.sleep(secs)
+            with open(self.manager_clock_file, "w") as fh:
+                fh.write("+0\n")
+        elif kind in ("zk_leader_kill", "zk_follower_kill"):
+            name, modes = self.hasrv.zk_pick(kind == "zk_leader_kill")
+            if name is None:
+                f["note"] = "no %s found (modes %s)" % (
+                    kind.split("_")[1], modes)
+            else:
+                f["victim"] = name
+                self.hasrv.kill(name)
+                down = r.uniform(2, 5)
+                time.sleep(down)
+                t = time.monotonic()
+                self.hasrv.up()
+                f["note"] = "down %.1fs, back in %.1fs" % (
+                    down, time.monotonic() - t)
+        elif kind == "kafka_leader_kill":
+            part = r.randrange(4)
+            leader = self.hasrv.kafka_leader(self.c.topic(TOPIC), part)
+            if leader is None:
+                f["note"] = "no leader found for partition %d" % part
+            else:
+                name = "kafka%d" % leader
+                f["victim"] = name
+                self.hasrv.kill(name)
+                down = r.uniform(2, 5)
+                time.sleep(down)
+                t = time.monotonic()
+                self.hasrv.up()
+                f["note"] = "leader of partition %d, down %.1fs, back in " \
+                    "%.1fs" % (part, down, time.monotonic() - t)
+        elif kind == "kafka_broker_stop":
+            name = "kafka%d" % r.randint(1, 3)
+            f["victim"] = name
+            self.hasrv.kill(name, signal.SIGTERM, wait_s=60)
+            time.sleep(60)
+            t = time.monotonic()
+            self.hasrv.up()
+            f["note"] = "stopped 60s, back in %.1fs" % (time.monotonic() - t)
+        elif kind == "kafka_two_down":
+            # Two of the three brokers (each also a controller) killed:
+            # fewer in-sync replicas than min.insync.replicas and no
+            # controller quorum. Publishing must wait (the idempotent
+            # producer retries), nothing is dropped.
+            names = ["kafka%d" % i for i in sorted(r.sample((1, 2, 3), 2))]
+            f["victim"] = ",".join(names)
+            for n in names:
+                self.hasrv.kill(n)
+            down = r.uniform(10, 20)
+            time.sleep(down)
+            t = time.monotonic()
+            self.hasrv.up()
+            f["note"] = "down %.1fs, back in %.1fs" % (
+                down, time.monotonic() - t)
+        elif kind == "redis_failover":
+            old = self.hasrv.redis_primary_port()
+            f["victim"] = self.hasrv.redis_name(old)
+            t = time.monotonic()
+            self.hasrv.sentinel_cmd("SENTINEL", "FAILOVER",
+                                    self.c.env["PROPHET_REDIS_MASTER_NAME"])
+            ok = self.hasrv.wait_primary_change(old)
+            f["note"] = "SENTINEL FAILOVER: %s in %.1fs" % (
+                "new primary" if ok else "NO new primary",
+                time.monotonic() - t)
+        elif kind == "redis_primary_kill":
+            # The replica stops for 1-3 s (it misses the writes of that
+            # time), then the primary is killed: the Sentinels promote the
+            # lagging replica, the daemons must reconcile their index.
+            old = self.hasrv.redis_primary_port()
+            prim = self.hasrv.redis_name(old)
+            repl = "redis-replica" if prim == "redis" else "redis"
+            f["victim"] = prim
+            lag = r.uniform(1, 3)
+            self.hasrv.signal(repl, signal.SIGSTOP)
+            time.sleep(lag)
+            self.hasrv.kill(prim)
+            self.hasrv.signal(repl, signal.SIGCONT)
+            t = time.monotonic()
+            ok = self.hasrv.wait_primary_change(old)
+            f["note"] = "replica %.1fs behind; %s in %.1fs" % (
+                lag, "promoted" if ok else "NOT promoted",
+                time.monotonic() - t)
+            self.hasrv.up()
         elif kind == "notifier_kill":
             f["victim"] = "notifier"
             self.notifier.kill()
@@ -749,12 +1127,21 @@ class Run:
         self.stream = Stream(self, args.rate, callback_fraction=(
             args.callback_fraction), callback_url=(
             self.sink.url if self.sink else None)).start()
-        log("stream: %d tasks/s for %.0fs, seed %d, faults %s"
-            % (args.rate, args.duration, self.seed, ",".join(args.faults)))
+        self.ingest = None
+        if self.ha:
+            self.ingest = IngestStream(
+                self, self.stream, self.c.extra_conf["kafka.ingest_topic"],
+                max(1, args.rate // 10)).start()
+        log("stream: %d tasks/s%s for %.0fs, seed %d, faults %s"
+            % (args.rate, " (+%d/s by Kafka ingest)" % self.ingest.rate
+               if self.ingest else "", args.duration, self.seed,
+               ",".join(args.faults)))
         try:
             self.schedule(args.duration)
         finally:
             self.stream.stop()
+            if self.ingest is not None:
+                self.ingest.stop()
             self.heal()
         log("stream stopped: %d submitted, %d accepted; settling"
             % (self.stream.submitted, len(self.stream.accepted)))
@@ -775,8 +1162,13 @@ class Run:
             self.c.close(failed=failed)
         for srv in self.servers.values():
             srv.close(failed=failed)
-        if self.zk is not None:
+        if self.zk is not None and not self.ha:
             self.zk.close(failed=failed)
+        if self.ha and self.hasrv is not None:
+            # the shared servers stay up, healed, for the next user
+            for name in ("redis", "redis-replica"):
+                self.hasrv.signal(name, signal.SIGCONT)
+            self.hasrv.up()
 
 
 # --------------------------------------------------------------- ledger ---
@@ -975,6 +1367,54 @@ class Ledger:
             if due and r and not self.in_fault(due):
                 lat.append(min(r) - due)
                 late.append((min(r) - due, tid, due))
+        # Per fault kind: lateness of the tasks due inside its windows
+        # (the fault and its recovery time), and the time to recover: from
+        # the fault's start to the last receive more than 1 s late among
+        # the tasks due in its window (0 when none was).
+        # A task due in the windows of two faults counts for neither kind
+        # (only for the lateness inside faults); a fault whose whole window
+        # is shared has no recovery figure. Quiet gaps longer than the
+        # recovery time (--gap) keep the windows apart.
+        by_kind, lat_in = {}, []
+        due_list = sorted((accepted[i], i) for i in expected
+                          if accepted.get(i) and recv.get(i))
+        wins = [(f["start"], f["end"] + RECOVERY_MS) for f in run.faults]
+        for fi, f in enumerate(run.faults):
+            lo, hi = wins[fi]
+            k = by_kind.setdefault(f["kind"], {"faults": 0, "lat": [],
+                                               "recovery": [], "shared": 0})
+            k["faults"] += 1
+            rec, own = 0, 0
+            for due, tid in due_list:
+                if due < lo:
+                    continue
+                if due > hi:
+                    break
+                lt = min(recv[tid]) - due
+                lat_in.append(lt)
+                if any(a <= due <= b for j, (a, b) in enumerate(wins)
+                       if j != fi):
+                    k["shared"] += 1
+                    continue
+                own += 1
+                k["lat"].append(lt)
+                if lt > 1000:
+                    rec = max(rec, min(recv[tid]) - f["start"])
+            if own:
+                k["recovery"].append(rec)
+        lat_in = [min(recv[t]) - d for d, t in due_list
+                  if any(a <= d <= b for a, b in wins)]
+        by_fault_kind = {}
+        for kind, k in sorted(by_kind.items()):
+            by_fault_kind[kind] = {
+                "faults": k["faults"], "tasks_due_inside": len(k["lat"]),
+                "tasks_shared_with_another_fault": k["shared"],
+                "late_p50_ms": pct(k["lat"], 50),
+                "late_p99_ms": pct(k["lat"], 99),
+                "late_max_ms": max(k["lat"]) if k["lat"] else None,
+                "recovery_ms_median": pct(k["recovery"], 50),
+                "recovery_ms_max": max(k["recovery"]) if k["recovery"]
+                else None}
         # DB: every expected task delivered, cancelled ones cancelled
         # (a pruned one by its archive record).
         deadline = time.monotonic() + 60
@@ -1032,6 +1472,11 @@ class Ledger:
                 "n": len(lat_all), "p50": pct(lat_all, 50),
                 "p99": pct(lat_all, 99),
                 "max": max(lat_all) if lat_all else None},
+            "lateness_inside_faults_ms": {
+                "n": len(lat_in), "p50": pct(lat_in, 50),
+                "p99": pct(lat_in, 99),
+                "max": max(lat_in) if lat_in else None},
+            "by_fault_kind": by_fault_kind,
             "lateness_outside_faults_ms": {
                 "n": len(lat), "p50": pct(lat, 50), "p90": pct(lat, 90),
                 "p99": pct(lat, 99), "max": max(lat) if lat else None,
@@ -1156,9 +1601,20 @@ def print_table(rep):
     lt = rep["lateness_outside_faults_ms"]
     row("lateness outside faults (ms)", "n=%d p50=%s p90=%s p99=%s max=%s"
         % (lt["n"], lt["p50"], lt["p90"], lt["p99"], lt["max"]))
+    li = rep["lateness_inside_faults_ms"]
+    row("lateness inside faults (ms)", "n=%d p50=%s p99=%s max=%s"
+        % (li["n"], li["p50"], li["p99"], li["max"]))
     la = rep["lateness_all_ms"]
     row("lateness, all tasks (ms)", "n=%d p50=%s p99=%s max=%s"
         % (la["n"], la["p50"], la["p99"], la["max"]))
+    print("  per fault kind: faults, tasks due inside (its own window "
+          "only / shared), late p50/p99/max ms, recovery median/max ms")
+    for k, v in sorted(rep["by_fault_kind"].items()):
+        print("    %-20s %3d %6d/%-6d %6s %6s %6s   %6s %6s" % (
+            k, v["faults"], v["tasks_due_inside"],
+            v["tasks_shared_with_another_fault"], v["late_p50_ms"],
+            v["late_p99_ms"], v["late_max_ms"], v["recovery_ms_median"],
+            v["recovery_ms_max"]))
     o = rep["ownership"]
     row("ownership samples (zk / workers)", "%d / %d (%d slot-epochs)"
         % (o["zookeeper_samples"], o["worker_samples"],
@@ -1196,6 +1652,9 @@ def parse_args(argv):
     ap.add_argument("--gap", default="3,8",
                     help="quiet seconds between faults: min,max")
     ap.add_argument("--json", help="write the ledger here as JSON")
+    ap.add_argument("--ha", action="store_true",
+                    help="on the replicated dev cluster (scripts/devcluster "
+                    "up --ha) with its faults: " + ",".join(HA_FAULTS))
     ap.add_argument("--notifier",
                     default=os.environ.get("PROPHET_NOTIFIER_BIN"),
                     help="prophet-notifier binary (NOTIFIER HOOK)")
@@ -1206,8 +1665,11 @@ def parse_args(argv):
                     "pruner archiving every task it deletes; the ledger "
                     "takes a row gone from its archive record")
     a = ap.parse_args(argv)
+    if a.ha and a.faults == ",".join(ALL_FAULTS):
+        a.faults = ",".join(HA_FAULTS)
     a.faults = [f for f in a.faults.split(",") if f]
-    bad = [f for f in a.faults if f not in ALL_FAULTS + ["notifier_kill"]]
+    bad = [f for f in a.faults if f not in
+           (HA_FAULTS if a.ha else ALL_FAULTS) + ["notifier_kill"]]
     if bad:
         ap.error("unknown fault kind(s): %s" % ", ".join(bad))
     if "notifier_kill" in a.faults and not a.notifier:

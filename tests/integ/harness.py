@@ -127,8 +127,11 @@ def percentile(values, p):
 
 _ENV = None
 _SECURE_ENV = None
+_HA_ENV = None
 SECURE_RUN_DIR = os.environ.get("PROPHET_SECURE_RUN_DIR") or \
     os.path.join(REPO, "run-secure")
+HA_RUN_DIR = os.environ.get("PROPHET_HA_RUN_DIR") or \
+    os.path.join(REPO, "run-ha")
 
 
 def read_secret(path):
@@ -192,6 +195,82 @@ def ensure_secure_cluster():
             raise TestFailure("secure devcluster.env lacks %s" % k)
     _SECURE_ENV = env
     return env
+
+
+def ha_devcluster(args=("up", "--ha")):
+    """scripts/devcluster on the replicated dev cluster's run dir (up
+    starts whatever of it is not running and waits until it is ready)."""
+    return _devcluster(list(args),
+                       env=dict(os.environ, PROPHET_RUN_DIR=HA_RUN_DIR))
+
+
+def ensure_ha_cluster():
+    """Starts (or adopts) the replicated dev cluster (scripts/devcluster
+    up --ha: 3 ZooKeeper servers, 3 Kafka brokers, Redis primary, replica
+    and 3 Sentinels, MariaDB) and returns its env as a dict."""
+    global _HA_ENV
+    p = ha_devcluster()
+    if p.returncode != 0:
+        log(p.stdout)
+        raise TestFailure("scripts/devcluster up --ha failed (exit %d)"
+                          % p.returncode)
+    if _HA_ENV is None:
+        env = _read_env(HA_RUN_DIR)
+        for k in ("PROPHET_ZK", "PROPHET_REDIS_SENTINELS",
+                  "PROPHET_REDIS_MASTER_NAME", "PROPHET_DB_URL",
+                  "PROPHET_KAFKA_BROKERS"):
+            if not env.get(k):
+                raise TestFailure("--ha devcluster.env lacks %s" % k)
+        _HA_ENV = env
+    return _HA_ENV
+
+
+def sentinel_primary(sentinels, name, timeout=30):
+    """(host, port) of the primary the first answering Sentinel names."""
+    deadline = time.monotonic() + timeout
+    last = None
+    while True:
+        for hp in sentinels.split(","):
+            host, port = hp.rsplit(":", 1)
+            try:
+                r = Redis(host, int(port), timeout=2)
+                try:
+                    a = r.cmd("SENTINEL", "get-master-addr-by-name", name)
+                finally:
+                    r.close()
+                if a:
+                    return a[0].decode(), int(a[1])
+            except (OSError, TestFailure) as e:
+                last = e
+        if time.monotonic() > deadline:
+            raise TestFailure("no Sentinel of %s names a primary for %s "
+                              "(last: %r)" % (sentinels, name, last))
+        time.sleep(0.5)
+
+
+def kafka_admin_topics(brokers, topics, partitions=4, replication=3,
+                       min_insync=2):
+    """Creates topics with Kafka's own TopicCommand (for brokers without
+    auto-creation), replication and min.insync.replicas given; existing
+    ones are left as they are."""
+    import servers  # noqa: E402 (servers imports this module)
+    cp = servers.kafka_classpath(servers.kafka_dir())
+    procs = []
+    for t in topics:
+        procs.append(subprocess.Popen(
+            ["java", "-Xmx128m", "-XX:+UseSerialGC",
+             "-XX:TieredStopAtLevel=1", "-cp", cp,
+             "org.apache.kafka.tools.TopicCommand", "--bootstrap-server",
+             brokers, "--create", "--if-not-exists", "--topic", t,
+             "--partitions", str(partitions), "--replication-factor",
+             str(replication), "--config",
+             "min.insync.replicas=%d" % min_insync],
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+    for t, p in zip(topics, procs):
+        out, _ = p.communicate(timeout=120)
+        if p.returncode != 0:
+            raise TestFailure("creating topic %s failed: %s"
+                              % (t, out.strip()[-500:]))
 
 
 def kafka_secure_acls(prefix, ingest_topic=None):
@@ -1108,10 +1187,16 @@ class Cluster:
     the logs, when the block failed or PROPHET_INTEG_KEEP=1)."""
 
     def __init__(self, workers=2, conf=None, slots=16, name="t",
-                 zk_hosts=None, secure=False, https=False):
+                 zk_hosts=None, secure=False, https=False, ha=False):
         self.secure = secure or https
         self.https = https
-        self.env = ensure_cluster(secure=self.secure)
+        # ha: on the replicated dev cluster (scripts/devcluster up --ha):
+        # the ensemble, the Sentinels (the primary found through them),
+        # 3 brokers without auto-creation (Prophet's own topics made with
+        # replication 3, min.insync.replicas 2)
+        self.ha = ha
+        self.env = ensure_ha_cluster() if ha else ensure_cluster(
+            secure=self.secure)
         if zk_hosts:
             # A private ZooKeeper (e.g. PrivateZooKeeper) instead of the
             # dev cluster's: conf, zk() and cleanup use it.
@@ -1145,6 +1230,8 @@ class Cluster:
             self.ca = None
         self.redis_host, self.redis_port = _parse_redis_url(
             self.env["PROPHET_REDIS_URL"])
+        if ha:
+            self.redis_host, self.redis_port = self.redis_primary()
         self.redis_db = None
         self._lock_fd = None
         self.dir = tempfile.mkdtemp(prefix="prophet-%s-%s-" % (name, self.tag))
@@ -1313,6 +1400,12 @@ class Cluster:
         }
         if self.secure:
             c.update(self.secure_conf())
+        if self.ha:
+            c.update({
+                "redis.sentinels": self.env["PROPHET_REDIS_SENTINELS"],
+                "redis.master_name": self.env["PROPHET_REDIS_MASTER_NAME"],
+                "kafka.topic_replication": 3,
+                "kafka.topic_min_insync": 2})
         c.update(self.extra_conf)
         return c
 
@@ -1505,7 +1598,17 @@ class Cluster:
         return Api(self.manager_addr, cafile=self.tls_ca,
                    cert=self.tls_client, token=self.token)
 
+    def redis_primary(self):
+        """(host, port) of the Redis primary now (ha: as the Sentinels
+        name it, which a failover changes)."""
+        if not self.ha:
+            return self.redis_host, self.redis_port
+        return sentinel_primary(self.env["PROPHET_REDIS_SENTINELS"],
+                                self.env["PROPHET_REDIS_MASTER_NAME"])
+
     def redis(self):
+        if self.ha:
+            self.redis_host, self.redis_port = self.redis_primary()
         return Redis(self.redis_host, self.redis_port, self.redis_db,
                      password=self.redis_password)
 

@@ -175,9 +175,11 @@ def test_worker_behind_late_never_early():
         h.check_eq(skewed, 1.0, "prophet_clock_skewed")
         lat = check_not_early(received(submit(100, 1000, 3000), 60),
                               "5 s behind")
-        h.check(4000 <= lat[len(lat) // 2] <= 8000,
-                "5 s behind: late by its offset, p50 %d ms"
-                % lat[len(lat) // 2])
+        # its own clock decides: at least the offset late (how much more
+        # depends on the build and the machine: not asserted)
+        h.check(lat[len(lat) // 2] >= 4000,
+                "5 s behind: fired by the reference instead of the "
+                "earlier clock, p50 %d ms" % lat[len(lat) // 2])
     finally:
         w.stop()
         C.workers.remove(w)

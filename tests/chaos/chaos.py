@@ -1173,6 +1173,36 @@ class Run:
 
 # --------------------------------------------------------------- ledger ---
 
+def reordered_within_owner(msgs, skip=None, slack_ms=5):
+    """Messages of one slot owner (slot, epoch: one worker, one producer)
+    in one partition whose prophet-fired-at is earlier than that of a
+    message before it in the partition (by more than slack_ms: a new
+    reference-clock sample may step back by its error). The idempotent
+    producer keeps a producer's messages in order per partition through
+    leader changes and retries; a failed publish fired again later is a
+    new message, later in both orders. skip(slot, epoch): owners whose
+    clock is faked (their fired-at follows the jumps)."""
+    last, out = {}, []
+    for m in sorted(msgs, key=lambda m: (m.partition, m.offset)):
+        try:
+            sl = int(m.hdr.get("prophet-slot"))
+            ep = int(m.hdr.get("prophet-epoch"))
+            fired = int(m.hdr.get("prophet-fired-at"))
+        except (TypeError, ValueError):
+            continue
+        if skip is not None and skip(sl, ep):
+            continue
+        k = (m.partition, sl, ep)
+        prev = last.get(k)
+        if prev is not None and fired < prev[0] - slack_ms:
+            out.append({"partition": m.partition, "slot": sl, "epoch": ep,
+                        "offset": m.offset, "fired_at": fired,
+                        "after_offset": prev[1], "after_fired_at": prev[0]})
+        if prev is None or fired >= prev[0]:
+            last[k] = (fired, m.offset)
+    return out
+
+
 def read_all(brokers, topic, kcat_args=()):
     """The whole topic, from the beginning to its end (kcat -e)."""
     p = subprocess.run(["kcat"] + list(kcat_args) +
@@ -1337,6 +1367,10 @@ class Ledger:
                 if t is not None and fired > t:
                     stale.append({"id": tid, "slot": sl, "epoch": ep,
                                   "fired_at": fired, "superseded_at": t})
+        reordered = reordered_within_owner(
+            [m for ms in by_id.values() for m in ms],
+            skip=lambda sl, ep: faked in run.sampler.zk_owners.get(
+                (sl, ep), ()))
         # Duplicates and their cause.
         dup_total, by_cause, dup_examples = 0, {}, []
         for tid, ms in by_id.items():
@@ -1489,6 +1523,8 @@ class Ledger:
                 "sample_errors": run.sampler.errors,
                 "two_owners_one_epoch": len(two),
                 "published_after_superseded": len(stale),
+                "reordered_within_owner": len(reordered),
+                "reordered_examples": reordered[:10],
                 "published_after_superseded_examples": stale[:10],
                 "two_owners_examples": two[:20]},
             "db": {"statuses": statuses, "not_delivered": len(bad),
@@ -1530,6 +1566,8 @@ class Ledger:
             problems.append("two_owners_one_epoch")
         if rep["ownership"]["published_after_superseded"]:
             problems.append("published_after_superseded")
+        if rep["ownership"]["reordered_within_owner"]:
+            problems.append("reordered_within_owner")
         if rep["db"]["not_delivered"] or rep["db"]["cancelled_not_cancelled"]:
             problems.append("db_not_final")
         if rep["prune"]["not_final"]:
@@ -1622,6 +1660,7 @@ def print_table(rep):
     row("two owners of a slot at one epoch", o["two_owners_one_epoch"], 0)
     row("published after a higher epoch", o["published_after_superseded"],
         0)
+    row("out of order within one owner", o["reordered_within_owner"], 0)
     row("DB statuses", rep["db"]["statuses"])
     row("DB not delivered (expected ones)", rep["db"]["not_delivered"], 0)
     pr = rep["prune"]

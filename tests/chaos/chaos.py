@@ -94,8 +94,9 @@ ALL_FAULTS = ["worker_kill", "master_kill", "worker_stop", "master_stop",
 HA_FAULTS = ["worker_kill", "master_kill", "worker_stop", "master_stop",
              "manager_kill", "db_restart", "zk_cut", "clock_jump",
              "manager_clock_jump", "zk_leader_kill", "zk_follower_kill",
-             "kafka_leader_kill", "kafka_broker_stop", "kafka_two_down",
-             "redis_failover", "redis_primary_kill"]
+             "kafka_leader_kill", "kafka_controller_kill",
+             "kafka_broker_stop", "kafka_two_down", "redis_failover",
+             "redis_primary_kill"]
 HA_SESSION_MS = 10000  # the --ha cluster's own prophet.conf value
 
 
@@ -661,6 +662,20 @@ class HAServers:
             pass
         return None
 
+    def kafka_controller(self):
+        """The node id of the active KRaft controller (the quorum's
+        leader, by Kafka's MetadataQuorumCommand), or None."""
+        p = subprocess.run(
+            ["java", "-Xmx128m", "-XX:+UseSerialGC",
+             "-XX:TieredStopAtLevel=1", "-cp",
+             s.kafka_classpath(s.kafka_dir()),
+             "org.apache.kafka.tools.MetadataQuorumCommand",
+             "--bootstrap-server", self.brokers, "describe", "--status"],
+            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+            timeout=60)
+        m = re.search(r"^LeaderId:\s+(\d+)", p.stdout, re.M)
+        return int(m.group(1)) if m else None
+
     def redis_primary_port(self):
         return h.sentinel_primary(self.env["PROPHET_REDIS_SENTINELS"],
                                   self.env["PROPHET_REDIS_MASTER_NAME"])[1]
@@ -1034,6 +1049,22 @@ class Run:
                 self.hasrv.up()
                 f["note"] = "leader of partition %d, down %.1fs, back in " \
                     "%.1fs" % (part, down, time.monotonic() - t)
+        elif kind == "kafka_controller_kill":
+            # The active controller of the KRaft quorum (each node is
+            # broker and controller): kill -9, back after 2-5 s.
+            cid = self.hasrv.kafka_controller()
+            if cid is None:
+                f["note"] = "no active controller found"
+            else:
+                name = "kafka%d" % cid
+                f["victim"] = name
+                self.hasrv.kill(name)
+                down = r.uniform(2, 5)
+                time.sleep(down)
+                t = time.monotonic()
+                self.hasrv.up()
+                f["note"] = "active controller, down %.1fs, back in " \
+                    "%.1fs" % (down, time.monotonic() - t)
         elif kind == "kafka_broker_stop":
             name = "kafka%d" % r.randint(1, 3)
             f["victim"] = name

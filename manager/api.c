@@ -98,6 +98,23 @@ reply_task_error(struct manager *mg, struct evhttp_request *req,
 	http_reply_json(req, e->http, task_error_json(e));
 }
 
+static void
+submit_checked_cb(const struct task_error *refused, void *arg)
+{
+	struct submit_ctx *ctx = arg;
+	struct manager *mg = ctx->mg;
+
+	if (refused == NULL) {
+		ingest_submit(mg->ingest, &ctx->req);
+		return;
+	}
+	metric_inc(mg->m.topic_unknown);
+	reply_task_error(mg, ctx->http, refused);
+	task_clear(&ctx->req.task);
+	xfree(ctx);
+	mg->inflight--;
+}
+
 /* Validates a task (taken over) and submits it; the answer follows. */
 void
 api_submit(struct manager *mg, struct evhttp_request *req, json_t *in)
@@ -125,7 +142,7 @@ api_submit(struct manager *mg, struct evhttp_request *req, json_t *in)
 	ctx->req.done_cb = submit_done_cb;
 	ctx->req.arg = ctx;
 	mg->inflight++;
-	ingest_submit(mg->ingest, &ctx->req);
+	ktopics_check(mg, ctx->req.task.topic, submit_checked_cb, ctx);
 }
 
 /* The request body as JSON, or a 400 already answered (NULL). */
@@ -228,6 +245,25 @@ batch_item_done_cb(struct ingest_req *r, void *arg)
 }
 
 static void
+batch_item_checked_cb(const struct task_error *refused, void *arg)
+{
+	struct batch_item *it = arg;
+	struct batch_ctx *b = it->b;
+
+	if (refused == NULL) {
+		ingest_submit(b->mg->ingest, &it->req);
+		return;
+	}
+	metric_inc(b->mg->m.topic_unknown);
+	metric_inc(b->mg->m.rejected);
+	json_array_set_new(b->results, it->index,
+			   with_code(task_error_json(refused), refused->http));
+	task_clear(&it->req.task);
+	if (--b->pending == 0)
+		batch_finish(b);
+}
+
+static void
 post_batch(struct manager *mg, struct evhttp_request *req)
 {
 	struct task_error terr;
@@ -290,7 +326,8 @@ post_batch(struct manager *mg, struct evhttp_request *req)
 		it->req.done_cb = batch_item_done_cb;
 		it->req.arg = it;
 		b->pending++;
-		ingest_submit(mg->ingest, &it->req);
+		ktopics_check(mg, it->req.task.topic, batch_item_checked_cb,
+			      it);
 	}
 	ingest_unplug(mg->ingest);
 	json_decref(in);

@@ -287,6 +287,7 @@ main(int argc, char **argv)
 	mg.redis = redis_create(mg.base, mg.cfg, redis_state_cb, &mg);
 	redis_on_failover(mg.redis, redis_failover_cb, &mg);
 	mg.ingest = ingest_create(&mg);
+	mg.ktopics = ktopics_create(&mg);
 	if (cfg_str(mg.cfg, CFG_KAFKA_INGEST_TOPIC)[0] != '\0' &&
 	    (mg.kingest = kingest_create(&mg, err, sizeof(err))) == NULL)
 		log_fatal("kafka ingest", "error=\"%s\"", err);
@@ -352,6 +353,7 @@ main(int argc, char **argv)
 	db_pool_destroy(mg.db);
 	db_dsn_destroy(mg.dsn);
 	kingest_destroy(mg.kingest);
+	ktopics_destroy(mg.ktopics);
 	ingest_destroy(mg.ingest);
 	event_free(gauges);
 	cluster_sampler_stop(&mg);

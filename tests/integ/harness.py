@@ -1309,6 +1309,12 @@ class Cluster:
                 self.db_name),
             "kafka.brokers": self.brokers,
             "kafka.topic_prefix": self.topic_prefix,
+            # The dev broker makes a topic at its first publish; the
+            # manager refuses a task whose topic does not exist yet
+            # (kafka.check_task_topics), so here it creates it, as the
+            # broker would have. test_topics_missing and test_openapi run
+            # with the default (refuse).
+            "kafka.create_task_topics": "true",
             "http.listen": self.manager_addr,
         }
         if self.secure:
@@ -1397,12 +1403,13 @@ class Cluster:
         p.addr = "127.0.0.1:%d" % port
         return p
 
-    def add_manager(self, name="manager2", timeout=60):
+    def add_manager(self, name="manager2", timeout=60, args=()):
         """Another manager of this cluster on a free port, started and
-        ready (stopped with the cluster); its Proc, with .addr."""
+        ready (stopped with the cluster); its Proc, with .addr. args: more
+        arguments (e.g. --set key=value)."""
         port = free_port()
         p = Proc(name, [MANAGER_BIN, "-c", self.conf_path, "--set",
-                        "http.listen=127.0.0.1:%d" % port],
+                        "http.listen=127.0.0.1:%d" % port] + list(args),
                  os.path.join(self.dir, name + ".log"))
         p.addr = "127.0.0.1:%d" % port
         self.workers.append(p)

@@ -18,7 +18,9 @@ for the token runs; PROPHET_OPENAPI_SEED (default 20261201) the seed.
 
 The worker publishes with allow.auto.create.topics=false: the fuzz submits
 tasks on hundreds of random topics, which must not become topics of the
-shared Kafka broker (those tasks just stay firing). Pull requests wait at
+shared Kafka broker, and the manager runs with kafka.create_task_topics off
+(the default): a task on a topic that does not exist is refused 422
+topic_unknown, a documented answer. Pull requests wait at
 most pull.max_wait_ms, set to 200 ms here so that the long polls of the
 fuzz (and mykit's /get, which always waits that long) end within
 schemathesis' request timeout; the random group names it sends open at
@@ -107,8 +109,11 @@ def setup():
         for m in METHODS:
             if m in item:
                 OPS.append((m, path, item[m]))
+    # kafka.create_task_topics off: the fuzz's topics are refused 422
+    # topic_unknown, not created.
     C = h.Cluster(workers=1, name="openapi",
-                  conf={"pull.max_wait_ms": 200, "pull.max_groups": 16})
+                  conf={"pull.max_wait_ms": 200, "pull.max_groups": 16,
+                        "kafka.create_task_topics": "false"})
     C.open()
     write_conf()
     C.start()

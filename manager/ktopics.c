@@ -51,8 +51,9 @@ struct kt_entry {
 	enum kt_state state;
 	int64_t answered_ms; /* monotonic */
 	int asking;
-	char why[200]; /* KT_MISSING: why it was not created */
-	struct kt_waiter *waiters;
+	char why[200];		   /* KT_MISSING: why it was not created */
+	struct kt_waiter *waiters; /* in the order they came */
+	struct kt_waiter **waiters_tail;
 };
 
 /* One question for the thread, and its answer. */
@@ -205,12 +206,16 @@ answer_cb(void *item, void *arg)
 	}
 	w = e->waiters;
 	e->waiters = NULL;
+	e->waiters_tail = &e->waiters;
 	xfree(j);
+	/* They go to the group commit together, in order. */
+	ingest_plug(k->mg->ingest);
 	for (; w != NULL; w = next) {
 		next = w->next;
 		w->cb(ok ? NULL : &err, w->arg);
 		xfree(w);
 	}
+	ingest_unplug(k->mg->ingest);
 }
 
 static void
@@ -270,6 +275,7 @@ ktopics_check(struct manager *mg, const char *topic, ktopics_fn cb, void *arg)
 			forget_all(k);
 		e = xcalloc(1, sizeof(*e));
 		memcpy(e->name, name, sizeof(e->name));
+		e->waiters_tail = &e->waiters;
 		hmap_put(k->topics, e->name, e);
 	}
 	age = now - e->answered_ms;
@@ -301,8 +307,8 @@ ktopics_check(struct manager *mg, const char *topic, ktopics_fn cb, void *arg)
 	w = xcalloc(1, sizeof(*w));
 	w->cb = cb;
 	w->arg = arg;
-	w->next = e->waiters;
-	e->waiters = w;
+	*e->waiters_tail = w;
+	e->waiters_tail = &w->next;
 }
 
 struct ktopics *

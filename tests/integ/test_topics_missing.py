@@ -29,7 +29,6 @@ import servers as s  # noqa: E402
 C = None
 API = None
 LEASE_MS = 3000
-KAFKA_CP = None
 
 
 def setup():
@@ -65,21 +64,7 @@ def broker_topics():
 
 
 def kafka_topics(*args):
-    """Kafka's own CLI (TopicCommand), as an operator would run it."""
-    global KAFKA_CP
-    if KAFKA_CP is None:
-        KAFKA_CP = s.kafka_classpath(s.kafka_dir())
-    argv = ["java", "-Xmx128m", "-XX:+UseSerialGC",
-            "-XX:TieredStopAtLevel=1",
-            "-Dlog4j2.configurationFile=" +
-            os.path.join(h.REPO, "scripts", "kafka-log4j2.yaml"),
-            "-cp", KAFKA_CP, "org.apache.kafka.tools.TopicCommand",
-            "--bootstrap-server", C.brokers] + list(args)
-    p = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                       text=True, timeout=120)
-    h.check(p.returncode == 0, "kafka-topics %s: %s"
-            % (" ".join(args), p.stdout[-1000:]))
-    return p.stdout
+    return s.kafka_topics_cli(C.brokers, *args)
 
 
 def submit(api, topic, **kw):

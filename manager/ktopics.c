@@ -33,7 +33,7 @@
 #define KT_EXISTS_MS 60000
 #define KT_MISSING_MS 2000
 #define KT_DOWN_MS 5000
-#define KT_ASK_MS 3000
+#define KT_ASK_MS 2000
 #define KT_CREATE_MS 10000
 #define KT_MAX_TOPICS 10000
 #define KT_WARN_MS 10000

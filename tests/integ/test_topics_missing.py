@@ -5,8 +5,9 @@ auto.create.topics.enable=true, so a client that allowed it would make the
 topic and hide the problem):
 
 - a submission to a missing topic is refused 422 topic_unknown (field
-  topic), alone and as one item of a batch whose other items are
-  accepted, and asking about it did not create it;
+  topic), alone, through mykit's /push, as one item of a batch whose other
+  items are accepted, and from the ingest topic (to its errors topic); asking
+  about it did not create it;
 - once the topic is made, a submission is accepted within seconds (the
   missing answer is cached 2 s) and fires;
 - with kafka.create_task_topics the manager creates it with
@@ -16,6 +17,7 @@ topic and hide the problem):
   unpublished but not lost, and fires once the topic is back.
 """
 
+import json
 import os
 import subprocess
 import sys
@@ -28,14 +30,19 @@ import servers as s  # noqa: E402
 
 C = None
 API = None
+INGEST = None
 LEASE_MS = 3000
 
 
 def setup():
-    global C, API
+    global C, API, INGEST
+    tag = h.rand_tag()
+    INGEST = "ingest-topics-" + tag
     C = h.Cluster(workers=1, name="topics",
                   conf={"kafka.check_task_topics": "true",
                         "kafka.create_task_topics": "false",
+                        "kafka.ingest_topic": INGEST,
+                        "kafka.ingest_group": "grp-" + tag,
                         "worker.lease_ms": LEASE_MS})
     C.open()
     # The worker's producer would otherwise make a missing topic on the
@@ -128,6 +135,40 @@ def test_batch_reports_the_missing_item_only():
     h.check(C.topic(bad) not in broker_topics(), "batch created %s" % bad)
 
 
+def test_ingest_refuses_to_errors_topic():
+    good, bad = "ing-" + h.rand_tag(), "nx-" + h.rand_tag()
+    h.create_topics(C.brokers, [C.topic(good)], kcat_args=C.kcat_args)
+    reader = C.reader([good])
+    lines = [json.dumps({"id": "ing-bad-" + bad, "topic": bad, "body": "x",
+                         "delay_ms": 0}),
+             json.dumps({"id": "ing-ok-" + good, "topic": good, "body": "y",
+                         "delay_ms": 0})]
+    p = subprocess.run(["kcat"] + C.kcat_args + ["-P", "-b", C.brokers, "-t",
+                                                 INGEST],
+                       input="\n".join(lines) + "\n", text=True,
+                       capture_output=True, timeout=60)
+    h.check_eq(p.returncode, 0, "kcat produce: %s" % p.stderr)
+    h.check(not reader.wait_for(["ing-ok-" + good], 30),
+            "the ingested task of an existing topic not published")
+    deadline = time.monotonic() + 30
+    errs = []
+    while not errs and time.monotonic() < deadline:
+        p = subprocess.run(["kcat"] + C.kcat_args +
+                           ["-C", "-b", C.brokers, "-t", INGEST + ".errors",
+                            "-o", "beginning", "-e", "-q", "-J"],
+                           capture_output=True, text=True, timeout=60)
+        errs = [json.loads(x) for x in p.stdout.splitlines() if x.strip()]
+        if not errs:
+            time.sleep(0.3)
+    h.check_eq(len(errs), 1, "messages in the errors topic")
+    hdr = dict(zip(errs[0]["headers"][::2], errs[0]["headers"][1::2]))
+    h.check_eq(hdr.get("prophet-error-code"), "topic_unknown", "reason")
+    h.check_eq(hdr.get("prophet-error-field"), "topic", "field")
+    h.check_eq(int(C.mysql("SELECT COUNT(*) FROM tasks WHERE id = '%s'"
+                           % ("ing-bad-" + bad))[0][0]), 0, "not stored")
+    h.check(C.topic(bad) not in broker_topics(), "ingest created %s" % bad)
+
+
 def test_topic_created_later_is_usable_within_seconds():
     topic = "late-" + h.rand_tag()
     check_unknown(submit(API, topic, delay_ms=0), "before creation")
@@ -177,6 +218,42 @@ def test_create_on_first_use():
     finally:
         api.close()
         m2.stop()
+
+
+def test_brokers_unreachable_refuse_nothing():
+    """A manager whose brokers do not answer accepts (the tasks are
+    durable and wait for Kafka), counts the unverified checks, and does
+    not make every submission wait for the brokers."""
+    known = "up-" + h.rand_tag()
+    h.create_topics(C.brokers, [C.topic(known)], kcat_args=C.kcat_args)
+    m3 = C.add_manager("manager-nokafka", args=[
+        "--set", "kafka.brokers=127.0.0.1:%d" % h.free_port()])
+    api = h.Api(m3.addr)
+    try:
+        t0 = time.monotonic()
+        r = submit(api, known, delay_ms=0)
+        first = time.monotonic() - t0
+        h.check_eq(r.status, 201, "submit, brokers unreachable (%r)" % r)
+        t0 = time.monotonic()
+        r2 = submit(api, "other-" + h.rand_tag(), delay_ms=3600000)
+        second = time.monotonic() - t0
+        h.check_eq(r2.status, 201, "another topic (%r)" % r2)
+        h.log("brokers unreachable: first submission %.2f s (one check "
+              "timing out), the next %.0f ms" % (first, second * 1000))
+        h.check(first < 5, "first submission took %.1f s" % first)
+        h.check(second < 0.5, "the next waited %.2f s for the brokers"
+                % second)
+        h.check(metric(m3.addr, "prophet_task_topic_unverified_total") >= 1,
+                "unverified checks not counted")
+        h.check(m3.grep("task topic not verified"), "not warned about")
+        # Durable: the worker (which reaches Kafka) publishes it.
+        reader = C.reader([known])
+        h.check(not reader.wait_for([r.json["id"]], 30),
+                "task accepted while the brokers were unreachable not "
+                "published")
+    finally:
+        api.close()
+        m3.stop()
 
 
 def test_deleted_topic_holds_up_nothing_and_fires_when_back():

@@ -952,15 +952,28 @@ kafka_consumer_wait_closed(void)
 
 /* Topics -------------------------------------------------------------- */
 
-/* CreateTopics with the kafka.topic_* settings through rk's connections;
- * a topic that exists is no error. */
+/* The kafka.topic_* settings of a topic Prophet creates. */
+struct topic_spec {
+	int parts, repl, isr;
+};
+
+static struct topic_spec
+topic_spec(const struct cfg *cfg)
+{
+	return (struct topic_spec){
+		.parts = (int)cfg_int(cfg, CFG_KAFKA_TOPIC_PARTITIONS),
+		.repl = (int)cfg_int(cfg, CFG_KAFKA_TOPIC_REPLICATION),
+		.isr = (int)cfg_int(cfg, CFG_KAFKA_TOPIC_MIN_INSYNC),
+	};
+}
+
+/* CreateTopics through rk's connections; a topic that exists is no
+ * error. */
 static int
-create_topics(rd_kafka_t *rk, const struct cfg *cfg, const char *const *topics,
+create_topics(rd_kafka_t *rk, struct topic_spec sp, const char *const *topics,
 	      size_t n, int timeout_ms, char *err, size_t errlen)
 {
-	int parts = (int)cfg_int(cfg, CFG_KAFKA_TOPIC_PARTITIONS);
-	int repl = (int)cfg_int(cfg, CFG_KAFKA_TOPIC_REPLICATION);
-	int isr = (int)cfg_int(cfg, CFG_KAFKA_TOPIC_MIN_INSYNC);
+	int parts = sp.parts, repl = sp.repl, isr = sp.isr;
 	rd_kafka_NewTopic_t **nt;
 	rd_kafka_AdminOptions_t *o;
 	rd_kafka_queue_t *q;
@@ -1052,14 +1065,15 @@ kafka_ensure_topics(struct kafka_producer *p, const struct cfg *cfg,
 	err[0] = '\0';
 	if (!cfg_int(cfg, CFG_KAFKA_CREATE_TOPICS) || n == 0)
 		return 0;
-	return create_topics(p->rk, cfg, topics, n, timeout_ms, err, errlen);
+	return create_topics(p->rk, topic_spec(cfg), topics, n, timeout_ms, err,
+			     errlen);
 }
 
 /* Blocking admin client ----------------------------------------------- */
 
 struct kafka_admin {
 	rd_kafka_t *rk;
-	const struct cfg *cfg;
+	struct topic_spec spec; /* read at create: cfg is the loop's */
 };
 
 /*
@@ -1073,7 +1087,7 @@ kafka_admin_create(const struct cfg *cfg, char *err, size_t errlen)
 	struct kafka_admin *a = xcalloc(1, sizeof(*a));
 	rd_kafka_conf_t *conf = rd_kafka_conf_new();
 
-	a->cfg = cfg;
+	a->spec = topic_spec(cfg);
 	if (set_common(conf, cfg, err, errlen) < 0 ||
 	    set(conf, "allow.auto.create.topics", "false", err, errlen) ||
 	    set(conf, "reconnect.backoff.max.ms", "1000", err, errlen)) {
@@ -1142,7 +1156,8 @@ int
 kafka_admin_create_topic(struct kafka_admin *a, const char *topic,
 			 int timeout_ms, char *err, size_t errlen)
 {
-	return create_topics(a->rk, a->cfg, &topic, 1, timeout_ms, err, errlen);
+	return create_topics(a->rk, a->spec, &topic, 1, timeout_ms, err,
+			     errlen);
 }
 
 /* Transactional producer ----------------------------------------------- */

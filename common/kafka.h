@@ -65,7 +65,8 @@ int kafka_ensure_topics(struct kafka_producer *p, const struct cfg *cfg,
 /*
  * A client for blocking metadata and Admin API calls from one thread (the
  * manager's task topic checks). It never makes a topic by asking about
- * it (allow.auto.create.topics=false).
+ * it (allow.auto.create.topics=false). Created on the loop (it reads cfg
+ * then, and never after), used on one other thread.
  */
 struct kafka_admin;
 struct kafka_admin *kafka_admin_create(const struct cfg *cfg, char *err,

@@ -137,6 +137,17 @@
 	  0, 32767, NULL, 0,                                                   \
 	  "min.insync.replicas of a topic create_topics makes; 0: the "        \
 	  "brokers' default")                                                  \
+	X(KAFKA_CHECK_TASK_TOPICS, "kafka", "check_task_topics", CFG_BOOL,     \
+	  "true", 0, 1, NULL, 0,                                               \
+	  "the manager refuses (422 topic_unknown) a task whose Kafka topic "  \
+	  "the brokers say does not exist; brokers that cannot be asked do "   \
+	  "not refuse anything. The manager's principal needs Describe on "    \
+	  "the task topics")                                                   \
+	X(KAFKA_CREATE_TASK_TOPICS, "kafka", "create_task_topics", CFG_BOOL,   \
+	  "false", 0, 1, NULL, 0,                                              \
+	  "with check_task_topics: a task topic that does not exist is "       \
+	  "created (topic_partitions, topic_replication, topic_min_insync; "   \
+	  "Create permission needed) instead of refused")                      \
 	X(KAFKA_STATIC_MEMBERSHIP, "kafka", "static_membership", CFG_BOOL,     \
 	  "true", 0, 1, NULL, 0,                                               \
 	  "the notifier's and the ingest managers' consumers are static "      \

@@ -952,14 +952,28 @@ kafka_consumer_wait_closed(void)
 
 /* Topics -------------------------------------------------------------- */
 
-int
-kafka_ensure_topics(struct kafka_producer *p, const struct cfg *cfg,
-		    const char *const *topics, size_t n, int timeout_ms,
-		    char *err, size_t errlen)
+/* The kafka.topic_* settings of a topic Prophet creates. */
+struct topic_spec {
+	int parts, repl, isr;
+};
+
+static struct topic_spec
+topic_spec(const struct cfg *cfg)
 {
-	int parts = (int)cfg_int(cfg, CFG_KAFKA_TOPIC_PARTITIONS);
-	int repl = (int)cfg_int(cfg, CFG_KAFKA_TOPIC_REPLICATION);
-	int isr = (int)cfg_int(cfg, CFG_KAFKA_TOPIC_MIN_INSYNC);
+	return (struct topic_spec){
+		.parts = (int)cfg_int(cfg, CFG_KAFKA_TOPIC_PARTITIONS),
+		.repl = (int)cfg_int(cfg, CFG_KAFKA_TOPIC_REPLICATION),
+		.isr = (int)cfg_int(cfg, CFG_KAFKA_TOPIC_MIN_INSYNC),
+	};
+}
+
+/* CreateTopics through rk's connections; a topic that exists is no
+ * error. */
+static int
+create_topics(rd_kafka_t *rk, struct topic_spec sp, const char *const *topics,
+	      size_t n, int timeout_ms, char *err, size_t errlen)
+{
+	int parts = sp.parts, repl = sp.repl, isr = sp.isr;
 	rd_kafka_NewTopic_t **nt;
 	rd_kafka_AdminOptions_t *o;
 	rd_kafka_queue_t *q;
@@ -971,8 +985,6 @@ kafka_ensure_topics(struct kafka_producer *p, const struct cfg *cfg,
 	int rc = 0;
 
 	err[0] = '\0';
-	if (!cfg_int(cfg, CFG_KAFKA_CREATE_TOPICS) || n == 0)
-		return 0;
 	snprintf(num, sizeof(num), "%d", isr);
 	nt = xcalloc(n, sizeof(*nt));
 	for (size_t i = 0; i < n; i++) {
@@ -994,13 +1006,13 @@ kafka_ensure_topics(struct kafka_producer *p, const struct cfg *cfg,
 			goto out;
 		}
 	}
-	o = rd_kafka_AdminOptions_new(p->rk, RD_KAFKA_ADMIN_OP_CREATETOPICS);
+	o = rd_kafka_AdminOptions_new(rk, RD_KAFKA_ADMIN_OP_CREATETOPICS);
 	rd_kafka_AdminOptions_set_request_timeout(o, timeout_ms, es,
 						  sizeof(es));
 	rd_kafka_AdminOptions_set_operation_timeout(o, timeout_ms, es,
 						    sizeof(es));
-	q = rd_kafka_queue_new(p->rk);
-	rd_kafka_CreateTopics(p->rk, nt, n, o, q);
+	q = rd_kafka_queue_new(rk);
+	rd_kafka_CreateTopics(rk, nt, n, o, q);
 	ev = rd_kafka_queue_poll(q, timeout_ms + 2000);
 	res = ev ? rd_kafka_event_CreateTopics_result(ev) : NULL;
 	if (ev == NULL) {
@@ -1043,6 +1055,109 @@ out:
 			rd_kafka_NewTopic_destroy(nt[i]);
 	xfree(nt);
 	return rc;
+}
+
+int
+kafka_ensure_topics(struct kafka_producer *p, const struct cfg *cfg,
+		    const char *const *topics, size_t n, int timeout_ms,
+		    char *err, size_t errlen)
+{
+	err[0] = '\0';
+	if (!cfg_int(cfg, CFG_KAFKA_CREATE_TOPICS) || n == 0)
+		return 0;
+	return create_topics(p->rk, topic_spec(cfg), topics, n, timeout_ms, err,
+			     errlen);
+}
+
+/* Blocking admin client ----------------------------------------------- */
+
+struct kafka_admin {
+	rd_kafka_t *rk;
+	struct topic_spec spec; /* read at create: cfg is the loop's */
+};
+
+/*
+ * No [kafka.producer] or [kafka.consumer] here, and never auto-creation:
+ * a metadata request naming a topic would otherwise make it on brokers
+ * with auto.create.topics.enable=true, and the check would always pass.
+ */
+struct kafka_admin *
+kafka_admin_create(const struct cfg *cfg, char *err, size_t errlen)
+{
+	struct kafka_admin *a = xcalloc(1, sizeof(*a));
+	rd_kafka_conf_t *conf = rd_kafka_conf_new();
+
+	a->spec = topic_spec(cfg);
+	if (set_common(conf, cfg, err, errlen) < 0 ||
+	    set(conf, "allow.auto.create.topics", "false", err, errlen) ||
+	    set(conf, "reconnect.backoff.max.ms", "1000", err, errlen)) {
+		rd_kafka_conf_destroy(conf);
+		xfree(a);
+		return NULL;
+	}
+	rd_kafka_conf_set_log_cb(conf, log_cb);
+	a->rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, err, errlen);
+	if (a->rk == NULL) {
+		xfree(a);
+		return NULL;
+	}
+	return a;
+}
+
+void
+kafka_admin_destroy(struct kafka_admin *a)
+{
+	if (a == NULL)
+		return;
+	rd_kafka_destroy(a->rk);
+	xfree(a);
+}
+
+int
+kafka_admin_topic_exists(struct kafka_admin *a, const char *topic,
+			 int timeout_ms, char *err, size_t errlen)
+{
+	const struct rd_kafka_metadata *md = NULL;
+	rd_kafka_topic_t *rkt = rd_kafka_topic_new(a->rk, topic, NULL);
+	rd_kafka_resp_err_t e;
+	int rc = -1;
+
+	err[0] = '\0';
+	if (rkt == NULL) {
+		snprintf(err, errlen, "%s",
+			 rd_kafka_err2str(rd_kafka_last_error()));
+		return -1;
+	}
+	e = rd_kafka_metadata(a->rk, 0, rkt, &md, timeout_ms);
+	if (e != RD_KAFKA_RESP_ERR_NO_ERROR) {
+		snprintf(err, errlen, "%s", rd_kafka_err2str(e));
+	} else if (md->topic_cnt < 1) {
+		snprintf(err, errlen, "no topic in the metadata answer");
+		rc = -2;
+	} else {
+		e = md->topics[0].err;
+		if (e == RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART)
+			rc = 0;
+		else if (e == RD_KAFKA_RESP_ERR_NO_ERROR ||
+			 e == RD_KAFKA_RESP_ERR_LEADER_NOT_AVAILABLE)
+			rc = 1; /* a new topic's leader may be elected yet */
+		else
+			rc = -2;
+		if (rc == -2)
+			snprintf(err, errlen, "%s", rd_kafka_err2str(e));
+	}
+	if (md != NULL)
+		rd_kafka_metadata_destroy(md);
+	rd_kafka_topic_destroy(rkt);
+	return rc;
+}
+
+int
+kafka_admin_create_topic(struct kafka_admin *a, const char *topic,
+			 int timeout_ms, char *err, size_t errlen)
+{
+	return create_topics(a->rk, a->spec, &topic, 1, timeout_ms, err,
+			     errlen);
 }
 
 /* Transactional producer ----------------------------------------------- */

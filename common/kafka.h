@@ -61,6 +61,26 @@ void kafka_producer_destroy(struct kafka_producer *p, int timeout_ms);
 int kafka_ensure_topics(struct kafka_producer *p, const struct cfg *cfg,
 			const char *const *topics, size_t n, int timeout_ms,
 			char *err, size_t errlen);
+
+/*
+ * A client for blocking metadata and Admin API calls from one thread (the
+ * manager's task topic checks). It never makes a topic by asking about
+ * it (allow.auto.create.topics=false). Created on the loop (it reads cfg
+ * then, and never after), used on one other thread.
+ */
+struct kafka_admin;
+struct kafka_admin *kafka_admin_create(const struct cfg *cfg, char *err,
+				       size_t errlen);
+void kafka_admin_destroy(struct kafka_admin *a);
+/* 1: topic exists; 0: the brokers answered that it does not; -1: no
+ * answer (brokers unreachable); -2: an answer that does not tell (not
+ * authorized to describe it). err says why for -1 and -2. */
+int kafka_admin_topic_exists(struct kafka_admin *a, const char *topic,
+			     int timeout_ms, char *err, size_t errlen);
+/* Creates topic as kafka_ensure_topics would, whatever
+ * kafka.create_topics says; 0 also when it exists already. */
+int kafka_admin_create_topic(struct kafka_admin *a, const char *topic,
+			     int timeout_ms, char *err, size_t errlen);
 int kafka_produce(struct kafka_producer *p, const char *topic, const void *key,
 		  size_t keylen, const void *value, size_t valuelen,
 		  rd_kafka_headers_t *hdrs, void *opaque,

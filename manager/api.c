@@ -98,6 +98,23 @@ reply_task_error(struct manager *mg, struct evhttp_request *req,
 	http_reply_json(req, e->http, task_error_json(e));
 }
 
+static void
+submit_checked_cb(const struct task_error *refused, void *arg)
+{
+	struct submit_ctx *ctx = arg;
+	struct manager *mg = ctx->mg;
+
+	if (refused == NULL) {
+		ingest_submit(mg->ingest, &ctx->req);
+		return;
+	}
+	metric_inc(mg->m.topic_unknown);
+	reply_task_error(mg, ctx->http, refused);
+	task_clear(&ctx->req.task);
+	xfree(ctx);
+	mg->inflight--;
+}
+
 /* Validates a task (taken over) and submits it; the answer follows. */
 void
 api_submit(struct manager *mg, struct evhttp_request *req, json_t *in)
@@ -125,7 +142,7 @@ api_submit(struct manager *mg, struct evhttp_request *req, json_t *in)
 	ctx->req.done_cb = submit_done_cb;
 	ctx->req.arg = ctx;
 	mg->inflight++;
-	ingest_submit(mg->ingest, &ctx->req);
+	ktopics_check(mg, ctx->req.task.topic, submit_checked_cb, ctx);
 }
 
 /* The request body as JSON, or a 400 already answered (NULL). */
@@ -185,7 +202,9 @@ struct batch_ctx {
 	struct manager *mg;
 	struct evhttp_request *http;
 	json_t *results;
-	size_t pending;
+	size_t n;
+	size_t checking; /* topic checks not answered yet */
+	size_t pending;	 /* submissions not answered yet */
 	struct batch_item *items;
 };
 
@@ -193,6 +212,7 @@ struct batch_item {
 	struct ingest_req req;
 	struct batch_ctx *b;
 	size_t index;
+	int valid; /* passed every check: to be submitted */
 };
 
 static json_t *
@@ -225,6 +245,43 @@ batch_item_done_cb(struct ingest_req *r, void *arg)
 	task_clear(&r->task);
 	if (--b->pending == 0)
 		batch_finish(b);
+}
+
+/* Once every topic is checked: the valid tasks go to the group commit
+ * together and in their order (of two with one id, the first wins). */
+static void
+batch_submit(struct batch_ctx *b)
+{
+	ingest_plug(b->mg->ingest);
+	for (size_t i = 0; i < b->n; i++) {
+		if (!b->items[i].valid)
+			continue;
+		b->pending++;
+		ingest_submit(b->mg->ingest, &b->items[i].req);
+	}
+	ingest_unplug(b->mg->ingest);
+	if (--b->pending == 0)
+		batch_finish(b);
+}
+
+static void
+batch_item_checked_cb(const struct task_error *refused, void *arg)
+{
+	struct batch_item *it = arg;
+	struct batch_ctx *b = it->b;
+
+	if (refused == NULL) {
+		it->valid = 1;
+	} else {
+		metric_inc(b->mg->m.topic_unknown);
+		metric_inc(b->mg->m.rejected);
+		json_array_set_new(
+			b->results, it->index,
+			with_code(task_error_json(refused), refused->http));
+		task_clear(&it->req.task);
+	}
+	if (--b->checking == 0)
+		batch_submit(b);
 }
 
 static void
@@ -260,9 +317,10 @@ post_batch(struct manager *mg, struct evhttp_request *req)
 	b->http = req;
 	b->results = json_array();
 	b->items = xcalloc(n, sizeof(*b->items));
-	b->pending = 1; /* ours, dropped below */
+	b->n = n;
+	b->checking = 1; /* ours, dropped below */
+	b->pending = 1;	 /* batch_submit's */
 	mg->inflight++;
-	ingest_plug(mg->ingest);
 	json_array_foreach (tasks, i, t) {
 		struct batch_item *it = &b->items[i];
 
@@ -289,13 +347,13 @@ post_batch(struct manager *mg, struct evhttp_request *req)
 		it->req.started_us = started;
 		it->req.done_cb = batch_item_done_cb;
 		it->req.arg = it;
-		b->pending++;
-		ingest_submit(mg->ingest, &it->req);
+		b->checking++;
+		ktopics_check(mg, it->req.task.topic, batch_item_checked_cb,
+			      it);
 	}
-	ingest_unplug(mg->ingest);
 	json_decref(in);
-	if (--b->pending == 0)
-		batch_finish(b);
+	if (--b->checking == 0)
+		batch_submit(b);
 }
 
 struct get_ctx {

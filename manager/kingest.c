@@ -251,6 +251,22 @@ retry_cb(evutil_socket_t fd, short what, void *arg)
 	ingest_submit(m->k->mg->ingest, &m->req);
 }
 
+/* A topic that does not exist would stall nothing here, but its task
+ * would never be published: refused like any invalid submission. */
+static void
+checked_cb(const struct task_error *refused, void *arg)
+{
+	struct kmsg *m = arg;
+
+	if (refused == NULL) {
+		ingest_submit(m->k->mg->ingest, &m->req);
+		return;
+	}
+	m->k->mg->inflight--;
+	metric_inc(m->k->mg->m.topic_unknown);
+	refuse(m, refused->code, refused->field, refused->message);
+}
+
 static void
 message_cb(const rd_kafka_message_t *km, void *arg)
 {
@@ -303,7 +319,7 @@ message_cb(const rd_kafka_message_t *km, void *arg)
 	m->req.done_cb = submitted_cb;
 	m->req.arg = m;
 	k->mg->inflight++;
-	ingest_submit(k->mg->ingest, &m->req);
+	ktopics_check(k->mg, m->req.task.topic, checked_cb, m);
 }
 
 /* Shutdown: read nothing more. */

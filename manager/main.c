@@ -291,6 +291,7 @@ main(int argc, char **argv)
 				cfg_int(mg.cfg, CFG_WORKER_MAX_CLOCK_SKEW_MS),
 				mg.m.clock_offset, mg.m.clock_skewed);
 	mg.ingest = ingest_create(&mg);
+	mg.ktopics = ktopics_create(&mg);
 	if (cfg_str(mg.cfg, CFG_KAFKA_INGEST_TOPIC)[0] != '\0' &&
 	    (mg.kingest = kingest_create(&mg, err, sizeof(err))) == NULL)
 		log_fatal("kafka ingest", "error=\"%s\"", err);
@@ -356,6 +357,7 @@ main(int argc, char **argv)
 	db_pool_destroy(mg.db);
 	db_dsn_destroy(mg.dsn);
 	kingest_destroy(mg.kingest);
+	ktopics_destroy(mg.ktopics);
 	ingest_destroy(mg.ingest);
 	event_free(gauges);
 	cluster_sampler_stop(&mg);

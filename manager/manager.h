@@ -99,7 +99,15 @@ struct coverage;
 	  "Tasks with a callback accepted on a topic no running notifier "  \
 	  "consumes (their callback waits for one)")                        \
 	X(notifiers, GAUGE, "prophet_notifiers",                            \
-	  "Running notifiers announced in ZooKeeper (<root>/notifiers)")
+	  "Running notifiers announced in ZooKeeper (<root>/notifiers)")    \
+	X(topic_unknown, COUNTER, "prophet_tasks_topic_unknown_total",      \
+	  "Submissions refused 422 topic_unknown: their Kafka topic does "  \
+	  "not exist")                                                      \
+	X(topics_created, COUNTER, "prophet_task_topics_created_total",     \
+	  "Task topics created at first use (kafka.create_task_topics)")    \
+	X(topic_unverified, COUNTER, "prophet_task_topic_unverified_total", \
+	  "Task topic checks the brokers did not answer (unreachable, or "  \
+	  "not authorized): the tasks were accepted")
 
 struct manager_metrics {
 #define MM_FIELD(f, t, n, h) struct metric *f;
@@ -157,6 +165,7 @@ struct manager {
 	struct coverage *cover;	       /* cover.c */
 	struct manager_metrics m;
 	struct schedule *schedule; /* schedule.c */
+	struct ktopics *ktopics;   /* ktopics.c; NULL: no topic checks */
 };
 
 /* migrate.c: applies pending schema migrations (blocking, startup). */
@@ -171,6 +180,19 @@ int guard_submission(const struct manager *mg, const struct task *t,
 /* Creates the cluster secret if there is none and reads it (blocking,
  * startup, waiting up to wait_s for the database). */
 int guard_start(struct manager *mg, int wait_s, char *err, size_t errlen);
+
+/* ktopics.c: whether a task's Kafka topic exists (kafka.check_task_topics;
+ * NULL when off), and its creation at first use
+ * (kafka.create_task_topics). */
+struct ktopics *ktopics_create(struct manager *mg);
+void ktopics_destroy(struct ktopics *k);
+/* refused NULL: the task may go on; else the 422 to answer (borrowed for
+ * the call). */
+typedef void (*ktopics_fn)(const struct task_error *refused, void *arg);
+/* Calls cb once, perhaps before returning, perhaps a broker round trip
+ * later (the caller counts the wait in mg->inflight). */
+void ktopics_check(struct manager *mg, const char *topic, ktopics_fn cb,
+		   void *arg);
 
 /* zktree.c: creates and repairs the cluster tree. */
 int zktree_ensure(struct zk *z, const char *root, int nslots, char *err,

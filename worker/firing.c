@@ -88,6 +88,44 @@ recurring_prepare(struct worker *w, struct wtask *t, const struct task *pt,
 	return 1;
 }
 
+#define UNKNOWN_WARN_MS 10000
+
+/* Prophet never picks a partition itself: no partition means the
+ * topic's are gone (deleted while the producer knew it). */
+static int
+is_unknown_topic(rd_kafka_resp_err_t err)
+{
+	return err == RD_KAFKA_RESP_ERR__UNKNOWN_TOPIC ||
+	       err == RD_KAFKA_RESP_ERR__UNKNOWN_PARTITION ||
+	       err == RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART;
+}
+
+/*
+ * A task whose topic was deleted after it was accepted (or never made on
+ * brokers that do not create topics): it stays in flight, its lease
+ * brings it back, and it fires once the topic exists. Counted, and
+ * warned about at most every UNKNOWN_WARN_MS (there may be many).
+ */
+static void
+unknown_topic(struct worker *w, const struct wtask *t, const char *topic)
+{
+	int64_t now = clock_mono_ms();
+
+	metric_inc(w->m.unknown_topic);
+	if (w->unknown_warned_ms != 0 &&
+	    now - w->unknown_warned_ms < UNKNOWN_WARN_MS) {
+		w->unknown_unlogged++;
+		return;
+	}
+	log_warn("task topic does not exist in Kafka: the task is retried "
+		 "after its lease; create the topic",
+		 "topic=%s id=%s%s lease_ms=%lld not_logged_since_last=%ld",
+		 topic, t->id, t->trace, (long long)w->lease_ms,
+		 w->unknown_unlogged);
+	w->unknown_warned_ms = now;
+	w->unknown_unlogged = 0;
+}
+
 /* Returns 0 when handed to Kafka, 1 when expired or skipped instead, -1
  * when the task was dropped (and freed). */
 int
@@ -138,12 +176,18 @@ firing_publish_task(struct worker *w, struct wtask *t, const struct task *pt)
 	key = pt->key != NULL ? pt->key : t->id;
 	t->fired_at = now;
 	t->state = WT_PUBLISHING;
+	xfree(t->ktopic);
+	t->ktopic = xstrdup(topic);
 	if (kafka_produce(w->kafka, topic, key, strlen(key), pt->body,
 			  pt->body_len, h, t, &err) < 0) {
 		/* Still in flight (Redis) or firing (DB): a lease reaper
 		 * re-fires it. */
-		log_warn("produce failed", "id=%s%s topic=%s error=\"%s\"",
-			 t->id, t->trace, topic, rd_kafka_err2str(err));
+		if (is_unknown_topic(err))
+			unknown_topic(w, t, topic);
+		else
+			log_warn("produce failed",
+				 "id=%s%s topic=%s error=\"%s\"", t->id,
+				 t->trace, topic, rd_kafka_err2str(err));
 		metric_inc(w->m.publish_errors);
 		wtask_release(w, t);
 		return -1;
@@ -175,8 +219,11 @@ firing_dr_cb(void *opaque, rd_kafka_resp_err_t err, void *arg)
 
 	w->publishing--;
 	if (err != RD_KAFKA_RESP_ERR_NO_ERROR) {
-		log_warn("delivery failed", "id=%s%s error=\"%s\"", t->id,
-			 t->trace, rd_kafka_err2str(err));
+		if (is_unknown_topic(err))
+			unknown_topic(w, t, t->ktopic ? t->ktopic : "?");
+		else
+			log_warn("delivery failed", "id=%s%s error=\"%s\"",
+				 t->id, t->trace, rd_kafka_err2str(err));
 		metric_inc(w->m.publish_errors);
 		wtask_release(w, t);
 		return;

@@ -68,6 +68,7 @@ wtask_release(struct worker *w, struct wtask *t)
 		timerwheel_cancel(w->wheel, &t->timer);
 	hmap_del(w->tasks, t->id);
 	xfree(t->payload);
+	xfree(t->ktopic);
 	if (t->early != NULL) {
 		task_clear(t->early);
 		xfree(t->early);

@@ -36,6 +36,9 @@ struct hmap;
 	  "worker.misfire_threshold_ms (published per fire_once, or skipped)") \
 	X(publish_errors, COUNTER, "prophet_publish_errors_total",             \
 	  "Produce calls or delivery reports that failed")                     \
+	X(unknown_topic, COUNTER, "prophet_publish_unknown_topic_total",       \
+	  "Publishes that failed because the task's Kafka topic does not "     \
+	  "exist (the task stays due and is retried after worker.lease_ms)")   \
 	X(lateness, HISTOGRAM, "prophet_fire_lateness_seconds",                \
 	  "Publish time minus due time")                                       \
 	X(claims, COUNTER, "prophet_claim_calls_total",                        \
@@ -145,6 +148,7 @@ struct wtask {
 	int misfired;  /* fired later than the misfire threshold */
 	int skip;      /* misfired under policy skip: recorded, not published */
 	char *payload; /* to index the next occurrence with */
+	char *ktopic;  /* publishing: the Kafka topic, for errors */
 	char trace[48];	    /* " trace=<id>" for its log lines, or "" */
 	struct task *early; /* WT_EARLY: the claimed payload, decoded */
 	struct timerwheel_timer timer;
@@ -270,6 +274,8 @@ struct worker {
 	int marking;
 	size_t publishing;
 	int64_t mark_retry_at_ms;
+	int64_t unknown_warned_ms; /* firing.c: the last warning of one */
+	long unknown_unlogged;	   /* since then */
 	struct worker_metrics m;
 };
 

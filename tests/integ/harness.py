@@ -250,27 +250,29 @@ def sentinel_primary(sentinels, name, timeout=30):
 
 def kafka_admin_topics(brokers, topics, partitions=4, replication=3,
                        min_insync=2):
-    """Creates topics with Kafka's own TopicCommand (for brokers without
-    auto-creation), replication and min.insync.replicas given; existing
+    """Creates topics with Kafka's own TopicCommand (servers.
+    kafka_topics_cli; for brokers without auto-creation), replication and
+    min.insync.replicas given, one JVM per topic side by side; existing
     ones are left as they are."""
     import servers  # noqa: E402 (servers imports this module)
-    cp = servers.kafka_classpath(servers.kafka_dir())
-    procs = []
-    for t in topics:
-        procs.append(subprocess.Popen(
-            ["java", "-Xmx128m", "-XX:+UseSerialGC",
-             "-XX:TieredStopAtLevel=1", "-cp", cp,
-             "org.apache.kafka.tools.TopicCommand", "--bootstrap-server",
-             brokers, "--create", "--if-not-exists", "--topic", t,
-             "--partitions", str(partitions), "--replication-factor",
-             str(replication), "--config",
-             "min.insync.replicas=%d" % min_insync],
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
-    for t, p in zip(topics, procs):
-        out, _ = p.communicate(timeout=120)
-        if p.returncode != 0:
-            raise TestFailure("creating topic %s failed: %s"
-                              % (t, out.strip()[-500:]))
+    errors = []
+
+    def one(t):
+        try:
+            servers.kafka_topics_cli(
+                brokers, "--create", "--if-not-exists", "--topic", t,
+                "--partitions", str(partitions), "--replication-factor",
+                str(replication), "--config",
+                "min.insync.replicas=%d" % min_insync)
+        except TestFailure as e:
+            errors.append(str(e))
+    ths = [threading.Thread(target=one, args=(t,)) for t in topics]
+    for th in ths:
+        th.start()
+    for th in ths:
+        th.join()
+    if errors:
+        raise TestFailure("creating topics: %s" % errors[0])
 
 
 def kafka_secure_acls(prefix, ingest_topic=None):
@@ -1396,6 +1398,12 @@ class Cluster:
                 self.db_name),
             "kafka.brokers": self.brokers,
             "kafka.topic_prefix": self.topic_prefix,
+            # The dev broker makes a topic at its first publish; the
+            # manager refuses a task whose topic does not exist yet
+            # (kafka.check_task_topics), so here it creates it, as the
+            # broker would have. test_topics_missing and test_openapi run
+            # with the default (refuse).
+            "kafka.create_task_topics": "true",
             "http.listen": self.manager_addr,
         }
         if self.secure:
@@ -1490,12 +1498,13 @@ class Cluster:
         p.addr = "127.0.0.1:%d" % port
         return p
 
-    def add_manager(self, name="manager2", timeout=60):
+    def add_manager(self, name="manager2", timeout=60, args=()):
         """Another manager of this cluster on a free port, started and
-        ready (stopped with the cluster); its Proc, with .addr."""
+        ready (stopped with the cluster); its Proc, with .addr. args: more
+        arguments (e.g. --set key=value)."""
         port = free_port()
         p = Proc(name, [MANAGER_BIN, "-c", self.conf_path, "--set",
-                        "http.listen=127.0.0.1:%d" % port],
+                        "http.listen=127.0.0.1:%d" % port] + list(args),
                  os.path.join(self.dir, name + ".log"))
         p.addr = "127.0.0.1:%d" % port
         self.workers.append(p)

@@ -320,6 +320,30 @@ def kafka_classpath(kdir):
     return ":".join(jars + bridge[:1])
 
 
+_KAFKA_CP = None
+
+
+def kafka_topics_cli(brokers, *args):
+    """Kafka's own topic CLI (TopicCommand, what kafka-topics.sh runs),
+    as an operator would: e.g. "--delete", "--topic", name. A JVM start:
+    a few seconds. Returns its output; a non-zero exit is a failure."""
+    global _KAFKA_CP
+    if _KAFKA_CP is None:
+        _KAFKA_CP = kafka_classpath(kafka_dir())
+    argv = ["java", "-Xmx128m", "-XX:+UseSerialGC",
+            "-XX:TieredStopAtLevel=1",
+            "-Dlog4j2.configurationFile=" +
+            os.path.join(REPO, "scripts", "kafka-log4j2.yaml"),
+            "-cp", _KAFKA_CP, "org.apache.kafka.tools.TopicCommand",
+            "--bootstrap-server", brokers] + list(args)
+    p = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                       text=True, timeout=120)
+    if p.returncode != 0:
+        raise h.TestFailure("kafka-topics %s: %s" % (" ".join(args),
+                                                     p.stdout[-1000:]))
+    return p.stdout
+
+
 class PrivateKafka(_Server):
     """A one-node KRaft broker+controller (server.properties as in
     scripts/devcluster, small heap). Data survives stop()/start()."""

@@ -16,9 +16,12 @@ missing tool is a failure, never a skip. PROPHET_OPENAPI_EXAMPLES (default
 300) sets the fuzzing examples per operation of the first run, a third of it
 for the token runs; PROPHET_OPENAPI_SEED (default 20261201) the seed.
 
-The worker publishes with allow.auto.create.topics=false: the fuzz submits
-tasks on hundreds of random topics, which must not become topics of the
-shared Kafka broker (those tasks just stay firing). Pull requests wait at
+The fuzz submits tasks on hundreds of random topics, which must not become
+topics of the shared Kafka broker: the manager runs with
+kafka.create_task_topics off (the default), so such a task is refused 422
+topic_unknown (a documented answer), and the worker publishes with
+allow.auto.create.topics=false, so the task whose topic is deleted under it
+stays firing. Pull requests wait at
 most pull.max_wait_ms, set to 200 ms here so that the long polls of the
 fuzz (and mykit's /get, which always waits that long) end within
 schemathesis' request timeout; the random group names it sends open at
@@ -38,6 +41,7 @@ import time
 sys.dont_write_bytecode = True
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness as h  # noqa: E402
+import servers as s  # noqa: E402
 
 SPEC = os.path.join(h.REPO, "docs", "openapi.yaml")
 EXAMPLES = int(os.environ.get("PROPHET_OPENAPI_EXAMPLES") or 300)
@@ -107,11 +111,18 @@ def setup():
         for m in METHODS:
             if m in item:
                 OPS.append((m, path, item[m]))
+    # kafka.create_task_topics off: the fuzz's topics are refused 422
+    # topic_unknown, not created.
     C = h.Cluster(workers=1, name="openapi",
-                  conf={"pull.max_wait_ms": 200, "pull.max_groups": 16})
+                  conf={"pull.max_wait_ms": 200, "pull.max_groups": 16,
+                        "kafka.create_task_topics": "false"})
     C.open()
     write_conf()
     C.start()
+    # The topics of the answers made on purpose (the fuzz uses the spec's
+    # example, orders, too): they exist, others are refused 422.
+    h.create_topics(C.brokers, [C.topic(t) for t in ("orders", "reports",
+                                                     "ces")])
 
 
 def call(method, path, body=None, headers=None):
@@ -347,12 +358,21 @@ def test_answers_match_schemas():
     rec("submitTask", "POST", "/v1/tasks", {
         "topic": "orders", "body": "b", "delay_ms": 1, "key": "a\u0000b"},
         400)
-    # Due now: claimed at once, then failing to publish (its topic cannot
-    # be created, see the module's doc): cancel answers 409 while it is in
-    # flight, 200 between two attempts.
+    r = rec("submitTask", "POST", "/v1/tasks", {
+        "topic": "nowhere-" + tag, "body": "x", "delay_ms": 0}, 422)
+    h.check_eq(r.json["error"]["code"], "topic_unknown", "missing topic")
+    # Accepted, its topic deleted, then due now: claimed at once, then
+    # failing to publish (the worker does not create it, see the module's
+    # doc): cancel answers 409 while it is in flight, 200 between two
+    # attempts.
     fire = "fire-" + tag
+    gone = "gone-" + tag
+    h.create_topics(C.brokers, [C.topic(gone)])
     rec("submitTask", "POST", "/v1/tasks", {
-        "id": fire, "topic": "nowhere", "body": "x", "delay_ms": 0}, 201)
+        "id": fire, "topic": gone, "body": "x", "delay_ms": 3600000}, 201)
+    s.kafka_topics_cli(C.brokers, "--delete", "--topic", C.topic(gone))
+    rec("rescheduleTask", "PATCH", "/v1/tasks/" + fire, {"delay_ms": 0},
+        200)
     time.sleep(0.5)
     rec("getCluster", "GET", "/v1/cluster", None, 200)
     rec("cancelTask", "DELETE", "/v1/tasks/" + fire)

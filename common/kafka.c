@@ -538,6 +538,13 @@ struct kafka_consumer {
 	int held;   /* the caller has enough in hand: do not poll */
 	int paused; /* fetching stopped, polling goes on */
 	struct kafka_probe probe;
+	/* What it is made of, to make it again after a fatal error
+	 * (consumer_remake). */
+	const struct cfg *cfg;
+	char *group, *topic, *role, *listen;
+	char **props; /* key, value, ..., NULL */
+	int fatal;    /* librdkafka said so: made again on the next poll */
+	struct event *remake_ev;
 };
 
 static void
@@ -545,6 +552,13 @@ consumer_error_cb(rd_kafka_t *rk, int err, const char *reason, void *opaque)
 {
 	struct kafka_consumer *c = opaque;
 
+	if (err == RD_KAFKA_RESP_ERR__FATAL) {
+		/* Served on the loop (the consumer's poll): the handle is
+		 * made again there. */
+		c->fatal = 1;
+		if (c->ev != NULL)
+			event_active(c->ev, EV_READ, 0);
+	}
 	if (probe_error(&c->probe, err, reason))
 		return;
 	if (is_auth_error(err))
@@ -584,6 +598,8 @@ pause_parts(struct kafka_consumer *c, rd_kafka_topic_partition_list_t *l,
 {
 	rd_kafka_topic_partition_list_t *mine = NULL;
 
+	if (c->rk == NULL)
+		return;
 	if (l == NULL) {
 		if (rd_kafka_assignment(c->rk, &mine) !=
 		    RD_KAFKA_RESP_ERR_NO_ERROR)
@@ -616,6 +632,8 @@ kafka_consumer_high_watermark(struct kafka_consumer *c, const char *topic,
 {
 	int64_t lo, hi;
 
+	if (c->rk == NULL)
+		return -1;
 	if (rd_kafka_get_watermark_offsets(c->rk, topic, partition, &lo, &hi) !=
 		    RD_KAFKA_RESP_ERR_NO_ERROR ||
 	    hi == RD_KAFKA_OFFSET_INVALID)
@@ -688,17 +706,21 @@ kafka_consumer_create(struct event_base *base, const struct cfg *cfg,
 					  NULL, err, errlen);
 }
 
-struct kafka_consumer *
-kafka_consumer_create_opts(struct event_base *base, const struct cfg *cfg,
-			   const char *group, const char *topic,
-			   kafka_msg_fn msg_cb, void *arg,
-			   const struct kafka_consumer_opts *opts, char *err,
-			   size_t errlen)
+static void consumer_remake_cb(evutil_socket_t fd, short what, void *arg);
+
+/*
+ * Makes c's handle from what c holds, subscribes it and wires its queue
+ * to the loop's event (made once: the pipe outlives handles). probe: ask
+ * the brokers first (at start; not when made again, the brokers may be
+ * the reason).
+ */
+static int
+consumer_open(struct kafka_consumer *c, struct event_base *base, int probe,
+	      char *err, size_t errlen)
 {
-	struct kafka_consumer *c = xcalloc(1, sizeof(*c));
+	const struct cfg *cfg = c->cfg;
 	rd_kafka_conf_t *conf = rd_kafka_conf_new();
 	rd_kafka_topic_partition_list_t *topics;
-
 	int64_t session = cfg_int(cfg, CFG_KAFKA_SESSION_TIMEOUT_MS);
 	char session_s[32], beat_s[32], instance[256];
 
@@ -706,7 +728,7 @@ kafka_consumer_create_opts(struct event_base *base, const struct cfg *cfg,
 	snprintf(beat_s, sizeof(beat_s), "%lld",
 		 (long long)(session / 3 < 3000 ? session / 3 : 3000));
 	if (set_common(conf, cfg, err, errlen) < 0 ||
-	    set(conf, "group.id", group, err, errlen) ||
+	    set(conf, "group.id", c->group, err, errlen) ||
 	    set(conf, "enable.auto.commit", "false", err, errlen) ||
 	    set(conf, "enable.auto.offset.store", "false", err, errlen) ||
 	    set(conf, "auto.offset.reset", "earliest", err, errlen) ||
@@ -716,43 +738,35 @@ kafka_consumer_create_opts(struct event_base *base, const struct cfg *cfg,
 	/* A static member (KIP-345): restarted with the same instance id it
 	 * gets its partitions back without a rebalance, where a member that
 	 * did not manage to leave held them until its session timeout. */
-	if (opts != NULL && opts->role != NULL &&
-	    cfg_int(cfg, CFG_KAFKA_STATIC_MEMBERSHIP)) {
-		kafka_instance_id(instance, sizeof(instance), opts->role,
-				  opts->listen ? opts->listen : "");
+	if (c->role != NULL && cfg_int(cfg, CFG_KAFKA_STATIC_MEMBERSHIP)) {
+		kafka_instance_id(instance, sizeof(instance), c->role,
+				  c->listen ? c->listen : "");
 		if (set(conf, "group.instance.id", instance, err, errlen))
 			goto fail;
 	}
 	if (set_section(conf, cfg, "kafka.consumer", err, errlen) < 0)
 		goto fail;
-	for (const char *const *p = opts ? opts->props : NULL; p && p[0];
-	     p += 2)
+	for (char **p = c->props; p && p[0]; p += 2)
 		if (set(conf, p[0], p[1], err, errlen))
 			goto fail;
 	rd_kafka_conf_set_opaque(conf, c);
 	rd_kafka_conf_set_error_cb(conf, consumer_error_cb);
 	rd_kafka_conf_set_log_cb(conf, log_cb);
-	if (opts != NULL && opts->rebalance_cb != NULL) {
+	if (c->rebalance_cb != NULL)
 		rd_kafka_conf_set_rebalance_cb(conf, rebalance_cb);
-		c->rebalance_cb = opts->rebalance_cb;
-	}
-	c->msg_cb = msg_cb;
-	c->arg = arg;
 	c->rk = rd_kafka_new(RD_KAFKA_CONSUMER, conf, err, errlen);
-	if (c->rk == NULL) {
-		xfree(c);
-		return NULL;
-	}
+	if (c->rk == NULL)
+		return -1;
 	/* Before the main queue is forwarded to the consumer's: the probe
 	 * serves it with rd_kafka_poll. */
-	if (probe_run(c->rk, &c->probe, cfg, err, errlen) < 0) {
+	if (probe && probe_run(c->rk, &c->probe, cfg, err, errlen) < 0) {
 		rd_kafka_destroy(c->rk);
-		xfree(c);
-		return NULL;
+		c->rk = NULL;
+		return -1;
 	}
 	rd_kafka_poll_set_consumer(c->rk);
 	topics = rd_kafka_topic_partition_list_new(1);
-	for (const char *p = topic; *p;) {
+	for (const char *p = c->topic; *p;) {
 		size_t k = strcspn(p, ",");
 		char *one = xstrndup(p, k);
 
@@ -763,29 +777,143 @@ kafka_consumer_create_opts(struct event_base *base, const struct cfg *cfg,
 		p += k + (p[k] == ',');
 	}
 	if (rd_kafka_subscribe(c->rk, topics) != RD_KAFKA_RESP_ERR_NO_ERROR) {
-		snprintf(err, errlen, "cannot subscribe to %s", topic);
+		snprintf(err, errlen, "cannot subscribe to %s", c->topic);
 		rd_kafka_topic_partition_list_destroy(topics);
 		rd_kafka_destroy(c->rk);
-		xfree(c);
-		return NULL;
+		c->rk = NULL;
+		return -1;
 	}
 	rd_kafka_topic_partition_list_destroy(topics);
-	if (pipe2(c->pipefd, O_NONBLOCK | O_CLOEXEC) < 0)
-		log_fatal("pipe failed", "");
+	if (c->ev == NULL) {
+		if (pipe2(c->pipefd, O_NONBLOCK | O_CLOEXEC) < 0)
+			log_fatal("pipe failed", "");
+		c->ev = event_new(base, c->pipefd[0], EV_READ | EV_PERSIST,
+				  consumer_wake_cb, c);
+		event_add(c->ev, NULL);
+		c->remake_ev = evtimer_new(base, consumer_remake_cb, c);
+	}
 	c->q = rd_kafka_queue_get_consumer(c->rk);
 	rd_kafka_queue_io_event_enable(c->q, c->pipefd[1], "1", 1);
-	c->ev = event_new(base, c->pipefd[0], EV_READ | EV_PERSIST,
-			  consumer_wake_cb, c);
-	event_add(c->ev, NULL);
 	/* What the subscription queued before the wake-ups were enabled
 	 * (a join on fresh metadata is that quick) would never write the
 	 * pipe: the queue wakes only when it turns non-empty. */
 	event_active(c->ev, EV_READ, 0);
-	return c;
+	return 0;
 fail:
 	rd_kafka_conf_destroy(conf);
-	xfree(c);
-	return NULL;
+	return -1;
+}
+
+static void
+consumer_params_free(struct kafka_consumer *c)
+{
+	xfree(c->group);
+	xfree(c->topic);
+	xfree(c->role);
+	xfree(c->listen);
+	for (char **p = c->props; p && *p; p++)
+		xfree(*p);
+	xfree(c->props);
+}
+
+struct kafka_consumer *
+kafka_consumer_create_opts(struct event_base *base, const struct cfg *cfg,
+			   const char *group, const char *topic,
+			   kafka_msg_fn msg_cb, void *arg,
+			   const struct kafka_consumer_opts *opts, char *err,
+			   size_t errlen)
+{
+	struct kafka_consumer *c = xcalloc(1, sizeof(*c));
+	size_t n = 0;
+
+	c->cfg = cfg;
+	c->group = xstrdup(group);
+	c->topic = xstrdup(topic);
+	if (opts != NULL && opts->role != NULL) {
+		c->role = xstrdup(opts->role);
+		c->listen = xstrdup(opts->listen ? opts->listen : "");
+	}
+	for (const char *const *p = opts ? opts->props : NULL; p && p[0];
+	     p += 2)
+		n += 2;
+	c->props = xcalloc(n + 1, sizeof(*c->props));
+	for (size_t i = 0; i < n; i++)
+		c->props[i] = xstrdup(opts->props[i]);
+	if (opts != NULL)
+		c->rebalance_cb = opts->rebalance_cb;
+	c->msg_cb = msg_cb;
+	c->arg = arg;
+	if (consumer_open(c, base, 1, err, errlen) < 0) {
+		consumer_params_free(c);
+		xfree(c);
+		return NULL;
+	}
+	return c;
+}
+
+static void destroy_handle_async(rd_kafka_t *rk);
+
+/*
+ * A fatal error (librdkafka 2.0.2 makes FENCED_INSTANCE_ID one: a static
+ * member whose session ran out while the group coordinator was away, and
+ * whose commit then carried its old member id) leaves the handle unusable
+ * for good. The consumer is made again in place: its partitions are
+ * revoked from the owner first (what it holds of them was not committed,
+ * so the new member reads it again: at-least-once), the old handle is
+ * destroyed on a thread (without a group leave: it is fenced anyway).
+ */
+static void
+consumer_remake(struct kafka_consumer *c)
+{
+	rd_kafka_topic_partition_list_t *mine = NULL;
+	char why[512], err[256];
+
+	c->fatal = 0;
+	if (rd_kafka_fatal_error(c->rk, why, sizeof(why)) ==
+	    RD_KAFKA_RESP_ERR_NO_ERROR)
+		snprintf(why, sizeof(why), "fatal error");
+	log_error("kafka consumer failed for good: making it again",
+		  "group=%s error=\"%s\"", c->group, why);
+	if (c->rebalance_cb != NULL &&
+	    rd_kafka_assignment(c->rk, &mine) == RD_KAFKA_RESP_ERR_NO_ERROR) {
+		if (mine->cnt > 0)
+			c->rebalance_cb(mine, 0, c->arg);
+		rd_kafka_topic_partition_list_destroy(mine);
+	}
+	rd_kafka_queue_io_event_enable(c->q, -1, NULL, 0);
+	rd_kafka_queue_destroy(c->q);
+	c->q = NULL;
+	destroy_handle_async(c->rk);
+	c->rk = NULL;
+	if (consumer_open(c, NULL, 0, err, sizeof(err)) < 0) {
+		struct timeval tv = {1, 0};
+
+		log_error("kafka consumer not made again: retrying in 1 s",
+			  "group=%s error=\"%s\"", c->group, err);
+		evtimer_add(c->remake_ev, &tv);
+		return;
+	}
+	if (c->paused) {
+		c->paused = 0;
+		kafka_consumer_pause(c, 1);
+	}
+	log_info("kafka consumer made again", "group=%s", c->group);
+}
+
+static void
+consumer_remake_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct kafka_consumer *c = arg;
+	char err[256];
+	struct timeval tv = {1, 0};
+
+	(void)fd;
+	(void)what;
+	if (consumer_open(c, NULL, 0, err, sizeof(err)) < 0) {
+		evtimer_add(c->remake_ev, &tv);
+		return;
+	}
+	log_info("kafka consumer made again", "group=%s", c->group);
 }
 
 int
@@ -793,6 +921,13 @@ kafka_consumer_poll(struct kafka_consumer *c, int max)
 {
 	int n = 0;
 
+	if (c->rk == NULL) /* being made again */
+		return 0;
+	if (c->fatal || rd_kafka_fatal_error(c->rk, NULL, 0) !=
+				RD_KAFKA_RESP_ERR_NO_ERROR) {
+		consumer_remake(c);
+		return 0;
+	}
 	while (n < max && !c->held) {
 		rd_kafka_message_t *m = rd_kafka_consumer_poll(c->rk, 0);
 
@@ -809,6 +944,10 @@ kafka_consumer_poll(struct kafka_consumer *c, int max)
 				 rd_kafka_message_errstr(m));
 		rd_kafka_message_destroy(m);
 		n++;
+		if (c->fatal) {
+			consumer_remake(c);
+			return n;
+		}
 	}
 	/* The queue wakes the loop only when it turns non-empty: if it may
 	 * still hold messages, come back on the next loop iteration. */
@@ -821,8 +960,11 @@ void
 kafka_consumer_commit(struct kafka_consumer *c, const char *topic,
 		      int32_t partition, int64_t next_offset)
 {
-	rd_kafka_topic_partition_list_t *l =
-		rd_kafka_topic_partition_list_new(1);
+	rd_kafka_topic_partition_list_t *l;
+
+	if (c->rk == NULL) /* being made again: its next member reads on */
+		return;
+	l = rd_kafka_topic_partition_list_new(1);
 
 	rd_kafka_topic_partition_list_add(l, topic, partition)->offset =
 		next_offset;
@@ -884,17 +1026,23 @@ static void
 consumer_detach(struct kafka_consumer *c)
 {
 	c->rebalance_cb = NULL;
-	rd_kafka_queue_io_event_enable(c->q, -1, NULL, 0);
-	rd_kafka_queue_destroy(c->q);
+	if (c->q != NULL) {
+		rd_kafka_queue_io_event_enable(c->q, -1, NULL, 0);
+		rd_kafka_queue_destroy(c->q);
+		c->q = NULL;
+	}
 	event_free(c->ev);
+	event_free(c->remake_ev);
 }
 
 static void
 consumer_free(struct kafka_consumer *c)
 {
-	consumer_close(c->rk);
+	if (c->rk != NULL)
+		consumer_close(c->rk);
 	close(c->pipefd[0]);
 	close(c->pipefd[1]);
+	consumer_params_free(c);
 	xfree(c);
 }
 
@@ -936,6 +1084,34 @@ kafka_consumer_destroy_async(struct kafka_consumer *c)
 	pthread_mutex_unlock(&closing_mu);
 	if (pthread_create(&t, NULL, close_main, c) != 0) {
 		close_main(c); /* no thread: here, then */
+		return;
+	}
+	pthread_detach(t);
+}
+
+static void *
+destroy_main(void *arg)
+{
+	rd_kafka_destroy_flags(arg, RD_KAFKA_DESTROY_F_NO_CONSUMER_CLOSE);
+	pthread_mutex_lock(&closing_mu);
+	if (--closing == 0)
+		pthread_cond_broadcast(&closing_cv);
+	pthread_mutex_unlock(&closing_mu);
+	return NULL;
+}
+
+/* A handle that failed for good, destroyed off the loop (it may take a
+ * while to stop its threads); kafka_consumer_wait_closed() waits for it. */
+static void
+destroy_handle_async(rd_kafka_t *rk)
+{
+	pthread_t t;
+
+	pthread_mutex_lock(&closing_mu);
+	closing++;
+	pthread_mutex_unlock(&closing_mu);
+	if (pthread_create(&t, NULL, destroy_main, rk) != 0) {
+		destroy_main(rk);
 		return;
 	}
 	pthread_detach(t);

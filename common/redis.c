@@ -975,6 +975,12 @@ redis_up(const struct redis *r)
 	return r->ac != NULL && r->ready;
 }
 
+size_t
+redis_pending(const struct redis *r)
+{
+	return r->ac != NULL ? r->pending : 0;
+}
+
 void
 redis_subscribe(struct redis *r, const char *channel, redis_reply_fn cb,
 		void *arg)

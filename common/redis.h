@@ -30,6 +30,9 @@ struct redis *redis_create(struct event_base *base, const struct cfg *cfg,
 			   redis_state_fn state_cb, void *arg);
 void redis_destroy(struct redis *r);
 int redis_up(const struct redis *r);
+/* Commands sent and not answered yet (a graceful stop waits for them: a
+ * reply-less command still sitting in the output buffer would be lost). */
+size_t redis_pending(const struct redis *r);
 int redis_command(struct redis *r, redis_reply_fn cb, void *arg,
 		  const char *fmt, ...);
 int redis_command_argv(struct redis *r, redis_reply_fn cb, void *arg, int argc,

@@ -1368,6 +1368,12 @@ class Ledger:
             recv = {i: [m.recv_ms for m in ms] for i, ms in rd.by_id.items()}
         lost = sorted(i for i in expected if i not in by_id)
         cancelled_published = sorted(i for i in cancelled if i in by_id)
+        if lost:
+            try:
+                for line in self.diagnose_lost(lost):
+                    log(line)
+            except Exception as e:  # a diagnosis, never the verdict
+                log("lost-task diagnosis failed: %r" % e)
         early = []
         for tid, ms in by_id.items():
             for m in ms:
@@ -1617,6 +1623,114 @@ class Ledger:
         rep["problems"] = problems
         rep["verdict"] = "PASS" if not problems else "FAIL"
         return rep
+
+    def diagnose_lost(self, ids, limit_slots=6):
+        """Where the lost ones stand, printed into the log (CI keeps only
+        the test's log): per slot, the DB rows (status, attempt, due
+        range), the slot's node in ZooKeeper, Redis's fence and marker and
+        where the first ids are in the index, each running worker's epoch
+        gauge for the slot, and the owner's last log lines about it."""
+        run, out = self.run, []
+        if not ids:
+            return out
+        rows = []
+        ids = sorted(ids)
+        for i in range(0, len(ids), 500):
+            q = ",".join("'%s'" % x for x in ids[i:i + 500])
+            rows += run.c.mysql(
+                "SELECT id, slot, status, attempt, due_at, epoch, "
+                "IFNULL(owner,''), updated_at FROM tasks "
+                "WHERE id IN (%s)" % q)
+        by_slot = {}
+        for r in rows:
+            by_slot.setdefault(int(r[1]), []).append(r)
+        out.append("lost by slot: %s (%d not in the DB)"
+                   % ({k: len(v) for k, v in sorted(by_slot.items())},
+                      len(ids) - len(rows)))
+        try:
+            r = run.c.redis()
+        except (OSError, RuntimeError) as e:
+            r = None
+            out.append("redis: %r" % e)
+        try:
+            zk = h.ZK(run.zk.hosts, timeout_ms=4000)
+        except (OSError, RuntimeError) as e:
+            zk = None
+            out.append("zookeeper: %r" % e)
+        gauges = {}
+        for w in run.c.workers:
+            if not w.running():
+                continue
+            try:
+                api = h.Api(w.addr, timeout=2)
+                text = api.get("/metrics").text
+                api.close()
+            except (OSError, ValueError):
+                continue
+            gauges[w.wid] = {int(s): int(float(v)) for s, v in
+                             OwnerSampler.GAUGE.findall(text)}
+        for slot in sorted(by_slot, key=lambda k: -len(by_slot[k]))[
+                :limit_slots]:
+            rs = by_slot[slot]
+            st = {}
+            for x in rs:
+                k = "%s/attempt %s/epoch %s/owner %s" % (x[2], x[3], x[5],
+                                                         x[6] or "-")
+                st[k] = st.get(k, 0) + 1
+            dues = sorted(int(x[4]) for x in rs)
+            out.append("slot %d: %d lost, due %s .. %s (%.0f s and %.0f s "
+                       "ago), rows %s" % (
+                           slot, len(rs), dues[0], dues[-1],
+                           (h.now_ms() - dues[0]) / 1000.0,
+                           (h.now_ms() - dues[-1]) / 1000.0, st))
+            if zk is not None:
+                try:
+                    data, _ = zk.get_stat("%s/work_slot/ws_%d"
+                                          % (run.c.zk_root, slot))
+                    out.append("  zookeeper node: %s" % (
+                        data.decode() if data else None))
+                except (OSError, RuntimeError, ValueError) as e:
+                    out.append("  zookeeper node: %r" % e)
+            out.append("  worker epoch gauges: %s"
+                       % {w: g.get(slot) for w, g in gauges.items()})
+            if r is not None:
+                try:
+                    pre = "{prophet:%d}:" % slot
+                    out.append("  redis: fence %s, marker %s, due %s, "
+                               "task %s, inflight %s, buckets %s" % (
+                                   r.cmd("GET", pre + "epoch"),
+                                   r.cmd("GET", pre + "built"),
+                                   r.cmd("ZCARD", pre + "due"),
+                                   r.cmd("HLEN", pre + "task"),
+                                   r.cmd("ZCARD", pre + "inflight"),
+                                   r.cmd("ZCARD", pre + "bk")))
+                    for x in rs[:3]:
+                        out.append("  %s: due score %s, payload %s, "
+                                   "inflight %s, cancelled %s" % (
+                                       x[0], r.cmd("ZSCORE", pre + "due",
+                                                   x[0]),
+                                       r.cmd("HEXISTS", pre + "task", x[0]),
+                                       r.cmd("ZSCORE", pre + "inflight",
+                                             x[0]),
+                                       r.cmd("ZSCORE", pre + "cancelled",
+                                             x[0])))
+                except (OSError, RuntimeError) as e:
+                    out.append("  redis: %r" % e)
+            for w in run.c.workers:
+                pat = re.compile(r"\bslot=%d\b" % slot)
+                lines = [l for l in w.grep("slot=%d" % slot)
+                         if pat.search(l)]
+                if lines:
+                    out.append("  %s, last lines about the slot:" % w.wid)
+                    out += ["    " + l[:300] for l in lines[-8:]]
+        if r is not None:
+            r.close()
+        if zk is not None:
+            try:
+                zk.sock.close()
+            except OSError:
+                pass
+        return out
 
     def db_due(self, ids):
         out = {}

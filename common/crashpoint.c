@@ -11,32 +11,50 @@
 #include "crashpoint.h"
 #include "log.h"
 
+/* 1 on the hit of name that spec ("name" or "name:N") asks for. */
+static int
+wanted(const char *spec, const char *name, atomic_long *hits)
+{
+	const char *colon;
+	size_t len;
+	long want = 1;
+
+	if (spec == NULL || *spec == '\0')
+		return 0;
+	colon = strchr(spec, ':');
+	len = colon != NULL ? (size_t)(colon - spec) : strlen(spec);
+	if (len != strlen(name) || strncmp(spec, name, len) != 0)
+		return 0;
+	if (colon != NULL) {
+		want = strtol(colon + 1, NULL, 10);
+		if (want < 1)
+			want = 1;
+	}
+	return atomic_fetch_add(hits, 1) + 1 == want;
+}
+
+int
+faultpoint_hit(const char *name)
+{
+	static atomic_long hits;
+
+	if (!wanted(getenv("PROPHET_FAULT_AT"), name, &hits))
+		return 0;
+	log_warn("fault point reached", "point=%s", name);
+	return 1;
+}
+
 /* The environment is read on every hit (a handful per task at most, and
  * only in debug builds), so nothing needs initialising. */
 void
 crashpoint_hit(const char *name)
 {
 	static atomic_long hits;
-	const char *spec = getenv("PROPHET_CRASH_AT"), *colon;
-	size_t len;
-	long want = 1, n;
 
-	if (spec == NULL || *spec == '\0')
+	if (!wanted(getenv("PROPHET_CRASH_AT"), name, &hits))
 		return;
-	colon = strchr(spec, ':');
-	len = colon != NULL ? (size_t)(colon - spec) : strlen(spec);
-	if (len != strlen(name) || strncmp(spec, name, len) != 0)
-		return;
-	if (colon != NULL) {
-		want = strtol(colon + 1, NULL, 10);
-		if (want < 1)
-			want = 1;
-	}
-	n = atomic_fetch_add(&hits, 1) + 1;
-	if (n != want)
-		return;
-	log_warn("crash point reached: dying", "point=%s hit=%ld pid=%ld", name,
-		 n, (long)getpid());
+	log_warn("crash point reached: dying", "point=%s pid=%ld", name,
+		 (long)getpid());
 	raise(SIGKILL);
 	_exit(137);
 }

@@ -15,12 +15,21 @@
  */
 #if defined(PROPHET_DEBUG) || defined(PROPHET_CRASHPOINTS)
 #define CRASHPOINT(name) crashpoint_hit(name)
+#define FAULTPOINT(name) faultpoint_hit(name)
 #else
 #define CRASHPOINT(name) ((void)0)
+#define FAULTPOINT(name) 0
 #endif
 
 /* Dies (SIGKILL to itself) if PROPHET_CRASH_AT names this point and this
  * is the requested hit; logs one line first. Thread-safe. */
 void crashpoint_hit(const char *name);
+
+/*
+ * Fault points: the same, for an error no signal can cause (librdkafka's
+ * fatal producer error): PROPHET_FAULT_AT=kafka_producer_fatal:50 makes
+ * the 50th hit return 1 (logged), every other 0.
+ */
+int faultpoint_hit(const char *name);
 
 #endif

@@ -112,6 +112,13 @@ struct kafka_producer {
 	void *arg;
 	int all_down;
 	struct kafka_probe probe;
+	/* A fatal error (the idempotent producer's sequence lost, its id
+	 * fenced) ends a handle for good: it is made again from conf
+	 * (producer_remake). */
+	rd_kafka_conf_t *conf;
+	struct event *remake_ev;
+	int fatal;
+	unsigned long remakes;
 };
 
 /* A refusal no retry will change: a password, a certificate. */
@@ -240,7 +247,12 @@ error_cb(rd_kafka_t *rk, int err, const char *reason, void *opaque)
 		char buf[512];
 
 		rd_kafka_fatal_error(rk, buf, sizeof(buf));
-		log_error("kafka fatal error", "reason=\"%s\"", buf);
+		log_error("kafka producer failed for good: making it again",
+			  "reason=\"%s\"", buf);
+		/* Not from inside the handle's own poll. */
+		if (!p->fatal && p->remake_ev != NULL)
+			event_active(p->remake_ev, EV_TIMEOUT, 0);
+		p->fatal = 1;
 		return;
 	}
 	log_warn("kafka error", "code=%s reason=\"%s\"", rd_kafka_err2name(err),
@@ -414,6 +426,62 @@ kafka_header_add_int(rd_kafka_headers_t *h, const char *name, long long v)
 	rd_kafka_header_add(h, name, -1, buf, n);
 }
 
+static void destroy_handle_async(rd_kafka_t *rk);
+
+/*
+ * After a fatal error: every message of the old handle gets its delivery
+ * report here, on the loop (purged: the owner fires them again, at least
+ * once; an in-flight one may have been written too), so nothing waits for
+ * a report that would never come; then the handle is destroyed off the
+ * loop and a new one is made from the same configuration (a new producer
+ * id and sequence). Until it exists, kafka_brokers_down() says so, which
+ * holds claims back.
+ */
+static void
+producer_remake_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct kafka_producer *p = arg;
+	char err[512];
+	int64_t until = clock_mono_ms() + 2000;
+	rd_kafka_t *rk;
+
+	(void)fd;
+	(void)what;
+	if (p->rk != NULL) {
+		rd_kafka_queue_io_event_enable(p->mainq, -1, NULL, 0);
+		rd_kafka_queue_destroy(p->mainq);
+		p->mainq = NULL;
+		rd_kafka_purge(p->rk, RD_KAFKA_PURGE_F_QUEUE |
+					      RD_KAFKA_PURGE_F_INFLIGHT);
+		do
+			rd_kafka_poll(p->rk, 50);
+		while (rd_kafka_outq_len(p->rk) > 0 && clock_mono_ms() < until);
+		if (rd_kafka_outq_len(p->rk) > 0)
+			log_error("kafka producer: reports still missing at "
+				  "its end",
+				  "outq=%d", rd_kafka_outq_len(p->rk));
+		destroy_handle_async(p->rk);
+		p->rk = NULL;
+	}
+	rk = rd_kafka_new(RD_KAFKA_PRODUCER, rd_kafka_conf_dup(p->conf), err,
+			  sizeof(err));
+	if (rk == NULL) {
+		struct timeval tv = {1, 0};
+
+		log_error("kafka producer not made again: retrying in 1 s",
+			  "error=\"%s\"", err);
+		evtimer_add(p->remake_ev, &tv);
+		return;
+	}
+	p->rk = rk;
+	p->fatal = 0;
+	p->all_down = 0;
+	p->remakes++;
+	p->mainq = rd_kafka_queue_get_main(p->rk);
+	rd_kafka_queue_io_event_enable(p->mainq, p->pipefd[1], "1", 1);
+	log_info("kafka producer made again", "remakes=%lu", p->remakes);
+}
+
 struct kafka_producer *
 kafka_producer_create(struct event_base *base, const struct cfg *cfg,
 		      kafka_dr_fn dr_cb, void *arg, char *err, size_t errlen)
@@ -446,13 +514,16 @@ kafka_producer_create(struct event_base *base, const struct cfg *cfg,
 	rd_kafka_conf_set_stats_cb(conf, stats_cb);
 	if (set(conf, "statistics.interval.ms", "1000", err, errlen))
 		goto fail;
+	p->conf = rd_kafka_conf_dup(conf);
 	p->rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, err, errlen);
 	if (p->rk == NULL) {
+		rd_kafka_conf_destroy(p->conf);
 		xfree(p);
 		return NULL;
 	}
 	if (probe_run(p->rk, &p->probe, cfg, err, errlen) < 0) {
 		rd_kafka_destroy(p->rk);
+		rd_kafka_conf_destroy(p->conf);
 		xfree(p);
 		return NULL;
 	}
@@ -462,6 +533,7 @@ kafka_producer_create(struct event_base *base, const struct cfg *cfg,
 	rd_kafka_queue_io_event_enable(p->mainq, p->pipefd[1], "1", 1);
 	p->ev = event_new(base, p->pipefd[0], EV_READ | EV_PERSIST, wake_cb, p);
 	event_add(p->ev, NULL);
+	p->remake_ev = evtimer_new(base, producer_remake_cb, p);
 	return p;
 fail:
 	rd_kafka_conf_destroy(conf);
@@ -474,18 +546,38 @@ kafka_producer_destroy(struct kafka_producer *p, int timeout_ms)
 {
 	if (p == NULL)
 		return;
-	rd_kafka_flush(p->rk, timeout_ms);
-	rd_kafka_queue_io_event_enable(p->mainq, -1, NULL, 0);
-	rd_kafka_queue_destroy(p->mainq);
-	/* Reports for what is still queued fire from purge with an error. */
-	rd_kafka_purge(p->rk,
-		       RD_KAFKA_PURGE_F_QUEUE | RD_KAFKA_PURGE_F_INFLIGHT);
-	rd_kafka_poll(p->rk, 0);
-	rd_kafka_destroy(p->rk);
+	if (p->rk != NULL) {
+		rd_kafka_flush(p->rk, timeout_ms);
+		rd_kafka_queue_io_event_enable(p->mainq, -1, NULL, 0);
+		rd_kafka_queue_destroy(p->mainq);
+		/* Reports for what is still queued fire from purge with an
+		 * error. */
+		rd_kafka_purge(p->rk, RD_KAFKA_PURGE_F_QUEUE |
+					      RD_KAFKA_PURGE_F_INFLIGHT);
+		rd_kafka_poll(p->rk, 0);
+		rd_kafka_destroy(p->rk);
+	}
 	event_free(p->ev);
+	event_free(p->remake_ev);
+	rd_kafka_conf_destroy(p->conf);
 	close(p->pipefd[0]);
 	close(p->pipefd[1]);
 	xfree(p);
+}
+
+void
+kafka_producer_test_fatal(struct kafka_producer *p)
+{
+	if (p->rk != NULL)
+		rd_kafka_test_fatal_error(
+			p->rk, RD_KAFKA_RESP_ERR_OUT_OF_ORDER_SEQUENCE_NUMBER,
+			"fault point kafka_producer_fatal");
+}
+
+unsigned long
+kafka_producer_remakes(const struct kafka_producer *p)
+{
+	return p->remakes;
 }
 
 int
@@ -495,6 +587,11 @@ kafka_produce(struct kafka_producer *p, const char *topic, const void *key,
 {
 	rd_kafka_resp_err_t e;
 
+	if (p->rk == NULL || p->fatal) { /* being made again */
+		rd_kafka_headers_destroy(hdrs);
+		*errp = RD_KAFKA_RESP_ERR__FATAL;
+		return -1;
+	}
 	e = rd_kafka_producev(p->rk, RD_KAFKA_V_TOPIC(topic),
 			      RD_KAFKA_V_KEY(key, keylen),
 			      RD_KAFKA_V_VALUE((void *)value, valuelen),
@@ -512,19 +609,21 @@ kafka_produce(struct kafka_producer *p, const char *topic, const void *key,
 int
 kafka_outq_len(const struct kafka_producer *p)
 {
-	return rd_kafka_outq_len(p->rk);
+	return p->rk != NULL ? rd_kafka_outq_len(p->rk) : 0;
 }
 
 void
 kafka_purge_queued(struct kafka_producer *p)
 {
-	rd_kafka_purge(p->rk, RD_KAFKA_PURGE_F_QUEUE);
+	if (p->rk != NULL)
+		rd_kafka_purge(p->rk, RD_KAFKA_PURGE_F_QUEUE);
 }
 
 int
 kafka_brokers_down(const struct kafka_producer *p)
 {
-	return p->all_down;
+	/* A handle being made again publishes nothing either. */
+	return p->all_down || p->rk == NULL || p->fatal;
 }
 
 struct kafka_consumer {
@@ -1241,6 +1340,10 @@ kafka_ensure_topics(struct kafka_producer *p, const struct cfg *cfg,
 	err[0] = '\0';
 	if (!cfg_int(cfg, CFG_KAFKA_CREATE_TOPICS) || n == 0)
 		return 0;
+	if (p->rk == NULL) {
+		snprintf(err, errlen, "the producer is being made again");
+		return -1;
+	}
 	return create_topics(p->rk, topic_spec(cfg), topics, n, timeout_ms, err,
 			     errlen);
 }

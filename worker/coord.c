@@ -1059,6 +1059,9 @@ lose_all(struct worker *w, const char *why)
 	for (int i = 0; i < w->nslots; i++) {
 		slot_lose(w, i, why);
 		w->slots[i].releasing = 0;
+		/* A release write of the old session may never complete
+		 * (its handle closed): it must not block the next one. */
+		w->slots[i].release_writing = 0;
 		w->view_version[i] = -1;
 	}
 	step_down(w, why);

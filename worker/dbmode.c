@@ -115,7 +115,14 @@ dbclaim_run(struct db_conn *conn, struct db_job *job)
 			 NULL) < 0)
 		goto fail;
 	db_params_free(&p);
-	return db_commit(conn);
+	if (db_commit(conn) < 0) {
+		/* Not claimed (or not known to be: a commit cut off may have
+		 * gone through, and then the rows' leases bring them back):
+		 * publishing them would race their next claim. */
+		db_rows_free(&c->rows);
+		return -1;
+	}
+	return 0;
 fail:
 	db_params_free(&p);
 	db_rows_free(&c->rows);

@@ -151,6 +151,8 @@ firing_publish_task(struct worker *w, struct wtask *t, const struct task *pt)
 		return 1;
 	}
 	CRASHPOINT("after_claim_before_publish");
+	if (FAULTPOINT("kafka_producer_fatal"))
+		kafka_producer_test_fatal(w->kafka);
 	h = rd_kafka_headers_new(
 		9 + (pt->headers ? json_object_size(pt->headers) : 0));
 	rd_kafka_header_add(h, KHDR_ID, -1, t->id, -1);

@@ -1723,6 +1723,12 @@ class Ledger:
                 if lines:
                     out.append("  %s, last lines about the slot:" % w.wid)
                     out += ["    " + l[:300] for l in lines[-8:]]
+        for w in run.c.workers:
+            errs = w.grep("level=error")
+            if errs:
+                out.append("%s: %d error line(s), the last:" % (w.wid,
+                                                              len(errs)))
+                out += ["    " + l[:300] for l in errs[-5:]]
         if r is not None:
             r.close()
         if zk is not None:

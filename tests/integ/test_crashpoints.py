@@ -16,6 +16,9 @@ and printed (`# <point>: ...`), not asserted: at-least-once allows them.
   worker: after_claim_before_publish, after_publish_before_mark,
           after_mark_before_forget, gain_before_fence,
           handover_drained_before_release, master_before_assign_write
+  fault point (PROPHET_FAULT_AT, the same mechanism without a death):
+          kafka_producer_fatal (librdkafka's fatal producer error: the
+          worker makes its producer again and goes on firing)
   manager: ingest_after_commit_before_index (the client gets no answer;
           the committed task must still fire: the workers' sweeper
           indexes overdue DB tasks missing from Redis)
@@ -316,6 +319,46 @@ def test_ingest_after_commit_before_index():
     h.check(committed, "%s: no unanswered submission was committed (the "
             "point is after the commit)" % point)
     settle_and_check(point, feed, died)
+
+
+def test_kafka_producer_fatal():
+    """librdkafka's fatal producer error (the idempotent producer's state
+    lost after broker faults; raised here by the fault point
+    kafka_producer_fatal at the 30th publish, librdkafka's test API): the
+    worker makes its producer again and fires on, alive. Before, it only
+    logged the error and, keeping its slots, published nothing again."""
+    point = "kafka_producer_fatal"
+    w0, w1 = C.workers
+    w0.stop()
+    w1.stop()
+    made = len(w0.grep("kafka producer made again"))
+    old = os.environ.pop("PROPHET_FAULT_AT", None)
+    os.environ["PROPHET_FAULT_AT"] = point + ":30"
+    try:
+        C.start_worker(w0, wait=False)
+    finally:
+        os.environ.pop("PROPHET_FAULT_AT", None)
+        if old is not None:
+            os.environ["PROPHET_FAULT_AT"] = old
+    C._wait_http(w0, w0.addr, "/readyz", 60)
+    feed = Feed("kfatal")
+    feed.t0 = h.now_ms()
+    feed.start()
+    try:
+        h.wait_until(lambda: len(w0.grep("kafka producer made again")) >
+                     made, 40, 0.1, "the producer made again")
+        fatal_ms = h.now_ms()
+        # tasks due after the new producer exists go through it
+        time.sleep(4.0)
+    finally:
+        feed.stop()
+    h.check(w0.running(), "the worker died after the fatal error")
+    h.check(w0.grep("kafka producer failed for good"),
+            "no 'kafka producer failed for good' line")
+    after = [i for i, d in feed.accepted.items() if d > fatal_ms + 500]
+    h.check(after, "no task due after the producer was made again")
+    settle_and_check(point, feed, fatal_ms)
+    C.start_worker(w1)
 
 
 def test_no_sanitizer_reports():

@@ -443,6 +443,7 @@ producer_remake_cb(evutil_socket_t fd, short what, void *arg)
 	struct kafka_producer *p = arg;
 	char err[512];
 	int64_t until = clock_mono_ms() + 2000;
+	rd_kafka_conf_t *conf;
 	rd_kafka_t *rk;
 
 	(void)fd;
@@ -463,11 +464,13 @@ producer_remake_cb(evutil_socket_t fd, short what, void *arg)
 		destroy_handle_async(p->rk);
 		p->rk = NULL;
 	}
-	rk = rd_kafka_new(RD_KAFKA_PRODUCER, rd_kafka_conf_dup(p->conf), err,
-			  sizeof(err));
+	conf = rd_kafka_conf_dup(p->conf);
+	rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, err, sizeof(err));
 	if (rk == NULL) {
 		struct timeval tv = {1, 0};
 
+		rd_kafka_conf_destroy(conf); /* rd_kafka_new keeps it only
+					      * when it succeeds */
 		log_error("kafka producer not made again: retrying in 1 s",
 			  "error=\"%s\"", err);
 		evtimer_add(p->remake_ev, &tv);

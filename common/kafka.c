@@ -827,8 +827,11 @@ consumer_open(struct kafka_consumer *c, struct event_base *base, int probe,
 	char session_s[32], beat_s[32], instance[256];
 
 	snprintf(session_s, sizeof(session_s), "%lld", (long long)session);
+	/* A tenth of the session, at most 1 s: a rebalance (a static leader
+	 * that rejoined starts one) reaches the other members on their next
+	 * heartbeat, and until all have rejoined nobody fetches. */
 	snprintf(beat_s, sizeof(beat_s), "%lld",
-		 (long long)(session / 3 < 3000 ? session / 3 : 3000));
+		 (long long)(session / 10 < 1000 ? session / 10 : 1000));
 	if (set_common(conf, cfg, err, errlen) < 0 ||
 	    set(conf, "group.id", c->group, err, errlen) ||
 	    set(conf, "enable.auto.commit", "false", err, errlen) ||

@@ -11,8 +11,9 @@
 #include "crashpoint.h"
 #include "log.h"
 
-/* 1 on the hit of name that spec ("name" or "name:N") asks for. */
-static int
+/* The hit's number if it is the hit of name that spec ("name" or
+ * "name:N") asks for, else 0. */
+static long
 wanted(const char *spec, const char *name, atomic_long *hits)
 {
 	const char *colon;
@@ -30,7 +31,7 @@ wanted(const char *spec, const char *name, atomic_long *hits)
 		if (want < 1)
 			want = 1;
 	}
-	return atomic_fetch_add(hits, 1) + 1 == want;
+	return atomic_fetch_add(hits, 1) + 1 == want ? want : 0;
 }
 
 int
@@ -50,11 +51,12 @@ void
 crashpoint_hit(const char *name)
 {
 	static atomic_long hits;
+	long n = wanted(getenv("PROPHET_CRASH_AT"), name, &hits);
 
-	if (!wanted(getenv("PROPHET_CRASH_AT"), name, &hits))
+	if (n == 0)
 		return;
-	log_warn("crash point reached: dying", "point=%s pid=%ld", name,
-		 (long)getpid());
+	log_warn("crash point reached: dying", "point=%s hit=%ld pid=%ld", name,
+		 n, (long)getpid());
 	raise(SIGKILL);
 	_exit(137);
 }

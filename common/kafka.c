@@ -577,12 +577,6 @@ kafka_producer_test_fatal(struct kafka_producer *p)
 			"fault point kafka_producer_fatal");
 }
 
-unsigned long
-kafka_producer_remakes(const struct kafka_producer *p)
-{
-	return p->remakes;
-}
-
 int
 kafka_produce(struct kafka_producer *p, const char *topic, const void *key,
 	      size_t keylen, const void *value, size_t valuelen,

@@ -45,8 +45,6 @@ struct kafka_producer *kafka_producer_create(struct event_base *base,
 /* Flushes up to timeout_ms, then frees; undelivered reports fire with
  * an error. */
 void kafka_producer_destroy(struct kafka_producer *p, int timeout_ms);
-/* How many times a fatal error made the producer again. */
-unsigned long kafka_producer_remakes(const struct kafka_producer *p);
 /* Raises a fatal error as the idempotent producer would (librdkafka's
  * test API), for the fault point kafka_producer_fatal. */
 void kafka_producer_test_fatal(struct kafka_producer *p);

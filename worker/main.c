@@ -64,30 +64,18 @@ gauges_cb(evutil_socket_t fd, short what, void *arg)
  * and recorded, then leave. Recorded means in Redis too: the commands
  * that take a delivered task out of flight are sent without a reply
  * callback, and one still in the output buffer at exit would leave the
- * task in flight for the next owner's reaper to fire again. */
-static void
-count_claimed(const char *key, void *value, void *arg)
-{
-	const struct wtask *t = value;
-
-	(void)key;
-	/* Claimed ahead and waiting for its millisecond counts too: it is
-	 * published at once rather than left in flight for a lease. */
-	if (t->state >= WT_CLAIMING)
-		(*(size_t *)arg)++;
-}
-
+ * task in flight for the next owner's reaper to fire again. A slot's busy
+ * count covers every task from its claim on, those claimed ahead and
+ * waiting for their millisecond too: they are published at once rather
+ * than left in flight for a lease. */
 static void
 drain_cb(evutil_socket_t fd, short what, void *arg)
 {
 	struct worker *w = arg;
-	size_t claimed = 0;
 	int busy = 0;
 
 	for (int i = 0; i < w->nslots; i++)
-		busy |= w->slots[i].claiming;
-	hmap_foreach(w->tasks, count_claimed, &claimed);
-	busy |= claimed > 0;
+		busy |= w->slots[i].claiming || w->slots[i].busy > 0;
 	if ((firing_busy(w) == 0 && !busy && redis_pending(w->redis) == 0) ||
 	    clock_mono_ms() > w->stop_deadline_ms)
 		event_base_loopexit(w->base, NULL);

@@ -148,6 +148,25 @@
 	  "with check_task_topics: a task topic that does not exist is "       \
 	  "created (topic_partitions, topic_replication, topic_min_insync; "   \
 	  "Create permission needed) instead of refused")                      \
+	X(KAFKA_EXACTLY_ONCE, "kafka", "exactly_once", CFG_BOOL, "false", 0,   \
+	  1, NULL, 0,                                                          \
+	  "workers publish through a transactional producer per slot "         \
+	  "(transactional.id <root>.slot.<N>) with a marker record per task "  \
+	  "in eos_topic: a read_committed consumer gets every task exactly "   \
+	  "once across worker failures (docs/architecture.md); needs Kafka "   \
+	  "transactions (Write on the TransactionalId)")                       \
+	X(KAFKA_EOS_TOPIC, "kafka", "eos_topic", CFG_STR, "", 0, 0, NULL, 0,   \
+	  "with exactly_once: the marker topic, at least cluster.slots "       \
+	  "partitions (made so when missing); empty: "                         \
+	  "<topic_prefix><root>.fired")                                        \
+	X(KAFKA_EOS_INTERVAL_MS, "kafka", "eos_interval_ms", CFG_INT, "5", 0,  \
+	  1000, NULL, 0,                                                       \
+	  "with exactly_once: how long fired tasks gather before their "       \
+	  "slot's transaction starts when none is out (one that is out "       \
+	  "takes what gathered meanwhile when it ends)")                       \
+	X(KAFKA_EOS_MAX_RECORDS, "kafka", "eos_max_records", CFG_INT, "2000",  \
+	  1, 100000, NULL, 0,                                                  \
+	  "with exactly_once: most tasks in one transaction")                  \
 	X(KAFKA_STATIC_MEMBERSHIP, "kafka", "static_membership", CFG_BOOL,     \
 	  "true", 0, 1, NULL, 0,                                               \
 	  "the notifier's and the ingest managers' consumers are static "      \
@@ -158,7 +177,7 @@
 	  "10000", 6000, 300000, NULL, 0,                                      \
 	  "consumer group session timeout: how long a member that went "       \
 	  "without leaving (killed, or a static member stopped) keeps its "    \
-	  "partitions; heartbeats every third of it, at most 3 s")             \
+	  "partitions; heartbeats every tenth of it, at most 1 s")             \
 	X(KAFKA_SECURITY_PROTOCOL, "kafka", "security_protocol", CFG_STR,      \
 	  "plaintext", 0, 0, cfg_check_kafka_protocol, 0,                      \
 	  "plaintext, ssl, sasl_plaintext or sasl_ssl, for every producer "    \

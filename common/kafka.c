@@ -1348,6 +1348,44 @@ kafka_ensure_topics(struct kafka_producer *p, const struct cfg *cfg,
 			     errlen);
 }
 
+int
+kafka_topic_ensure_parts(struct kafka_producer *p, const struct cfg *cfg,
+			 const char *topic, int parts, int timeout_ms,
+			 char *err, size_t errlen)
+{
+	struct topic_spec sp = topic_spec(cfg);
+	const rd_kafka_metadata_t *md = NULL;
+	rd_kafka_topic_t *rkt;
+	rd_kafka_resp_err_t e;
+	int n = -1;
+
+	err[0] = '\0';
+	if (p->rk == NULL) {
+		snprintf(err, errlen, "the producer is being made again");
+		return -1;
+	}
+	sp.parts = parts;
+	if (create_topics(p->rk, sp, &topic, 1, timeout_ms, err, errlen) < 0)
+		return -1;
+	rkt = rd_kafka_topic_new(p->rk, topic, NULL);
+	e = rd_kafka_metadata(p->rk, 0, rkt, &md, timeout_ms);
+	if (e != RD_KAFKA_RESP_ERR_NO_ERROR)
+		snprintf(err, errlen, "metadata of %s: %s", topic,
+			 rd_kafka_err2str(e));
+	else if (md->topic_cnt != 1 ||
+		 md->topics[0].err != RD_KAFKA_RESP_ERR_NO_ERROR)
+		snprintf(err, errlen, "metadata of %s: %s", topic,
+			 md->topic_cnt != 1
+				 ? "no topic"
+				 : rd_kafka_err2str(md->topics[0].err));
+	else
+		n = md->topics[0].partition_cnt;
+	if (md != NULL)
+		rd_kafka_metadata_destroy(md);
+	rd_kafka_topic_destroy(rkt);
+	return n;
+}
+
 /* Blocking admin client ----------------------------------------------- */
 
 struct kafka_admin {
@@ -1538,7 +1576,9 @@ kafka_txn_send(struct kafka_txn *t, const char *topic, struct kafka_rec *recs,
 		r->offset = -1;
 		r->hdrs = NULL; /* taken over by librdkafka, or freed below */
 		pe = rd_kafka_producev(
-			t->rk, RD_KAFKA_V_TOPIC(topic),
+			t->rk, RD_KAFKA_V_TOPIC(r->topic ? r->topic : topic),
+			RD_KAFKA_V_PARTITION(r->pinned ? r->pin_partition
+						       : RD_KAFKA_PARTITION_UA),
 			RD_KAFKA_V_KEY(r->key, r->keylen),
 			RD_KAFKA_V_VALUE((void *)r->value, r->valuelen),
 			RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),

@@ -64,6 +64,15 @@ void kafka_producer_test_fatal(struct kafka_producer *p);
 int kafka_ensure_topics(struct kafka_producer *p, const struct cfg *cfg,
 			const char *const *topics, size_t n, int timeout_ms,
 			char *err, size_t errlen);
+/*
+ * Makes topic with parts partitions if it does not exist (whatever
+ * kafka.create_topics says; replication and min.insync.replicas as
+ * kafka_ensure_topics), then returns its partition count (-1 with err if
+ * the brokers did not tell).
+ */
+int kafka_topic_ensure_parts(struct kafka_producer *p, const struct cfg *cfg,
+			     const char *topic, int parts, int timeout_ms,
+			     char *err, size_t errlen);
 
 /*
  * A client for blocking metadata and Admin API calls from one thread (the
@@ -174,6 +183,9 @@ void kafka_consumer_commit(struct kafka_consumer *c, const char *topic,
  */
 struct kafka_txn;
 struct kafka_rec {
+	const char *topic; /* NULL: the topic of the kafka_txn_send() call */
+	int pinned;	   /* 1: to pin_partition, 0: the partitioner's */
+	int32_t pin_partition;
 	const char *key;
 	size_t keylen;
 	const char *value;

@@ -209,6 +209,16 @@ static const char *const v8_stmts[] = {
 	"ALTER TABLE tasks DROP COLUMN IF EXISTS priority, ALGORITHM=INSTANT",
 	NULL};
 
+/* Exactly-once publishing (kafka.exactly_once): per slot, the offset of
+ * the marker topic's partition below which every marker's task is
+ * recorded in this database (a new owner reads the markers from there).
+ * Self-contained, so it can be renumbered when merged after other
+ * migrations. */
+static const char *const v9_stmts[] = {
+	"ALTER TABLE slot_state ADD COLUMN IF NOT EXISTS eos_offset BIGINT "
+	"NULL",
+	NULL};
+
 const struct schema_migration schema_migrations[] = {
 	{1, "tasks, task_log, slot_state", v1_stmts, NULL, NULL},
 	{2, "recurring tasks: misfire, start_at, end_at, occurrences", v2_stmts,
@@ -220,6 +230,8 @@ const struct schema_migration schema_migrations[] = {
 	{6, "topic_pause", v6_stmts, NULL, NULL},
 	{7, "bulk_jobs", v7_stmts, NULL, NULL},
 	{8, "drop tasks.priority", v8_stmts, NULL, NULL},
+	{9, "slot_state.eos_offset (exactly-once checkpoint)", v9_stmts, NULL,
+	 NULL},
 };
 
 const size_t schema_migration_count =

@@ -100,6 +100,15 @@ enum sql_task_col {
 	"SELECT epoch FROM slot_state WHERE slot = ? LOCK IN SHARE MODE"
 
 /* A new owner raises the slot's fence before it publishes. */
+/* Exactly-once: a slot's marker checkpoint (-1: none), and moving it
+ * forward for the epoch that owns the slot (0 rows: not ours, or
+ * backwards). */
+#define SQL_EOS_CKPT_GET \
+	"SELECT COALESCE(MAX(eos_offset), -1) FROM slot_state WHERE slot = ?"
+#define SQL_EOS_CKPT_SET                                                       \
+	"UPDATE slot_state SET eos_offset = ?, updated_at = ? WHERE slot = ? " \
+	"AND epoch = ? AND (eos_offset IS NULL OR eos_offset <= ?)"
+
 #define SQL_SLOT_FENCE                                                       \
 	"INSERT INTO slot_state (slot, epoch, updated_at) VALUES (?, ?, ?) " \
 	"ON DUPLICATE KEY UPDATE epoch = GREATEST(epoch, VALUES(epoch)), "   \

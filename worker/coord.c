@@ -91,7 +91,7 @@ int
 coord_may_claim(struct worker *w, int slot)
 {
 	return w->slots[slot].owned && w->slots[slot].mode == SM_REDIS &&
-	       coord_fresh(w);
+	       coord_fresh(w) && eos_slot_ready(w, slot);
 }
 
 static void
@@ -140,6 +140,7 @@ slot_lose(struct worker *w, int slot, const char *why)
 	s->mode = SM_REDIS;
 	s->rebuild_gen++; /* a rebuild under way stops */
 	scanner_drop_slot(w, slot);
+	eos_slot_lost(w, slot);
 	update_owned_gauge(w);
 }
 
@@ -221,6 +222,7 @@ gained(struct worker *w, int slot, const char *mode)
 	s->next_move_ms = 0;
 	s->next_reap_ms = 0;
 	s->takeover_before = clock_now_ms() + w->lease_ms;
+	eos_slot_gained(w, slot);
 	metric_inc(w->m.slots_gained);
 	update_owned_gauge(w);
 	log_info("slot gained", "slot=%d epoch=%lld mode=%s", slot,

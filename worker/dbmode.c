@@ -187,11 +187,12 @@ dbclaim_slot(struct worker *w, int slot)
 	struct wslot *s = &w->slots[slot];
 	struct dbclaim *c;
 
-	if (!s->owned || s->mode != SM_DB || s->dbclaiming || w->stopping ||
-	    !coord_fresh(w))
+	if (!s->owned || s->mode != SM_DB || !eos_slot_ready(w, slot) ||
+	    s->dbclaiming || w->stopping || !coord_fresh(w))
 		return;
 	/* Back-pressure, as in Redis mode: tasks stay scheduled. */
-	if (kafka_outq_len(w->kafka) + w->claim_batch > w->queue_max ||
+	if (kafka_outq_len(w->kafka) + eos_queued(w) + w->claim_batch >
+		    (size_t)w->queue_max ||
 	    kafka_brokers_down(w->kafka)) {
 		metric_inc(w->m.backpressure);
 		return;

@@ -178,6 +178,16 @@ firing_publish_task(struct worker *w, struct wtask *t, const struct task *pt)
 	key = pt->key != NULL ? pt->key : t->id;
 	t->fired_at = now;
 	t->state = WT_PUBLISHING;
+	if (eos_enabled(w)) {
+		if (eos_publish(w, t, topic, key, strlen(key), pt->body,
+				pt->body_len, h) < 0)
+			return -1;
+		w->publishing++;
+		metric_inc(w->m.fired);
+		metric_observe(w->m.lateness,
+			       (double)(now - pt->due_at) / 1000.0);
+		return 0;
+	}
 	xfree(t->ktopic);
 	t->ktopic = xstrdup(topic);
 	if (kafka_produce(w->kafka, topic, key, strlen(key), pt->body,
@@ -230,10 +240,22 @@ firing_dr_cb(void *opaque, rd_kafka_resp_err_t err, void *arg)
 		wtask_release(w, t);
 		return;
 	}
+	firing_published(w, t);
+}
+
+void
+firing_published(struct worker *w, struct wtask *t)
+{
 	metric_inc(w->m.published);
 	log_debug("task published", "id=%s%s slot=%d attempt=%d due_at=%lld",
 		  t->id, t->trace, t->slot, t->attempt, (long long)t->due_at);
 	CRASHPOINT("after_publish_before_mark");
+	mark_enqueue(w, t);
+}
+
+void
+firing_mark(struct worker *w, struct wtask *t)
+{
 	mark_enqueue(w, t);
 }
 
@@ -776,9 +798,11 @@ mark_done_cb(struct db_job *job, int status, const char *err)
 			metric_add(w->m.fenced, (double)fenced);
 			log_info("state updates refused", "count=%zu", fenced);
 		}
-		for (size_t i = 0; i < mj->n; i++)
+		for (size_t i = 0; i < mj->n; i++) {
 			if (mj->items[i].updated)
 				scanner_task_finished(w, mj->tasks[i]);
+			eos_task_recorded(w, mj->tasks[i]);
+		}
 		CRASHPOINT("after_mark_before_forget");
 		recurring_next(w, mj);
 		for (size_t i = 0; i < mj->n; i++)
@@ -884,5 +908,6 @@ firing_stop(struct worker *w)
 size_t
 firing_busy(const struct worker *w)
 {
+	/* Exactly-once records are counted in publishing. */
 	return w->publishing + w->mark_n + (w->marking ? 1 : 0);
 }

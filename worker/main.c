@@ -226,6 +226,7 @@ main(int argc, char **argv)
 	if (coord_start(&w, err, sizeof(err)) < 0)
 		log_fatal("coordination", "error=\"%s\"", err);
 	firing_start(&w);
+	eos_start(&w);
 	scanner_start(&w);
 	recovery_start(&w);
 	dbmode_start(&w);
@@ -241,6 +242,7 @@ main(int argc, char **argv)
 	log_info("stopping", "held=%zu publishing=%zu", hmap_count(w.tasks),
 		 w.publishing);
 	coord_stop(&w);
+	eos_stop(&w);
 	kafka_producer_destroy(w.kafka, 2000);
 	db_pool_destroy(w.db);
 	db_dsn_destroy(w.dsn);

@@ -316,7 +316,8 @@ claim_slot(struct worker *w, int slot)
 	/* Back-pressure: leave tasks due in Redis while Kafka is full or
 	 * unreachable (there, a task's ttl_ms can still expire it; in the
 	 * producer's queue it would wait forever). */
-	if (kafka_outq_len(w->kafka) + w->claim_batch > w->queue_max ||
+	if (kafka_outq_len(w->kafka) + eos_queued(w) + w->claim_batch >
+		    (size_t)w->queue_max ||
 	    kafka_brokers_down(w->kafka)) {
 		struct timeval tv = {0, 50000};
 

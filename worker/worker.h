@@ -19,6 +19,8 @@ struct kafka_producer;
 struct daemon;
 struct metric;
 struct hmap;
+struct eos;
+struct eos_batch;
 
 #define WORKER_METRICS(X)                                                      \
 	X(fired, COUNTER, "prophet_tasks_fired_total",                         \
@@ -113,7 +115,20 @@ struct hmap;
 	  "The reference clock (Redis TIME) minus this host's clock")          \
 	X(clock_skewed, GAUGE, "prophet_clock_skewed",                         \
 	  "1 while this host's clock is off the reference by more than "       \
-	  "worker.max_clock_skew_ms")
+	  "worker.max_clock_skew_ms")                                          \
+	X(eos_txns, COUNTER, "prophet_eos_transactions_total",                 \
+	  "Exactly-once: Kafka transactions committed")                        \
+	X(eos_records, COUNTER, "prophet_eos_transaction_tasks_total",         \
+	  "Exactly-once: tasks published in committed transactions")           \
+	X(eos_txn_failures, COUNTER, "prophet_eos_transaction_failures_total", \
+	  "Exactly-once: transactions aborted or of unknown outcome (their "   \
+	  "tasks fire again after their lease unless a marker shows them "     \
+	  "committed)")                                                        \
+	X(eos_txn_seconds, HISTOGRAM, "prophet_eos_transaction_seconds",       \
+	  "Exactly-once: time to send and commit one transaction")             \
+	X(eos_recorded, COUNTER, "prophet_eos_markers_recorded_total",         \
+	  "Exactly-once: tasks a slot's new owner found published (a marker) " \
+	  "and recorded delivered instead of firing them again")
 
 struct worker_metrics {
 #define WM_FIELD(f, t, n, h) struct metric *f;
@@ -149,8 +164,10 @@ struct wtask {
 	int skip;      /* misfired under policy skip: recorded, not published */
 	char *payload; /* to index the next occurrence with */
 	char *ktopic;  /* publishing: the Kafka topic, for errors */
-	char trace[48];	    /* " trace=<id>" for its log lines, or "" */
-	struct task *early; /* WT_EARLY: the claimed payload, decoded */
+	char trace[48];	      /* " trace=<id>" for its log lines, or "" */
+	struct task *early;   /* WT_EARLY: the claimed payload, decoded */
+	struct eos_batch *eb; /* exactly-once: its committed transaction */
+	int eos_apply;	      /* exactly-once: a marker found at open */
 	struct timerwheel_timer timer;
 	struct wtask *next; /* claim queue or mark batch */
 	struct worker *w;
@@ -263,6 +280,7 @@ struct worker {
 	struct event *coord_ev;
 	struct limbo *limbo; /* claims whose reply was lost */
 	struct pause *pause; /* paused topics (pause.c) */
+	struct eos *eos;     /* exactly-once publishing (eos.c), or NULL */
 	/* Degraded modes (recovery.c, dbmode.c). */
 	int64_t redis_down_since_ms;
 	int64_t redis_up_since_ms;
@@ -329,6 +347,33 @@ void scanner_free(struct worker *w);
 /* firing.c: publish one task (payload already decoded). */
 int firing_publish_task(struct worker *w, struct wtask *t,
 			const struct task *pt);
+
+/* firing.c: a task published (its delivery report, or its transaction
+ * committed): on to its DB update. */
+void firing_published(struct worker *w, struct wtask *t);
+/* firing.c: on to the DB update (t is held, state WT_MARKING). */
+void firing_mark(struct worker *w, struct wtask *t);
+
+/* eos.c: exactly-once publishing (kafka.exactly_once); each is a no-op
+ * (ready: 1) when it is off. */
+void eos_start(struct worker *w);
+void eos_stop(struct worker *w);
+int eos_enabled(const struct worker *w);
+/* A slot was gained: its producer is made (fencing the previous owner's)
+ * and its markers read and recorded before it is ready. */
+void eos_slot_gained(struct worker *w, int slot);
+void eos_slot_lost(struct worker *w, int slot);
+/* Claims may go out for slot. */
+int eos_slot_ready(const struct worker *w, int slot);
+/* Records waiting for or in a transaction. */
+size_t eos_queued(const struct worker *w);
+/* Queues t's record for its slot's next transaction (hdrs taken over);
+ * 0, or -1 when t was released (its slot is not ours any more). */
+int eos_publish(struct worker *w, struct wtask *t, const char *topic,
+		const char *key, size_t keylen, const void *value,
+		size_t valuelen, rd_kafka_headers_t *hdrs);
+/* t's DB update ran (recorded, or already final, or fenced). */
+void eos_task_recorded(struct worker *w, struct wtask *t);
 
 /* recovery.c: Redis loss detection, index rebuilds, mode switches */
 void recovery_start(struct worker *w);

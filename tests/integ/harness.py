@@ -1736,14 +1736,16 @@ def collect_tests(namespace):
     return tests
 
 
-def run_suite(namespace, setup, cleanup, dump):
+def run_suite(namespace, setup, cleanup, dump, tests=None):
     """The main() of a test file: setup(), the test_* functions of
-    namespace in order (dump() after each failure, e.g. the daemons' log
-    tails), then cleanup(failed) in any case. Exits 0 iff all passed."""
+    namespace in order (or the functions of tests, in their order), with
+    dump() after each failure (e.g. the daemons' log tails), then
+    cleanup(failed) in any case. Exits 0 iff all passed."""
     failed = 1
     try:
         setup()
-        failed = run_tests(collect_tests(namespace), on_failure=dump)
+        failed = run_tests(tests or collect_tests(namespace),
+                           on_failure=dump)
     except Exception:
         for line in traceback.format_exc().splitlines():
             log(line)

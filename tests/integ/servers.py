@@ -327,6 +327,13 @@ def kafka_topics_cli(brokers, *args):
     """Kafka's own topic CLI (TopicCommand, what kafka-topics.sh runs),
     as an operator would: e.g. "--delete", "--topic", name. A JVM start:
     a few seconds. Returns its output; a non-zero exit is a failure."""
+    return kafka_tool_cli(brokers, "TopicCommand", *args)
+
+
+def kafka_tool_cli(brokers, tool, *args):
+    """One of Kafka's own tools (org.apache.kafka.tools.<tool>, e.g.
+    TransactionsCommand, what kafka-transactions.sh runs) against
+    brokers. Returns its output; a non-zero exit is a failure."""
     global _KAFKA_CP
     if _KAFKA_CP is None:
         _KAFKA_CP = kafka_classpath(kafka_dir())
@@ -334,13 +341,13 @@ def kafka_topics_cli(brokers, *args):
             "-XX:TieredStopAtLevel=1",
             "-Dlog4j2.configurationFile=" +
             os.path.join(REPO, "scripts", "kafka-log4j2.yaml"),
-            "-cp", _KAFKA_CP, "org.apache.kafka.tools.TopicCommand",
+            "-cp", _KAFKA_CP, "org.apache.kafka.tools." + tool,
             "--bootstrap-server", brokers] + list(args)
     p = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                        text=True, timeout=120)
     if p.returncode != 0:
-        raise h.TestFailure("kafka-topics %s: %s" % (" ".join(args),
-                                                     p.stdout[-1000:]))
+        raise h.TestFailure("%s %s: %s" % (tool, " ".join(args),
+                                           p.stdout[-1000:]))
     return p.stdout
 
 

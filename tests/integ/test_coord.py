@@ -58,6 +58,10 @@ BURST = 60            # extra tasks due at the moment of each kill
 # in tickTime (1 s) buckets, so allow 1.5 s over the timeout.
 REASSIGN_LIMIT_MS = SESSION_MS + 1500
 CTL = os.path.join(h.BUILDDIR, "prophetctl")
+# test_coord_eos.py runs these tests with kafka.exactly_once on and a
+# read_committed reader: there, every failover must have 0 duplicates.
+EOS = os.environ.get("PROPHET_COORD_EOS") == "1"
+READ_COMMITTED = ["-X", "isolation.level=read_committed"]
 RNG = random.Random()
 
 C = None        # the shared cluster
@@ -470,12 +474,15 @@ T0_MS = h.now_ms()
 
 def setup():
     global C, READER, SAMPLER
-    C = h.Cluster(workers=3, name="coord", slots=SLOTS,
-                  conf={"zookeeper.session_timeout_ms": SESSION_MS,
-                        "worker.lease_ms": LEASE_MS}).open()
+    conf = {"zookeeper.session_timeout_ms": SESSION_MS,
+            "worker.lease_ms": LEASE_MS}
+    if EOS:
+        conf["kafka.exactly_once"] = "true"
+    C = h.Cluster(workers=3, name="coord-eos" if EOS else "coord",
+                  slots=SLOTS, conf=conf).open()
     C.start()
     h.create_topics(C.brokers, [C.topic(TOPIC)])
-    READER = C.reader([TOPIC])
+    READER = C.reader([TOPIC], kcat_args=READ_COMMITTED if EOS else ())
     SAMPLER = Sampler(C).start()
 
 
@@ -829,8 +836,25 @@ def test_failover_kill9_nonmaster():
             h.log("duplicate %s: Kafka %s" % (tid, describe(msgs[tid])))
             for r in log_of.get(tid, []):
                 h.log("    task_log %s" % " ".join(str(x) for x in r))
+    if EOS:
+        p.check(dups == 0, "exactly-once: %d duplicates over %d kill -9 "
+                "failovers (want 0), e.g. %s" % (dups, len(kills),
+                                                 dup_ids[:5]))
+        rec = sum(marker_recorded(w) for w in all4)
+        print("# failover-eos: tasks found published (a marker) and "
+              "recorded instead of fired again=%d" % rec, flush=True)
     check_fencing(SAMPLER, msgs, since, "kill -9 failovers")
     p.raise_if_any("kill -9 failovers")
+
+
+def marker_recorded(w):
+    """Tasks a worker's open of a slot found committed by the previous
+    owner (the markers= of its log lines)."""
+    n = 0
+    for line in w.grep("exactly-once slot opened"):
+        mm = re.search(r"recording=(\d+)", line)
+        n += int(mm.group(1)) if mm else 0
+    return n
 
 
 def sigstop_case(master):
@@ -893,6 +917,10 @@ def sigstop_case(master):
     p.check(not late_old, "%d message(s) published under the stopped "
             "worker's old epoch after the takeover, e.g. %s"
             % (len(late_old), late_old[:5]))
+    if EOS:
+        p.check(dups == 0, "exactly-once: %s: %d duplicates (want 0), e.g. "
+                "%s" % (what, dups, [t for t, ms in msgs.items()
+                                     if len(ms) > 1][:5]))
     m = h.metrics(victim.addr, labelled=True)
     lines = [l for l in victim.grep("msg=") if any(
         x in l for x in ("claiming stopped", "session", "registered",
@@ -965,6 +993,9 @@ def test_master_kill9():
     print("# master-failover: old=%s new=%s elected_ms=%d reassigned_ms=%d "
           "tasks=%d duplicates=%d" % (old, new, elected_ms, reassigned,
                                       len(msgs), dups), flush=True)
+    if EOS:
+        p.check(dups == 0, "exactly-once: master kill -9: %d duplicates "
+                "(want 0)" % dups)
     p.raise_if_any("master kill -9")
     check_fencing(SAMPLER, msgs, since, "master kill")
 

@@ -903,7 +903,10 @@ group_get(struct pull *p, struct evhttp_request *req, const char *name,
 		"queued.max.messages.kbytes", "8192",
 		/* A topic nothing was published to yet is found within
 		 * 10 s once it is there. */
-		"topic.metadata.refresh.interval.ms", "10000", NULL};
+		"topic.metadata.refresh.interval.ms", "10000",
+		/* Workers with kafka.exactly_once write in transactions:
+		 * an aborted (fenced) one's records are never handed out. */
+		"isolation.level", "read_committed", NULL};
 	struct kafka_consumer_opts opts = {props, rebalance_cb, NULL, NULL};
 	struct pgroup *g;
 	char *key = xasprintf("%s %s", name, topic), *gid;

@@ -476,14 +476,23 @@ consume_start(struct notifier *n, char *err, size_t errlen)
 	 * it) is found at the next metadata refresh: librdkafka's 5 minutes
 	 * would hold the first callbacks of a new topic that long (none is
 	 * lost: offsets start at the earliest). */
-	static const char *const fast_refresh[] = {
-		"topic.metadata.refresh.interval.ms", "10000", NULL};
+	const char *props[5];
 	struct kafka_consumer_opts opts = {0};
+	int np = 0;
 
 	if (topics == NULL)
 		return -1;
-	if (!consumer_sets(n, "topic.metadata.refresh.interval.ms"))
-		opts.props = fast_refresh;
+	if (!consumer_sets(n, "topic.metadata.refresh.interval.ms")) {
+		props[np++] = "topic.metadata.refresh.interval.ms";
+		props[np++] = "10000";
+	}
+	/* Workers with kafka.exactly_once write in transactions: a record
+	 * of one that aborted (a fenced zombie's) is never called back. The
+	 * same as read_uncommitted for records written outside any. */
+	props[np++] = "isolation.level";
+	props[np++] = "read_committed";
+	props[np] = NULL;
+	opts.props = props;
 	/* A static member named by its metrics address: the one restarted
 	 * in place takes its partitions back at once. */
 	opts.role = "notifier";

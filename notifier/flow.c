@@ -97,6 +97,7 @@ start(struct notifier *n, struct nmsg *m)
 {
 	char **hdrs =
 		callback_headers_build(&m->cb, m->id, m->attempt, m->due_at,
+				       m->occurrence,
 				       m->traceparent, m->tracestate);
 	int64_t tmax = cfg_int(n->cfg, CFG_NOTIFIER_MAX_TIMEOUT_MS);
 	int64_t timeout = m->cb.timeout_ms > 0

@@ -331,12 +331,12 @@ callback_spec_sanitize(struct callback_spec *cb, char *first, size_t firstlen)
 
 char **
 callback_headers_build(const struct callback_spec *cb, const char *id,
-		       int attempt, int64_t due_at, const char *traceparent,
-		       const char *tracestate)
+		       int attempt, int64_t due_at, int64_t occurrence,
+		       const char *traceparent, const char *tracestate)
 {
 	size_t n = cb->headers ? json_object_size(cb->headers) : 0, i = 0;
-	char **h = xcalloc(n + 7, sizeof(char *));
-	int has_ctype = 0;
+	char **h = xcalloc(n + 8, sizeof(char *));
+	int has_ctype = 0, has_idem = 0;
 	const char *k;
 	json_t *v;
 
@@ -354,6 +354,8 @@ callback_headers_build(const struct callback_spec *cb, const char *id,
 				continue;
 			if (!strcasecmp(k, "content-type"))
 				has_ctype = 1;
+			if (!strcasecmp(k, "idempotency-key"))
+				has_idem = 1;
 			h[i++] = xasprintf("%s: %s", k, s);
 		}
 	}
@@ -363,6 +365,10 @@ callback_headers_build(const struct callback_spec *cb, const char *id,
 	h[i++] = xasprintf("X-Prophet-Id: %s", id);
 	h[i++] = xasprintf("X-Prophet-Attempt: %d", attempt);
 	h[i++] = xasprintf("X-Prophet-Due-At: %lld", (long long)due_at);
+	if (!has_idem)
+		h[i++] = xasprintf("Idempotency-Key: %s:%lld", id,
+				   (long long)(occurrence > 0 ? occurrence
+							      : due_at));
 	if (traceparent != NULL)
 		h[i++] = xasprintf("%s: %s", TRACE_PARENT, traceparent);
 	if (traceparent != NULL && tracestate != NULL)

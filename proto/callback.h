@@ -99,13 +99,16 @@ int callback_spec_sanitize(struct callback_spec *cb, char *first,
 /*
  * The request headers ("Name: value", NULL-terminated array, caller frees
  * with callback_headers_free): the spec's headers, then X-Prophet-Id,
- * X-Prophet-Attempt, X-Prophet-Due-At, then the task's W3C trace context
- * (traceparent, tracestate; NULL: none), which replaces spec headers of
- * those names. Refused spec headers (above) and those naming X-Prophet-*
- * are left out.
+ * X-Prophet-Attempt, X-Prophet-Due-At, Idempotency-Key "<id>:<occurrence>"
+ * (the occurrence of a recurring task, else its due time: the same for
+ * every retry and every duplicate of one publish; left out when the spec
+ * has one), then the task's W3C trace context (traceparent, tracestate;
+ * NULL: none), which replaces spec headers of those names. Refused spec
+ * headers (above) and those naming X-Prophet-* are left out.
  */
 char **callback_headers_build(const struct callback_spec *cb, const char *id,
-			      int attempt, int64_t due_at,
+			      int attempt, int64_t due_at, int64_t occurrence,
+			      
 			      const char *traceparent, const char *tracestate);
 void callback_headers_free(char **h);
 

@@ -69,6 +69,10 @@ OUTAGE_S = float(os.environ.get("PROPHET_DURABILITY_OUTAGE_S") or 30)
 SHORT_OUTAGE_S = float(os.environ.get("PROPHET_DURABILITY_SHORT_OUTAGE_S")
                        or 20)
 HUNG_S = float(os.environ.get("PROPHET_DURABILITY_HUNG_S") or 30)
+# test_durability_eos.py runs some of these with kafka.exactly_once on and
+# a read_committed reader: there, every fault must have 0 duplicates.
+EOS = os.environ.get("PROPHET_DURABILITY_EOS") == "1"
+READER_ARGS = ["-X", "isolation.level=read_committed"] if EOS else []
 BLIP_S = 1.4  # Redis hang just longer than redis.timeout_ms (1 s)
 BLIP_LEASE_MS = 5000
 TOPIC = "dur"
@@ -88,6 +92,9 @@ def fmt(v):
 
 
 def open_cluster(name, workers=1, conf=None, **private):
+    if EOS:
+        conf = dict(conf or {}, **{"kafka.exactly_once": "true"})
+        name += "-eos"
     c = s.Cluster(workers=workers, conf=conf, name=name, **private).open()
     CLUSTERS.append(c)
     return c
@@ -112,7 +119,7 @@ class cluster_for:
         self.c = open_cluster(name, workers, conf, **private)
         self.c.start()
         h.create_topics(self.c.brokers, [self.c.topic(TOPIC)])
-        self.c.rd = self.c.reader([TOPIC])
+        self.c.rd = self.c.reader([TOPIC], kcat_args=READER_ARGS)
         warm_reader(self.c)
         return self.c
 
@@ -544,6 +551,9 @@ def redis_due_members(c):
 def finish(p, ledger, figs, what):
     p.check(not figs["lost"], "%d task(s) LOST, e.g. %s"
             % (len(figs["lost"]), sorted(figs["lost"])[:10]))
+    if EOS:
+        p.check(figs["dups"] == 0, "exactly-once: %d duplicate(s) (want 0)"
+                % figs["dups"])
     p.raise_if_any(what)
 
 
@@ -562,7 +572,7 @@ def test_far_future_horizon():
     FAR["c"] = c
     c.start()
     h.create_topics(c.brokers, [c.topic(TOPIC)])
-    c.rd = c.reader([TOPIC])
+    c.rd = c.reader([TOPIC], kcat_args=READER_ARGS)
     warm_reader(c)
     led = Ledger("far_future", c)
     FAR["ledger"] = led
@@ -1494,8 +1504,8 @@ def test_restore():
 
 # ----------------------------------------------------------------- main ---
 
-def main():
-    tests = h.collect_tests(globals())
+def main(tests=None):
+    tests = tests or h.collect_tests(globals())
     only = os.environ.get("PROPHET_INTEG_ONLY")
     sel = [t.__name__ for t in tests if not only or only in t.__name__]
     failed = 1

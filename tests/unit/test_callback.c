@@ -221,27 +221,33 @@ test_headers_build(void **state)
 	char **h;
 
 	assert_int_equal(callback_spec_parse(s, strlen(s), &cb), 0);
-	h = callback_headers_build(&cb, "job-9", 2, 1700000000000, NULL, NULL);
+	h = callback_headers_build(&cb, "job-9", 2, 1700000000000, 0, NULL,
+				   NULL);
 	assert_true(has(h, "Authorization: Bearer t"));
 	assert_true(has(h, "Content-Type: application/json"));
 	assert_true(has(h, "X-Prophet-Id: job-9"));
 	assert_true(has(h, "X-Prophet-Attempt: 2"));
 	assert_true(has(h, "X-Prophet-Due-At: 1700000000000"));
 	assert_false(has(h, "X-Prophet-Id: spoof"));
-	assert_int_equal(count(h), 5);
+	/* one-shot: the key is the id and the due time */
+	assert_true(has(h, "Idempotency-Key: job-9:1700000000000"));
+	assert_int_equal(count(h), 6);
 	callback_headers_free(h);
 	callback_spec_clear(&cb);
 
 	/* a body method gets a default content type, GET does not */
 	callback_spec_route("http://x/", &cb);
-	h = callback_headers_build(&cb, "a", 1, 5, NULL, NULL);
+	h = callback_headers_build(&cb, "a", 1, 5, 0, NULL, NULL);
 	assert_true(has(h, "Content-Type: application/octet-stream"));
-	assert_int_equal(count(h), 4);
+	assert_int_equal(count(h), 5);
 	callback_headers_free(h);
 	xfree(cb.method);
 	cb.method = xstrdup("GET");
-	h = callback_headers_build(&cb, "a", 1, 5, NULL, NULL);
-	assert_int_equal(count(h), 3);
+	/* recurring: the key is the id and the occurrence, whatever the
+	 * attempt */
+	h = callback_headers_build(&cb, "a", 3, 5, 1800000000000, NULL, NULL);
+	assert_true(has(h, "Idempotency-Key: a:1800000000000"));
+	assert_int_equal(count(h), 4);
 	callback_headers_free(h);
 	callback_spec_clear(&cb);
 
@@ -250,7 +256,7 @@ test_headers_build(void **state)
 	    "\"TraceParent\":\"spoof\",\"tracestate\":\"spoof=1\"}}";
 	assert_int_equal(callback_spec_parse(s, strlen(s), &cb), 0);
 	h = callback_headers_build(
-		&cb, "a", 1, 5,
+		&cb, "a", 1, 5, 0,
 		"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
 		"k=v");
 	assert_true(has(
@@ -258,12 +264,12 @@ test_headers_build(void **state)
 		   "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"));
 	assert_true(has(h, "tracestate: k=v"));
 	assert_false(has(h, "TraceParent: spoof"));
-	assert_int_equal(count(h), 5);
+	assert_int_equal(count(h), 6);
 	callback_headers_free(h);
 	/* without one, the spec's headers go as they are */
-	h = callback_headers_build(&cb, "a", 1, 5, NULL, NULL);
+	h = callback_headers_build(&cb, "a", 1, 5, 0, NULL, NULL);
 	assert_true(has(h, "TraceParent: spoof"));
-	assert_int_equal(count(h), 5);
+	assert_int_equal(count(h), 6);
 	callback_headers_free(h);
 	callback_spec_clear(&cb);
 }
@@ -345,11 +351,11 @@ test_spec_sanitize(void **state)
 	callback_spec_clear(&cb);
 	/* even unsanitized, the request never carries them */
 	assert_int_equal(callback_spec_parse(s, strlen(s), &cb), 0);
-	h = callback_headers_build(&cb, "id", 1, 5, NULL, NULL);
+	h = callback_headers_build(&cb, "id", 1, 5, 0, NULL, NULL);
 	assert_true(has(h, "X-Ok: 1"));
 	assert_true(has(h, "X-Also: 2"));
 	assert_false(has(h, "Host: internal"));
-	assert_int_equal(count(h), 6);
+	assert_int_equal(count(h), 7);
 	callback_headers_free(h);
 	callback_spec_clear(&cb);
 	callback_spec_route("http://x/", &cb);

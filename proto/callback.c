@@ -366,9 +366,9 @@ callback_headers_build(const struct callback_spec *cb, const char *id,
 	h[i++] = xasprintf("X-Prophet-Attempt: %d", attempt);
 	h[i++] = xasprintf("X-Prophet-Due-At: %lld", (long long)due_at);
 	if (!has_idem)
-		h[i++] = xasprintf("Idempotency-Key: %s:%lld", id,
-				   (long long)(occurrence > 0 ? occurrence
-							      : due_at));
+		h[i++] = xasprintf(
+			"Idempotency-Key: %s:%lld", id,
+			(long long)(occurrence > 0 ? occurrence : due_at));
 	if (traceparent != NULL)
 		h[i++] = xasprintf("%s: %s", TRACE_PARENT, traceparent);
 	if (traceparent != NULL && tracestate != NULL)

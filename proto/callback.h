@@ -108,7 +108,7 @@ int callback_spec_sanitize(struct callback_spec *cb, char *first,
  */
 char **callback_headers_build(const struct callback_spec *cb, const char *id,
 			      int attempt, int64_t due_at, int64_t occurrence,
-			      
+
 			      const char *traceparent, const char *tracestate);
 void callback_headers_free(char **h);
 

@@ -331,6 +331,9 @@ release_done_cb(struct zk *z, int rc, const struct Stat *st, void *arg)
 		log_info("slot handed over", "slot=%d to=%s epoch=%lld",
 			 rc_->slot, w->view[rc_->slot].requested,
 			 (long long)w->view[rc_->slot].epoch + 1);
+		/* Drained (its transactions committed and recorded, or the
+		 * drain timed out: the next owner's producer fences ours). */
+		eos_slot_lost(w, rc_->slot);
 	} else {
 		log_warn("handover write failed", "slot=%d error=\"%s\"",
 			 rc_->slot, zerror(rc));
@@ -1060,6 +1063,7 @@ lose_all(struct worker *w, const char *why)
 {
 	for (int i = 0; i < w->nslots; i++) {
 		slot_lose(w, i, why);
+		eos_slot_lost(w, i); /* one that was being released too */
 		w->slots[i].releasing = 0;
 		/* A release write of the old session may never complete
 		 * (its handle closed): it must not block the next one. */

@@ -54,14 +54,14 @@ test_refused(void **state)
 	static const char *const bad[] = {
 		"",
 		"1",
-		"2 1 2 3 4 0",	     /* another version */
-		"1 1 2 3 4",	     /* a field short */
-		"1 1 2 3 4 0 5",     /* a field too many */
-		"1 1 2 3 4 4",	     /* unknown flags */
-		"1 1 2 -1 4 0",	     /* a negative attempt */
-		"1 1  2 3 4 0",	     /* an empty field */
-		"1 1 2 3 4 0 ",	     /* a trailing space */
-		"1 x 2 3 4 0",	     /* not a number */
+		"2 1 2 3 4 0",			  /* another version */
+		"1 1 2 3 4",			  /* a field short */
+		"1 1 2 3 4 0 5",		  /* a field too many */
+		"1 1 2 3 4 4",			  /* unknown flags */
+		"1 1 2 -1 4 0",			  /* a negative attempt */
+		"1 1  2 3 4 0",			  /* an empty field */
+		"1 1 2 3 4 0 ",			  /* a trailing space */
+		"1 x 2 3 4 0",			  /* not a number */
 		"1 99999999999999999999 2 3 4 0", /* out of range */
 	};
 	char longkey[TASK_ID_MAX + 2];
@@ -75,9 +75,9 @@ test_refused(void **state)
 	assert_int_equal(marker_decode("", 0, "1 1 2 3 4 0", 11, &d), -1);
 	assert_int_equal(marker_decode("a\0b", 3, "1 1 2 3 4 0", 11, &d), -1);
 	memset(longkey, 'k', sizeof(longkey));
-	assert_int_equal(marker_decode(longkey, TASK_ID_MAX + 1, "1 1 2 3 4 0",
-				       11, &d),
-			 -1);
+	assert_int_equal(
+		marker_decode(longkey, TASK_ID_MAX + 1, "1 1 2 3 4 0", 11, &d),
+		-1);
 	assert_int_equal(
 		marker_decode(longkey, TASK_ID_MAX, "1 1 2 3 4 0", 11, &d), 0);
 	assert_int_equal(strlen(d.id), TASK_ID_MAX);

@@ -1,0 +1,225 @@
+#!/usr/bin/env python3
+"""Exactly-once publishing (issue 21, kafka.exactly_once) end to end, on
+real servers, in both builds (the sanitizer build checks the producer
+threads, the marker reads and the shutdown).
+
+One cluster (manager, 2 workers with kafka.exactly_once, a notifier, a
+local HTTP receiver), read with read_committed (kcat):
+
+  1. A stream of one-shot tasks (some with callbacks, one of them failing
+     once) and a recurring task firing every second, while worker 1 is
+     stopped with SIGTERM and started again and worker 2 is then killed
+     with SIGKILL and started again: every task in Kafka exactly once,
+     every occurrence of the series exactly once and in order, never
+     early; every callback made once (the failing one twice) with
+     Idempotency-Key "<id>:<occurrence>" (a one-shot task's due time),
+     the same on the retry.
+  2. What the workers did, from their metrics: transactions committed,
+     tasks in them, records per transaction; a checkpoint saved in the DB
+     for every slot (slot_state.eos_offset).
+  3. A marker topic without a partition per slot: the worker refuses to
+     start, naming the topic and the counts.
+"""
+
+import os
+import re
+import signal
+import sys
+import time
+
+sys.dont_write_bytecode = True  # no __pycache__ in the source tree
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import harness as h  # noqa: E402
+import servers  # noqa: E402
+
+TOPIC = "eos"
+RETRY_TOPIC = "prophet.callback-retry"
+DEAD_TOPIC = "prophet.callback-dead"
+READ_COMMITTED = ["-X", "isolation.level=read_committed"]
+
+C = None
+EP = None
+READER = None
+NOTIFIER = None
+
+
+def setup():
+    global C, EP, READER, NOTIFIER
+    EP = h.CallbackSink(flaky=1)
+    port = h.free_port()
+    C = h.Cluster(workers=2, name="eos", conf={
+        "kafka.exactly_once": "true",
+        "worker.lease_ms": 2000,
+        "notifier.topics": TOPIC,
+        "notifier.http_listen": "127.0.0.1:%d" % port,
+        "notifier.backoff_base_ms": 200,
+        "notifier.callback_networks_allowed": "127.0.0.0/8",
+    })
+    C.open()
+    NOTIFIER = C.notifier(port)
+    C.workers.append(NOTIFIER)  # cleanup and log dumps include it
+    h.create_topics(C.brokers, [C.topic(t) for t in
+                                (TOPIC, RETRY_TOPIC, DEAD_TOPIC)])
+    C.start_manager()
+    C.start_worker(0)
+    C.start_worker(1)
+    NOTIFIER.start()
+    C._wait_http(NOTIFIER, NOTIFIER.addr, "/readyz", 60)
+    READER = C.reader([TOPIC], kcat_args=READ_COMMITTED)
+    submit({"id": "warmup", "topic": TOPIC, "delay_ms": 0, "body": "w",
+            "callback": {"url": EP.url("ok/warmup")}})
+    h.check(EP.wait("warmup", 1, 60) is not None, "warmup callback")
+
+
+def submit(task):
+    api = C.api()
+    try:
+        r = api.post("/v1/tasks", task)
+    finally:
+        api.close()
+    h.check_eq(r.status, 201, "POST %s: %s" % (task.get("id"), r.text[:300]))
+    return r.json
+
+
+def test_stream_restarts_recurring_callbacks_exactly_once():
+    n, span_ms = 900, 8000
+    t0 = h.now_ms() + 1500
+    tasks = []
+    for i in range(n):
+        t = {"id": "e-%04d" % i, "topic": TOPIC, "body": "b%d" % i,
+             "due_at": t0 + i * span_ms // n}
+        if i % 9 == 0:
+            t["callback"] = {"url": EP.url(("flaky/" if i == 99 else "ok/")
+                                           + t["id"])}
+        tasks.append(t)
+    res, _ = h.submit_many(C.manager_addr, tasks, threads=4)
+    due = {}
+    for t, r in zip(tasks, res):
+        h.check(r.status == 201 and r.json, "submit %s: %s %s"
+                % (t["id"], r.status, r.text[:200]))
+        due[t["id"]] = r.json["due_at"]
+    series = submit({"id": "e-series", "topic": TOPIC, "body": "s",
+                     "cron": "* * * * * *", "max_occurrences": 8,
+                     "misfire": "fire_all"})["id"]
+
+    # From this thread: a daemon dies with the thread that started it
+    # (the harness's parent-death signal).
+    time.sleep(3.0)
+    C.workers[0].stop()        # SIGTERM: a graceful handover
+    C.start_worker(C.workers[0])
+    time.sleep(2.0)
+    C.workers[1].kill()        # SIGKILL: its slots move after expiry
+    C.start_worker(C.workers[1])
+    missing = READER.wait_for(due.keys(), span_ms / 1000.0 + 40, settle=3.0)
+    h.check(not missing, "%d of %d tasks never read (read_committed), e.g. "
+            "%s" % (len(missing), n, sorted(missing)[:5]))
+    h.wait_until(lambda: len(READER.by_id.get(series, [])) >= 8, 30,
+                 what="8 occurrences of the series")
+    time.sleep(2.0)  # room for a late duplicate
+    p = h.Problems()
+    with READER.cond:
+        msgs = {tid: list(READER.by_id.get(tid, [])) for tid in due}
+        occ = list(READER.by_id.get(series, []))
+    dups = {tid: len(ms) for tid, ms in msgs.items() if len(ms) != 1}
+    p.check(not dups, "exactly-once: %d task(s) not read exactly once, "
+            "e.g. %s" % (len(dups), sorted(dups.items())[:5]))
+    for tid, ms in msgs.items():
+        for m in ms:
+            fired = int(m.hdr.get("prophet-fired-at", "0"))
+            p.check(fired >= due[tid], "%s fired early: %d < %d"
+                    % (tid, fired, due[tid]))
+    occs = [int(m.hdr["prophet-occurrence"]) for m in occ]
+    p.check(len(occs) == 8 and len(set(occs)) == 8,
+            "series: occurrences %s (want 8, each once)" % occs)
+    p.check(occs == sorted(occs), "series out of order: %s" % occs)
+    p.check(all(b - a == 1000 for a, b in zip(occs, occs[1:])),
+            "series: an occurrence missing or extra: %s" % occs)
+    # Callbacks: once each, the flaky one twice with the same key.
+    cbs = [t for t in tasks if "callback" in t]
+    for t in cbs:
+        want = 2 if t["id"] == "e-0099" else 1
+        calls = EP.wait(t["id"], want, 60)
+        if not p.check(calls is not None, "callback of %s: %d call(s), "
+                       "want %d" % (t["id"], EP.count(t["id"]), want)):
+            continue
+        keys = [c["headers"].get("idempotency-key") for c in calls]
+        p.check(keys == ["%s:%d" % (t["id"], due[t["id"]])] * want,
+                "%s: Idempotency-Key %s, want %s:%d on every call"
+                % (t["id"], keys, t["id"], due[t["id"]]))
+    time.sleep(1.5)
+    extra = {t["id"]: EP.count(t["id"]) for t in cbs
+             if EP.count(t["id"]) != (2 if t["id"] == "e-0099" else 1)}
+    p.check(not extra, "callbacks not made exactly once: %s"
+            % sorted(extra.items())[:5])
+    rec = 0
+    for w in C.workers[:2]:
+        for line in w.grep("exactly-once slot opened"):
+            mm = re.search(r"recording=(\d+)", line)
+            rec += int(mm.group(1)) if mm else 0
+    print("# eos-stream: tasks=%d read_once=%d duplicates=0 series=%d "
+          "occurrences callbacks=%d found_committed_at_takeover=%d"
+          % (n, n - len(dups), len(occs), len(cbs), rec), flush=True)
+    p.raise_if_any("exactly-once stream")
+
+
+def test_metrics_and_checkpoints():
+    txns = recs = fails = 0
+    for w in C.workers[:2]:
+        m = h.metrics(w.addr)
+        txns += m.get("prophet_eos_transactions_total", 0)
+        recs += m.get("prophet_eos_transaction_tasks_total", 0)
+        fails += m.get("prophet_eos_transaction_failures_total", 0)
+    h.check(txns > 0 and recs > 0, "transactions %s, tasks in them %s"
+            % (txns, recs))
+    # Checkpoints move within a second of the last records.
+    def saved():
+        rows = C.mysql("SELECT slot, eos_offset FROM slot_state "
+                       "ORDER BY slot")
+        return rows if len(rows) == C.slots and all(
+            r[1] is not None and r[1] != "NULL" and int(r[1]) > 0
+            for r in rows) else None
+    rows = h.wait_until(saved, 15, 0.5, "a checkpoint for every slot")
+    print("# eos-metrics: transactions=%d tasks=%d tasks_per_transaction="
+          "%.1f failed_transactions=%d checkpoints=%s"
+          % (txns, recs, recs / txns, fails,
+             ",".join("%s:%s" % (r[0], r[1]) for r in rows)), flush=True)
+
+
+def test_marker_topic_too_few_partitions():
+    topic = C.topic("few.fired")
+    servers.kafka_topics_cli(C.brokers, "--create", "--topic", topic,
+                             "--partitions", "2", "--replication-factor",
+                             "1")
+    p = h.Proc("worker-few", [
+        os.path.join(h.BUILDDIR, "prophet-worker"), "-c", C.conf_path,
+        "--set", "kafka.eos_topic=" + topic,
+        "--set", "worker.id=few-" + C.tag,
+        "--set", "worker.http_listen=127.0.0.1:%d" % h.free_port()],
+        os.path.join(C.dir, "worker-few.log")).start()
+    rc = p.wait(60)
+    if rc is None:
+        p.kill()
+    tail = p.tail(5)
+    h.check(rc is not None and rc != 0, "worker started with a 2-partition "
+            "marker topic (16 slots); log %s" % tail)
+    h.check(any("fewer partitions" in l and topic in l and
+                "partitions=2" in l and "slots=16" in l for l in tail),
+            "no message naming the topic and the counts: %s" % tail)
+    print("# eos-few-partitions: exit %d: %s" % (rc, tail[-1][:200]),
+          flush=True)
+
+
+def cleanup(failed):
+    if EP is not None:
+        EP.close()
+    if C is not None:
+        C.close(failed=failed)
+
+
+def main():
+    h.run_suite(globals(), setup, cleanup,
+                lambda: C.dump_logs(25) if C is not None else None)
+
+
+if __name__ == "__main__":
+    main()

@@ -350,6 +350,9 @@ consumer_start(const char *brokers, const char *topic, struct ledger *l,
 		{"fetch.wait.max.ms", "50"},
 		{"fetch.error.backoff.ms", "10"},
 		{"socket.nagle.disable", "true"},
+		/* as the notifier reads: with kafka.exactly_once the records
+		 * of an aborted transaction are not the tasks' */
+		{"isolation.level", "read_committed"},
 	};
 
 	if (kafka_topic_ensure(brokers, topic, err, errlen) < 0)

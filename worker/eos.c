@@ -55,6 +55,7 @@
 
 enum eos_state {
 	ES_OFF,	     /* not owned */
+	ES_WAIT,     /* owned; tasks of an earlier ownership still held */
 	ES_CKPT,     /* reading the checkpoint from the DB */
 	ES_OPENING,  /* the thread makes the producer, reads the markers */
 	ES_APPLYING, /* markers found are being recorded delivered */
@@ -520,7 +521,9 @@ apply_found(struct eos *e, struct eos_slot *s, struct eos_cmd *c)
 		struct wtask *t = hmap_get(w->tasks, m->id);
 
 		if (t != NULL) {
-			/* Ours, claimed and committed: on its way to the DB. */
+			/* Nothing of the slot is held when it opens (ES_WAIT)
+			 * but what waits for a claim, dropped above: not
+			 * expected; its own path decides. */
 			held++;
 			continue;
 		}
@@ -672,6 +675,10 @@ tick_cb(evutil_socket_t fd, short what, void *arg)
 
 		if (s->state == ES_OFF)
 			continue;
+		if (s->state == ES_WAIT && e->w->slots[i].busy == 0) {
+			s->state = ES_CKPT;
+			submit_ckpt(e, s, 0, 0);
+		}
 		if (s->retry_at_ms != 0 && now >= s->retry_at_ms && !s->out) {
 			s->retry_at_ms = 0;
 			if (s->state == ES_CKPT)
@@ -832,12 +839,20 @@ eos_slot_gained(struct worker *w, int slot)
 		return;
 	s = &e->slots[slot];
 	s->gen++;
-	s->state = ES_CKPT;
 	s->applying = 0;
 	s->retry_at_ms = 0;
 	s->ckpt_want = -1;
 	s->opened_ms = clock_mono_ms();
 	batches_free(s);
+	/* Tasks this worker still holds from an earlier ownership of the
+	 * slot (on their way to the DB, or claims of then, which are not
+	 * published now) finish first: the markers are then read with
+	 * nothing of the slot held, and each is recorded. */
+	if (w->slots[slot].busy > 0) {
+		s->state = ES_WAIT;
+		return;
+	}
+	s->state = ES_CKPT;
 	submit_ckpt(e, s, 0, 0);
 }
 
@@ -899,9 +914,11 @@ eos_publish(struct worker *w, struct wtask *t, const char *topic,
 	struct eos_rec *r;
 	struct marker mk;
 
-	if (s->state == ES_OFF || !w->slots[t->slot].owned) {
-		/* Lost while it waited (claimed early): the next owner has
-		 * it in flight. */
+	if (s->state == ES_OFF || !w->slots[t->slot].owned ||
+	    t->epoch != w->slots[t->slot].epoch) {
+		/* Lost while it waited (claimed early, or a claim reply that
+		 * came back after the slot was lost, maybe gained again
+		 * since): the slot's owner has it in flight. */
 		rd_kafka_headers_destroy(hdrs);
 		wtask_release(w, t);
 		return -1;

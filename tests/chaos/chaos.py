@@ -79,6 +79,7 @@ SESSION_MS = 5000
 LEASE_MS = 2000
 TOPIC = "chaos"
 ARCHIVE = "chaos.archive"  # task.archive_topic with --retention
+READ_COMMITTED = ["-X", "isolation.level=read_committed"]
 FINAL = ("delivered", "cancelled", "expired")
 # After a fault ends, the system may still be recovering for this long
 # (session expiry + lease + a margin); lateness inside is not counted.
@@ -753,6 +754,8 @@ class Run:
             x.wait_ready()
         conf = {"zookeeper.session_timeout_ms": SESSION_MS,
                 "worker.lease_ms": LEASE_MS}
+        if self.args.exactly_once:
+            conf["kafka.exactly_once"] = "true"
         if self.args.retention:
             # Both managers prune (one at a time, the lock) and archive
             # each task first: the archive shows what went, and when.
@@ -778,6 +781,8 @@ class Run:
                 # both managers consume it (IngestStream); made by them
                 "kafka.ingest_topic": "chaos-ha-ingest.%d.%d" % (
                     self.seed, os.getpid())}
+        if self.args.exactly_once:
+            conf["kafka.exactly_once"] = "true"
         if self.args.retention:
             conf.update({"task.retention": self.args.retention,
                          "task.prune_interval": "1s",
@@ -863,7 +868,10 @@ class Run:
         if self.args.retention:
             topics.append(ARCHIVE)
         self.make_topics([c.topic(t) for t in topics])
-        self.reader = c.reader([TOPIC])
+        # read_committed always: with kafka.exactly_once, the records of
+        # an aborted (fenced) transaction are not deliveries; without it
+        # the same as read_uncommitted.
+        self.reader = c.reader([TOPIC], kcat_args=READ_COMMITTED)
         log("cluster up: 3 workers, 2 managers (%s), logs in %s"
             % (", ".join(self.manager_addrs), c.dir))
 
@@ -1360,7 +1368,8 @@ class Ledger:
             log("%d expected ids not seen yet; waiting 60 s more"
                 % len(missing))
             missing = rd.wait_for(missing, 60, settle=2)
-        msgs_all = read_all(c.brokers, c.topic(TOPIC))
+        msgs_all = read_all(c.brokers, c.topic(TOPIC),
+                            kcat_args=READ_COMMITTED)
         by_id = {}
         for m in msgs_all:
             by_id.setdefault(m.id, []).append(m)
@@ -1599,6 +1608,9 @@ class Ledger:
         must_zero = ["lost", "cancelled_but_published",
                      "published_before_due"]
         problems = [k for k in must_zero if rep[k]]
+        rep["exactly_once"] = bool(run.args.exactly_once)
+        if run.args.exactly_once and rep["duplicates"]["total"]:
+            problems.append("duplicates")
         if rep["ownership"]["two_owners_one_epoch"]:
             problems.append("two_owners_one_epoch")
         if rep["ownership"]["published_after_superseded"]:
@@ -1763,8 +1775,9 @@ def print_table(rep):
             flag = "  ok" if v == must else "  <-- MUST BE %s" % must
         print("  %-34s %s%s" % (k, v, flag))
     print("=" * 64)
-    print("chaos ledger: seed %d, %.0fs at %d tasks/s: %s"
+    print("chaos ledger: seed %d, %.0fs at %d tasks/s%s: %s"
           % (rep["seed"], rep["duration_s"], rep["rate_per_s"],
+             ", exactly-once" if rep.get("exactly_once") else "",
              rep["verdict"]))
     print("-" * 64)
     print("  faults injected:")
@@ -1784,7 +1797,8 @@ def print_table(rep):
     row("cancelled but published", rep["cancelled_but_published"], 0)
     row("published before due", rep["published_before_due"], 0)
     row("Kafka messages", rep["kafka_messages"])
-    row("duplicates", rep["duplicates"]["total"])
+    row("duplicates", rep["duplicates"]["total"],
+        0 if rep.get("exactly_once") else None)
     for k, v in sorted(rep["duplicates"]["by_cause"].items()):
         print("    %-32s %d" % ("caused by " + k, v))
     lt = rep["lateness_outside_faults_ms"]
@@ -1850,6 +1864,10 @@ def parse_args(argv):
                     help="prophet-notifier binary (NOTIFIER HOOK)")
     ap.add_argument("--callback-fraction", type=float, default=0.0,
                     help="share of tasks with an HTTP callback to the sink")
+    ap.add_argument("--exactly-once", action="store_true",
+                    help="workers with kafka.exactly_once = true; the "
+                    "ledger (read_committed, as always) then wants 0 "
+                    "duplicates")
     ap.add_argument("--retention", default=None,
                     help="task.retention of the managers (e.g. 5s), the "
                     "pruner archiving every task it deletes; the ledger "

@@ -87,13 +87,19 @@ def main(extra=(), faults=None, name="test_chaos.py"):
             ("no sanitizer report", not rep["sanitizer_reports"],
              "%s" % rep["sanitizer_reports"]),
         ]
+        if rep.get("exactly_once"):
+            checks.append(("exactly-once: no duplicate (read_committed)",
+                           rep["duplicates"]["total"] == 0,
+                           "%d, by cause %s" % (
+                               rep["duplicates"]["total"],
+                               rep["duplicates"]["by_cause"])))
     print("1..%d" % len(checks))
     failed = 0
-    for n, (name, ok, detail) in enumerate(checks, 1):
-        print("%sok %d - %s" % ("" if ok else "not ", n, name))
+    for n, (what, ok, detail) in enumerate(checks, 1):
+        print("%sok %d - %s" % ("" if ok else "not ", n, what))
         if not ok:
             failed += 1
-            print("# %s: %s" % (name, detail))
+            print("# %s: %s" % (what, detail))
     print("# ledger: %s" % path)
     print("# %s: %d passed, %d failed"
           % (name, len(checks) - failed, failed))

@@ -48,6 +48,28 @@
  *
  * -DBROKEN drops the fence check from the claim script: spin must find a
  * violation of S2 (tests/model/run.sh asserts that it does).
+ *
+ * -DEOS models kafka.exactly_once (worker/eos.c, docs/architecture.md,
+ * "Exactly-once publishing"): the slot's transactional id has a producer
+ * epoch at the transaction coordinator (kPE); a worker's open of the slot
+ * (eos_slot_gained -> run_open) bumps it (init_transactions, which also
+ * aborts an open transaction of an older producer) and then reads the
+ * marker partition from the checkpoint: a committed marker not yet behind
+ * the checkpoint is recorded delivered (apply_found -> the mark path and
+ * forget) before the slot is ready (eos_slot_ready gates the claims).
+ * The open waits until the worker holds nothing of the slot (tasks of an
+ * earlier ownership of its own finish first), and a task claimed under
+ * an older ownership is never published (eos_publish). Publishing is a
+ * transaction: begun with the worker's producer epoch,
+ * committed only if that is still the coordinator's (a fenced zombie's
+ * commit is refused); the commit makes the task's record and its marker
+ * visible together. The checkpoint moves past the marker once the task's
+ * delivered update ran under an epoch the DB fence still allows (advance
+ * -> SQL_EOS_CKPT_SET ... WHERE epoch = ours).
+ *   S3 (assert) no task committed twice (read_committed consumers see
+ *      each task once).
+ * -DEOS -DBROKEN_EOS: the open does not read the markers; spin must find
+ * a violation of S3.
  */
 
 #ifndef MAXX
@@ -77,6 +99,7 @@
 #define H_NONE 0
 #define H_CLAIMED 1
 #define H_PUBLISHED 2
+#define H_TXN 3 /* EOS: in an open transaction */
 
 /* ZooKeeper */
 byte zOwner, zReq, zE, zVer;
@@ -99,6 +122,23 @@ bool vValid[3];
 byte pend[3];   /* epoch of a claim in flight to Redis, 0: none */
 bool pendLive[3]; /* its sender is still the same process (no crash) */
 byte held[3], hE[3];
+
+#ifdef EOS
+/* Kafka: the slot's transactional id and the marker partition */
+byte kPE;	    /* the coordinator's producer epoch */
+bool kOpen;	    /* a transaction holding T is open */
+byte kOpenPE;	    /* the producer epoch it was begun with */
+bool kMarker;	    /* T's marker committed */
+bool ckptPast;	    /* the checkpoint is past T's marker */
+byte kCommits;	    /* ghost: committed records of T */
+byte pE[3];	    /* each worker's producer epoch */
+bool ready[3];	    /* eos_slot_ready */
+#define READY(w) ready[w]
+#define UNREADY(w) ready[w] = false
+#else
+#define READY(w) true
+#define UNREADY(w) skip
+#endif
 
 /* Ghosts (checks only) */
 byte started;      /* highest epoch whose owner raised the fence */
@@ -156,7 +196,7 @@ end:	do
 			zAlive[w] = false; fresh[w] = false; owned[w] = false;
 			releasing[w] = false; dbFencePending[w] = false;
 			held[w] = H_NONE; pendLive[w] = false; vValid[w] = false;
-			nCrash++
+			UNREADY(w); nCrash++
 		:: else -> skip
 		fi }
 	/* Redis runs a claim in flight (SCRIPT_CLAIM) */
@@ -196,14 +236,15 @@ end:	do
 	/* (re)connect: a new session, registered, nothing owned */
 	:: atomic { !zAlive[me] ->
 		zAlive[me] = true; fresh[me] = true; owned[me] = false;
-		releasing[me] = false; vValid[me] = false }
+		releasing[me] = false; vValid[me] = false; UNREADY(me) }
 	/* a watch fired: re-read the slot node */
 	:: atomic { fresh[me] && (!vValid[me] || vVer[me] != zVer) ->
 		vOwner[me] = zOwner; vReq[me] = zReq; vE[me] = zE;
 		vVer[me] = zVer; vValid[me] = true }
 	/* slot_reconcile: reassigned or epoch changed -> lose */
 	:: atomic { owned[me] && vValid[me] &&
-		(vOwner[me] != me || vE[me] != myE[me]) -> owned[me] = false }
+		(vOwner[me] != me || vE[me] != myE[me]) ->
+		owned[me] = false; UNREADY(me) }
 	/* slot_gain + redis_fence_cb: fence, then claim; DB fence async */
 	:: atomic { fresh[me] && vValid[me] && vOwner[me] == me &&
 		vReq[me] == NONE && !owned[me] && !releasing[me] ->
@@ -227,7 +268,7 @@ end:	do
 	 * still named owner), stop claiming */
 	:: atomic { fresh[me] && vValid[me] && vOwner[me] == me &&
 		vReq[me] != NONE && vReq[me] != me && !releasing[me] ->
-		owned[me] = false; releasing[me] = true }
+		owned[me] = false; releasing[me] = true; UNREADY(me) }
 	/* try_finish_release: drained, versioned write of the next epoch */
 	:: atomic { releasing[me] && fresh[me] && pend[me] == 0 &&
 		held[me] == H_NONE ->
@@ -240,22 +281,78 @@ end:	do
 		releasing[me] = false }
 	/* scanner: send a claim for the due task (coord_may_claim) */
 	:: atomic { owned[me] && fresh[me] && pend[me] == 0 &&
-		held[me] == H_NONE && rT == R_DUE ->
+		held[me] == H_NONE && rT == R_DUE && READY(me) ->
 		pend[me] = myE[me]; pendLive[me] = true }
+#ifndef EOS
 	/* firing_publish_task: to Kafka under the claim's epoch */
 	:: atomic { held[me] == H_CLAIMED ->
 		assert(pubBy[hE[me]] == NONE || pubBy[hE[me]] == me); /* S1 */
 		pubBy[hE[me]] = me; published = true; held[me] = H_PUBLISHED }
+#else
+	/* eos_slot_gained -> run_open: init_transactions (fences the older
+	 * producer, aborts its open transaction), read the markers from the
+	 * checkpoint, record what they show (apply_found), then ready */
+	:: atomic { owned[me] && fresh[me] && !ready[me] &&
+		held[me] == H_NONE ->
+		kPE++; pE[me] = kPE; kOpen = false;
+#ifndef BROKEN_EOS
+		if
+		:: kMarker && !ckptPast ->
+			/* the delivered update (fenced) and forget */
+			if
+			:: dbFence <= myE[me] && dbSt == DB_SCHED ->
+				dbSt = DB_DELIV
+			:: else -> skip
+			fi;
+			rT = R_GONE;
+			if
+			:: dbFence <= myE[me] && dbSt == DB_DELIV ->
+				ckptPast = true
+			:: else -> skip
+			fi
+		:: else -> skip
+		fi;
+#endif
+		ready[me] = true }
+	/* eos_publish -> run_send: the record and its marker in a
+	 * transaction begun with this worker's producer epoch */
+	:: atomic { held[me] == H_CLAIMED ->
+		if
+		:: owned[me] && ready[me] && hE[me] == myE[me] ->
+			kOpen = true; kOpenPE = pE[me]; held[me] = H_TXN
+		:: else -> held[me] = H_NONE /* claimed under an older
+						  * ownership: not published */
+		fi }
+	/* commit_transaction: refused for a fenced producer (a zombie woken
+	 * after the next owner's init); its task stays in flight */
+	:: atomic { held[me] == H_TXN ->
+		if
+		:: kOpen && kOpenPE == pE[me] && pE[me] == kPE ->
+			kOpen = false; kMarker = true; kCommits++;
+			assert(kCommits <= 1);	/* S3 */
+			assert(pubBy[hE[me]] == NONE || pubBy[hE[me]] == me); /* S1 */
+			pubBy[hE[me]] = me; published = true;
+			held[me] = H_PUBLISHED
+		:: else -> held[me] = H_NONE
+		fi }
+#endif
 	/* delivery report -> mark_run (DB fence) -> forget */
 	:: atomic { held[me] == H_PUBLISHED ->
 		if
 		:: dbFence <= hE[me] && dbSt == DB_SCHED -> dbSt = DB_DELIV
 		:: else -> skip	/* fenced, or already final */
 		fi;
+		/* SCRIPT_FORGET drops the in-flight entry and the payload: a
+		 * copy in due (requeued meanwhile) can no longer be claimed */
+		rT = R_GONE;
+#ifdef EOS
+		/* advance: the checkpoint passes the marker, for an epoch the
+		 * DB still allows */
 		if
-		:: rT == R_INFL -> rT = R_GONE
+		:: dbSt == DB_DELIV && dbFence <= hE[me] -> ckptPast = true
 		:: else -> skip
 		fi;
+#endif
 		held[me] = H_NONE }
 	/* reap_slot: a lease ran out (holder gone or stale) */
 	:: atomic { owned[me] && fresh[me] && rT == R_INFL &&

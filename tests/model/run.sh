@@ -2,7 +2,9 @@
 # Model-checks the slot handover and claim protocol (tests/model/handover.pml)
 # with spin: the safety assertions (S1, S2) and the liveness property (ltl
 # live, weak fairness) must hold, and the -DBROKEN variant (no claim fence)
-# must be rejected with an S2 assertion violation.
+# must be rejected with an S2 assertion violation; the same with -DEOS
+# (exactly-once: S3 too), whose -DBROKEN_EOS variant (markers not read)
+# must be rejected with an S3 violation.
 #   tests/model/run.sh          small fault bounds (make check, ~1 min)
 #   tests/model/run.sh --full   the model's default bounds (make model-check)
 # Prints TAP lines, the states explored, and "N passed, N failed".
@@ -12,9 +14,11 @@ model="$here/handover.pml"
 if [ "${1:-}" = "--full" ]; then
 	safety_bounds="-DMAXX=2 -DMAXC=1 -DMAXH=2" # the model's defaults
 	live_bounds="-DMAXX=1"
+	eos_bounds=$safety_bounds
 else
 	safety_bounds="-DMAXX=1"
 	live_bounds="-DMAXX=1 -DMAXH=1"
+	eos_bounds="-DMAXX=1 -DMAXH=1"
 fi
 CC=${CC:-cc}
 pass=0
@@ -97,6 +101,39 @@ if grep -q "assertion violated (pend\[w\]>=started)" "$o" &&
 else
 	report "-DBROKEN (no claim fence) is rejected" notok \
 		"spin found no S2 violation: $(summary "$o")"
+fi
+
+# 4.-6. exactly-once (-DEOS): S1, S2, S3 and liveness; the variant whose
+# open does not read the markers must violate S3.
+# shellcheck disable=SC2086
+run eos "-DEOS $eos_bounds" "-DSAFETY -DNOCLAIM -DCOLLAPSE" "-m400000 -w24"
+o="$work/eos.out"
+if grep -q "errors: 0" "$o" && grep -q "Full statespace search" "$o" &&
+	! grep -q "max search depth too small" "$o"; then
+	report "exactly-once safety (S1, S2, S3) $eos_bounds" ok "$(summary "$o")"
+else
+	report "exactly-once safety (S1, S2, S3) $eos_bounds" notok "$(summary "$o")"
+	grep -E "violated|error|invalid" "$o" | head -5 | sed 's/^/# /'
+fi
+# shellcheck disable=SC2086
+run eos-live "-DEOS $live_bounds" "-DCOLLAPSE -DNFAIR=3" "-a -f -m400000 -w24"
+o="$work/eos-live.out"
+if grep -q "errors: 0" "$o" && grep -q "acceptance   cycles.*+" "$o" &&
+	! grep -q "max search depth too small" "$o"; then
+	report "exactly-once liveness (ltl live) $live_bounds" ok "$(summary "$o")"
+else
+	report "exactly-once liveness (ltl live) $live_bounds" notok "$(summary "$o")"
+	grep -E "violated|error|cycle" "$o" | head -5 | sed 's/^/# /'
+fi
+run eos-broken "-DEOS -DBROKEN_EOS -DMAXX=1 -DMAXH=1" "-DSAFETY -DNOCLAIM" "-m400000"
+o="$work/eos-broken.out"
+if grep -q "assertion violated (kCommits<=1)" "$o" &&
+	grep -q "errors: 1" "$o"; then
+	report "-DEOS -DBROKEN_EOS (markers not read) is rejected" ok \
+		"$(grep -m1 'assertion violated' "$o" | sed 's/^pan:1: //')"
+else
+	report "-DEOS -DBROKEN_EOS (markers not read) is rejected" notok \
+		"spin found no S3 violation: $(summary "$o")"
 fi
 
 echo "# $(basename "$0"): $pass passed, $fail failed"

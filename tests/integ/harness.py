@@ -32,6 +32,7 @@ PROPHET_INTEG_KEEP=1 (keep the logs' temp dir), PROPHET_INTEG_SEED (e2e).
 """
 
 import atexit
+import calendar
 import fcntl
 import http.client
 import http.server
@@ -918,6 +919,18 @@ class KafkaReader:
                 pass
         for th in self.threads:
             th.join(timeout=5)
+
+
+def log_ts_ms(line):
+    """The ts= of a daemon log line, as ms since the epoch (UTC), or
+    None."""
+    try:
+        ts = line.split("ts=", 1)[1].split(" ", 1)[0]   # 2026-..T..:..:..123Z
+        base, frac = ts.rstrip("Z").split(".")
+        t = calendar.timegm(time.strptime(base, "%Y-%m-%dT%H:%M:%S"))
+        return t * 1000 + int(frac)
+    except (IndexError, ValueError):
+        return None
 
 
 def create_topics(brokers, topics, timeout=20, kcat_args=()):

@@ -857,6 +857,20 @@ def marker_recorded(w):
     return n
 
 
+def published_under_old_epoch(msgs, vslots, seen):
+    """(id, message) of every message of a slot of vslots ({slot: old
+    epoch}) at its old epoch fired after ZooKeeper gave the slot away
+    (seen: {slot: (owner, epoch, mtime)} of wait_moved)."""
+    out = []
+    for tid, ms in msgs.items():
+        for m in ms:
+            s, e = int(m.hdr["prophet-slot"]), int(m.hdr["prophet-epoch"])
+            if s in vslots and e == vslots[s] and \
+                    int(m.hdr["prophet-fired-at"]) > seen[s][2]:
+                out.append((tid, m))
+    return out
+
+
 def sigstop_case(master):
     """SIGSTOP a worker (the master or not) well past the session timeout
     while tasks stream, SIGCONT it; it must not publish under its old
@@ -907,13 +921,8 @@ def sigstop_case(master):
     msgs, dups = account(stream, READER, what)
     # Messages of its old slots at their old epochs fired after the
     # others took over are the violation this test is about.
-    late_old = []
-    for tid, ms in msgs.items():
-        for m in ms:
-            s, e = int(m.hdr["prophet-slot"]), int(m.hdr["prophet-epoch"])
-            if s in vslots and e == vslots[s] and \
-                    int(m.hdr["prophet-fired-at"]) > seen[s][2]:
-                late_old.append((tid, describe([m])[0]))
+    late_old = [(tid, describe([m])[0]) for tid, m in
+                published_under_old_epoch(msgs, vslots, seen)]
     p.check(not late_old, "%d message(s) published under the stopped "
             "worker's old epoch after the takeover, e.g. %s"
             % (len(late_old), late_old[:5]))

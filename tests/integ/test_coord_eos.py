@@ -21,7 +21,6 @@ failover must deliver each task exactly once:
   5. kill -9 of the master: 0 duplicates.
 """
 
-import calendar
 import os
 import re
 import signal
@@ -34,17 +33,6 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness as h  # noqa: E402
 import servers  # noqa: E402
 import test_coord as tc  # noqa: E402
-
-
-def log_ms(line):
-    """The ts= of a daemon log line, as ms since the epoch (UTC)."""
-    try:
-        ts = line.split("ts=", 1)[1].split(" ", 1)[0]
-        base, frac = ts.rstrip("Z").split(".")
-        return calendar.timegm(time.strptime(base, "%Y-%m-%dT%H:%M:%S")) \
-            * 1000 + int(frac)
-    except (IndexError, ValueError):
-        return None
 
 
 def root_name():
@@ -107,20 +95,15 @@ def test_zombie_fenced_by_kafka():
     time.sleep(1.0)
     stream.stop()
     msgs, dups = tc.account(stream, tc.READER, "zombie")
-    late_old = []
-    for tid, ms in msgs.items():
-        for m in ms:
-            s, e = int(m.hdr["prophet-slot"]), int(m.hdr["prophet-epoch"])
-            if s in vslots and e == vslots[s] and \
-                    int(m.hdr["prophet-fired-at"]) > seen[s][2]:
-                late_old.append(tid)
+    late_old = [tid for tid, _ in
+                tc.published_under_old_epoch(msgs, vslots, seen)]
     p.check(not late_old, "%d task(s) committed under the zombie's epoch "
             "after the takeover, e.g. %s" % (len(late_old), late_old[:5]))
     p.check(dups == 0, "zombie: %d duplicates (want 0)" % dups)
     # its commits refused after it woke (a transaction was open when it
     # stopped: likely at this rate, not certain)
     refused = [l for l in victim.grep("exactly-once transaction failed")
-               if (log_ms(l) or 0) >= stop_ms and
+               if (h.log_ts_ms(l) or 0) >= stop_ms and
                re.search(r"fenc|epoch", l, re.I)]
     print("# zombie: victim=%s stopped_ms=%d tasks=%d duplicates=0 "
           "zombie_commits_refused=%d" % (victim.wid, cont_ms - stop_ms,

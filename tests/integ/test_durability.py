@@ -50,7 +50,6 @@ stop), PROPHET_DURABILITY_SHORT_OUTAGE_S (default 20: cluster stop, MariaDB
 stop), PROPHET_DURABILITY_HUNG_S (default 30: Redis SIGSTOP).
 """
 
-import calendar
 import json
 import os
 import random
@@ -191,15 +190,7 @@ def worker_sum(c, name):
     return total
 
 
-def log_ts_ms(line):
-    """The ts= of a daemon log line, as ms since the epoch (UTC)."""
-    try:
-        ts = line.split("ts=", 1)[1].split(" ", 1)[0]   # 2026-..T..:..:..123Z
-        base, frac = ts.rstrip("Z").split(".")
-        t = calendar.timegm(time.strptime(base, "%Y-%m-%dT%H:%M:%S"))
-        return t * 1000 + int(frac)
-    except (IndexError, ValueError):
-        return None
+log_ts_ms = h.log_ts_ms
 
 
 def log_lines(c, needle, since_ms=0, procs=None):

@@ -313,8 +313,13 @@ def test_prophetctl():
             "pause: %r" % (p,))
     h.wait_until(lambda: C.workers[0].grep('holding its tasks" topic=pz-f '),
                  2.0, what="the pause on the worker")
-    ids = [submit("pz-f", delay_ms=10)["id"] for _ in range(3)]
+    tasks = [submit("pz-f", delay_ms=10) for _ in range(3)]
+    ids = [t["id"] for t in tasks]
     h.wait_until(lambda: held_count(C, "pz-f") == 3, 10, what="3 held")
+    # A task is held from the look-ahead on, before its due time: "overdue"
+    # counts only those past it.
+    h.wait_until(lambda: h.now_ms() > max(t["due_at"] for t in tasks) + 20,
+                 5, what="the 3 due")
     p = run("topics")
     line = [x for x in p.stdout.splitlines() if x.startswith("pz-f ")]
     h.check(p.returncode == 0 and line and "paused" in line[0],

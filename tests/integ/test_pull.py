@@ -381,14 +381,22 @@ def test_never_before_due():
     """A message whose prophet-due-at is ahead of the manager's clock (a
     worker's clock ahead; produced here with kcat) is held until then."""
     topic = new_topic("early")
-    due = h.now_ms() + 2000
+    api = h.Api(C.manager_addr, timeout=20)
+    # Open the group first: the message must reach the manager before its
+    # due time for it to be held (a group still joining under the
+    # sanitizers took 2 s, and the message arrived already due).
+    r = api.get("/v1/topics/%s/next?group=g&wait_ms=0" % topic)
+    h.check_eq(r.status, 200, "open the group: %r" % r)
+    h.wait_until(lambda: C.manager.grep("pull group assigned partitions"
+                                        "\" group=g topic=%s " % topic),
+                 20, what="the group's partitions assigned")
+    due = h.now_ms() + 3000
     p = subprocess.run(["kcat", "-P", "-b", C.brokers, "-t", C.topic(topic),
                         "-H", "prophet-id=early-1",
                         "-H", "prophet-due-at=%d" % due, "-k", "early-1"],
                        input=b"soon", capture_output=True, timeout=30)
     h.check_eq(p.returncode, 0, "kcat: %r" % p.stderr)
     before = metric("prophet_pull_held_until_due_total")
-    api = h.Api(C.manager_addr, timeout=20)
     got = []
     t0 = h.now_ms()
     while not got and h.now_ms() - t0 < 8000:

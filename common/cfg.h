@@ -150,19 +150,21 @@
 	  "Create permission needed) instead of refused")                      \
 	X(KAFKA_EXACTLY_ONCE, "kafka", "exactly_once", CFG_BOOL, "false", 0,   \
 	  1, NULL, 0,                                                          \
-	  "workers publish through a transactional producer per slot "         \
-	  "(transactional.id <root>.slot.<N>) with a marker record per task "  \
-	  "in eos_topic: a read_committed consumer gets every task exactly "   \
-	  "once across worker failures (docs/architecture.md); needs Kafka "   \
-	  "transactions (Write on the TransactionalId)")                       \
+	  "each worker publishes through one transactional producer "          \
+	  "(transactional.id <root>.worker.<id>.<start>) with a marker "       \
+	  "record per task in eos_topic; a slot's next owner fences the "      \
+	  "producer that last published for it: a read_committed consumer "    \
+	  "gets every task exactly once across worker failures "               \
+	  "(docs/architecture.md); needs Kafka transactions (Write on the "    \
+	  "TransactionalId prefix <root>.worker.)")                            \
 	X(KAFKA_EOS_TOPIC, "kafka", "eos_topic", CFG_STR, "", 0, 0, NULL, 0,   \
 	  "with exactly_once: the marker topic, at least cluster.slots "       \
 	  "partitions (made so when missing); empty: "                         \
 	  "<topic_prefix><root>.fired")                                        \
 	X(KAFKA_EOS_INTERVAL_MS, "kafka", "eos_interval_ms", CFG_INT, "5", 0,  \
 	  1000, NULL, 0,                                                       \
-	  "with exactly_once: how long fired tasks gather before their "       \
-	  "slot's transaction starts when none is out (one that is out "       \
+	  "with exactly_once: how long fired tasks gather before the "         \
+	  "worker's transaction starts when none is out (one that is out "     \
 	  "takes what gathered meanwhile when it ends)")                       \
 	X(KAFKA_EOS_MAX_RECORDS, "kafka", "eos_max_records", CFG_INT, "2000",  \
 	  1, 100000, NULL, 0,                                                  \

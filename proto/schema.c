@@ -219,6 +219,16 @@ static const char *const v9_stmts[] = {
 	"NULL",
 	NULL};
 
+/* Exactly-once publishing with one producer per worker: per slot, the
+ * transactional id of the producer that last published for it (the next
+ * owner fences it), and a change counter. */
+static const char *const v10_stmts[] = {
+	"ALTER TABLE slot_state ADD COLUMN IF NOT EXISTS eos_txid "
+	"VARCHAR(512) NULL",
+	"ALTER TABLE slot_state ADD COLUMN IF NOT EXISTS eos_gen BIGINT NOT "
+	"NULL DEFAULT 0",
+	NULL};
+
 const struct schema_migration schema_migrations[] = {
 	{1, "tasks, task_log, slot_state", v1_stmts, NULL, NULL},
 	{2, "recurring tasks: misfire, start_at, end_at, occurrences", v2_stmts,
@@ -232,6 +242,8 @@ const struct schema_migration schema_migrations[] = {
 	{8, "drop tasks.priority", v8_stmts, NULL, NULL},
 	{9, "slot_state.eos_offset (exactly-once checkpoint)", v9_stmts, NULL,
 	 NULL},
+	{10, "slot_state.eos_txid, eos_gen (exactly-once producer)", v10_stmts,
+	 NULL, NULL},
 };
 
 const size_t schema_migration_count =

@@ -331,8 +331,9 @@ release_done_cb(struct zk *z, int rc, const struct Stat *st, void *arg)
 		log_info("slot handed over", "slot=%d to=%s epoch=%lld",
 			 rc_->slot, w->view[rc_->slot].requested,
 			 (long long)w->view[rc_->slot].epoch + 1);
-		/* Drained (its transactions committed and recorded, or the
-		 * drain timed out: the next owner's producer fences ours). */
+		/* Drained (its transactions committed and recorded, our
+		 * producer cleared from the slot's record), or the drain
+		 * timed out: the next owner fences our producer. */
 		eos_slot_lost(w, rc_->slot);
 	} else {
 		log_warn("handover write failed", "slot=%d error=\"%s\"",
@@ -361,7 +362,7 @@ try_finish_release(struct worker *w, int slot)
 		log_warn("handover drain timed out; releasing anyway",
 			 "slot=%d busy=%d", slot, s->busy);
 	}
-	if (!coord_fresh(w))
+	if (!coord_fresh(w) || !eos_release(w, slot, s->busy == 0))
 		return;
 	CRASHPOINT("handover_drained_before_release");
 	snprintf(n.owner, sizeof(n.owner), "%s", n.requested);

@@ -6,26 +6,39 @@
  * Exactly-once publishing (kafka.exactly_once; docs/architecture.md,
  * "Exactly-once publishing").
  *
- * Every slot this worker owns publishes through a transactional producer
- * of its own, transactional.id "<root>.slot.<N>": the next owner's
- * init_transactions fences the previous owner's producer (its open
- * transaction is aborted, its later commits refused), as the epoch fences
- * it in Redis and the DB. Each transaction carries the fired tasks'
- * records and, for each, a marker record (proto/marker.h) to partition N
- * of the marker topic. A slot's owner reads that partition
- * (read_committed) from the slot's checkpoint to its end before it claims
- * anything: every marker found is a task published and committed whose
- * delivery the DB may not show yet, and it is recorded delivered (the
- * usual, fenced and idempotent, DB update and Redis cleanup) instead of
- * being fired again. The checkpoint (slot_state.eos_offset) moves past a
- * transaction's markers once every task of it, and of every earlier one,
- * is recorded in the DB.
+ * The worker publishes through one transactional producer of its own,
+ * transactional.id "<root>.worker.<id>.<start>", unique to this process.
+ * Each transaction carries fired tasks' records of any owned slots and,
+ * for each, a marker record (proto/marker.h) to partition N (the task's
+ * slot) of the marker topic. The slot's record in the DB (slot_state)
+ * names the producer that last published for it (eos_txid). Opening a
+ * slot (on gain, and again whenever this producer is made again):
  *
- * Threads: librdkafka's transactional calls block, so each slot has a
- * thread of its own that runs one command at a time (open: make the
- * producer and read the markers; send: one transaction; close) on copies
- * of what it needs; results come back to the loop through a mailbox. The
- * thread never touches a wtask or the worker.
+ *   1. read: raise the slot's DB fence to our epoch, read its checkpoint
+ *      and its last producer (refused if a higher epoch owns it);
+ *   2. fence: if that producer is not ours, init_transactions with its
+ *      transactional id (its open transaction is aborted, its later
+ *      commits refused, and one being committed completes first);
+ *   3. claim: record our producer as the slot's (UPDATE ... WHERE
+ *      epoch = ours), only while our producer is ready: any later making
+ *      of it opens every slot again;
+ *   4. read the slot's markers (read_committed) from the checkpoint to
+ *      the partition's end: every marker found is a task published and
+ *      committed whose delivery the DB may not show yet, and it is
+ *      recorded delivered (the usual, fenced and idempotent, DB update
+ *      and Redis cleanup) instead of being fired again.
+ *
+ * A slot handed over after a full drain clears its producer from the
+ * record first (eos_release), so the next owner fences nobody; a dead or
+ * stopped owner's producer is fenced. The checkpoint (slot_state.
+ * eos_offset) moves past a transaction's markers once every task of the
+ * slot in it, and in every earlier one, is recorded in the DB.
+ *
+ * Threads: librdkafka's transactional calls block. The producer's thread
+ * runs the producer (make it, one transaction at a time); a second thread
+ * runs the opens' fences and marker reads, several slots per command.
+ * Both work on copies and post results to the loop through a mailbox;
+ * neither touches a wtask or the worker.
  */
 
 #include <pthread.h>
@@ -52,17 +65,26 @@
 #define EOS_READ_TIMEOUT_MS 30000
 #define EOS_RETRY_MS 1000
 #define EOS_CKPT_MS 500
+#define EOS_TXID_MAX 512
 
 enum eos_state {
 	ES_OFF,	     /* not owned */
 	ES_WAIT,     /* owned; tasks of an earlier ownership still held */
-	ES_CKPT,     /* reading the checkpoint from the DB */
-	ES_OPENING,  /* the thread makes the producer, reads the markers */
+	ES_READ,     /* 1: raising the DB fence, reading the slot's record */
+	ES_FENCE,    /* 2: fencing the slot's last producer */
+	ES_CLAIM,    /* 3: recording ours as the slot's producer */
+	ES_OPENING,  /* 4: reading the markers */
 	ES_APPLYING, /* markers found are being recorded delivered */
 	ES_READY,    /* claims may go out */
 };
 
-enum cmd_kind { CMD_OPEN, CMD_SEND, CMD_CLOSE };
+enum prod_state {
+	PS_DOWN,   /* no producer (retry_at: make it) */
+	PS_MAKING, /* init_transactions out */
+	PS_READY,
+};
+
+enum cmd_kind { CMD_MAKE, CMD_SEND, CMD_FENCE, CMD_READ };
 
 /* One fired task's records, owned by its command. */
 struct eos_rec {
@@ -75,31 +97,44 @@ struct eos_rec {
 	char marker[MARKER_VALUE_MAX];
 	size_t markerlen;
 	char id[TASK_ID_MAX + 1];
-	struct wtask *t; /* the loop's: the thread never reads it */
+	int slot;
+	unsigned gen;	 /* the slot's ownership when queued */
+	int64_t moff;	 /* out: the marker's offset */
+	struct wtask *t; /* the loop's: the threads never read it */
+};
+
+/* One slot's part of a fence or read command. */
+struct eos_part {
+	int slot;
+	unsigned gen, oseq;
+	char prev[EOS_TXID_MAX]; /* fence: the producer to fence */
+	int64_t from;		 /* read: the next marker offset, -1: all */
+	/* results */
+	int status;
+	char err[512];
+	struct marker *found;
+	size_t nfound, capfound;
+	size_t bad;  /* undecodable markers */
+	int64_t end; /* the partition's end */
 };
 
 struct eos_cmd {
 	enum cmd_kind kind;
-	int slot;
-	unsigned gen;
-	int64_t from; /* open: the next marker offset to read, -1: all */
+	unsigned pgen; /* make, send: the producer's making */
 	struct eos_rec *recs;
 	size_t n;
+	struct eos_part *parts;
+	size_t nparts;
 	/* results */
 	int status;
 	int fatal;
 	char err[512];
-	struct marker *found; /* open */
-	size_t nfound, capfound;
-	size_t bad;	 /* open: undecodable markers */
-	int64_t end;	 /* open: the partition's end; send: past the
-			       last marker */
 	int64_t took_ms; /* on the thread */
 	struct eos_cmd *next;
 };
 
-/* Transactions committed, in order: the checkpoint passes one once its
- * tasks (left) are recorded in the DB, and every earlier one's. */
+/* A committed transaction's part of one slot: the checkpoint passes it
+ * once its tasks (left) are recorded in the DB, and every earlier one's. */
 struct eos_batch {
 	int64_t end;
 	size_t left;
@@ -108,27 +143,35 @@ struct eos_batch {
 
 struct eos;
 
-struct eos_slot {
+/* A thread running one command at a time from its queue. */
+struct eos_thread {
 	struct eos *e;
-	int slot;
-	/* thread */
+	void (*run)(struct eos *e, struct eos_cmd *c);
 	pthread_t th;
 	int started;
 	pthread_mutex_t mu;
 	pthread_cond_t cv;
 	struct eos_cmd *q, *qtail;
 	int quit;
-	struct kafka_txn *txn; /* the thread's only */
-	char txn_id[320];
-	/* loop */
+};
+
+struct eos_slot {
+	int slot;
 	enum eos_state state;
-	unsigned gen;
-	int out; /* a command is out */
+	unsigned gen; /* the ownership: gained, lost */
+	unsigned
+		oseq; /* the open: a step's result of an earlier one is stale */
+	int posted;   /* this step's job or command is out */
 	struct eos_rec *pend;
 	size_t npend, cappend;
 	struct eos_batch *head, *tail;
-	int64_t ckpt;	   /* in the DB as we know it, -1: none */
-	int64_t ckpt_want; /* where the recorded transactions end */
+	char prev[EOS_TXID_MAX]; /* read: the slot's last producer, not ours */
+	int64_t from;		 /* read: the checkpoint, -1: none */
+	int fenced;		 /* this open fenced prev */
+	int claimed;		 /* our producer is recorded as the slot's */
+	int clearing, cleared;	 /* handover: taking it out of the record */
+	int64_t ckpt;		 /* in the DB as we know it, -1: none */
+	int64_t ckpt_want;	 /* where the recorded transactions end */
 	int ckpt_writing;
 	size_t applying; /* markers being recorded */
 	int64_t retry_at_ms;
@@ -139,6 +182,7 @@ struct eos {
 	struct worker *w;
 	const struct cfg *cfg;
 	char topic[KAFKA_TOPIC_NAME_MAX + 1];
+	char txn_id[EOS_TXID_MAX];
 	int nparts;
 	int interval_ms;
 	size_t max_records;
@@ -148,77 +192,43 @@ struct eos {
 	int n;
 	int64_t last_ckpt_ms;
 	size_t queued; /* records pending or out, every slot */
+	/* the producer */
+	enum prod_state ps;
+	unsigned pgen;
+	int sending; /* a transaction is out */
+	int64_t prod_retry_at_ms;
+	unsigned rr;	       /* the slot a transaction starts gathering at */
+	struct kafka_txn *txn; /* the producer thread's only */
+	struct eos_thread prod, aux;
 };
 
-/* The thread ---------------------------------------------------------- */
-
-struct found_acc {
-	struct eos_cmd *cmd;
-	int slot;
-};
+/* The threads --------------------------------------------------------- */
 
 static void
-found_cb(const rd_kafka_message_t *m, void *arg)
+run_make(struct eos *e, struct eos_cmd *c)
 {
-	struct found_acc *fa = arg;
-	struct eos_cmd *c = fa->cmd;
-	struct marker mk;
-
-	if (m->partition != fa->slot)
-		return;
-	if (marker_decode(m->key, m->key_len, m->payload, m->len, &mk) < 0) {
-		c->bad++;
-		return;
-	}
-	if (c->nfound == c->capfound) {
-		c->capfound = c->capfound ? c->capfound * 2 : 64;
-		c->found = xrealloc(c->found, c->capfound * sizeof(*c->found));
-	}
-	c->found[c->nfound++] = mk;
-}
-
-static void
-run_open(struct eos_slot *s, struct eos_cmd *c)
-{
-	struct eos *e = s->e;
-	struct found_acc fa = {c, s->slot};
-	int64_t *from, *ends = NULL;
-	int nends = 0;
-
-	kafka_txn_destroy(s->txn);
-	s->txn = kafka_txn_create(e->cfg, s->txn_id, EOS_TXN_TIMEOUT_MS, c->err,
+	kafka_txn_destroy(e->txn);
+	/* Fences an earlier instance of ours (a producer made again after a
+	 * fatal error): its open transaction is aborted. */
+	e->txn = kafka_txn_create(e->cfg, e->txn_id, EOS_TXN_TIMEOUT_MS, c->err,
 				  sizeof(c->err));
-	if (s->txn == NULL) {
-		c->status = -1;
-		return;
-	}
-	/* Fenced: whatever an earlier producer of the slot committed is in
-	 * the partition now, and nothing of it is still open. */
-	from = xcalloc((size_t)e->nparts, sizeof(*from));
-	for (int i = 0; i < e->nparts; i++)
-		from[i] = -1;
-	from[s->slot] = c->from < 0 ? 0 : c->from;
-	c->status = kafka_read_committed(
-		e->cfg, e->topic, from, e->nparts, found_cb, &fa, &ends, &nends,
-		EOS_READ_TIMEOUT_MS, c->err, sizeof(c->err));
-	if (c->status == 0)
-		c->end = s->slot < nends ? ends[s->slot] : -1;
-	xfree(ends);
-	xfree(from);
+	c->status = e->txn != NULL ? 0 : -1;
 }
 
 static void
-run_send(struct eos_slot *s, struct eos_cmd *c)
+run_send(struct eos *e, struct eos_cmd *c)
 {
 	struct kafka_rec *kr;
 	size_t n = c->n;
 
-	if (s->txn == NULL) {
+	if (e->txn == NULL) {
 		snprintf(c->err, sizeof(c->err), "no producer");
 		c->status = -1;
 		c->fatal = 1;
-		for (size_t i = 0; i < n; i++)
+		for (size_t i = 0; i < n; i++) {
 			rd_kafka_headers_destroy(c->recs[i].hdrs);
+			c->recs[i].hdrs = NULL;
+		}
 		return;
 	}
 	kr = xcalloc(2 * n, sizeof(*kr));
@@ -232,80 +242,199 @@ run_send(struct eos_slot *s, struct eos_cmd *c)
 		kr[i].valuelen = r->valuelen;
 		kr[i].hdrs = r->hdrs;
 		kr[n + i].pinned = 1;
-		kr[n + i].pin_partition = s->slot;
+		kr[n + i].pin_partition = r->slot;
 		kr[n + i].key = r->id;
 		kr[n + i].keylen = strlen(r->id);
 		kr[n + i].value = r->marker;
 		kr[n + i].valuelen = r->markerlen;
 	}
-	c->status = kafka_txn_send(s->txn, s->e->topic, kr, 2 * n,
-				   EOS_TXN_TIMEOUT_MS, &c->fatal, c->err,
-				   sizeof(c->err));
-	for (size_t i = 0; i < n; i++)
+	c->status =
+		kafka_txn_send(e->txn, e->topic, kr, 2 * n, EOS_TXN_TIMEOUT_MS,
+			       &c->fatal, c->err, sizeof(c->err));
+	for (size_t i = 0; i < n; i++) {
 		c->recs[i].hdrs = NULL; /* taken over */
-	if (c->status == 0)
-		c->end = kr[2 * n - 1].offset + 1;
+		c->recs[i].moff = kr[n + i].offset;
+	}
 	if (c->fatal) {
-		kafka_txn_destroy(s->txn);
-		s->txn = NULL;
+		kafka_txn_destroy(e->txn);
+		e->txn = NULL;
 	}
 	xfree(kr);
 }
 
-static void *
-slot_thread(void *arg)
+static void
+run_prod(struct eos *e, struct eos_cmd *c)
 {
-	struct eos_slot *s = arg;
+	if (c->kind == CMD_MAKE)
+		run_make(e, c);
+	else
+		run_send(e, c);
+}
+
+/* Making a producer with another's transactional id fences that one; the
+ * handle is not kept. One fence per id serves every part of the command
+ * (each part's record was read before the command was posted). */
+static void
+run_fence(struct eos *e, struct eos_cmd *c)
+{
+	for (size_t i = 0; i < c->nparts; i++) {
+		struct eos_part *p = &c->parts[i];
+		struct kafka_txn *t;
+		size_t k;
+
+		for (k = 0; k < i; k++)
+			if (!strcmp(c->parts[k].prev, p->prev))
+				break;
+		if (k < i) {
+			p->status = c->parts[k].status;
+			memcpy(p->err, c->parts[k].err, sizeof(p->err));
+			continue;
+		}
+		t = kafka_txn_create(e->cfg, p->prev, EOS_TXN_TIMEOUT_MS,
+				     p->err, sizeof(p->err));
+		p->status = t != NULL ? 0 : -1;
+		kafka_txn_destroy(t);
+	}
+}
+
+struct found_acc {
+	struct eos_cmd *cmd;
+	struct eos_part **by_part; /* [partition]: the part reading it */
+	int nparts;
+};
+
+static void
+found_cb(const rd_kafka_message_t *m, void *arg)
+{
+	struct found_acc *fa = arg;
+	struct eos_part *p;
+	struct marker mk;
+
+	if (m->partition < 0 || m->partition >= fa->nparts ||
+	    (p = fa->by_part[m->partition]) == NULL)
+		return;
+	if (marker_decode(m->key, m->key_len, m->payload, m->len, &mk) < 0) {
+		p->bad++;
+		return;
+	}
+	if (p->nfound == p->capfound) {
+		p->capfound = p->capfound ? p->capfound * 2 : 64;
+		p->found = xrealloc(p->found, p->capfound * sizeof(*p->found));
+	}
+	p->found[p->nfound++] = mk;
+}
+
+/* The markers of every part's slot, in one read. */
+static void
+run_read(struct eos *e, struct eos_cmd *c)
+{
+	struct found_acc fa = {c, NULL, e->nparts};
+	int64_t *from, *ends = NULL;
+	int nends = 0, rc;
+
+	from = xcalloc((size_t)e->nparts, sizeof(*from));
+	fa.by_part = xcalloc((size_t)e->nparts, sizeof(*fa.by_part));
+	for (int i = 0; i < e->nparts; i++)
+		from[i] = -1;
+	for (size_t i = 0; i < c->nparts; i++) {
+		struct eos_part *p = &c->parts[i];
+
+		from[p->slot] = p->from < 0 ? 0 : p->from;
+		fa.by_part[p->slot] = p;
+	}
+	rc = kafka_read_committed(e->cfg, e->topic, from, e->nparts, found_cb,
+				  &fa, &ends, &nends, EOS_READ_TIMEOUT_MS,
+				  c->err, sizeof(c->err));
+	for (size_t i = 0; i < c->nparts; i++) {
+		struct eos_part *p = &c->parts[i];
+
+		p->status = rc;
+		if (rc < 0)
+			snprintf(p->err, sizeof(p->err), "%s", c->err);
+		else
+			p->end = p->slot < nends ? ends[p->slot] : -1;
+	}
+	xfree(ends);
+	xfree(fa.by_part);
+	xfree(from);
+}
+
+static void
+run_aux(struct eos *e, struct eos_cmd *c)
+{
+	if (c->kind == CMD_FENCE)
+		run_fence(e, c);
+	else
+		run_read(e, c);
+}
+
+static void *
+thread_main(void *arg)
+{
+	struct eos_thread *th = arg;
 
 	for (;;) {
 		struct eos_cmd *c;
 		int64_t t0;
 
-		pthread_mutex_lock(&s->mu);
-		while (s->q == NULL && !s->quit)
-			pthread_cond_wait(&s->cv, &s->mu);
-		c = s->q;
+		pthread_mutex_lock(&th->mu);
+		while (th->q == NULL && !th->quit)
+			pthread_cond_wait(&th->cv, &th->mu);
+		c = th->q;
 		if (c != NULL) {
-			s->q = c->next;
-			if (s->q == NULL)
-				s->qtail = NULL;
+			th->q = c->next;
+			if (th->q == NULL)
+				th->qtail = NULL;
 		}
-		pthread_mutex_unlock(&s->mu);
+		pthread_mutex_unlock(&th->mu);
 		if (c == NULL)
 			break;
 		t0 = clock_mono_ms();
-		switch (c->kind) {
-		case CMD_OPEN: run_open(s, c); break;
-		case CMD_SEND: run_send(s, c); break;
-		case CMD_CLOSE:
-			kafka_txn_destroy(s->txn);
-			s->txn = NULL;
-			break;
-		}
+		th->run(th->e, c);
 		c->took_ms = clock_mono_ms() - t0;
-		mailbox_post(s->e->mb, c);
+		mailbox_post(th->e->mb, c);
 	}
-	kafka_txn_destroy(s->txn);
-	s->txn = NULL;
 	return NULL;
 }
 
 static void
-post_cmd(struct eos_slot *s, struct eos_cmd *c)
+thread_start(struct eos *e, struct eos_thread *th,
+	     void (*run)(struct eos *, struct eos_cmd *), const char *what)
 {
-	c->slot = s->slot;
-	c->gen = s->gen;
-	if (c->kind != CMD_CLOSE)
-		s->out = 1;
-	pthread_mutex_lock(&s->mu);
+	th->e = e;
+	th->run = run;
+	pthread_mutex_init(&th->mu, NULL);
+	pthread_cond_init(&th->cv, NULL);
+	if (pthread_create(&th->th, NULL, thread_main, th) != 0)
+		log_fatal("exactly-once: no thread", "thread=%s", what);
+	th->started = 1;
+}
+
+static void
+thread_stop(struct eos_thread *th)
+{
+	pthread_mutex_lock(&th->mu);
+	th->quit = 1;
+	pthread_cond_signal(&th->cv);
+	pthread_mutex_unlock(&th->mu);
+	if (th->started)
+		pthread_join(th->th, NULL);
+	pthread_mutex_destroy(&th->mu);
+	pthread_cond_destroy(&th->cv);
+}
+
+static void
+post_cmd(struct eos_thread *th, struct eos_cmd *c)
+{
+	pthread_mutex_lock(&th->mu);
 	c->next = NULL;
-	if (s->qtail != NULL)
-		s->qtail->next = c;
+	if (th->qtail != NULL)
+		th->qtail->next = c;
 	else
-		s->q = c;
-	s->qtail = c;
-	pthread_cond_signal(&s->cv);
-	pthread_mutex_unlock(&s->mu);
+		th->q = c;
+	th->qtail = c;
+	pthread_cond_signal(&th->cv);
+	pthread_mutex_unlock(&th->mu);
 }
 
 /* The loop ------------------------------------------------------------ */
@@ -326,7 +455,9 @@ cmd_free(struct eos_cmd *c)
 	for (size_t i = 0; i < c->n; i++)
 		rec_free(&c->recs[i]);
 	xfree(c->recs);
-	xfree(c->found);
+	for (size_t i = 0; i < c->nparts; i++)
+		xfree(c->parts[i].found);
+	xfree(c->parts);
 	xfree(c);
 }
 
@@ -375,117 +506,196 @@ drop_pending(struct eos *e, struct eos_slot *s)
 	s->npend = 0;
 }
 
+/* One transaction out at a time, with what the ready slots gathered. */
 static void
-send_pending(struct eos *e, struct eos_slot *s)
+send_pending(struct eos *e)
 {
 	struct eos_cmd *c;
-	size_t n;
+	size_t total = 0, n = 0;
 
-	if (s->out || s->state != ES_READY || s->npend == 0)
+	if (e->sending || e->ps != PS_READY)
 		return;
-	n = s->npend < e->max_records ? s->npend : e->max_records;
+	for (int i = 0; i < e->n; i++)
+		if (e->slots[i].state == ES_READY)
+			total += e->slots[i].npend;
+	if (total == 0)
+		return;
+	if (total > e->max_records)
+		total = e->max_records;
 	c = xcalloc(1, sizeof(*c));
 	c->kind = CMD_SEND;
-	c->recs = xmemdup(s->pend, n * sizeof(*s->pend));
+	c->pgen = e->pgen;
+	c->recs = xcalloc(total, sizeof(*c->recs));
+	for (int k = 0; k < e->n && n < total; k++) {
+		struct eos_slot *s =
+			&e->slots[(e->rr + (unsigned)k) % (unsigned)e->n];
+		size_t take;
+
+		if (s->state != ES_READY || s->npend == 0)
+			continue;
+		take = s->npend < total - n ? s->npend : total - n;
+		memcpy(c->recs + n, s->pend, take * sizeof(*s->pend));
+		memmove(s->pend, s->pend + take,
+			(s->npend - take) * sizeof(*s->pend));
+		s->npend -= take;
+		n += take;
+	}
+	e->rr++;
 	c->n = n;
-	memmove(s->pend, s->pend + n, (s->npend - n) * sizeof(*s->pend));
-	s->npend -= n;
-	post_cmd(s, c);
+	e->sending = 1;
+	post_cmd(&e->prod, c);
 }
 
-struct ckpt_job {
+static void
+make_producer(struct eos *e)
+{
+	struct eos_cmd *c = xcalloc(1, sizeof(*c));
+
+	c->kind = CMD_MAKE;
+	c->pgen = ++e->pgen;
+	e->ps = PS_MAKING;
+	post_cmd(&e->prod, c);
+}
+
+/* DB steps -------------------------------------------------------------- */
+
+enum slot_job_kind { SJ_READ, SJ_CLAIM, SJ_CLEAR, SJ_CKPT };
+
+struct slot_job {
 	struct db_job job;
 	struct eos *e;
+	enum slot_job_kind kind;
 	int slot;
-	unsigned gen;
+	unsigned gen, oseq;
 	int64_t epoch;
-	int64_t offset; /* set: to write; get: read */
-	int set;
+	char txid[EOS_TXID_MAX]; /* claim, clear: ours; read: the slot's */
+	int64_t offset;		 /* ckpt: to write; read: the checkpoint */
+	int64_t db_epoch;	 /* read */
 	unsigned long long affected;
 };
 
 static int
-ckpt_run(struct db_conn *c, struct db_job *job)
+read_run(struct db_conn *c, struct slot_job *j)
 {
-	struct ckpt_job *j = (struct ckpt_job *)job;
 	struct db_params p;
-	long long v = -1;
+	struct db_rows r = {0};
+	const char *tx;
 	int rc;
 
-	db_params_init(&p, 5);
-	if (!j->set) {
+	db_params_init(&p, 4);
+	db_params_int(&p, j->slot);
+	db_params_int(&p, j->epoch);
+	db_params_int(&p, clock_now_ms());
+	rc = db_exec(c, SQL_SLOT_FENCE, &p, NULL);
+	if (rc == 0) {
+		p.n = 0;
 		db_params_int(&p, j->slot);
-		rc = db_query_int(c, SQL_EOS_CKPT_GET, &p, -1, &v);
-		j->offset = v;
-	} else {
+		rc = db_query(c, SQL_EOS_SLOT_GET, &p, &r);
+	}
+	db_params_free(&p);
+	if (rc < 0)
+		return -1;
+	j->db_epoch = 0;
+	j->offset = -1;
+	j->txid[0] = '\0';
+	if (r.nrows == 1) {
+		j->db_epoch = db_rows_int(&r, 0, 0);
+		j->offset = db_rows_get(&r, 0, 1, NULL) != NULL
+				    ? db_rows_int(&r, 0, 1)
+				    : -1;
+		tx = db_rows_get(&r, 0, 2, NULL);
+		if (tx != NULL)
+			snprintf(j->txid, sizeof(j->txid), "%s", tx);
+	}
+	db_rows_free(&r);
+	return 0;
+}
+
+static int
+slot_job_run(struct db_conn *c, struct db_job *job)
+{
+	struct slot_job *j = (struct slot_job *)job;
+	struct db_params p;
+	int rc;
+
+	if (j->kind == SJ_READ)
+		return read_run(c, j);
+	db_params_init(&p, 5);
+	switch (j->kind) {
+	case SJ_CLAIM:
+		db_params_str(&p, j->txid);
+		db_params_int(&p, clock_now_ms());
+		db_params_int(&p, j->slot);
+		db_params_int(&p, j->epoch);
+		rc = db_exec(c, SQL_EOS_CLAIM, &p, &j->affected);
+		break;
+	case SJ_CLEAR:
+		db_params_int(&p, clock_now_ms());
+		db_params_int(&p, j->slot);
+		db_params_int(&p, j->epoch);
+		db_params_str(&p, j->txid);
+		rc = db_exec(c, SQL_EOS_CLEAR, &p, &j->affected);
+		break;
+	default:
 		db_params_int(&p, j->offset);
 		db_params_int(&p, clock_now_ms());
 		db_params_int(&p, j->slot);
 		db_params_int(&p, j->epoch);
 		db_params_int(&p, j->offset);
 		rc = db_exec(c, SQL_EOS_CKPT_SET, &p, &j->affected);
+		break;
 	}
 	db_params_free(&p);
 	return rc;
 }
 
-static void open_slot(struct eos *e, struct eos_slot *s);
+static void slot_job_done_cb(struct db_job *job, int status, const char *err);
 
 static void
-ckpt_done_cb(struct db_job *job, int status, const char *err)
+submit_job(struct eos *e, struct eos_slot *s, enum slot_job_kind kind,
+	   int64_t offset)
 {
-	struct ckpt_job *j = (struct ckpt_job *)job;
-	struct eos_slot *s = &j->e->slots[j->slot];
-
-	if (j->set) {
-		s->ckpt_writing = 0;
-		if (status == 0 && j->affected > 0 && j->gen == s->gen)
-			s->ckpt = j->offset;
-		else if (status < 0)
-			log_warn(
-				"exactly-once checkpoint not saved, will retry",
-				"slot=%d offset=%lld error=\"%s\"", j->slot,
-				(long long)j->offset, err);
-	} else if (j->gen == s->gen && s->state == ES_CKPT) {
-		if (status < 0) {
-			log_warn("exactly-once checkpoint not read, will retry",
-				 "slot=%d error=\"%s\"", j->slot, err);
-			s->retry_at_ms = clock_mono_ms() + EOS_RETRY_MS;
-		} else {
-			s->ckpt = j->offset;
-			s->state = ES_OPENING;
-			open_slot(j->e, s);
-		}
-	}
-	xfree(j);
-}
-
-static void
-submit_ckpt(struct eos *e, struct eos_slot *s, int set, int64_t offset)
-{
-	struct ckpt_job *j = xcalloc(1, sizeof(*j));
+	struct slot_job *j = xcalloc(1, sizeof(*j));
 
 	j->e = e;
+	j->kind = kind;
 	j->slot = s->slot;
 	j->gen = s->gen;
+	j->oseq = s->oseq;
 	j->epoch = e->w->slots[s->slot].epoch;
-	j->set = set;
 	j->offset = offset;
-	j->job.run = ckpt_run;
-	j->job.done_cb = ckpt_done_cb;
-	if (set)
+	if (kind == SJ_CLAIM || kind == SJ_CLEAR)
+		snprintf(j->txid, sizeof(j->txid), "%s", e->txn_id);
+	j->job.run = slot_job_run;
+	j->job.done_cb = slot_job_done_cb;
+	if (kind == SJ_CKPT)
 		s->ckpt_writing = 1;
+	else if (kind == SJ_CLEAR)
+		s->clearing = 1;
+	else
+		s->posted = 1;
 	db_pool_submit(e->w->db, &j->job);
 }
 
-static void
-open_slot(struct eos *e, struct eos_slot *s)
-{
-	struct eos_cmd *c = xcalloc(1, sizeof(*c));
+/* Opening ------------------------------------------------------------- */
 
-	c->kind = CMD_OPEN;
-	c->from = s->ckpt;
-	post_cmd(s, c);
+static void
+start_open(struct eos *e, struct eos_slot *s)
+{
+	s->oseq++;
+	s->state = ES_READ;
+	s->posted = 0;
+	s->retry_at_ms = 0;
+	s->fenced = 0;
+	s->prev[0] = '\0';
+	submit_job(e, s, SJ_READ, 0);
+}
+
+static void
+retry_later(struct eos_slot *s)
+{
+	s->posted = 0;
+	s->retry_at_ms = clock_mono_ms() + EOS_RETRY_MS;
 }
 
 static void
@@ -498,6 +708,96 @@ ready(struct eos *e, struct eos_slot *s)
 	scanner_wake(e->w, s->slot);
 }
 
+static void
+read_done(struct eos *e, struct eos_slot *s, struct slot_job *j)
+{
+	if (j->db_epoch > j->epoch) {
+		/* A newer owner: the slot is lost soon (ZooKeeper says so). */
+		log_warn("exactly-once slot fenced in the database",
+			 "slot=%d epoch=%lld db_epoch=%lld", s->slot,
+			 (long long)j->epoch, (long long)j->db_epoch);
+		retry_later(s);
+		return;
+	}
+	s->from = j->offset;
+	s->ckpt = j->offset;
+	if (j->txid[0] != '\0' && strcmp(j->txid, e->txn_id) != 0) {
+		snprintf(s->prev, sizeof(s->prev), "%s", j->txid);
+		s->state = ES_FENCE;
+	} else {
+		s->state = ES_CLAIM;
+	}
+}
+
+static void
+slot_job_done_cb(struct db_job *job, int status, const char *err)
+{
+	struct slot_job *j = (struct slot_job *)job;
+	struct eos *e = j->e;
+	struct eos_slot *s = &e->slots[j->slot];
+	int current = j->gen == s->gen && j->oseq == s->oseq;
+
+	switch (j->kind) {
+	case SJ_CKPT:
+		s->ckpt_writing = 0;
+		if (status == 0 && j->affected > 0 && j->gen == s->gen)
+			s->ckpt = j->offset;
+		else if (status < 0)
+			log_warn(
+				"exactly-once checkpoint not saved, will retry",
+				"slot=%d offset=%lld error=\"%s\"", j->slot,
+				(long long)j->offset, err);
+		break;
+	case SJ_CLEAR:
+		s->clearing = 0;
+		s->cleared = 1;
+		if (status == 0 && j->affected > 0)
+			s->claimed = 0;
+		else
+			log_warn("exactly-once producer not cleared from the "
+				 "slot: the next owner fences it",
+				 "slot=%d error=\"%s\"", j->slot,
+				 status < 0 ? err : "not the slot's producer");
+		coord_slot_idle(e->w, j->slot);
+		break;
+	case SJ_READ:
+		if (!current)
+			break;
+		s->posted = 0;
+		if (status < 0) {
+			log_warn(
+				"exactly-once slot record not read, will retry",
+				"slot=%d error=\"%s\"", j->slot, err);
+			retry_later(s);
+			break;
+		}
+		read_done(e, s, j);
+		break;
+	case SJ_CLAIM:
+		if (status == 0 && j->affected > 0 && j->gen == s->gen)
+			s->claimed = 1;
+		if (!current)
+			break;
+		s->posted = 0;
+		if (status < 0) {
+			log_warn("exactly-once slot not claimed, will retry",
+				 "slot=%d error=\"%s\"", j->slot, err);
+			retry_later(s);
+		} else if (j->affected == 0) {
+			/* The DB fence moved on: read again (a newer owner's
+			 * refuses us there). */
+			start_open(e, s);
+		} else if (e->w->slots[j->slot].owned) {
+			s->state = ES_OPENING;
+		}
+		/* A release began meanwhile: it clears the record. */
+		if (!e->w->slots[j->slot].owned)
+			coord_slot_idle(e->w, j->slot);
+		break;
+	}
+	xfree(j);
+}
+
 /*
  * The markers read at open: each is a task published (committed) whose
  * delivery the DB may not show. Each is recorded through the usual
@@ -507,7 +807,8 @@ ready(struct eos *e, struct eos_slot *s)
  * stay due in Redis; nothing of the slot is claimed before this is done).
  */
 static void
-apply_found(struct eos *e, struct eos_slot *s, struct eos_cmd *c)
+apply_found(struct eos *e, struct eos_slot *s, struct eos_part *p,
+	    int64_t took_ms)
 {
 	struct worker *w = e->w;
 	struct wslot *ws = &w->slots[s->slot];
@@ -515,15 +816,15 @@ apply_found(struct eos *e, struct eos_slot *s, struct eos_cmd *c)
 	size_t held = 0;
 
 	scanner_drop_slot(w, s->slot);
-	b = batch_add(s, c->end, 1);
-	for (size_t i = 0; i < c->nfound; i++) {
-		const struct marker *m = &c->found[i];
+	b = batch_add(s, p->end, 1);
+	for (size_t i = 0; i < p->nfound; i++) {
+		const struct marker *m = &p->found[i];
 		struct wtask *t = hmap_get(w->tasks, m->id);
 
 		if (t != NULL) {
-			/* Nothing of the slot is held when it opens (ES_WAIT)
-			 * but what waits for a claim, dropped above: not
-			 * expected; its own path decides. */
+			/* Held by us: ours, published and on its way to the
+			 * DB (its batch is earlier in the list), or waiting
+			 * for a claim (dropped above): its own path decides. */
 			held++;
 			continue;
 		}
@@ -550,11 +851,13 @@ apply_found(struct eos *e, struct eos_slot *s, struct eos_cmd *c)
 	b->left--;
 	metric_add(w->m.eos_recorded, (double)s->applying);
 	log_info("exactly-once slot opened",
-		 "slot=%d epoch=%lld txn_id=%s from=%lld end=%lld markers=%zu "
-		 "recording=%zu held=%zu undecodable=%zu took_ms=%lld",
-		 s->slot, (long long)ws->epoch, s->txn_id, (long long)c->from,
-		 (long long)c->end, c->nfound, s->applying, held, c->bad,
-		 (long long)c->took_ms);
+		 "slot=%d epoch=%lld txn_id=%s fenced=%s from=%lld end=%lld "
+		 "markers=%zu recording=%zu held=%zu undecodable=%zu "
+		 "took_ms=%lld",
+		 s->slot, (long long)ws->epoch, e->txn_id,
+		 s->fenced ? s->prev : "-", (long long)p->from,
+		 (long long)p->end, p->nfound, s->applying, held, p->bad,
+		 (long long)took_ms);
 	if (s->applying == 0)
 		ready(e, s);
 	else
@@ -562,48 +865,159 @@ apply_found(struct eos *e, struct eos_slot *s, struct eos_cmd *c)
 }
 
 static void
-sent(struct eos *e, struct eos_slot *s, struct eos_cmd *c)
+fence_done(struct eos *e, struct eos_cmd *c)
+{
+	for (size_t i = 0; i < c->nparts; i++) {
+		struct eos_part *p = &c->parts[i];
+		struct eos_slot *s = &e->slots[p->slot];
+
+		if (p->gen != s->gen || p->oseq != s->oseq ||
+		    s->state != ES_FENCE)
+			continue;
+		s->posted = 0;
+		if (p->status < 0) {
+			log_warn("exactly-once: the slot's last producer not "
+				 "fenced, will retry",
+				 "slot=%d txn_id=%s error=\"%s\"", p->slot,
+				 p->prev, p->err);
+			retry_later(s);
+			continue;
+		}
+		log_info("exactly-once: the slot's last producer fenced",
+			 "slot=%d txn_id=%s took_ms=%lld", p->slot, p->prev,
+			 (long long)c->took_ms);
+		s->fenced = 1;
+		s->state = ES_CLAIM;
+	}
+}
+
+static void
+read_markers_done(struct eos *e, struct eos_cmd *c)
+{
+	for (size_t i = 0; i < c->nparts; i++) {
+		struct eos_part *p = &c->parts[i];
+		struct eos_slot *s = &e->slots[p->slot];
+
+		if (p->gen != s->gen || p->oseq != s->oseq ||
+		    s->state != ES_OPENING)
+			continue;
+		s->posted = 0;
+		if (p->status < 0) {
+			log_warn("exactly-once slot not opened, will retry",
+				 "slot=%d error=\"%s\"", p->slot, p->err);
+			retry_later(s);
+			continue;
+		}
+		apply_found(e, s, p, c->took_ms);
+	}
+}
+
+static void
+clear_apply(const char *key, void *value, void *arg)
+{
+	struct wtask *t = value;
+
+	(void)key;
+	(void)arg;
+	t->eos_apply = 0;
+}
+
+/*
+ * The producer is gone (a transaction's outcome unknown, or it failed
+ * for good): it is made again, which fences what it left, and every slot
+ * opens again before it publishes with the new one. What was gathered
+ * goes back (a lease brings it back); what is already committed is
+ * found by its marker. Batches stay: tasks committed earlier are still
+ * on their way to the DB, and the checkpoint must wait for them.
+ */
+static void
+producer_lost(struct eos *e)
+{
+	e->ps = PS_DOWN;
+	e->prod_retry_at_ms = 0;
+	hmap_foreach(e->w->tasks, clear_apply, NULL);
+	for (int i = 0; i < e->n; i++) {
+		struct eos_slot *s = &e->slots[i];
+
+		drop_pending(e, s);
+		s->applying = 0;
+		if (s->state == ES_OFF || s->state == ES_WAIT)
+			continue;
+		s->opened_ms = clock_mono_ms();
+		if (e->w->slots[i].owned)
+			start_open(e, s);
+		else
+			s->state = ES_WAIT;
+	}
+	make_producer(e);
+}
+
+static void
+sent(struct eos *e, struct eos_cmd *c)
 {
 	struct worker *w = e->w;
-	int current = c->gen == s->gen;
+	struct eos_batch **nb;
 
+	e->sending = 0;
 	w->publishing -= c->n;
 	e->queued -= c->n;
 	if (c->status == 0) {
-		struct eos_batch *b =
-			current ? batch_add(s, c->end, c->n) : NULL;
-
 		metric_inc(w->m.eos_txns);
 		metric_add(w->m.eos_records, (double)c->n);
 		metric_observe(w->m.eos_txn_seconds,
 			       (double)c->took_ms / 1000.0);
+		/* Each slot's part of it, after the slot's earlier ones. */
+		nb = xcalloc((size_t)e->n, sizeof(*nb));
 		for (size_t i = 0; i < c->n; i++) {
-			struct wtask *t = c->recs[i].t;
+			struct eos_rec *r = &c->recs[i];
+			struct eos_slot *s = &e->slots[r->slot];
+			struct wtask *t = r->t;
 
-			t->eb = b;
+			t->eb = NULL;
+			if (r->gen == s->gen && s->state != ES_OFF) {
+				if (nb[r->slot] == NULL)
+					nb[r->slot] = batch_add(s, -1, 0);
+				nb[r->slot]->left++;
+				if (r->moff + 1 > nb[r->slot]->end)
+					nb[r->slot]->end = r->moff + 1;
+				t->eb = nb[r->slot];
+			}
 			firing_published(w, t);
 		}
+		xfree(nb);
 		return;
 	}
 	/* Not committed (aborted), or not known: nothing of it is published
 	 * as far as we can tell; each task stays in flight for a lease. An
-	 * unknown outcome opens the slot again, which finds the markers of
+	 * unknown outcome opens every slot again, which finds the markers of
 	 * a commit that did go in. */
 	metric_inc(w->m.eos_txn_failures);
 	log_warn("exactly-once transaction failed",
-		 "slot=%d tasks=%zu "
-		 "outcome=%s error=\"%s\"",
-		 c->slot, c->n, c->fatal ? "unknown" : "aborted", c->err);
+		 "txn_id=%s tasks=%zu outcome=%s error=\"%s\"", e->txn_id, c->n,
+		 c->fatal ? "unknown" : "aborted", c->err);
 	for (size_t i = 0; i < c->n; i++) {
 		metric_inc(w->m.publish_errors);
 		wtask_release(w, c->recs[i].t);
 	}
-	if (c->fatal && current && s->state == ES_READY) {
-		drop_pending(e, s);
-		s->state = ES_OPENING;
-		s->opened_ms = clock_mono_ms();
-		open_slot(e, s);
+	if (c->fatal && c->pgen == e->pgen && e->ps == PS_READY)
+		producer_lost(e);
+}
+
+static void
+made(struct eos *e, struct eos_cmd *c)
+{
+	if (c->pgen != e->pgen || e->ps != PS_MAKING)
+		return;
+	if (c->status < 0) {
+		log_warn("exactly-once producer not made, will retry",
+			 "txn_id=%s error=\"%s\"", e->txn_id, c->err);
+		e->ps = PS_DOWN;
+		e->prod_retry_at_ms = clock_mono_ms() + EOS_RETRY_MS;
+		return;
 	}
+	e->ps = PS_READY;
+	log_info("exactly-once producer ready", "txn_id=%s took_ms=%lld",
+		 e->txn_id, (long long)c->took_ms);
 }
 
 static void
@@ -611,34 +1025,22 @@ result_cb(void *item, void *arg)
 {
 	struct eos *e = arg;
 	struct eos_cmd *c = item;
-	struct eos_slot *s = &e->slots[c->slot];
 
-	if (c->kind != CMD_CLOSE && c->gen == s->gen)
-		s->out = 0;
 	switch (c->kind) {
-	case CMD_OPEN:
-		if (c->gen != s->gen || s->state != ES_OPENING)
-			break;
-		if (c->status < 0) {
-			log_warn("exactly-once slot not opened, will retry",
-				 "slot=%d txn_id=%s error=\"%s\"", c->slot,
-				 s->txn_id, c->err);
-			s->retry_at_ms = clock_mono_ms() + EOS_RETRY_MS;
-			break;
-		}
-		apply_found(e, s, c);
-		break;
-	case CMD_SEND: sent(e, s, c); break;
-	case CMD_CLOSE: break;
+	case CMD_MAKE: made(e, c); break;
+	case CMD_SEND: sent(e, c); break;
+	case CMD_FENCE: fence_done(e, c); break;
+	case CMD_READ: read_markers_done(e, c); break;
 	}
 	/* The records by then gathered go at once. */
-	send_pending(e, s);
+	send_pending(e);
 	cmd_free(c);
 }
 
 static void
 drop_cb(void *item, void *arg)
 {
+	(void)arg;
 	cmd_free(item);
 }
 
@@ -658,7 +1060,37 @@ advance(struct eos *e, struct eos_slot *s)
 		xfree(b);
 	}
 	if (s->ckpt_want > s->ckpt && !s->ckpt_writing)
-		submit_ckpt(e, s, 1, s->ckpt_want);
+		submit_job(e, s, SJ_CKPT, s->ckpt_want);
+}
+
+/* The slots in state whose step is not out, as parts of one command. */
+static void
+post_parts(struct eos *e, enum eos_state state, enum cmd_kind kind)
+{
+	struct eos_cmd *c = NULL;
+
+	for (int i = 0; i < e->n; i++) {
+		struct eos_slot *s = &e->slots[i];
+		struct eos_part *p;
+
+		if (s->state != state || s->posted || s->retry_at_ms != 0 ||
+		    !e->w->slots[i].owned)
+			continue;
+		if (c == NULL) {
+			c = xcalloc(1, sizeof(*c));
+			c->kind = kind;
+			c->parts = xcalloc((size_t)e->n, sizeof(*c->parts));
+		}
+		p = &c->parts[c->nparts++];
+		p->slot = i;
+		p->gen = s->gen;
+		p->oseq = s->oseq;
+		snprintf(p->prev, sizeof(p->prev), "%s", s->prev);
+		p->from = s->from;
+		s->posted = 1;
+	}
+	if (c != NULL)
+		post_cmd(&e->aux, c);
 }
 
 static void
@@ -668,28 +1100,40 @@ tick_cb(evutil_socket_t fd, short what, void *arg)
 	int64_t now = clock_mono_ms();
 	int ckpt = now - e->last_ckpt_ms >= EOS_CKPT_MS;
 
+	(void)fd;
+	(void)what;
 	if (ckpt)
 		e->last_ckpt_ms = now;
+	if (e->ps == PS_DOWN && now >= e->prod_retry_at_ms)
+		make_producer(e);
 	for (int i = 0; i < e->n; i++) {
 		struct eos_slot *s = &e->slots[i];
+		int owned = e->w->slots[i].owned;
 
 		if (s->state == ES_OFF)
 			continue;
-		if (s->state == ES_WAIT && e->w->slots[i].busy == 0) {
-			s->state = ES_CKPT;
-			submit_ckpt(e, s, 0, 0);
-		}
-		if (s->retry_at_ms != 0 && now >= s->retry_at_ms && !s->out) {
-			s->retry_at_ms = 0;
-			if (s->state == ES_CKPT)
-				submit_ckpt(e, s, 0, 0);
-			else if (s->state == ES_OPENING)
-				open_slot(e, s);
-		}
-		send_pending(e, s);
 		if (ckpt && (s->state == ES_READY || s->state == ES_APPLYING))
 			advance(e, s);
+		/* A slot being handed over makes no step (eos_release). */
+		if (!owned || s->posted)
+			continue;
+		if (s->retry_at_ms != 0) {
+			if (now < s->retry_at_ms)
+				continue;
+			s->retry_at_ms = 0;
+			if (s->state == ES_READ)
+				start_open(e, s);
+		}
+		if (s->state == ES_WAIT && e->w->slots[i].busy == 0)
+			start_open(e, s);
+		else if (s->state == ES_CLAIM && e->ps == PS_READY)
+			/* Our producer was made before this: a later making
+			 * opens the slot again. */
+			submit_job(e, s, SJ_CLAIM, 0);
 	}
+	post_parts(e, ES_FENCE, CMD_FENCE);
+	post_parts(e, ES_OPENING, CMD_READ);
+	send_pending(e);
 }
 
 /* The API ------------------------------------------------------------- */
@@ -700,17 +1144,17 @@ eos_enabled(const struct worker *w)
 	return w->eos != NULL;
 }
 
-/* "<root without its leading '/', '/' as '.'>", in the characters Kafka
- * allows in names (others become '_'). */
+/* s in the characters Kafka allows in names (others become '_'), '/' as
+ * '.', leading '/' dropped. */
 static void
-root_name(char *buf, size_t len, const char *root)
+kafka_name(char *buf, size_t len, const char *s)
 {
 	size_t j = 0;
 
-	while (*root == '/')
-		root++;
-	for (; *root != '\0' && j + 1 < len; root++) {
-		char ch = *root;
+	while (*s == '/')
+		s++;
+	for (; *s != '\0' && j + 1 < len; s++) {
+		char ch = *s;
 
 		if (ch == '/')
 			ch = '.';
@@ -722,15 +1166,13 @@ root_name(char *buf, size_t len, const char *root)
 		buf[j++] = ch;
 	}
 	buf[j] = '\0';
-	if (j == 0)
-		snprintf(buf, len, "prophet");
 }
 
 void
 eos_start(struct worker *w)
 {
 	struct eos *e;
-	char root[256], err[512];
+	char root[200], id[160], err[512];
 	struct timeval tv;
 
 	if (!cfg_int(w->cfg, CFG_KAFKA_EXACTLY_ONCE))
@@ -738,13 +1180,22 @@ eos_start(struct worker *w)
 	e = xcalloc(1, sizeof(*e));
 	e->w = w;
 	e->cfg = w->cfg;
-	root_name(root, sizeof(root), cfg_str(w->cfg, CFG_CLUSTER_ROOT));
+	kafka_name(root, sizeof(root), cfg_str(w->cfg, CFG_CLUSTER_ROOT));
+	if (root[0] == '\0')
+		snprintf(root, sizeof(root), "prophet");
+	kafka_name(id, sizeof(id), w->id);
+	/* Unique to this process: a restarted worker of the same id is not
+	 * fenced by the next owner of a slot its predecessor held. */
+	snprintf(e->txn_id, sizeof(e->txn_id), "%s.worker.%s.%llx", root, id,
+		 (unsigned long long)clock_now_ms());
 	if (cfg_str(w->cfg, CFG_KAFKA_EOS_TOPIC)[0] != '\0')
 		snprintf(e->topic, sizeof(e->topic), "%s",
 			 cfg_str(w->cfg, CFG_KAFKA_EOS_TOPIC));
-	else
-		snprintf(e->topic, sizeof(e->topic), "%s%s.fired",
-			 w->topic_prefix, root);
+	else if (snprintf(e->topic, sizeof(e->topic), "%s%s.fired",
+			  w->topic_prefix, root) >= (int)sizeof(e->topic))
+		log_fatal("exactly-once: the marker topic's name is too long "
+			  "(name kafka.eos_topic)",
+			  "prefix=%s root=%s", w->topic_prefix, root);
 	e->interval_ms = (int)cfg_int(w->cfg, CFG_KAFKA_EOS_INTERVAL_MS);
 	e->max_records = (size_t)cfg_int(w->cfg, CFG_KAFKA_EOS_MAX_RECORDS);
 	/* Before anything is fired: a marker topic without a partition per
@@ -772,27 +1223,22 @@ eos_start(struct worker *w)
 	e->n = w->nslots;
 	e->slots = xcalloc((size_t)e->n, sizeof(*e->slots));
 	for (int i = 0; i < e->n; i++) {
-		struct eos_slot *s = &e->slots[i];
-
-		s->e = e;
-		s->slot = i;
-		s->ckpt = -1;
-		snprintf(s->txn_id, sizeof(s->txn_id), "%s.slot.%d", root, i);
-		pthread_mutex_init(&s->mu, NULL);
-		pthread_cond_init(&s->cv, NULL);
-		if (pthread_create(&s->th, NULL, slot_thread, s) != 0)
-			log_fatal("exactly-once: no thread", "slot=%d", i);
-		s->started = 1;
+		e->slots[i].slot = i;
+		e->slots[i].ckpt = -1;
 	}
+	thread_start(e, &e->prod, run_prod, "producer");
+	thread_start(e, &e->aux, run_aux, "open");
+	make_producer(e);
 	e->tick = event_new(w->base, -1, EV_PERSIST, tick_cb, e);
 	tv.tv_sec = 0;
 	tv.tv_usec = (e->interval_ms > 0 ? e->interval_ms : 1) * 1000;
 	event_add(e->tick, &tv);
 	w->eos = e;
 	log_info("exactly-once publishing",
-		 "topic=%s partitions=%d "
-		 "txn_ids=%s.slot.<N> interval_ms=%d max_records=%zu",
-		 e->topic, e->nparts, root, e->interval_ms, e->max_records);
+		 "topic=%s partitions=%d txn_id=%s interval_ms=%d "
+		 "max_records=%zu",
+		 e->topic, e->nparts, e->txn_id, e->interval_ms,
+		 e->max_records);
 }
 
 void
@@ -802,21 +1248,12 @@ eos_stop(struct worker *w)
 
 	if (e == NULL)
 		return;
+	thread_stop(&e->prod);
+	thread_stop(&e->aux);
+	kafka_txn_destroy(e->txn);
 	for (int i = 0; i < e->n; i++) {
 		struct eos_slot *s = &e->slots[i];
 
-		pthread_mutex_lock(&s->mu);
-		s->quit = 1;
-		pthread_cond_signal(&s->cv);
-		pthread_mutex_unlock(&s->mu);
-	}
-	for (int i = 0; i < e->n; i++) {
-		struct eos_slot *s = &e->slots[i];
-
-		if (s->started)
-			pthread_join(s->th, NULL);
-		pthread_mutex_destroy(&s->mu);
-		pthread_cond_destroy(&s->cv);
 		for (size_t k = 0; k < s->npend; k++)
 			rec_free(&s->pend[k]);
 		xfree(s->pend);
@@ -841,19 +1278,20 @@ eos_slot_gained(struct worker *w, int slot)
 	s->gen++;
 	s->applying = 0;
 	s->retry_at_ms = 0;
+	s->posted = 0;
 	s->ckpt_want = -1;
+	s->claimed = 0;
+	s->clearing = 0;
+	s->cleared = 0;
 	s->opened_ms = clock_mono_ms();
 	batches_free(s);
 	/* Tasks this worker still holds from an earlier ownership of the
 	 * slot (on their way to the DB, or claims of then, which are not
 	 * published now) finish first: the markers are then read with
 	 * nothing of the slot held, and each is recorded. */
-	if (w->slots[slot].busy > 0) {
-		s->state = ES_WAIT;
-		return;
-	}
-	s->state = ES_CKPT;
-	submit_ckpt(e, s, 0, 0);
+	s->state = ES_WAIT;
+	if (w->slots[slot].busy == 0)
+		start_open(e, s);
 }
 
 static void
@@ -862,6 +1300,7 @@ forget_batch(const char *key, void *value, void *arg)
 	struct wtask *t = value;
 	int *slot = arg;
 
+	(void)key;
 	if (t->slot == *slot) {
 		t->eb = NULL;
 		t->eos_apply = 0;
@@ -873,7 +1312,6 @@ eos_slot_lost(struct worker *w, int slot)
 {
 	struct eos *e = w->eos;
 	struct eos_slot *s;
-	struct eos_cmd *c;
 
 	if (e == NULL)
 		return;
@@ -882,14 +1320,32 @@ eos_slot_lost(struct worker *w, int slot)
 		return;
 	s->gen++;
 	s->state = ES_OFF;
-	s->out = 0; /* a result still out is stale now */
+	s->posted = 0; /* a result still out is stale now */
 	s->applying = 0;
 	drop_pending(e, s);
 	hmap_foreach(w->tasks, forget_batch, &slot);
 	batches_free(s);
-	c = xcalloc(1, sizeof(*c));
-	c->kind = CMD_CLOSE;
-	post_cmd(s, c);
+}
+
+int
+eos_release(struct worker *w, int slot, int drained)
+{
+	struct eos *e = w->eos;
+	struct eos_slot *s;
+
+	if (e == NULL)
+		return 1;
+	s = &e->slots[slot];
+	if (s->state == ES_OFF || !drained)
+		return 1; /* the next owner fences our producer */
+	/* A claim still out may record us after a clear: it comes first. */
+	if (s->posted && s->state == ES_CLAIM)
+		return 0;
+	if (!s->claimed || s->cleared)
+		return 1;
+	if (!s->clearing)
+		submit_job(e, s, SJ_CLEAR, 0);
+	return 0;
 }
 
 int
@@ -936,6 +1392,8 @@ eos_publish(struct worker *w, struct wtask *t, const char *topic,
 	r->valuelen = valuelen;
 	r->hdrs = hdrs;
 	r->t = t;
+	r->slot = t->slot;
+	r->gen = s->gen;
 	memset(&mk, 0, sizeof(mk));
 	snprintf(r->id, sizeof(r->id), "%s", t->id);
 	mk.due_at = t->due_at;
@@ -946,8 +1404,8 @@ eos_publish(struct worker *w, struct wtask *t, const char *topic,
 	mk.misfired = t->misfired;
 	r->markerlen = marker_encode(&mk, r->marker);
 	e->queued++;
-	if (s->npend >= e->max_records || e->interval_ms == 0)
-		send_pending(e, s);
+	if (e->queued >= e->max_records || e->interval_ms == 0)
+		send_pending(e);
 	return 0;
 }
 

@@ -359,10 +359,15 @@ void firing_mark(struct worker *w, struct wtask *t);
 void eos_start(struct worker *w);
 void eos_stop(struct worker *w);
 int eos_enabled(const struct worker *w);
-/* A slot was gained: its producer is made (fencing the previous owner's)
- * and its markers read and recorded before it is ready. */
+/* A slot was gained: the previous owner's producer is fenced, ours
+ * recorded as the slot's, and its markers read and recorded before it is
+ * ready. */
 void eos_slot_gained(struct worker *w, int slot);
 void eos_slot_lost(struct worker *w, int slot);
+/* A handover of slot may be written now (1), or waits for our producer
+ * to be cleared from the slot's record (0; coord_slot_idle() follows).
+ * drained: nothing of the slot is held (else the next owner fences us). */
+int eos_release(struct worker *w, int slot, int drained);
 /* Claims may go out for slot. */
 int eos_slot_ready(const struct worker *w, int slot);
 /* Records waiting for or in a transaction. */

@@ -14,10 +14,10 @@ failover must deliver each task exactly once:
   3. SIGSTOP past the session timeout, then SIGCONT: 0 duplicates, nothing
      published under the old epoch after the takeover.
   4. The zombie, from the broker's side: Kafka's own TransactionsCommand
-     shows, for every transactional id of the stopped worker's slots, a
-     producer epoch raised by the new owner before the zombie wakes; the
-     zombie's records are not read (read_committed) and its commits are
-     refused (logged).
+     shows the stopped worker's transactional id with a producer epoch
+     raised by the new owners (each logged fencing it for its slot)
+     before the zombie wakes; the zombie's records are not read
+     (read_committed) and its commits are refused (logged).
   5. kill -9 of the master: 0 duplicates.
 """
 
@@ -35,16 +35,20 @@ import servers  # noqa: E402
 import test_coord as tc  # noqa: E402
 
 
-def root_name():
-    return tc.C.zk_root.lstrip("/").replace("/", ".")
+def txn_id(worker):
+    """The transactional id of worker's producer (one per process)."""
+    lines = worker.grep('msg="exactly-once publishing"')
+    h.check(lines, "%s: no 'exactly-once publishing' line" % worker.wid)
+    m = re.search(r"txn_id=(\S+)", lines[-1])
+    h.check(m, "no txn_id in %r" % lines[-1])
+    return m.group(1)
 
 
-def txn_state(slot):
-    """(producer id, producer epoch, state) of slot's transactional id, as
-    the transaction coordinator says."""
+def txn_state(tid):
+    """(producer id, producer epoch, state) of a transactional id, as the
+    transaction coordinator says."""
     out = servers.kafka_tool_cli(tc.C.brokers, "TransactionsCommand",
-                                 "describe", "--transactional-id",
-                                 "%s.slot.%d" % (root_name(), slot))
+                                 "describe", "--transactional-id", tid)
     lines = [l.split() for l in out.splitlines() if l.strip()]
     head = next((i for i, l in enumerate(lines) if "ProducerEpoch" in l),
                 None)
@@ -62,7 +66,8 @@ def test_zombie_fenced_by_kafka():
     st = tc.wait_settled(tc.C, all4, what="before the zombie")
     victim = tc.non_master(st)[0]
     vslots = tc.owned_by(st, victim.wid)
-    before = {s: txn_state(s) for s in vslots}
+    vtid = txn_id(victim)
+    before = txn_state(vtid)
     stream = tc.Stream(tc.C, "zombie", rate=300).start()
     time.sleep(1.5)
     stop_ms = h.now_ms()
@@ -77,20 +82,24 @@ def test_zombie_fenced_by_kafka():
                            owners[s].grep("exactly-once slot ready"))
                        for s in vslots)
         h.wait_until(opened, 20, 0.1, "the new owners' slots ready")
-        after = {s: txn_state(s) for s in vslots}
+        after = txn_state(vtid)
+        fenced = {s for s in vslots
+                  if any("slot=%d txn_id=%s " % (s, vtid) in l for l in
+                         owners[s].grep("the slot's last producer fenced"))}
     finally:
         cont_ms = h.now_ms()
         victim.signal(signal.SIGCONT)
     p = h.Problems()
-    for s in sorted(vslots):
-        pid0, ep0, _ = before[s]
-        pid1, ep1, state = after[s]
-        p.check((pid1, ep1) > (pid0, ep0), "slot %d: transactional id's "
-                "producer %d epoch %d before, %d epoch %d after the takeover "
-                "(want raised: the zombie fenced)" % (s, pid0, ep0, pid1,
-                                                      ep1))
-        print("# zombie: slot=%d producer_epoch %d -> %d (producer id %d -> "
-              "%d) state=%s" % (s, ep0, ep1, pid0, pid1, state), flush=True)
+    pid0, ep0, _ = before
+    pid1, ep1, state = after
+    p.check((pid1, ep1) > (pid0, ep0), "%s: producer %d epoch %d before, %d "
+            "epoch %d after the takeover (want raised: the zombie fenced)"
+            % (vtid, pid0, ep0, pid1, ep1))
+    p.check(fenced == set(vslots), "slots whose new owner fenced %s: %s, "
+            "want all of %s" % (vtid, sorted(fenced), sorted(vslots)))
+    print("# zombie: txn_id=%s producer_epoch %d -> %d (producer id %d -> %d)"
+          " state=%s slots=%s" % (vtid, ep0, ep1, pid0, pid1, state,
+                                  sorted(vslots)), flush=True)
     tc.wait_settled(tc.C, all4, timeout=30, what="after SIGCONT")
     time.sleep(1.0)
     stream.stop()

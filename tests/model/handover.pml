@@ -50,26 +50,46 @@
  * violation of S2 (tests/model/run.sh asserts that it does).
  *
  * -DEOS models kafka.exactly_once (worker/eos.c, docs/architecture.md,
- * "Exactly-once publishing"): the slot's transactional id has a producer
- * epoch at the transaction coordinator (kPE); a worker's open of the slot
- * (eos_slot_gained -> run_open) bumps it (init_transactions, which also
- * aborts an open transaction of an older producer) and then reads the
- * marker partition from the checkpoint: a committed marker not yet behind
- * the checkpoint is recorded delivered (apply_found -> the mark path and
- * forget) before the slot is ready (eos_slot_ready gates the claims).
- * The open waits until the worker holds nothing of the slot (tasks of an
- * earlier ownership of its own finish first), and a task claimed under
- * an older ownership is never published (eos_publish). Publishing is a
- * transaction: begun with the worker's producer epoch,
- * committed only if that is still the coordinator's (a fenced zombie's
- * commit is refused); the commit makes the task's record and its marker
- * visible together. The checkpoint moves past the marker once the task's
- * delivered update ran under an epoch the DB fence still allows (advance
- * -> SQL_EOS_CKPT_SET ... WHERE epoch = ours).
+ * "Exactly-once publishing"): each worker process publishes through one
+ * transactional producer of its own (a transactional id per incarnation:
+ * a crash starts a new one). The transaction coordinator's producer epoch
+ * is abstracted to whether an instance is still the current one of its id
+ * (pValid): making the producer bumps the epoch (the new instance is
+ * current, an open transaction of an earlier one aborted), and so does
+ * another's init_transactions with the same id (a fence). The DB's slot
+ * record names the producer that last published for the slot (sTx).
+ * Opening the slot (eos_slot_gained / producer_lost -> start_open):
+ *   1. read (SJ_READ): raise the DB fence to our epoch, read sTx (refused
+ *      under a newer epoch);
+ *   2. fence (run_fence): init_transactions with sTx's id unless it is
+ *      ours: bumps its epoch, aborts its open transaction;
+ *   3. claim (SJ_CLAIM): sTx = ours, only if the DB fence is still our
+ *      epoch and our producer is made (a later making, after a fatal
+ *      error, opens the slot again: producer_lost);
+ *   4. read the marker partition from the checkpoint: a committed marker
+ *      not yet behind the checkpoint is recorded delivered (apply_found ->
+ *      the mark path and forget) before the slot is ready (eos_slot_ready
+ *      gates the claims).
+ * The open on a gain waits until the worker holds nothing of the slot
+ * (tasks of an earlier ownership of its own finish first); a task claimed
+ * under an older ownership is never published (eos_publish). A handover
+ * after a full drain clears our producer from the record first
+ * (eos_release), so the next owner fences nobody. Publishing is a
+ * transaction begun with the worker's producer epoch, committed only if
+ * that is still the coordinator's (a fenced zombie's commit is refused);
+ * the commit makes the task's record and its marker visible together. A
+ * commit may also succeed unseen (a fatal error, outcome unknown), and a
+ * fatal error may come at any time (another slot's transaction): the
+ * producer is made again and the slot opens again. The coordinator may
+ * abort an open transaction (its timeout). The checkpoint moves past the
+ * marker once the task's delivered update ran under an epoch the DB
+ * fence still allows (advance -> SQL_EOS_CKPT_SET ... WHERE epoch =
+ * ours).
  *   S3 (assert) no task committed twice (read_committed consumers see
  *      each task once).
  * -DEOS -DBROKEN_EOS: the open does not read the markers; spin must find
- * a violation of S3.
+ * a violation of S3. -DEOS -DBROKEN_FENCE: the open does not fence the
+ * slot's last producer; spin must find a violation of S3 too.
  */
 
 #ifndef MAXX
@@ -80,6 +100,9 @@
 #endif
 #ifndef MAXH
 #define MAXH 2 /* handovers requested by the master */
+#endif
+#ifndef MAXF
+#define MAXF 1 /* EOS: fatal producer errors */
 #endif
 /* Epochs the faults can use up: the first assignment, two per expiry or
  * crash (given to nobody, then to someone), one per handover. */
@@ -124,20 +147,35 @@ bool pendLive[3]; /* its sender is still the same process (no crash) */
 byte held[3], hE[3];
 
 #ifdef EOS
-/* Kafka: the slot's transactional id and the marker partition */
-byte kPE;	    /* the coordinator's producer epoch */
-bool kOpen;	    /* a transaction holding T is open */
-byte kOpenPE;	    /* the producer epoch it was begun with */
+/* Kafka: each worker incarnation's transactional id, the marker partition */
+#define NTX 6		    /* ids 2..5: TX(w) = 2w + incarnation */
+#define TX(w) (2 * (w) + inc[w])
+bool kOpen[NTX];    /* per id: a transaction holding T is open */
 bool kMarker;	    /* T's marker committed */
 bool ckptPast;	    /* the checkpoint is past T's marker */
 byte kCommits;	    /* ghost: committed records of T */
-byte pE[3];	    /* each worker's producer epoch */
+byte sTx;	    /* DB: the slot's last producer (0: none) */
+byte inc[3];	    /* each worker's incarnation */
+bool pOk[3];	    /* its producer is made */
+bool pValid[3];	    /* its producer's epoch is the coordinator's (not
+		     * fenced since it was made) */
 bool ready[3];	    /* eos_slot_ready */
+byte op[3];	    /* the open's step */
+byte rdTx[3];	    /* step 1's sTx */
+bool gainWait[3];   /* opened by a gain: waits until nothing is held */
+bool clrd[3];	    /* handover: eos_release done */
+byte nFatal, nAbort;
+#define O_IDLE 0
+#define O_READ 1
+#define O_FENCED 2
+#define O_CLAIMED 3
 #define READY(w) ready[w]
-#define UNREADY(w) ready[w] = false
+#define UNREADY(w) ready[w] = false; op[w] = O_IDLE
+#define CLEARED(w) clrd[w]
 #else
 #define READY(w) true
 #define UNREADY(w) skip
+#define CLEARED(w) true
 #endif
 
 /* Ghosts (checks only) */
@@ -196,9 +234,30 @@ end:	do
 			zAlive[w] = false; fresh[w] = false; owned[w] = false;
 			releasing[w] = false; dbFencePending[w] = false;
 			held[w] = H_NONE; pendLive[w] = false; vValid[w] = false;
-			UNREADY(w); nCrash++
+			UNREADY(w); nCrash++;
+#ifdef EOS
+			/* the restarted process has an id of its own; the old
+			 * one's open transaction stays open until fenced or
+			 * timed out */
+			inc[w]++; pOk[w] = false; pValid[w] = false;
+			gainWait[w] = false
+#endif
+			skip
 		:: else -> skip
 		fi }
+#ifdef EOS
+	/* the transaction coordinator aborts an open transaction (its
+	 * timeout) */
+	:: atomic { nAbort < 1 &&
+		(kOpen[2] || kOpen[3] || kOpen[4] || kOpen[5]) ->
+		if
+		:: kOpen[2] -> kOpen[2] = false
+		:: kOpen[3] -> kOpen[3] = false
+		:: kOpen[4] -> kOpen[4] = false
+		:: kOpen[5] -> kOpen[5] = false
+		fi;
+		nAbort++ }
+#endif
 	/* Redis runs a claim in flight (SCRIPT_CLAIM) */
 	:: atomic { pend[1] != 0 || pend[2] != 0 ->
 		if
@@ -253,6 +312,9 @@ end:	do
 		:: else ->
 			rFence = vE[me]; myE[me] = vE[me]; owned[me] = true;
 			dbFencePending[me] = true;
+#ifdef EOS
+			gainWait[me] = true;
+#endif
 			if
 			:: started < myE[me] -> started = myE[me]
 			:: else -> skip
@@ -268,10 +330,25 @@ end:	do
 	 * still named owner), stop claiming */
 	:: atomic { fresh[me] && vValid[me] && vOwner[me] == me &&
 		vReq[me] != NONE && vReq[me] != me && !releasing[me] ->
-		owned[me] = false; releasing[me] = true; UNREADY(me) }
+		owned[me] = false; releasing[me] = true; UNREADY(me);
+#ifdef EOS
+		clrd[me] = false;
+#endif
+		skip }
+#ifdef EOS
+	/* eos_release: drained, our producer taken out of the slot's
+	 * record (for our epoch), so the next owner fences nobody */
+	:: atomic { releasing[me] && fresh[me] && pend[me] == 0 &&
+		held[me] == H_NONE && !clrd[me] ->
+		if
+		:: sTx == TX(me) && dbFence == myE[me] -> sTx = 0
+		:: else -> skip
+		fi;
+		clrd[me] = true }
+#endif
 	/* try_finish_release: drained, versioned write of the next epoch */
 	:: atomic { releasing[me] && fresh[me] && pend[me] == 0 &&
-		held[me] == H_NONE ->
+		held[me] == H_NONE && CLEARED(me) ->
 		if
 		:: zVer == vVer[me] && vReq[me] != NONE ->
 			zOwner = vReq[me]; zReq = NONE; zE++; zVer++
@@ -289,12 +366,57 @@ end:	do
 		assert(pubBy[hE[me]] == NONE || pubBy[hE[me]] == me); /* S1 */
 		pubBy[hE[me]] = me; published = true; held[me] = H_PUBLISHED }
 #else
-	/* eos_slot_gained -> run_open: init_transactions (fences the older
-	 * producer, aborts its open transaction), read the markers from the
-	 * checkpoint, record what they show (apply_found), then ready */
-	:: atomic { owned[me] && fresh[me] && !ready[me] &&
-		held[me] == H_NONE ->
-		kPE++; pE[me] = kPE; kOpen = false;
+	/* the producer made (again): bumps our id's epoch, aborting what an
+	 * earlier instance of ours left open */
+	:: atomic { zAlive[me] && !pOk[me] ->
+		kOpen[TX(me)] = false; pValid[me] = true; pOk[me] = true }
+	/* a fatal producer error (any slot's transaction): every slot opens
+	 * again (producer_lost); T in our open transaction goes back */
+	:: atomic { pOk[me] && nFatal < MAXF ->
+		nFatal++; pOk[me] = false; UNREADY(me);
+		if
+		:: held[me] == H_TXN -> held[me] = H_NONE
+		:: else -> skip
+		fi }
+	/* open 1 (SJ_READ): raise the DB fence, read the slot's producer; on
+	 * a gain, once nothing of the slot is held */
+	:: atomic { owned[me] && fresh[me] && !ready[me] && op[me] == O_IDLE &&
+		(!gainWait[me] || held[me] == H_NONE) ->
+		gainWait[me] = false;
+		if
+		:: dbFence < myE[me] -> dbFence = myE[me]
+		:: else -> skip
+		fi;
+		if
+		:: dbFence > myE[me] -> skip /* a newer owner's: retried */
+		:: else -> rdTx[me] = sTx; op[me] = O_READ
+		fi }
+	/* open 2 (run_fence): init_transactions with the slot's last
+	 * producer's id, unless it is ours */
+	:: atomic { owned[me] && op[me] == O_READ ->
+#ifndef BROKEN_FENCE
+		if
+		:: rdTx[me] != 0 && rdTx[me] != TX(me) ->
+			kOpen[rdTx[me]] = false;
+			if
+			:: TX(1) == rdTx[me] -> pValid[1] = false
+			:: TX(2) == rdTx[me] -> pValid[2] = false
+			:: else -> skip	/* a crashed incarnation's */
+			fi
+		:: else -> skip
+		fi;
+#endif
+		rdTx[me] = 0; op[me] = O_FENCED }
+	/* open 3 (SJ_CLAIM): ours recorded as the slot's producer, for our
+	 * epoch, with our producer made */
+	:: atomic { owned[me] && op[me] == O_FENCED && pOk[me] ->
+		if
+		:: dbFence == myE[me] -> sTx = TX(me); op[me] = O_CLAIMED
+		:: else -> op[me] = O_IDLE /* read again */
+		fi }
+	/* open 4 (run_read -> apply_found): read the markers from the
+	 * checkpoint, record what they show, then ready */
+	:: atomic { owned[me] && op[me] == O_CLAIMED ->
 #ifndef BROKEN_EOS
 		if
 		:: kMarker && !ckptPast ->
@@ -313,27 +435,41 @@ end:	do
 		:: else -> skip
 		fi;
 #endif
-		ready[me] = true }
+		op[me] = O_IDLE; ready[me] = true }
 	/* eos_publish -> run_send: the record and its marker in a
-	 * transaction begun with this worker's producer epoch */
-	:: atomic { held[me] == H_CLAIMED ->
+	 * transaction begun with this worker's producer epoch; a task
+	 * claimed under an older ownership is not published */
+	:: atomic { held[me] == H_CLAIMED &&
+		(ready[me] || !owned[me] || hE[me] != myE[me]) ->
 		if
-		:: owned[me] && ready[me] && hE[me] == myE[me] ->
-			kOpen = true; kOpenPE = pE[me]; held[me] = H_TXN
-		:: else -> held[me] = H_NONE /* claimed under an older
-						  * ownership: not published */
+		:: owned[me] && ready[me] && pOk[me] && hE[me] == myE[me] ->
+			kOpen[TX(me)] = true;
+			held[me] = H_TXN
+		:: else -> held[me] = H_NONE
 		fi }
 	/* commit_transaction: refused for a fenced producer (a zombie woken
-	 * after the next owner's init); its task stays in flight */
+	 * after the next owner's fence: fatal, made again) or an aborted
+	 * transaction (its task stays in flight); a commit may succeed
+	 * unseen (fatal, outcome unknown) */
 	:: atomic { held[me] == H_TXN ->
 		if
-		:: kOpen && kOpenPE == pE[me] && pE[me] == kPE ->
-			kOpen = false; kMarker = true; kCommits++;
+		:: kOpen[TX(me)] && pValid[me] ->
+			kOpen[TX(me)] = false; kMarker = true; kCommits++;
 			assert(kCommits <= 1);	/* S3 */
 			assert(pubBy[hE[me]] == NONE || pubBy[hE[me]] == me); /* S1 */
 			pubBy[hE[me]] = me; published = true;
-			held[me] = H_PUBLISHED
-		:: else -> held[me] = H_NONE
+			if
+			:: held[me] = H_PUBLISHED
+			:: nFatal < MAXF ->
+				nFatal++; held[me] = H_NONE; pOk[me] = false;
+				UNREADY(me)
+			fi
+		:: else ->
+			held[me] = H_NONE;
+			if
+			:: !pValid[me] -> pOk[me] = false; UNREADY(me)
+			:: else -> skip
+			fi
 		fi }
 #endif
 	/* delivery report -> mark_run (DB fence) -> forget */

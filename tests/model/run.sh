@@ -3,8 +3,9 @@
 # with spin: the safety assertions (S1, S2) and the liveness property (ltl
 # live, weak fairness) must hold, and the -DBROKEN variant (no claim fence)
 # must be rejected with an S2 assertion violation; the same with -DEOS
-# (exactly-once: S3 too), whose -DBROKEN_EOS variant (markers not read)
-# must be rejected with an S3 violation.
+# (exactly-once: S3 too), whose -DBROKEN_EOS (markers not read) and
+# -DBROKEN_FENCE (the slot's last producer not fenced) variants must be
+# rejected with an S3 violation.
 #   tests/model/run.sh          small fault bounds (make check, ~1 min)
 #   tests/model/run.sh --full   the model's default bounds (make model-check)
 # Prints TAP lines, the states explored, and "N passed, N failed".
@@ -103,8 +104,9 @@ else
 		"spin found no S2 violation: $(summary "$o")"
 fi
 
-# 4.-6. exactly-once (-DEOS): S1, S2, S3 and liveness; the variant whose
-# open does not read the markers must violate S3.
+# 4.-7. exactly-once (-DEOS): S1, S2, S3 and liveness; the variants whose
+# open does not read the markers, or does not fence the slot's last
+# producer, must violate S3.
 # shellcheck disable=SC2086
 run eos "-DEOS $eos_bounds" "-DSAFETY -DNOCLAIM -DCOLLAPSE" "-m400000 -w24"
 o="$work/eos.out"
@@ -133,6 +135,17 @@ if grep -q "assertion violated (kCommits<=1)" "$o" &&
 		"$(grep -m1 'assertion violated' "$o" | sed 's/^pan:1: //')"
 else
 	report "-DEOS -DBROKEN_EOS (markers not read) is rejected" notok \
+		"spin found no S3 violation: $(summary "$o")"
+fi
+
+run eos-nofence "-DEOS -DBROKEN_FENCE -DMAXX=1 -DMAXH=1" "-DSAFETY -DNOCLAIM" "-m400000"
+o="$work/eos-nofence.out"
+if grep -q "assertion violated (kCommits<=1)" "$o" &&
+	grep -q "errors: 1" "$o"; then
+	report "-DEOS -DBROKEN_FENCE (last producer not fenced) is rejected" ok \
+		"$(grep -m1 'assertion violated' "$o" | sed 's/^pan:1: //')"
+else
+	report "-DEOS -DBROKEN_FENCE (last producer not fenced) is rejected" notok \
 		"spin found no S3 violation: $(summary "$o")"
 fi
 

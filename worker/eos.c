@@ -49,6 +49,7 @@
 #include <event2/event.h>
 
 #include "cfg.h"
+#include "crashpoint.h"
 #include "daemon.h"
 #include "db.h"
 #include "hmap.h"
@@ -251,6 +252,14 @@ run_send(struct eos *e, struct eos_cmd *c)
 	c->status =
 		kafka_txn_send(e->txn, e->topic, kr, 2 * n, EOS_TXN_TIMEOUT_MS,
 			       &c->fatal, c->err, sizeof(c->err));
+	if (c->status == 0 && FAULTPOINT("eos_commit_unknown")) {
+		/* Committed, as if its answer were lost: an outcome unknown
+		 * to us (test builds only). */
+		snprintf(c->err, sizeof(c->err),
+			 "fault point eos_commit_unknown");
+		c->status = -1;
+		c->fatal = 1;
+	}
 	for (size_t i = 0; i < n; i++) {
 		c->recs[i].hdrs = NULL; /* taken over */
 		c->recs[i].moff = kr[n + i].offset;

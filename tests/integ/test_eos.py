@@ -19,6 +19,10 @@ local HTTP receiver), read with read_committed (kcat):
      for every slot (slot_state.eos_offset).
   3. A marker topic without a partition per slot: the worker refuses to
      start, naming the topic and the counts.
+  4. A transaction committed whose outcome the worker does not learn (a
+     fault point of the crash-point build): the producer is made again,
+     every slot opened again, the committed tasks found by their markers
+     and recorded: every task once.
 """
 
 import os
@@ -207,6 +211,79 @@ def test_marker_topic_too_few_partitions():
             "no message naming the topic and the counts: %s" % tail)
     print("# eos-few-partitions: exit %d: %s" % (rc, tail[-1][:200]),
           flush=True)
+
+
+def test_commit_outcome_unknown():
+    """A transaction that committed, but whose answer the worker did not
+    get (fault point eos_commit_unknown at the 30th transaction, the
+    crash-point build of the worker): the worker makes its producer again
+    and opens every slot again; the tasks of that transaction are found by
+    their markers and recorded, not fired again, and the rest fire: every
+    task once, none early."""
+    cp = os.path.join(h.BUILDDIR, "tests", "crash", "prophet-worker-cp")
+    h.check(os.access(cp, os.X_OK), "%s is missing: `make check` builds "
+            "it" % cp)
+    w0, w1 = C.workers[0], C.workers[1]
+    w1.stop()
+    w0.stop()
+    ready0 = len(w0.grep('msg="exactly-once producer ready"'))
+    slots0 = len(w0.grep('msg="exactly-once slot ready"'))
+    argv0, env0 = list(w0.argv), w0.env
+    w0.argv = [cp] + argv0[1:]
+    w0.env = {"PROPHET_FAULT_AT": "eos_commit_unknown:30"}
+    try:
+        C.start_worker(w0)
+    finally:
+        w0.argv, w0.env = argv0, env0
+    # Every slot on w0 (w1's once its session is gone) before the stream.
+    h.wait_until(lambda: len(w0.grep('msg="exactly-once slot ready"')) -
+                 slots0 >= C.slots, 30, 0.2, "every slot ready on worker 1")
+    n, span_ms = 400, 4000
+    t0 = h.now_ms() + 1500
+    tasks = [{"id": "u-%04d" % i, "topic": TOPIC, "body": "u%d" % i,
+              "due_at": t0 + i * span_ms // n} for i in range(n)]
+    res, _ = h.submit_many(C.manager_addr, tasks, threads=4)
+    due = {}
+    for t, r in zip(tasks, res):
+        h.check(r.status == 201 and r.json, "submit %s: %s %s"
+                % (t["id"], r.status, r.text[:200]))
+        due[t["id"]] = r.json["due_at"]
+    missing = READER.wait_for(due.keys(), span_ms / 1000.0 + 30, settle=3.0)
+    p = h.Problems()
+    p.check(not missing, "%d of %d tasks never read (read_committed), e.g. "
+            "%s" % (len(missing), n, sorted(missing)[:5]))
+    with READER.cond:
+        msgs = {tid: list(READER.by_id.get(tid, [])) for tid in due}
+    dups = {tid: len(ms) for tid, ms in msgs.items() if len(ms) > 1}
+    p.check(not dups, "%d task(s) read more than once, e.g. %s"
+            % (len(dups), sorted(dups.items())[:5]))
+    for tid, ms in msgs.items():
+        for m in ms:
+            fired = int(m.hdr.get("prophet-fired-at", "0"))
+            p.check(fired >= due[tid], "%s fired early: %d < %d"
+                    % (tid, fired, due[tid]))
+    p.check(w0.grep("fault point reached"), "the fault point was not "
+            "reached")
+    unknown = [l for l in w0.grep("exactly-once transaction failed")
+               if "outcome=unknown" in l and "eos_commit_unknown" in l]
+    p.check(unknown, "no 'transaction failed ... outcome=unknown' line")
+    ready = w0.grep('msg="exactly-once producer ready"')[ready0:]
+    p.check(len(ready) == 2, "producer ready %d time(s) since the start, "
+            "want 2 (made, made again)" % len(ready))
+    fault_ms = min([h.log_ts_ms(l) or 0 for l in unknown] or [0])
+    opened = [l for l in w0.grep('msg="exactly-once slot opened"')
+              if (h.log_ts_ms(l) or 0) >= fault_ms]
+    p.check(len(opened) == C.slots, "%d slot opens after the unknown "
+            "outcome, want %d (every slot again)" % (len(opened), C.slots))
+    rec = sum(int(m.group(1)) for m in
+              (re.search(r"recording=(\d+)", l) for l in opened) if m)
+    p.check(rec >= 1, "the reopened slots recorded %d committed task(s) "
+            "found by their markers, want at least 1" % rec)
+    print("# eos-commit-unknown: tasks=%d read_once=%d duplicates=%d "
+          "reopened_slots=%d found_committed=%d"
+          % (n, n - len(missing) - len(dups), sum(dups.values()) - len(dups),
+             len(opened), rec), flush=True)
+    p.raise_if_any("commit outcome unknown")
 
 
 def cleanup(failed):

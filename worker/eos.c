@@ -170,6 +170,7 @@ struct eos_slot {
 	int64_t from;		 /* read: the checkpoint, -1: none */
 	int fenced;		 /* this open fenced prev */
 	int claimed;		 /* our producer is recorded as the slot's */
+	int been_ready;		 /* ready since the gain */
 	int clearing, cleared;	 /* handover: taking it out of the record */
 	int64_t ckpt;		 /* in the DB as we know it, -1: none */
 	int64_t ckpt_want;	 /* where the recorded transactions end */
@@ -711,6 +712,7 @@ static void
 ready(struct eos *e, struct eos_slot *s)
 {
 	s->state = ES_READY;
+	s->been_ready = 1;
 	log_info("exactly-once slot ready", "slot=%d epoch=%lld took_ms=%lld",
 		 s->slot, (long long)e->w->slots[s->slot].epoch,
 		 (long long)(clock_mono_ms() - s->opened_ms));
@@ -1290,6 +1292,7 @@ eos_slot_gained(struct worker *w, int slot)
 	s->posted = 0;
 	s->ckpt_want = -1;
 	s->claimed = 0;
+	s->been_ready = 0;
 	s->clearing = 0;
 	s->cleared = 0;
 	s->opened_ms = clock_mono_ms();
@@ -1379,11 +1382,14 @@ eos_publish(struct worker *w, struct wtask *t, const char *topic,
 	struct eos_rec *r;
 	struct marker mk;
 
-	if (s->state == ES_OFF || !w->slots[t->slot].owned ||
+	if (s->state == ES_OFF || !s->been_ready || !w->slots[t->slot].owned ||
 	    t->epoch != w->slots[t->slot].epoch) {
 		/* Lost while it waited (claimed early, or a claim reply that
 		 * came back after the slot was lost, maybe gained again
-		 * since): the slot's owner has it in flight. */
+		 * since, at the same epoch after a lost session too: nothing
+		 * of this ownership is claimed before it is first ready): the
+		 * slot's owner has it in flight. A task of this ownership
+		 * waits while the slot opens again. */
 		rd_kafka_headers_destroy(hdrs);
 		wtask_release(w, t);
 		return -1;

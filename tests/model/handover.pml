@@ -163,6 +163,7 @@ bool ready[3];	    /* eos_slot_ready */
 byte op[3];	    /* the open's step */
 byte rdTx[3];	    /* step 1's sTx */
 bool gainWait[3];   /* opened by a gain: waits until nothing is held */
+bool beenReady[3];  /* ready since the gain: a claim of this ownership */
 bool clrd[3];	    /* handover: eos_release done */
 byte nFatal, nAbort;
 #define O_IDLE 0
@@ -240,6 +241,7 @@ end:	do
 			 * one's open transaction stays open until fenced or
 			 * timed out */
 			inc[w]++; pOk[w] = false; pValid[w] = false;
+			beenReady[w] = false;
 			gainWait[w] = false
 #endif
 			skip
@@ -313,7 +315,7 @@ end:	do
 			rFence = vE[me]; myE[me] = vE[me]; owned[me] = true;
 			dbFencePending[me] = true;
 #ifdef EOS
-			gainWait[me] = true;
+			gainWait[me] = true; beenReady[me] = false;
 #endif
 			if
 			:: started < myE[me] -> started = myE[me]
@@ -355,7 +357,11 @@ end:	do
 		:: else -> skip	/* version moved */
 		fi;
 		vValid[me] = false; /* release_done_cb: read_slot */
-		releasing[me] = false }
+		releasing[me] = false;
+#ifdef EOS
+		clrd[me] = false;
+#endif
+		skip }
 	/* scanner: send a claim for the due task (coord_may_claim) */
 	:: atomic { owned[me] && fresh[me] && pend[me] == 0 &&
 		held[me] == H_NONE && rT == R_DUE && READY(me) ->
@@ -373,7 +379,7 @@ end:	do
 	/* a fatal producer error (any slot's transaction): every slot opens
 	 * again (producer_lost); T in our open transaction goes back */
 	:: atomic { pOk[me] && nFatal < MAXF ->
-		nFatal++; pOk[me] = false; UNREADY(me);
+		nFatal++; pOk[me] = false; pValid[me] = false; UNREADY(me);
 		if
 		:: held[me] == H_TXN -> held[me] = H_NONE
 		:: else -> skip
@@ -435,12 +441,15 @@ end:	do
 		:: else -> skip
 		fi;
 #endif
-		op[me] = O_IDLE; ready[me] = true }
+		op[me] = O_IDLE; ready[me] = true; beenReady[me] = true }
 	/* eos_publish -> run_send: the record and its marker in a
 	 * transaction begun with this worker's producer epoch; a task
-	 * claimed under an older ownership is not published */
+	 * claimed under an older ownership (an older epoch, or the same one
+	 * before a lost session: not ready since the gain) is not published;
+	 * one of this ownership waits while the slot opens again */
 	:: atomic { held[me] == H_CLAIMED &&
-		(ready[me] || !owned[me] || hE[me] != myE[me]) ->
+		(ready[me] || !owned[me] || hE[me] != myE[me] ||
+		 !beenReady[me]) ->
 		if
 		:: owned[me] && ready[me] && pOk[me] && hE[me] == myE[me] ->
 			kOpen[TX(me)] = true;
@@ -462,7 +471,7 @@ end:	do
 			:: held[me] = H_PUBLISHED
 			:: nFatal < MAXF ->
 				nFatal++; held[me] = H_NONE; pOk[me] = false;
-				UNREADY(me)
+				pValid[me] = false; UNREADY(me)
 			fi
 		:: else ->
 			held[me] = H_NONE;

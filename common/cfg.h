@@ -161,11 +161,11 @@
 	  "with exactly_once: the marker topic, at least cluster.slots "       \
 	  "partitions (made so when missing); empty: "                         \
 	  "<topic_prefix><root>.fired")                                        \
-	X(KAFKA_EOS_INTERVAL_MS, "kafka", "eos_interval_ms", CFG_INT, "5", 0,  \
+	X(KAFKA_EOS_INTERVAL_MS, "kafka", "eos_interval_ms", CFG_INT, "20", 0, \
 	  1000, NULL, 0,                                                       \
-	  "with exactly_once: how long fired tasks gather before the "         \
-	  "worker's transaction starts when none is out (one that is out "     \
-	  "takes what gathered meanwhile when it ends)")                       \
+	  "with exactly_once: the least time between the starts of two "       \
+	  "transactions of a worker (fired tasks gather meanwhile, and while " \
+	  "one is out); more is fewer, larger transactions, later tasks")      \
 	X(KAFKA_EOS_MAX_RECORDS, "kafka", "eos_max_records", CFG_INT, "2000",  \
 	  1, 100000, NULL, 0,                                                  \
 	  "with exactly_once: most tasks in one transaction")                  \

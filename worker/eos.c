@@ -197,7 +197,8 @@ struct eos {
 	/* the producer */
 	enum prod_state ps;
 	unsigned pgen;
-	int sending; /* a transaction is out */
+	int sending;	      /* a transaction is out */
+	int64_t last_send_ms; /* when the last one started (monotonic) */
 	int64_t prod_retry_at_ms;
 	unsigned rr;	       /* the slot a transaction starts gathering at */
 	struct kafka_txn *txn; /* the producer thread's only */
@@ -516,12 +517,15 @@ drop_pending(struct eos *e, struct eos_slot *s)
 	s->npend = 0;
 }
 
-/* One transaction out at a time, with what the ready slots gathered. */
+/* One transaction out at a time, with what the ready slots gathered,
+ * started at least interval_ms after the one before (tasks gather
+ * meanwhile) unless max_records are waiting. */
 static void
 send_pending(struct eos *e)
 {
 	struct eos_cmd *c;
 	size_t total = 0, n = 0;
+	int64_t now;
 
 	if (e->sending || e->ps != PS_READY)
 		return;
@@ -530,6 +534,10 @@ send_pending(struct eos *e)
 			total += e->slots[i].npend;
 	if (total == 0)
 		return;
+	now = clock_mono_ms();
+	if (total < e->max_records && now - e->last_send_ms < e->interval_ms)
+		return;
+	e->last_send_ms = now;
 	if (total > e->max_records)
 		total = e->max_records;
 	c = xcalloc(1, sizeof(*c));
@@ -1242,7 +1250,10 @@ eos_start(struct worker *w)
 	make_producer(e);
 	e->tick = event_new(w->base, -1, EV_PERSIST, tick_cb, e);
 	tv.tv_sec = 0;
-	tv.tv_usec = (e->interval_ms > 0 ? e->interval_ms : 1) * 1000;
+	/* Often enough for the interval's next start and the opens' steps. */
+	tv.tv_usec = (e->interval_ms > 0 && e->interval_ms < 5 ? e->interval_ms
+							       : 5) *
+		     1000;
 	event_add(e->tick, &tv);
 	w->eos = e;
 	log_info("exactly-once publishing",
@@ -1419,8 +1430,7 @@ eos_publish(struct worker *w, struct wtask *t, const char *topic,
 	mk.misfired = t->misfired;
 	r->markerlen = marker_encode(&mk, r->marker);
 	e->queued++;
-	if (e->queued >= e->max_records || e->interval_ms == 0)
-		send_pending(e);
+	send_pending(e);
 	return 0;
 }
 

@@ -158,20 +158,27 @@ struct fence_job {
 	int gain_db; /* Redis is down: own the slot in DB mode once done */
 };
 
-static int
-fence_run(struct db_conn *c, struct db_job *job)
+int
+coord_db_fence(struct db_conn *c, int slot, int64_t epoch)
 {
-	struct fence_job *f = (struct fence_job *)job;
 	struct db_params p;
 	int rc;
 
 	db_params_init(&p, 3);
-	db_params_int(&p, f->slot);
-	db_params_int(&p, f->epoch);
+	db_params_int(&p, slot);
+	db_params_int(&p, epoch);
 	db_params_int(&p, clock_now_ms());
 	rc = db_exec(c, SQL_SLOT_FENCE, &p, NULL);
 	db_params_free(&p);
 	return rc;
+}
+
+static int
+fence_run(struct db_conn *c, struct db_job *job)
+{
+	struct fence_job *f = (struct fence_job *)job;
+
+	return coord_db_fence(c, f->slot, f->epoch);
 }
 
 static void gained(struct worker *w, int slot, const char *mode);

@@ -600,16 +600,11 @@ read_run(struct db_conn *c, struct slot_job *j)
 	const char *tx;
 	int rc;
 
-	db_params_init(&p, 4);
+	if (coord_db_fence(c, j->slot, j->epoch) < 0)
+		return -1;
+	db_params_init(&p, 1);
 	db_params_int(&p, j->slot);
-	db_params_int(&p, j->epoch);
-	db_params_int(&p, clock_now_ms());
-	rc = db_exec(c, SQL_SLOT_FENCE, &p, NULL);
-	if (rc == 0) {
-		p.n = 0;
-		db_params_int(&p, j->slot);
-		rc = db_query(c, SQL_EOS_SLOT_GET, &p, &r);
-	}
+	rc = db_query(c, SQL_EOS_SLOT_GET, &p, &r);
 	db_params_free(&p);
 	if (rc < 0)
 		return -1;
@@ -883,51 +878,40 @@ apply_found(struct eos *e, struct eos_slot *s, struct eos_part *p,
 		s->state = ES_APPLYING;
 }
 
+/* The fences or marker reads of a command, each for its slot's open if
+ * that is still the one waiting for it. */
 static void
-fence_done(struct eos *e, struct eos_cmd *c)
+parts_done(struct eos *e, struct eos_cmd *c)
 {
+	enum eos_state want = c->kind == CMD_FENCE ? ES_FENCE : ES_OPENING;
+
 	for (size_t i = 0; i < c->nparts; i++) {
 		struct eos_part *p = &c->parts[i];
 		struct eos_slot *s = &e->slots[p->slot];
 
-		if (p->gen != s->gen || p->oseq != s->oseq ||
-		    s->state != ES_FENCE)
+		if (p->gen != s->gen || p->oseq != s->oseq || s->state != want)
 			continue;
 		s->posted = 0;
 		if (p->status < 0) {
-			log_warn("exactly-once: the slot's last producer not "
-				 "fenced, will retry",
+			log_warn(want == ES_FENCE
+					 ? "exactly-once: the slot's last "
+					   "producer not fenced, will retry"
+					 : "exactly-once slot not opened, will "
+					   "retry",
 				 "slot=%d txn_id=%s error=\"%s\"", p->slot,
-				 p->prev, p->err);
+				 want == ES_FENCE ? p->prev : e->txn_id,
+				 p->err);
 			retry_later(s);
-			continue;
+		} else if (want == ES_FENCE) {
+			log_info("exactly-once: the slot's last producer "
+				 "fenced",
+				 "slot=%d txn_id=%s took_ms=%lld", p->slot,
+				 p->prev, (long long)c->took_ms);
+			s->fenced = 1;
+			s->state = ES_CLAIM;
+		} else {
+			apply_found(e, s, p, c->took_ms);
 		}
-		log_info("exactly-once: the slot's last producer fenced",
-			 "slot=%d txn_id=%s took_ms=%lld", p->slot, p->prev,
-			 (long long)c->took_ms);
-		s->fenced = 1;
-		s->state = ES_CLAIM;
-	}
-}
-
-static void
-read_markers_done(struct eos *e, struct eos_cmd *c)
-{
-	for (size_t i = 0; i < c->nparts; i++) {
-		struct eos_part *p = &c->parts[i];
-		struct eos_slot *s = &e->slots[p->slot];
-
-		if (p->gen != s->gen || p->oseq != s->oseq ||
-		    s->state != ES_OPENING)
-			continue;
-		s->posted = 0;
-		if (p->status < 0) {
-			log_warn("exactly-once slot not opened, will retry",
-				 "slot=%d error=\"%s\"", p->slot, p->err);
-			retry_later(s);
-			continue;
-		}
-		apply_found(e, s, p, c->took_ms);
 	}
 }
 
@@ -1048,8 +1032,8 @@ result_cb(void *item, void *arg)
 	switch (c->kind) {
 	case CMD_MAKE: made(e, c); break;
 	case CMD_SEND: sent(e, c); break;
-	case CMD_FENCE: fence_done(e, c); break;
-	case CMD_READ: read_markers_done(e, c); break;
+	case CMD_FENCE:
+	case CMD_READ: parts_done(e, c); break;
 	}
 	/* The records by then gathered go at once. */
 	send_pending(e);

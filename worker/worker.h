@@ -13,6 +13,7 @@
 
 struct cfg;
 struct db_pool;
+struct db_conn;
 struct redis;
 struct zk;
 struct kafka_producer;
@@ -421,5 +422,8 @@ int coord_fresh(const struct worker *w);
 int coord_may_claim(struct worker *w, int slot);
 /* A slot's busy count dropped: a handover may complete. */
 void coord_slot_idle(struct worker *w, int slot);
+/* Raises slot's DB fence to epoch (on a DB pool thread: it touches
+ * nothing of the loop's). */
+int coord_db_fence(struct db_conn *c, int slot, int64_t epoch);
 
 #endif

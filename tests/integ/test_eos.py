@@ -85,6 +85,17 @@ def submit(task):
     return r.json
 
 
+def submit_all(tasks):
+    """Submits tasks (4 connections); {id: due_at} as answered."""
+    res, _ = h.submit_many(C.manager_addr, tasks, threads=4)
+    due = {}
+    for t, r in zip(tasks, res):
+        h.check(r.status == 201 and r.json, "submit %s: %s %s"
+                % (t["id"], r.status, r.text[:200]))
+        due[t["id"]] = r.json["due_at"]
+    return due
+
+
 def test_stream_restarts_recurring_callbacks_exactly_once():
     n, span_ms = 900, 8000
     t0 = h.now_ms() + 1500
@@ -96,12 +107,7 @@ def test_stream_restarts_recurring_callbacks_exactly_once():
             t["callback"] = {"url": EP.url(("flaky/" if i == 99 else "ok/")
                                            + t["id"])}
         tasks.append(t)
-    res, _ = h.submit_many(C.manager_addr, tasks, threads=4)
-    due = {}
-    for t, r in zip(tasks, res):
-        h.check(r.status == 201 and r.json, "submit %s: %s %s"
-                % (t["id"], r.status, r.text[:200]))
-        due[t["id"]] = r.json["due_at"]
+    due = submit_all(tasks)
     series = submit({"id": "e-series", "topic": TOPIC, "body": "s",
                      "cron": "* * * * * *", "max_occurrences": 8,
                      "misfire": "fire_all"})["id"]
@@ -242,12 +248,7 @@ def test_commit_outcome_unknown():
     t0 = h.now_ms() + 1500
     tasks = [{"id": "u-%04d" % i, "topic": TOPIC, "body": "u%d" % i,
               "due_at": t0 + i * span_ms // n} for i in range(n)]
-    res, _ = h.submit_many(C.manager_addr, tasks, threads=4)
-    due = {}
-    for t, r in zip(tasks, res):
-        h.check(r.status == 201 and r.json, "submit %s: %s %s"
-                % (t["id"], r.status, r.text[:200]))
-        due[t["id"]] = r.json["due_at"]
+    due = submit_all(tasks)
     missing = READER.wait_for(due.keys(), span_ms / 1000.0 + 30, settle=3.0)
     p = h.Problems()
     p.check(not missing, "%d of %d tasks never read (read_committed), e.g. "

@@ -75,89 +75,62 @@ if ! command -v spin >/dev/null 2>&1; then
 	exit 1
 fi
 
-# 1. safety: assertions S1, S2 and no deadlock, exhaustive.
-# shellcheck disable=SC2086
-run safety "$safety_bounds" "-DSAFETY -DNOCLAIM -DCOLLAPSE" "-m400000 -w24"
-o="$work/safety.out"
-if grep -q "errors: 0" "$o" && grep -q "Full statespace search" "$o" &&
-	! grep -q "max search depth too small" "$o"; then
-	report "safety (S1, S2) $safety_bounds" ok "$(summary "$o")"
-else
-	report "safety (S1, S2) $safety_bounds" notok "$(summary "$o")"
-	grep -E "violated|error|invalid" "$o" | head -5 | sed 's/^/# /'
-fi
+# search safety|live NAME LABEL SPIN_FLAGS: the exhaustive safety search
+# (assertions, no deadlock) or ltl live under weak fairness (no acceptance
+# cycle) must find nothing.
+search() {
+	if [ "$1" = safety ]; then
+		run "$2" "$4" "-DSAFETY -DNOCLAIM -DCOLLAPSE" "-m400000 -w24"
+		done_re="Full statespace search"
+	else
+		run "$2" "$4" "-DCOLLAPSE -DNFAIR=3" "-a -f -m400000 -w24"
+		done_re="acceptance   cycles.*+"
+	fi
+	o="$work/$2.out"
+	if grep -q "errors: 0" "$o" && grep -q "$done_re" "$o" &&
+		! grep -q "max search depth too small" "$o"; then
+		report "$3" ok "$(summary "$o")"
+	else
+		report "$3" notok "$(summary "$o")"
+		grep -E "violated|error|invalid|cycle" "$o" | head -5 | sed 's/^/# /'
+	fi
+	rm -rf "${work:?}/$2"
+}
 
-# 2. liveness: every claimed task is eventually delivered (weak fairness).
-run live "$live_bounds" "-DCOLLAPSE -DNFAIR=3" "-a -f -m400000 -w24"
-o="$work/live.out"
-if grep -q "errors: 0" "$o" && grep -q "acceptance   cycles.*+" "$o" &&
-	! grep -q "max search depth too small" "$o"; then
-	report "liveness (ltl live) $live_bounds" ok "$(summary "$o")"
-else
-	report "liveness (ltl live) $live_bounds" notok "$(summary "$o")"
-	grep -E "violated|error|cycle" "$o" | head -5 | sed 's/^/# /'
-fi
+# rejected NAME LABEL SPIN_FLAGS ASSERTION: a broken variant must violate
+# ASSERTION (as pan prints it).
+rejected() {
+	run "$1" "$3" "-DSAFETY -DNOCLAIM" "-m400000"
+	o="$work/$1.out"
+	if grep -qF "assertion violated ($4)" "$o" && grep -q "errors: 1" "$o"; then
+		report "$2" ok "$(grep -m1 'assertion violated' "$o" | sed 's/^pan:1: //')"
+	else
+		report "$2" notok "spin found no violation of $4: $(summary "$o")"
+	fi
+}
 
-# 3. the broken variant (claims not fenced) must violate S2.
-run broken "-DBROKEN -DMAXX=1 -DMAXH=1" "-DSAFETY -DNOCLAIM" "-m400000"
-o="$work/broken.out"
-if grep -q "assertion violated (pend\[w\]>=started)" "$o" &&
-	grep -q "errors: 1" "$o"; then
-	report "-DBROKEN (no claim fence) is rejected" ok \
-		"$(grep -m1 'assertion violated' "$o" | sed 's/^pan:1: //')"
-else
-	report "-DBROKEN (no claim fence) is rejected" notok \
-		"spin found no S2 violation: $(summary "$o")"
-fi
+# 1.-3. safety (S1, S2), liveness (every claimed task is eventually
+# delivered), and the variant without the claim fence must violate S2.
+search safety safety "safety (S1, S2) $safety_bounds" "$safety_bounds"
+search live live "liveness (ltl live) $live_bounds" "$live_bounds"
+rejected broken "-DBROKEN (no claim fence) is rejected" \
+	"-DBROKEN -DMAXX=1 -DMAXH=1" "pend[w]>=started"
 
-# 4.-7. exactly-once (-DEOS): S1, S2, S3 and liveness; the variants whose
+# 4.-8. exactly-once (-DEOS): S1, S2, S3 and liveness; the variants whose
 # open does not read the markers, or does not fence the slot's last
 # producer, must violate S3.
 for b in $eos_bounds_list; do
 	eos_bounds=$(echo "$b" | tr _ ' ')
-	# shellcheck disable=SC2086
-	run eos "-DEOS $eos_bounds" "-DSAFETY -DNOCLAIM -DCOLLAPSE" "-m400000 -w24"
-	o="$work/eos.out"
-	if grep -q "errors: 0" "$o" && grep -q "Full statespace search" "$o" &&
-		! grep -q "max search depth too small" "$o"; then
-		report "exactly-once safety (S1, S2, S3) $eos_bounds" ok "$(summary "$o")"
-	else
-		report "exactly-once safety (S1, S2, S3) $eos_bounds" notok "$(summary "$o")"
-		grep -E "violated|error|invalid" "$o" | head -5 | sed 's/^/# /'
-	fi
-	rm -rf "$work/eos"
+	search safety eos "exactly-once safety (S1, S2, S3) $eos_bounds" \
+		"-DEOS $eos_bounds"
 done
-# shellcheck disable=SC2086
-run eos-live "-DEOS $eos_live_bounds" "-DCOLLAPSE -DNFAIR=3" "-a -f -m400000 -w24"
-o="$work/eos-live.out"
-if grep -q "errors: 0" "$o" && grep -q "acceptance   cycles.*+" "$o" &&
-	! grep -q "max search depth too small" "$o"; then
-	report "exactly-once liveness (ltl live) $eos_live_bounds" ok "$(summary "$o")"
-else
-	report "exactly-once liveness (ltl live) $eos_live_bounds" notok "$(summary "$o")"
-	grep -E "violated|error|cycle" "$o" | head -5 | sed 's/^/# /'
-fi
-run eos-broken "-DEOS -DBROKEN_EOS -DMAXX=1 -DMAXH=1" "-DSAFETY -DNOCLAIM" "-m400000"
-o="$work/eos-broken.out"
-if grep -q "assertion violated (kCommits<=1)" "$o" &&
-	grep -q "errors: 1" "$o"; then
-	report "-DEOS -DBROKEN_EOS (markers not read) is rejected" ok \
-		"$(grep -m1 'assertion violated' "$o" | sed 's/^pan:1: //')"
-else
-	report "-DEOS -DBROKEN_EOS (markers not read) is rejected" notok \
-		"spin found no S3 violation: $(summary "$o")"
-fi
-
-run eos-nofence "-DEOS -DBROKEN_FENCE -DMAXX=1 -DMAXH=1" "-DSAFETY -DNOCLAIM" "-m400000"
-o="$work/eos-nofence.out"
-if grep -q "assertion violated (kCommits<=1)" "$o" &&
-	grep -q "errors: 1" "$o"; then
-	report "-DEOS -DBROKEN_FENCE (last producer not fenced) is rejected" ok \
-		"$(grep -m1 'assertion violated' "$o" | sed 's/^pan:1: //')"
-else
-	report "-DEOS -DBROKEN_FENCE (last producer not fenced) is rejected" notok \
-		"spin found no S3 violation: $(summary "$o")"
-fi
+search live eos-live "exactly-once liveness (ltl live) $eos_live_bounds" \
+	"-DEOS $eos_live_bounds"
+rejected eos-broken "-DEOS -DBROKEN_EOS (markers not read) is rejected" \
+	"-DEOS -DBROKEN_EOS -DMAXX=1 -DMAXH=1" "kCommits<=1"
+rejected eos-nofence \
+	"-DEOS -DBROKEN_FENCE (last producer not fenced) is rejected" \
+	"-DEOS -DBROKEN_FENCE -DMAXX=1 -DMAXH=1" "kCommits<=1"
 
 echo "# $(basename "$0"): $pass passed, $fail failed"
 echo "$pass passed, $fail failed"

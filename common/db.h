@@ -6,6 +6,8 @@
 
 #include <mysql.h>
 
+#include "rows.h"
+
 struct event_base;
 struct cfg;
 
@@ -73,18 +75,6 @@ void db_params_uint(struct db_params *p, unsigned long long v);
 void db_params_str(struct db_params *p, const char *s); /* NULL -> NULL */
 void db_params_blob(struct db_params *p, const void *data, size_t len);
 void db_params_null(struct db_params *p);
-
-/* Result rows, every column as bytes (NUL-terminated for convenience). */
-struct db_rows {
-	size_t nrows;
-	size_t ncols;
-	char **cell; /* nrows * ncols; NULL for SQL NULL */
-	unsigned long *len;
-};
-void db_rows_free(struct db_rows *r);
-const char *db_rows_get(const struct db_rows *r, size_t row, size_t col,
-			unsigned long *len);
-long long db_rows_int(const struct db_rows *r, size_t row, size_t col);
 
 /* Prepares (cached per connection by SQL text) and executes. */
 int db_exec(struct db_conn *c, const char *sql, struct db_params *params,

@@ -1107,48 +1107,9 @@ redis_eval_argv(struct redis *r, redis_reply_fn cb, void *arg, int argc,
 	return 0;
 }
 
-void
-redis_args_init(struct redis_args *a)
+int
+redis_eval_args(struct redis *r, redis_reply_fn cb, void *arg,
+		const struct redis_args *a)
 {
-	memset(a, 0, sizeof(*a));
-}
-
-void
-redis_args_free(struct redis_args *a)
-{
-	for (int i = 0; i < a->nowned; i++)
-		xfree(a->owned[i]);
-	xfree(a->owned);
-	xfree(a->argv);
-	xfree(a->len);
-	memset(a, 0, sizeof(*a));
-}
-
-void
-redis_args_add(struct redis_args *a, const char *s, size_t len)
-{
-	if (a->argc == a->cap) {
-		a->cap = a->cap ? a->cap * 2 : 16;
-		a->argv = xrealloc(a->argv, (size_t)a->cap * sizeof(*a->argv));
-		a->len = xrealloc(a->len, (size_t)a->cap * sizeof(*a->len));
-	}
-	a->argv[a->argc] = s;
-	a->len[a->argc] = len;
-	a->argc++;
-}
-
-void
-redis_args_addstr(struct redis_args *a, const char *s)
-{
-	redis_args_add(a, s, strlen(s));
-}
-
-void
-redis_args_addint(struct redis_args *a, long long v)
-{
-	char *s = xasprintf("%lld", v);
-
-	a->owned = xrealloc(a->owned, (size_t)(a->nowned + 1) * sizeof(char *));
-	a->owned[a->nowned++] = s;
-	redis_args_addstr(a, s);
+	return redis_eval_argv(r, cb, arg, a->argc, a->argv, a->len);
 }

@@ -6,6 +6,8 @@
 #include <hiredis/async.h>
 #include <hiredis/hiredis.h>
 
+#include "rargs.h"
+
 struct event_base;
 struct cfg;
 
@@ -48,6 +50,9 @@ int redis_command_argv(struct redis *r, redis_reply_fn cb, void *arg, int argc,
  */
 int redis_eval_argv(struct redis *r, redis_reply_fn cb, void *arg, int argc,
 		    const char **argv, const size_t *argvlen);
+/* The same with the arguments in a (proto/rindex.h builds them). */
+int redis_eval_args(struct redis *r, redis_reply_fn cb, void *arg,
+		    const struct redis_args *a);
 /*
  * Makes r a subscriber of channel (r is then used for nothing else): cb
  * gets every published message's payload as a string reply, and the
@@ -66,20 +71,5 @@ void redis_subscribe(struct redis *r, const char *channel, redis_reply_fn cb,
 void redis_on_failover(struct redis *r, redis_state_fn cb, void *arg);
 /* Failovers r has seen. */
 unsigned long redis_failovers(const struct redis *r);
-
-/* A growable argv for commands with many arguments. */
-struct redis_args {
-	int argc;
-	int cap;
-	const char **argv;
-	size_t *len;
-	char **owned;
-	int nowned;
-};
-void redis_args_init(struct redis_args *a);
-void redis_args_free(struct redis_args *a);
-void redis_args_add(struct redis_args *a, const char *s, size_t len);
-void redis_args_addstr(struct redis_args *a, const char *s);
-void redis_args_addint(struct redis_args *a, long long v);
 
 #endif

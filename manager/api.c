@@ -25,6 +25,7 @@
 #include "schema.h"
 #include "slot.h"
 #include "trace.h"
+#include "tz.h"
 #include "utf8.h"
 #include "xmalloc.h"
 #include "zk.h"
@@ -431,7 +432,7 @@ row_to_json(const struct db_rows *r, size_t row)
 	t.end_at = db_rows_int(r, row, SQL_TC_END_AT);
 	t.max_occurrences = db_rows_int(r, row, SQL_TC_MAX_OCCURRENCES);
 	t.occurrences = db_rows_int(r, row, SQL_TC_OCCURRENCES);
-	out = task_to_json(&t);
+	out = task_to_json(&t, tz_get);
 	json_object_set_new(out, "slot",
 			    json_integer(db_rows_int(r, row, SQL_TC_SLOT)));
 	json_object_set_new(out, "epoch",

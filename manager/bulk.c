@@ -1302,7 +1302,7 @@ redis_pass(struct bulk_runner *p, const struct item *items, size_t nitems,
 			}
 			redis_args_addstr(&ev.a, it->topic);
 		}
-		if (slot_eval_send(&ev, mg->redis, cb, cb ? sc : NULL) < 0) {
+		if (redis_eval_args(mg->redis, cb, cb ? sc : NULL, &ev.a) < 0) {
 			p->redis_failed = 1;
 		} else {
 			sent++;

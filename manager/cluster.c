@@ -19,6 +19,7 @@
 #include "metrics.h"
 #include "redis.h"
 #include "rindex.h"
+#include "scripts.h"
 #include "utf8.h"
 #include "xmalloc.h"
 #include "zk.h"
@@ -127,9 +128,14 @@ worker_cb(struct zk *z, int rc, const char *data, int len,
 {
 	struct gather_arg *a = arg;
 	struct gather *g = a->g;
-	json_t *j = rc == ZOK ? parse_json(data, len) : NULL;
+	struct worker_node n;
+	json_t *j;
 
-	if (j == NULL)
+	/* Its known members only: the node is anybody's who can write to
+	 * ZooKeeper. */
+	if (rc == ZOK && worker_node_decode(data, len, &n) == 0)
+		j = worker_node_json(&n);
+	else
 		j = json_pack("{s:o}", "id", utf8_json_str(a->id));
 	json_array_append_new(g->workers, j);
 	xfree(a);
@@ -150,9 +156,9 @@ workers_cb(struct zk *z, int rc, const struct String_vector *names, void *arg)
 
 			a->g = g;
 			snprintf(a->id, sizeof(a->id), "%s", names->data[i]);
-			snprintf(path, sizeof(path), "%s%s/%s",
-				 cfg_str(g->mg->cfg, CFG_CLUSTER_ROOT),
-				 ZPATH_WORKERS, names->data[i]);
+			zpath_child(path, sizeof(path),
+				    cfg_str(g->mg->cfg, CFG_CLUSTER_ROOT),
+				    ZPATH_WORKERS, names->data[i]);
 			g->outstanding++;
 			if (zk_aget(z, path, 0, worker_cb, a) < 0) {
 				g->outstanding--;
@@ -219,24 +225,6 @@ backlog_cb(struct redis *r, redisReply *reply, void *arg)
 	gather_put(g);
 }
 
-/* KEYS: due, inflight, task, attempt, cancelled, moved, bk, bucket
- * prefix. Returns the pending count (ZCARD due plus the elements of the
- * buckets), ZCARD inflight, the oldest due entry, and the bytes of the
- * slot's index keys (MEMORY USAGE, sampled: cheap on big keys). */
-#define SCRIPT_BACKLOG                                                  \
-	"local b = 0\n"                                                 \
-	"for i = 1, 7 do\n"                                             \
-	"  b = b + (redis.call('MEMORY', 'USAGE', KEYS[i]) or 0)\n"     \
-	"end\n"                                                         \
-	"local n = redis.call('ZCARD', KEYS[1])\n"                      \
-	"for _, m in ipairs(redis.call('ZRANGE', KEYS[7], 0, -1)) do\n" \
-	"  local k = KEYS[8] .. m\n"                                    \
-	"  n = n + redis.call('LLEN', k)\n"                             \
-	"  b = b + (redis.call('MEMORY', 'USAGE', k) or 0)\n"           \
-	"end\n"                                                         \
-	"return {n, redis.call('ZCARD', KEYS[2]), "                     \
-	"redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES'), b}"
-
 /* Sends SCRIPT_BACKLOG for slot. */
 static int
 backlog_send(struct manager *mg, int slot, redis_reply_fn cb, void *arg)
@@ -245,7 +233,7 @@ backlog_send(struct manager *mg, int slot, redis_reply_fn cb, void *arg)
 	int rc;
 
 	slot_eval_init(&ev, SCRIPT_BACKLOG, slot, "ditacvkb");
-	rc = slot_eval_send(&ev, mg->redis, cb, arg);
+	rc = redis_eval_args(mg->redis, cb, arg, &ev.a);
 	slot_eval_free(&ev);
 	return rc;
 }
@@ -269,13 +257,13 @@ cluster_get(struct manager *mg, struct evhttp_request *req)
 	evtimer_add(g->timeout, &tv);
 	mg->inflight++;
 
-	snprintf(path, sizeof(path), "%s%s", root, ZPATH_MASTER);
+	zpath(path, sizeof(path), root, ZPATH_MASTER);
 	g->outstanding++;
 	if (zk_aget(mg->zk, path, 0, master_cb, g) < 0) {
 		g->outstanding--;
 		g->zk_failed = 1;
 	}
-	snprintf(path, sizeof(path), "%s%s", root, ZPATH_WORKERS);
+	zpath(path, sizeof(path), root, ZPATH_WORKERS);
 	g->outstanding++;
 	if (zk_aget_children(mg->zk, path, 0, workers_cb, g) < 0) {
 		g->outstanding--;
@@ -289,8 +277,7 @@ cluster_get(struct manager *mg, struct evhttp_request *req)
 					    "pending", "inflight", "lag_ms"));
 		a->g = g;
 		a->index = i;
-		snprintf(path, sizeof(path), "%s%s%d", root, ZPATH_SLOT_PREFIX,
-			 i);
+		zpath_slot(path, sizeof(path), root, i);
 		g->outstanding++;
 		if (zk_aget(mg->zk, path, 0, slot_cb, a) < 0) {
 			g->outstanding--;

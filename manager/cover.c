@@ -110,9 +110,9 @@ children_cb(struct zk *z, int rc, const struct String_vector *names, void *arg)
 
 	if (rc == ZOK) {
 		for (int i = 0; i < names->count; i++) {
-			snprintf(path, sizeof(path), "%s%s/%s",
-				 cfg_str(c->mg->cfg, CFG_CLUSTER_ROOT),
-				 ZPATH_NOTIFIERS, names->data[i]);
+			zpath_child(path, sizeof(path),
+				    cfg_str(c->mg->cfg, CFG_CLUSTER_ROOT),
+				    ZPATH_NOTIFIERS, names->data[i]);
 			c->outstanding++;
 			if (zk_aget(z, path, 0, node_cb, c) < 0) {
 				c->outstanding--;
@@ -135,8 +135,8 @@ tick_cb(evutil_socket_t fd, short what, void *arg)
 	(void)what;
 	if (c->outstanding > 0 || !zk_is_connected(c->mg->zk))
 		return;
-	snprintf(path, sizeof(path), "%s%s",
-		 cfg_str(c->mg->cfg, CFG_CLUSTER_ROOT), ZPATH_NOTIFIERS);
+	zpath(path, sizeof(path), cfg_str(c->mg->cfg, CFG_CLUSTER_ROOT),
+	      ZPATH_NOTIFIERS);
 	c->failed = 0;
 	c->outstanding = 1;
 	if (zk_aget_children(c->mg->zk, path, 0, children_cb, c) < 0)

@@ -290,34 +290,25 @@ node_cb(struct zk *z, int rc, const char *data, int len, const struct Stat *st,
 {
 	struct late_worker *w = arg;
 	struct late *l = w->l;
-	json_t *j = NULL;
-	const char *addr;
+	struct worker_node n;
 
-	if (rc == ZOK && data != NULL && len > 0)
-		j = json_loadb(data, (size_t)len, 0, NULL);
-	addr = json_string_value(json_object_get(j, "metrics"));
-	if (addr == NULL) {
+	if (rc != ZOK || worker_node_decode(data, len, &n) < 0 ||
+	    n.metrics[0] == '\0') {
 		worker_failed(w, "%s",
 			      rc == ZOK ? "its node has no metrics address"
 					: "its node is gone");
-	} else if (elsewhere_loopback(addr, json_string_value(json_object_get(
-						    j, "host")))) {
-		json_object_set_new(w->entry, "metrics", utf8_json_str(addr));
+	} else if (elsewhere_loopback(n.metrics, n.host[0] ? n.host : NULL)) {
+		json_object_set_new(w->entry, "metrics",
+				    utf8_json_str(n.metrics));
 		worker_failed(w, "%s",
 			      "its metrics listen on the loopback of another "
 			      "host (worker.http_listen)");
 	} else {
-		json_object_set_new(w->entry, "metrics", utf8_json_str(addr));
-		if (!l->replied &&
-		    scrape(w, addr,
-			   json_is_true(json_object_get(j, "metrics_tls"))) ==
-			    0) {
-			/* scrape_cb frees w and drops the reference */
-			json_decref(j);
-			return;
-		}
+		json_object_set_new(w->entry, "metrics",
+				    utf8_json_str(n.metrics));
+		if (!l->replied && scrape(w, n.metrics, n.metrics_tls) == 0)
+			return; /* scrape_cb frees w and drops the reference */
 	}
-	json_decref(j);
 	xfree(w);
 	late_put(l);
 }
@@ -343,9 +334,9 @@ children_cb(struct zk *z, int rc, const struct String_vector *names, void *arg)
 		w->entry = json_pack("{s:o, s:n, s:b}", "id",
 				     utf8_json_str(w->id), "metrics", "ok", 0);
 		json_array_append_new(l->workers, w->entry);
-		snprintf(path, sizeof(path), "%s%s/%s",
-			 cfg_str(l->mg->cfg, CFG_CLUSTER_ROOT), ZPATH_WORKERS,
-			 names->data[i]);
+		zpath_child(path, sizeof(path),
+			    cfg_str(l->mg->cfg, CFG_CLUSTER_ROOT),
+			    ZPATH_WORKERS, names->data[i]);
 		l->outstanding++;
 		if (zk_aget(z, path, 0, node_cb, w) < 0) {
 			l->outstanding--;
@@ -372,8 +363,8 @@ lateness_get(struct manager *mg, struct evhttp_request *req)
 	l->timeout = evtimer_new(mg->base, timeout_cb, l);
 	evtimer_add(l->timeout, &tv);
 	mg->inflight++;
-	snprintf(path, sizeof(path), "%s%s", cfg_str(mg->cfg, CFG_CLUSTER_ROOT),
-		 ZPATH_WORKERS);
+	zpath(path, sizeof(path), cfg_str(mg->cfg, CFG_CLUSTER_ROOT),
+	      ZPATH_WORKERS);
 	l->outstanding++;
 	if (zk_aget_children(mg->zk, path, 0, children_cb, l) < 0) {
 		l->outstanding--;

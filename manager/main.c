@@ -18,6 +18,7 @@
 #include "manager.h"
 #include "metrics.h"
 #include "redis.h"
+#include "tz.h"
 #include "xmalloc.h"
 #include "zk.h"
 
@@ -246,6 +247,7 @@ main(int argc, char **argv)
 		(size_t)cfg_int(mg.cfg, CFG_TASK_MAX_HEADERS_BYTES);
 	mg.limits.callback_hosts =
 		cfg_str(mg.cfg, CFG_HTTP_CALLBACK_HOSTS_ALLOWED);
+	mg.limits.zone = tz_get;
 
 	if (load_access(&mg, err, sizeof(err)) < 0)
 		log_fatal("access", "error=\"%s\"", err);

@@ -1520,8 +1520,8 @@ prune_create(struct manager *mg)
 		snprintf(host, sizeof(host), "unknown");
 	host[sizeof(host) - 1] = '\0';
 	snprintf(p->id, sizeof(p->id), "%.150s-%d", host, (int)getpid());
-	snprintf(p->path, sizeof(p->path), "%s%s",
-		 cfg_str(cfg, CFG_CLUSTER_ROOT), ZPATH_PRUNER);
+	zpath(p->path, sizeof(p->path), cfg_str(cfg, CFG_CLUSTER_ROOT),
+	      ZPATH_PRUNER);
 	p->after_at = INT64_MIN;
 	p->db = db_pool_create(mg->base, mg->dsn, 1, "prune");
 	p->step_ev = evtimer_new(mg->base, step_cb, p);

@@ -206,14 +206,15 @@ page_done_cb(struct db_job *job, int status, const char *err)
 			restore_step(r, r->expired);
 		goto out;
 	}
-	rindex_init(&ix, r->slot, r->mg->bucket_ms, r->mg->bucket_near_ms);
+	rindex_init(&ix, r->slot, r->mg->bucket_ms,
+		    clock_now_ms() + r->mg->bucket_near_ms);
 	for (size_t i = 0; i < n; i++)
 		rindex_add_row(&ix, &pj->rows, i);
 	r->indexed += n;
 	r->after_due = db_rows_int(&pj->rows, n - 1, PC_DUE_AT);
 	snprintf(r->after_id, sizeof(r->after_id), "%s",
 		 db_rows_get(&pj->rows, n - 1, PC_ID, NULL));
-	if (rindex_send(&ix, r->mg->redis, index_cb, r) < 0)
+	if (redis_eval_args(r->mg->redis, index_cb, r, &ix.ev.a) < 0)
 		restore_finish(r, "redis unavailable");
 	rindex_free(&ix);
 out:
@@ -418,9 +419,10 @@ one_done_cb(struct db_job *job, int status, const char *err)
 				 "task '%s' is %s: nothing to restore", o->id,
 				 db_rows_get(&o->status, 0, 0, NULL));
 	} else {
-		rindex_init(&ix, slot, mg->bucket_ms, mg->bucket_near_ms);
+		rindex_init(&ix, slot, mg->bucket_ms,
+			    clock_now_ms() + mg->bucket_near_ms);
 		rindex_add_row(&ix, &o->rows, 0);
-		status = rindex_send(&ix, mg->redis, one_index_cb, o);
+		status = redis_eval_args(mg->redis, one_index_cb, o, &ix.ev.a);
 		rindex_free(&ix);
 		db_rows_free(&o->rows);
 		db_rows_free(&o->status);

@@ -23,6 +23,7 @@
 #include "metrics.h"
 #include "redis.h"
 #include "rindex.h"
+#include "scripts.h"
 #include "task.h"
 #include "xmalloc.h"
 
@@ -108,21 +109,6 @@ static const char SQL_SCHED_TOPICS[] =
 	"SELECT topic, MIN(due_at) FROM tasks FORCE INDEX (by_topic) "
 	"WHERE status = 'scheduled' AND due_at >= ? AND due_at < ? "
 	"GROUP BY topic ORDER BY topic LIMIT ?";
-
-/* KEYS: due, marker; ARGV: from, step, steps, until. The counts of the
- * steps clipped to until, or nil if the slot's index is lost. */
-#define SCRIPT_SCHED_COUNT                                              \
-	"if redis.call('EXISTS', KEYS[2]) == 0 then return false end\n" \
-	"local from, step = tonumber(ARGV[1]), tonumber(ARGV[2])\n"     \
-	"local n, u = tonumber(ARGV[3]), tonumber(ARGV[4])\n"           \
-	"local out = {}\n"                                              \
-	"for i = 0, n - 1 do\n"                                         \
-	"  local a = from + i * step\n"                                 \
-	"  local b = math.min(a + step, u)\n"                           \
-	"  out[i + 1] = redis.call('ZCOUNT', KEYS[1], string.format("   \
-	"'%.0f', a), '(' .. string.format('%.0f', b))\n"                \
-	"end\n"                                                         \
-	"return out"
 
 static void sched_db_done_cb(struct db_job *job, int status, const char *err);
 
@@ -373,7 +359,7 @@ sched_start(struct sched *s)
 		redis_args_addint(&ev.a, (long long)k);
 		redis_args_addint(&ev.a, until);
 		s->redis_out++;
-		if (slot_eval_send(&ev, mg->redis, sched_redis_cb, s) < 0) {
+		if (redis_eval_args(mg->redis, sched_redis_cb, s, &ev.a) < 0) {
 			s->redis_out--;
 			s->redis_failed = 1;
 		}

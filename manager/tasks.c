@@ -204,7 +204,7 @@ uncancel(struct change *c)
 	slot_eval_init(&ev, SCRIPT_UNCANCEL, c->slot, "dc");
 	redis_args_addstr(&ev.a, c->id);
 	redis_args_addint(&ev.a, c->removed_score);
-	slot_eval_send(&ev, c->mg->redis, NULL, NULL);
+	redis_eval_args(c->mg->redis, NULL, NULL, &ev.a);
 	slot_eval_free(&ev);
 }
 
@@ -276,7 +276,7 @@ reschedule_in_redis(struct change *c, redis_reply_fn cb)
 	redis_args_addint(&ev.a, c->mg->bucket_ms);
 	redis_args_addint(&ev.a, c->old_due);
 	redis_args_addstr(&ev.a, c->topic);
-	rc = slot_eval_send(&ev, c->mg->redis, cb, cb ? c : NULL);
+	rc = redis_eval_args(c->mg->redis, cb, cb ? c : NULL, &ev.a);
 	slot_eval_free(&ev);
 	return rc;
 }
@@ -346,9 +346,9 @@ recurring_due(struct change *c)
 	}
 	if (c->new_tz == NULL)
 		c->new_tz = xstrdup(zone ? zone : "UTC");
-	c->new_due = task_cron_next(c->new_cron, c->new_tz,
-				    (start > c->now ? start : c->now) - 1, end,
-				    err, sizeof(err));
+	c->new_due = task_cron_next(
+		c->new_cron, tz_get(c->new_tz, err, sizeof(err)),
+		(start > c->now ? start : c->now) - 1, end, err, sizeof(err));
 	if (c->new_due < 0) {
 		http_reply_error(c->req, 400, "invalid_value", "cron", "%s",
 				 c->new_due == -1 ? "the expression has no "
@@ -417,7 +417,7 @@ change_done_cb(struct db_job *job, int status, const char *err)
 		redis_args_addint(&ev.a, c->now);
 		redis_args_addint(&ev.a, c->old_due);
 		redis_args_addstr(&ev.a, c->topic);
-		rc = slot_eval_send(&ev, mg->redis, redis_decided_cb, c);
+		rc = redis_eval_args(mg->redis, redis_decided_cb, c, &ev.a);
 		slot_eval_free(&ev);
 	} else {
 		struct task t;

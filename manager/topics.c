@@ -490,8 +490,8 @@ notify(struct top *t)
 			 (json_int_t)t->now);
 	t->node = json_dumps(node, JSON_COMPACT);
 	json_decref(node);
-	snprintf(path, sizeof(path), "%s%s",
-		 cfg_str(t->mg->cfg, CFG_CLUSTER_ROOT), ZPATH_PAUSED);
+	zpath(path, sizeof(path), cfg_str(t->mg->cfg, CFG_CLUSTER_ROOT),
+	      ZPATH_PAUSED);
 	log_info(t->op == TOP_PAUSE ? "topic paused" : "topic resumed",
 		 "topic=%s paused_topics=%zu", t->topic, t->paused.nrows);
 	if (zk_aset(t->mg->zk, path, t->node, -1, notified_cb, t) < 0)
@@ -548,7 +548,7 @@ skip_page(struct top *t)
 			redis_args_addstr(&ev.a, db_rows_get(pg, j, 0, NULL));
 			redis_args_addint(&ev.a, db_rows_int(pg, j, 2));
 		}
-		if (slot_eval_send(&ev, mg->redis, skip_reply_cb, t) < 0)
+		if (redis_eval_args(mg->redis, skip_reply_cb, t, &ev.a) < 0)
 			t->redis_failed = 1;
 		else
 			t->calls++;

@@ -113,15 +113,14 @@ repair_acls(struct zk *z, const char *root, int nslots, char *err,
 			return -1;
 	}
 	for (int i = 0; i < nslots; i++) {
-		snprintf(path, sizeof(path), "%s%s%d", root, ZPATH_SLOT_PREFIX,
-			 i);
+		zpath_slot(path, sizeof(path), root, i);
 		if (repair_one(z, path, &repaired, err, errlen) < 0)
 			return -1;
 	}
-	snprintf(path, sizeof(path), "%s%s", root, ZPATH_WORKERS);
+	zpath(path, sizeof(path), root, ZPATH_WORKERS);
 	if (repair_children(z, path, &repaired, err, errlen) < 0)
 		return -1;
-	snprintf(path, sizeof(path), "%s%s", root, ZPATH_ELECTION);
+	zpath(path, sizeof(path), root, ZPATH_ELECTION);
 	if (repair_children(z, path, &repaired, err, errlen) < 0)
 		return -1;
 	if (repaired > 0)
@@ -144,7 +143,7 @@ zktree_ensure(struct zk *z, const char *root, int nslots, char *err,
 		snprintf(err, errlen, "cannot create %s", root);
 		return -1;
 	}
-	snprintf(path, sizeof(path), "%s%s", root, ZPATH_CONFIG);
+	zpath(path, sizeof(path), root, ZPATH_CONFIG);
 	data = xasprintf("{\"slots\":%d,\"created_at\":%lld}", nslots,
 			 (long long)clock_now_ms());
 	/* Whoever creates /config first fixes the slot count for good. */
@@ -157,14 +156,13 @@ zktree_ensure(struct zk *z, const char *root, int nslots, char *err,
 	if (created)
 		log_info("cluster created", "root=%s slots=%d", root, nslots);
 
-	snprintf(path, sizeof(path), "%s%s", root, ZPATH_SLOTS);
+	zpath(path, sizeof(path), root, ZPATH_SLOTS);
 	if (zk_ensure(z, path, NULL, 0) < 0)
 		goto fail;
 	for (int i = 0; i < nslots; i++) {
 		int rc;
 
-		snprintf(path, sizeof(path), "%s%s%d", root, ZPATH_SLOT_PREFIX,
-			 i);
+		zpath_slot(path, sizeof(path), root, i);
 		data = xasprintf("{\"slot\":%d,\"owner\":null,\"requested\":"
 				 "null,\"epoch\":0,\"updated_at\":%lld}",
 				 i, (long long)clock_now_ms());
@@ -179,17 +177,17 @@ zktree_ensure(struct zk *z, const char *root, int nslots, char *err,
 		else if (rc != ZOK && rc != ZNODEEXISTS)
 			goto fail;
 	}
-	snprintf(path, sizeof(path), "%s%s", root, ZPATH_WORKERS);
+	zpath(path, sizeof(path), root, ZPATH_WORKERS);
 	if (zk_ensure(z, path, NULL, 0) < 0)
 		goto fail;
-	snprintf(path, sizeof(path), "%s%s", root, ZPATH_ELECTION);
+	zpath(path, sizeof(path), root, ZPATH_ELECTION);
 	if (zk_ensure(z, path, NULL, 0) < 0)
 		goto fail;
 	/* Its data is rewritten at every pause and resume (topics.c). */
-	snprintf(path, sizeof(path), "%s%s", root, ZPATH_PAUSED);
+	zpath(path, sizeof(path), root, ZPATH_PAUSED);
 	if (zk_ensure(z, path, "{\"paused\":[]}", 0) < 0)
 		goto fail;
-	snprintf(path, sizeof(path), "%s%s", root, ZPATH_NOTIFIERS);
+	zpath(path, sizeof(path), root, ZPATH_NOTIFIERS);
 	if (zk_ensure(z, path, NULL, 0) < 0)
 		goto fail;
 	if (repair_acls(z, root, nslots, err, errlen) < 0)

@@ -93,7 +93,7 @@ announce(struct notifier *n)
 		retry_later(n);
 		return;
 	}
-	snprintf(path, sizeof(path), "%s%s", root, ZPATH_NOTIFIERS);
+	zpath(path, sizeof(path), root, ZPATH_NOTIFIERS);
 	if (zk_ensure(n->zk, path, NULL, 0) < 0) {
 		retry_later(n);
 		return;

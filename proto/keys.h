@@ -150,4 +150,26 @@ rchan_wake(char *buf, size_t len, const char *root)
  * (proto/cover.h); the manager warns of callbacks none of them covers. */
 #define ZPATH_NOTIFIERS "/notifiers"
 
+/* The path of node (a ZPATH_*) under the cluster root. */
+static inline void
+zpath(char *buf, size_t len, const char *root, const char *node)
+{
+	snprintf(buf, len, "%s%s", root, node);
+}
+
+/* A child of node: <root><node>/<name>. */
+static inline void
+zpath_child(char *buf, size_t len, const char *root, const char *node,
+	    const char *name)
+{
+	snprintf(buf, len, "%s%s/%s", root, node, name);
+}
+
+/* The node of a slot: <root>/work_slot/ws_<slot>. */
+static inline void
+zpath_slot(char *buf, size_t len, const char *root, int slot)
+{
+	snprintf(buf, len, "%s%s%d", root, ZPATH_SLOT_PREFIX, slot);
+}
+
 #endif

@@ -7,8 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "db.h"
 #include "payload.h"
+#include "rows.h"
 #include "xmalloc.h"
 
 /*

@@ -5,10 +5,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "daemon.h"
-#include "db.h"
 #include "payload.h"
 #include "rindex.h"
+#include "rows.h"
 #include "scripts.h"
 #include "xmalloc.h"
 
@@ -45,13 +44,6 @@ slot_eval_init(struct slot_eval *e, const char *script, int slot,
 	}
 }
 
-int
-slot_eval_send(struct slot_eval *e, struct redis *r, redis_reply_fn cb,
-	       void *arg)
-{
-	return redis_eval_argv(r, cb, arg, e->a.argc, e->a.argv, e->a.len);
-}
-
 void
 slot_eval_free(struct slot_eval *e)
 {
@@ -59,11 +51,11 @@ slot_eval_free(struct slot_eval *e)
 }
 
 void
-rindex_init(struct rindex *ix, int slot, int64_t bucket_ms, int64_t near_ms)
+rindex_init(struct rindex *ix, int slot, int64_t bucket_ms, int64_t edge_ms)
 {
 	memset(ix, 0, sizeof(*ix));
 	slot_eval_init(&ix->ev, SCRIPT_INDEX, slot, "dtickbv");
-	redis_args_addint(&ix->ev.a, clock_now_ms() + near_ms);
+	redis_args_addint(&ix->ev.a, edge_ms);
 	redis_args_addint(&ix->ev.a, bucket_ms);
 }
 
@@ -87,14 +79,6 @@ size_t
 rindex_count(const struct rindex *ix)
 {
 	return ix->n;
-}
-
-int
-rindex_send(struct rindex *ix, struct redis *r, redis_reply_fn cb, void *arg)
-{
-	if (ix->n == 0)
-		return 0;
-	return slot_eval_send(&ix->ev, r, cb, arg);
 }
 
 void

@@ -5,7 +5,7 @@
 #include <stdint.h>
 
 #include "keys.h"
-#include "redis.h"
+#include "rargs.h"
 
 struct db_rows;
 
@@ -14,7 +14,8 @@ struct db_rows;
  * letters in the order the script wants them: d due, t task, i inflight,
  * a attempt, e epoch, m marker, c cancelled, k bk, b the buckets' prefix,
  * v moved, h the held sets' prefix. Further arguments go to .a
- * with redis_args_add*; send with redis_command_argv(.a).
+ * with redis_args_add*; the caller sends .a (common/redis.h's
+ * redis_eval_args): this file only builds calls.
  */
 #define SLOT_EVAL_KEYS 11
 struct slot_eval {
@@ -24,8 +25,6 @@ struct slot_eval {
 
 void slot_eval_init(struct slot_eval *e, const char *script, int slot,
 		    const char *kinds);
-int slot_eval_send(struct slot_eval *e, struct redis *r, redis_reply_fn cb,
-		   void *arg);
 void slot_eval_free(struct slot_eval *e);
 
 /*
@@ -40,15 +39,13 @@ struct rindex {
 };
 
 /* Tasks whose bucket (bucket_ms of due time, 0: none) starts later than
- * near_ms from now go to it, the others to due/task. */
+ * edge_ms (now + the near window, by the caller's clock) go to it, the
+ * others to due/task. */
 void rindex_init(struct rindex *ix, int slot, int64_t bucket_ms,
-		 int64_t near_ms);
+		 int64_t edge_ms);
 void rindex_add_row(struct rindex *ix, const struct db_rows *rows, size_t i);
-/* Rows added so far. */
+/* Rows added so far (send the call, ix->ev.a, only if there are any). */
 size_t rindex_count(const struct rindex *ix);
-/* Sends the call (if any row was added); -1 if it could not be sent. */
-int rindex_send(struct rindex *ix, struct redis *r, redis_reply_fn cb,
-		void *arg);
 void rindex_free(struct rindex *ix);
 
 #endif

@@ -15,7 +15,6 @@
 #include "hash.h"
 #include "task.h"
 #include "trace.h"
-#include "tz.h"
 #include "utf8.h"
 #include "xmalloc.h"
 
@@ -57,10 +56,9 @@ task_misfire_parse(const char *s, enum task_misfire *out)
 }
 
 int64_t
-task_cron_next(const char *cron, const char *zone, int64_t after_ms,
+task_cron_next(const char *cron, const struct tz *z, int64_t after_ms,
 	       int64_t end_at, char *err, size_t errlen)
 {
-	const struct tz *z = tz_get(zone ? zone : "UTC", err, errlen);
 	struct cron_error ce;
 	struct cron c;
 	int64_t next;
@@ -588,7 +586,10 @@ parse_recurring(const json_t *in, const struct task_limits *lim, int64_t now_ms,
 					      "timezone must be a string");
 		zone = json_string_value(v);
 	}
-	if ((z = tz_get(zone, msg, sizeof(msg))) == NULL)
+	if (lim->zone == NULL)
+		snprintf(msg, sizeof(msg), "time zones are not available");
+	if (lim->zone == NULL ||
+	    (z = lim->zone(zone, msg, sizeof(msg))) == NULL)
 		return task_error_set(err, 400, "invalid_value", "timezone",
 				      "%s", msg);
 	t->misfire = TASK_MISFIRE_FIRE_ONCE;
@@ -915,11 +916,12 @@ task_from_json(const json_t *in, const struct task_limits *lim, int64_t now_ms,
 
 /* The schedule of a recurring task and its next five occurrences. */
 static void
-recurring_to_json(json_t *o, const struct task *t)
+recurring_to_json(json_t *o, const struct task *t, task_zone_fn zone)
 {
 	json_t *next = json_array();
 	char err[256];
 	int64_t due = t->due_at, left = 5;
+	const struct tz *z = NULL;
 
 	json_object_set_new(o, "cron", json_string(t->cron));
 	json_object_set_new(o, "timezone",
@@ -939,16 +941,18 @@ recurring_to_json(json_t *o, const struct task *t)
 	json_object_set_new(o, "occurrences", json_integer(t->occurrences));
 	if (t->status != TASK_SCHEDULED && t->status != TASK_FIRING)
 		left = 0;
+	if (left > 0 && zone != NULL)
+		z = zone(t->timezone ? t->timezone : "UTC", err, sizeof(err));
 	for (; left > 0 && due >= 0; left--) {
 		json_array_append_new(next, json_integer(due));
-		due = task_cron_next(t->cron, t->timezone, due, t->end_at, err,
+		due = task_cron_next(t->cron, z, due, t->end_at, err,
 				     sizeof(err));
 	}
 	json_object_set_new(o, "next_occurrences", next);
 }
 
 json_t *
-task_to_json(const struct task *t)
+task_to_json(const struct task *t, task_zone_fn zone)
 {
 	json_t *o = json_object();
 
@@ -975,7 +979,7 @@ task_to_json(const struct task *t)
 		json_object_set_new(o, "ttl_ms", json_integer(t->ttl_ms));
 	json_object_set_new(o, "attempt", json_integer(t->attempt));
 	if (t->cron != NULL)
-		recurring_to_json(o, t);
+		recurring_to_json(o, t, zone);
 	json_object_set_new(o, "created_at", json_integer(t->created_at));
 	json_object_set_new(o, "updated_at", json_integer(t->updated_at));
 	json_object_set_new(o, "fired_at",

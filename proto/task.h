@@ -82,6 +82,14 @@ struct task {
 	int64_t delivered_at; /* 0: not yet */
 };
 
+struct tz;
+/*
+ * Finds an IANA time zone by name, or NULL with err filled (common/tz.h's
+ * tz_get: the daemons pass it in, so this file reads no zone files).
+ */
+typedef const struct tz *(*task_zone_fn)(const char *name, char *err,
+					 size_t errlen);
+
 struct task_limits {
 	size_t max_body;
 	int64_t max_delay_ms;
@@ -89,6 +97,8 @@ struct task_limits {
 	/* Encoded JSON of headers and of callback.headers (compact, sorted
 	 * keys, as stored); 0: TASK_HEADERS_JSON_MAX. */
 	size_t max_headers;
+	/* A recurring task's timezone; NULL: every zone is refused. */
+	task_zone_fn zone;
 };
 
 /* A client error: HTTP status, machine code, offending field, message. */
@@ -106,8 +116,9 @@ struct task_error {
  */
 int task_from_json(const json_t *in, const struct task_limits *lim,
 		   int64_t now_ms, struct task *t, struct task_error *err);
-/* The public view of a task (GET /v1/tasks/{id}). */
-json_t *task_to_json(const struct task *t);
+/* The public view of a task (GET /v1/tasks/{id}); zone finds a recurring
+ * task's zone for its next occurrences (NULL: none listed). */
+json_t *task_to_json(const struct task *t, task_zone_fn zone);
 void task_clear(struct task *t);
 
 const char *task_status_name(enum task_status s);
@@ -116,11 +127,12 @@ int task_status_parse(const char *s, enum task_status *out);
 const char *task_misfire_name(enum task_misfire m);
 int task_misfire_parse(const char *s, enum task_misfire *out);
 /*
- * The next occurrence of a recurring task strictly after after_ms and not
- * after end_at (0: no end), or -1 if there is none. -2 with err filled
- * when the expression or zone is unusable (never for a stored task).
+ * The next occurrence of a recurring task in zone z strictly after
+ * after_ms and not after end_at (0: no end), or -1 if there is none. -2
+ * with err filled when the expression is unusable (never for a stored
+ * task), -2 also for a NULL z (err left as the zone's lookup filled it).
  */
-int64_t task_cron_next(const char *cron, const char *zone, int64_t after_ms,
+int64_t task_cron_next(const char *cron, const struct tz *z, int64_t after_ms,
 		       int64_t end_at, char *err, size_t errlen);
 const char *task_callback_status_name(enum task_callback_status s);
 int task_callback_status_parse(const char *s, enum task_callback_status *out);

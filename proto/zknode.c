@@ -79,6 +79,74 @@ slot_node_encode(const struct slot_node *n)
 	return s;
 }
 
+static void
+get_str(const json_t *o, const char *field, char *buf, size_t size)
+{
+	const json_t *v = json_object_get(o, field);
+
+	buf[0] = '\0';
+	if (json_is_string(v) && json_string_length(v) < size)
+		memcpy(buf, json_string_value(v), json_string_length(v) + 1);
+}
+
+int
+worker_node_decode(const char *data, int len, struct worker_node *n)
+{
+	json_t *o;
+	int rc = -1;
+
+	memset(n, 0, sizeof(*n));
+	if (data == NULL || len <= 0)
+		return -1;
+	o = json_loadb(data, (size_t)len, 0, NULL);
+	if (!json_is_object(o) || get_id(o, "id", n->id) < 0 ||
+	    n->id[0] == '\0')
+		goto out;
+	get_str(o, "host", n->host, sizeof(n->host));
+	get_str(o, "version", n->version, sizeof(n->version));
+	get_str(o, "metrics", n->metrics, sizeof(n->metrics));
+	if (json_is_integer(json_object_get(o, "pid")))
+		n->pid = json_integer_value(json_object_get(o, "pid"));
+	if (json_is_integer(json_object_get(o, "started_at")))
+		n->started_at =
+			json_integer_value(json_object_get(o, "started_at"));
+	n->metrics_tls = json_is_true(json_object_get(o, "metrics_tls"));
+	rc = 0;
+out:
+	json_decref(o);
+	return rc;
+}
+
+json_t *
+worker_node_json(const struct worker_node *n)
+{
+	json_t *o = json_object();
+
+	json_object_set_new(o, "id", utf8_json_str(n->id));
+	json_object_set_new(o, "host", utf8_json_str(n->host));
+	json_object_set_new(o, "pid", json_integer(n->pid));
+	json_object_set_new(o, "started_at", json_integer(n->started_at));
+	json_object_set_new(o, "version", utf8_json_str(n->version));
+	if (n->metrics[0] != '\0')
+		json_object_set_new(o, "metrics", utf8_json_str(n->metrics));
+	if (n->metrics_tls)
+		json_object_set_new(o, "metrics_tls", json_true());
+	return o;
+}
+
+char *
+worker_node_encode(const struct worker_node *n)
+{
+	json_t *o = worker_node_json(n);
+	char *s;
+
+	s = json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER);
+	json_decref(o);
+	if (s == NULL)
+		abort();
+	return s;
+}
+
 int
 cluster_config_verify(const char *data, int nslots, const char *path, char *err,
 		      size_t errlen)

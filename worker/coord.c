@@ -59,7 +59,7 @@ static void slot_reconcile(struct worker *w, int slot);
 static void
 slot_path(const struct worker *w, int slot, char *buf, size_t len)
 {
-	snprintf(buf, len, "%s%s%d", w->root, ZPATH_SLOT_PREFIX, slot);
+	zpath_slot(buf, len, w->root, slot);
 }
 
 static int
@@ -70,7 +70,7 @@ slot_of_path(const struct worker *w, const char *path)
 	char *end;
 	long v;
 
-	snprintf(prefix, sizeof(prefix), "%s%s", w->root, ZPATH_SLOT_PREFIX);
+	zpath(prefix, sizeof(prefix), w->root, ZPATH_SLOT_PREFIX);
 	n = strlen(prefix);
 	if (path == NULL || strncmp(path, prefix, n) != 0)
 		return -1;
@@ -310,7 +310,7 @@ slot_gain(struct worker *w, int slot, int64_t epoch)
 	fc->epoch = epoch;
 	slot_eval_init(&ev, SCRIPT_FENCE, slot, "em");
 	redis_args_addint(&ev.a, epoch);
-	if (slot_eval_send(&ev, w->redis, redis_fence_cb, fc) < 0) {
+	if (redis_eval_args(w->redis, redis_fence_cb, fc, &ev.a) < 0) {
 		s->starting = 0;
 		xfree(fc);
 	}
@@ -717,7 +717,7 @@ read_members(struct worker *w)
 {
 	char path[512];
 
-	snprintf(path, sizeof(path), "%s%s", w->root, ZPATH_WORKERS);
+	zpath(path, sizeof(path), w->root, ZPATH_WORKERS);
 	zk_aget_children(w->zk, path, 1, members_cb, w);
 }
 
@@ -731,7 +731,7 @@ write_master_node(struct worker *w)
 	char path[512], *data;
 	json_t *j;
 
-	snprintf(path, sizeof(path), "%s%s", w->root, ZPATH_MASTER);
+	zpath(path, sizeof(path), w->root, ZPATH_MASTER);
 	j = json_object();
 	json_object_set_new(j, "id", utf8_json_str(w->id));
 	json_object_set_new(j, "since", json_integer(clock_now_ms()));
@@ -768,7 +768,7 @@ master_node_cb(struct zk *z, int rc, const char *value, void *arg)
 		return;
 	}
 	if (rc == ZNODEEXISTS && w->master) {
-		snprintf(path, sizeof(path), "%s%s", w->root, ZPATH_MASTER);
+		zpath(path, sizeof(path), w->root, ZPATH_MASTER);
 		zk_aexists(w->zk, path, 1, master_exists_cb, w);
 	}
 }
@@ -856,8 +856,8 @@ election_children_cb(struct zk *z, int rc, const struct String_vector *names,
 		char path[512];
 
 		step_down(w, "not the first candidate");
-		snprintf(path, sizeof(path), "%s%s/%s", w->root, ZPATH_ELECTION,
-			 sorted[me - 1]);
+		zpath_child(path, sizeof(path), w->root, ZPATH_ELECTION,
+			    sorted[me - 1]);
 		zk_aexists(w->zk, path, 1, predecessor_cb, w);
 	}
 	xfree(sorted);
@@ -868,7 +868,7 @@ check_election(struct worker *w)
 {
 	char path[512];
 
-	snprintf(path, sizeof(path), "%s%s", w->root, ZPATH_ELECTION);
+	zpath(path, sizeof(path), w->root, ZPATH_ELECTION);
 	zk_aget_children(w->zk, path, 0, election_children_cb, w);
 }
 
@@ -912,8 +912,8 @@ find_own_cb(struct zk *z, int rc, const struct String_vector *names, void *arg)
 			struct adopt_call *a = xcalloc(1, sizeof(*a));
 
 			a->w = w;
-			snprintf(a->path, sizeof(a->path), "%s%s/%s", w->root,
-				 ZPATH_ELECTION, names->data[i]);
+			zpath_child(a->path, sizeof(a->path), w->root,
+				    ZPATH_ELECTION, names->data[i]);
 			zk_aexists(z, a->path, 0, adopt_cb, a);
 			found = 1;
 		}
@@ -935,7 +935,7 @@ elect_cb(struct zk *z, int rc, const char *value, void *arg)
 		log_info("election candidate", "node=%s", value);
 		check_election(w);
 	} else if (rc == ZCONNECTIONLOSS || rc == ZOPERATIONTIMEOUT) {
-		snprintf(path, sizeof(path), "%s%s", w->root, ZPATH_ELECTION);
+		zpath(path, sizeof(path), w->root, ZPATH_ELECTION);
 		zk_aget_children(w->zk, path, 0, find_own_cb, w);
 	} else {
 		log_warn("election create failed", "error=\"%s\"", zerror(rc));
@@ -977,31 +977,20 @@ metrics_addr(const struct worker *w, const char *host, char *buf, size_t len)
 static char *
 member_json(const struct worker *w)
 {
-	char host[256], metrics[300];
-	json_t *j;
-	char *s;
+	struct worker_node n;
 
-	if (gethostname(host, sizeof(host)) != 0)
-		snprintf(host, sizeof(host), "unknown");
-	host[sizeof(host) - 1] = '\0';
-	metrics_addr(w, host, metrics, sizeof(metrics));
-	/* The hostname is whatever bytes the system holds (json_pack would
-	 * refuse one that is not UTF-8 and leave nothing to register). */
-	j = json_object();
-	json_object_set_new(j, "id", utf8_json_str(w->id));
-	json_object_set_new(j, "host", utf8_json_str(host));
-	json_object_set_new(j, "pid", json_integer(getpid()));
-	json_object_set_new(j, "started_at", json_integer(clock_now_ms()));
-	json_object_set_new(j, "version", json_string(PACKAGE_VERSION));
-	json_object_set_new(j, "metrics", utf8_json_str(metrics));
+	memset(&n, 0, sizeof(n));
+	snprintf(n.id, sizeof(n.id), "%s", w->id);
+	if (gethostname(n.host, sizeof(n.host)) != 0)
+		snprintf(n.host, sizeof(n.host), "unknown");
+	n.host[sizeof(n.host) - 1] = '\0';
+	metrics_addr(w, n.host, n.metrics, sizeof(n.metrics));
+	n.pid = getpid();
+	n.started_at = clock_now_ms();
+	snprintf(n.version, sizeof(n.version), "%s", PACKAGE_VERSION);
 	/* The manager reads it over HTTPS then (its lateness chart). */
-	if (cfg_str(w->cfg, CFG_WORKER_HTTP_TLS_CERT)[0] != '\0')
-		json_object_set_new(j, "metrics_tls", json_true());
-	s = json_dumps(j, JSON_COMPACT | JSON_PRESERVE_ORDER);
-	json_decref(j);
-	if (s == NULL)
-		abort();
-	return s;
+	n.metrics_tls = cfg_str(w->cfg, CFG_WORKER_HTTP_TLS_CERT)[0] != '\0';
+	return worker_node_encode(&n);
 }
 
 /* Synchronous: at startup (a clear error for a duplicate id) and after a
@@ -1016,7 +1005,7 @@ register_node(struct worker *w, char *err, size_t errlen)
 	char *data = member_json(w);
 	int rc;
 
-	snprintf(path, sizeof(path), "%s%s/%s", w->root, ZPATH_WORKERS, w->id);
+	zpath_child(path, sizeof(path), w->root, ZPATH_WORKERS, w->id);
 	rc = zoo_create(zk_handle(w->zk), path, data, (int)strlen(data),
 			zk_acl(w->zk), ZOO_EPHEMERAL, NULL, 0);
 	free(data);
@@ -1185,7 +1174,7 @@ check_cluster_config(struct worker *w, char *err, size_t errlen)
 	char path[512], *data;
 	int rc;
 
-	snprintf(path, sizeof(path), "%s%s", w->root, ZPATH_CONFIG);
+	zpath(path, sizeof(path), w->root, ZPATH_CONFIG);
 	data = zk_get(w->zk, path, NULL, &rc);
 	if (data == NULL) {
 		snprintf(err, errlen,

@@ -293,11 +293,13 @@ index_requeued(struct worker *w, struct dbreap *r)
 {
 	struct rindex ix;
 
-	rindex_init(&ix, r->slot, w->bucket_ms, w->bucket_near_ms);
+	rindex_init(&ix, r->slot, w->bucket_ms,
+		    clock_now_ms() + w->bucket_near_ms);
 	for (size_t i = 0; i < r->npayloads; i++)
 		if (r->payloads[i].nrows == 1)
 			rindex_add_row(&ix, &r->payloads[i], 0);
-	rindex_send(&ix, w->redis, NULL, NULL);
+	if (rindex_count(&ix) > 0)
+		redis_eval_args(w->redis, NULL, NULL, &ix.ev.a);
 	rindex_free(&ix);
 }
 

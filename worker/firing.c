@@ -23,6 +23,7 @@
 #include "schema.h"
 #include "scripts.h"
 #include "trace.h"
+#include "tz.h"
 #include "worker.h"
 #include "xmalloc.h"
 
@@ -468,6 +469,7 @@ mark_recurring(struct db_conn *c, struct mark_job *mj, size_t i)
 	unsigned long long a = 0;
 	int64_t after, max, occ;
 	int published = !t->skip, rc = -1;
+	const char *zone;
 	char err[256];
 
 	db_params_init(&p, 10);
@@ -506,10 +508,11 @@ mark_recurring(struct db_conn *c, struct mark_job *mj, size_t i)
 	max = db_rows_int(&rows, 0, SQL_CC_MAX_OCCURRENCES);
 	occ = db_rows_int(&rows, 0, SQL_CC_OCCURRENCES) + published;
 	t->next_due = -1;
+	zone = db_rows_get(&rows, 0, SQL_CC_TIMEZONE, NULL);
 	if (max <= 0 || occ < max)
 		t->next_due = task_cron_next(
 			db_rows_get(&rows, 0, SQL_CC_CRON, NULL),
-			db_rows_get(&rows, 0, SQL_CC_TIMEZONE, NULL), after,
+			tz_get(zone ? zone : "UTC", err, sizeof(err)), after,
 			db_rows_int(&rows, 0, SQL_CC_END_AT), err, sizeof(err));
 	db_rows_free(&rows);
 	if (t->next_due < -1)
@@ -634,7 +637,7 @@ forget(struct worker *w, struct wtask **tasks, size_t n)
 				redis_args_addstr(&ev.a, tasks[i]->id);
 		/* Redis away (DB mode): its index is rebuilt on return. */
 		if (ev.a.argc > 6 &&
-		    slot_eval_send(&ev, w->redis, NULL, NULL) < 0)
+		    redis_eval_args(w->redis, NULL, NULL, &ev.a) < 0)
 			log_debug("redis cleanup skipped (disconnected)",
 				  "slot=%d", slot);
 		slot_eval_free(&ev);
@@ -661,7 +664,7 @@ count_attempts(struct worker *w, struct wtask **tasks, size_t n)
 			redis_args_addstr(&ev.a, tasks[i]->id);
 		}
 		if (ev.a.argc > 4)
-			slot_eval_send(&ev, w->redis, NULL, NULL);
+			redis_eval_args(w->redis, NULL, NULL, &ev.a);
 		slot_eval_free(&ev);
 	}
 }
@@ -751,8 +754,8 @@ recurring_next(struct worker *w, struct mark_job *mj)
 			ci->w = w;
 			ci->slot = slot;
 			ci->soon = soon;
-			if (slot_eval_send(&ev, w->redis, cron_indexed_cb, ci) <
-			    0)
+			if (redis_eval_args(w->redis, cron_indexed_cb, ci,
+					    &ev.a) < 0)
 				xfree(ci);
 		}
 		slot_eval_free(&ev);

@@ -362,7 +362,7 @@ pause_hold(struct worker *w, struct wtask *t, const struct task *pt)
 	redis_args_addstr(&ev.a, pt->topic);
 	redis_args_addstr(&ev.a, t->id);
 	redis_args_addint(&ev.a, pt->due_at);
-	if (slot_eval_send(&ev, w->redis, hold_cb, h) < 0) {
+	if (redis_eval_args(w->redis, hold_cb, h, &ev.a) < 0) {
 		/* Not sent: its lease brings it back to due and the next
 		 * claim holds it. */
 		wtask_release(w, t);
@@ -424,7 +424,7 @@ lift(struct worker *w, struct ptopic *t, int slot, int count, int peek)
 	redis_args_addstr(&ev.a, t->topic);
 	redis_args_addint(&ev.a, count);
 	redis_args_addint(&ev.a, peek);
-	if (slot_eval_send(&ev, w->redis, lift_cb, l) < 0) {
+	if (redis_eval_args(w->redis, lift_cb, l, &ev.a) < 0) {
 		xfree(l);
 	} else {
 		t->hs[slot] = HS_OUT;
@@ -570,7 +570,7 @@ pause_start(struct worker *w)
 	struct timeval dtv = {0, DRAIN_TICK_MS * 1000};
 
 	w->pause = p;
-	snprintf(p->path, sizeof(p->path), "%s%s", w->root, ZPATH_PAUSED);
+	zpath(p->path, sizeof(p->path), w->root, ZPATH_PAUSED);
 	p->next_recheck_ms = clock_mono_ms() + DRAIN_RECHECK_MS;
 	p->refresh_ev = event_new(w->base, -1, EV_PERSIST, refresh_cb, w);
 	event_add(p->refresh_ev, &rtv);

@@ -259,7 +259,8 @@ page_done_cb(struct db_job *job, int status, const char *err)
 				     rb);
 		return;
 	}
-	rindex_init(&ix, rb->slot, w->bucket_ms, w->bucket_near_ms);
+	rindex_init(&ix, rb->slot, w->bucket_ms,
+		    clock_now_ms() + w->bucket_near_ms);
 	for (size_t i = 0; i < n; i++)
 		if (!recovery_held(w, db_rows_get(&j->rows, i, PC_ID, NULL)))
 			rindex_add_row(&ix, &j->rows, i);
@@ -275,7 +276,7 @@ page_done_cb(struct db_job *job, int status, const char *err)
 			 s->rebuild_tasks);
 	if (indexed == 0)
 		rebuild_page(rb);
-	else if (rindex_send(&ix, w->redis, index_page_cb, rb) < 0)
+	else if (redis_eval_args(w->redis, index_page_cb, rb, &ix.ev.a) < 0)
 		rebuild_fail(rb, "index", "redis unavailable");
 	rindex_free(&ix);
 	db_rows_free(&j->rows);
@@ -336,7 +337,7 @@ rebuild_reset(struct rebuild *rb)
 	w->slots[rb->slot].rebuild_tasks = 0;
 	slot_eval_init(&ev, SCRIPT_RESET, rb->slot, "dtiaemkbv");
 	redis_args_addint(&ev.a, rb->epoch);
-	if (slot_eval_send(&ev, w->redis, reset_cb, rb) < 0)
+	if (redis_eval_args(w->redis, reset_cb, rb, &ev.a) < 0)
 		rebuild_fail(rb, "reset", "redis unavailable");
 	slot_eval_free(&ev);
 }

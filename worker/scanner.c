@@ -349,7 +349,7 @@ claim_slot(struct worker *w, int slot)
 		s->claimq_tail = NULL;
 	s->claimq_n -= n;
 	c->n = n;
-	if (slot_eval_send(&ev, w->redis, claim_reply_cb, c) < 0) {
+	if (redis_eval_args(w->redis, claim_reply_cb, c, &ev.a) < 0) {
 		for (size_t i = 0; i < n; i++)
 			wtask_release(w, c->tasks[i]);
 		slot_call_free(c);
@@ -487,7 +487,7 @@ scanner_redis_up(struct worker *w)
 			redis_args_addint(&ev.a, l->due_at);
 		}
 		if (ev.a.argc > 5)
-			slot_eval_send(&ev, w->redis, NULL, NULL);
+			redis_eval_args(w->redis, NULL, NULL, &ev.a);
 		slot_eval_free(&ev);
 	}
 	for (l = w->limbo; l != NULL; l = n) {
@@ -560,10 +560,10 @@ reap_done_cb(struct db_job *job, int status, const char *err)
 	if (fin.a.argc > 6) {
 		log_info("expired leases of finished tasks dropped",
 			 "slot=%d count=%d", r->slot, fin.a.argc - 6);
-		slot_eval_send(&fin, w->redis, NULL, NULL);
+		redis_eval_args(w->redis, NULL, NULL, &fin.a);
 	}
 	if (req.a.argc > 7 && !w->stopping &&
-	    slot_eval_send(&req, w->redis, requeue_reply_cb, c) == 0)
+	    redis_eval_args(w->redis, requeue_reply_cb, c, &req.a) == 0)
 		c = NULL;
 	else
 		w->slots[r->slot].reaping = 0;
@@ -827,7 +827,8 @@ load_done_cb(struct db_job *job, int status, const char *err)
 		w->slots[l->slot].loading = 0;
 		goto out;
 	}
-	rindex_init(&ix, l->slot, w->bucket_ms, w->bucket_near_ms);
+	rindex_init(&ix, l->slot, w->bucket_ms,
+		    clock_now_ms() + w->bucket_near_ms);
 	for (size_t i = 0; i < l->rows.nrows; i++)
 		rindex_add_row(&ix, &l->rows, i);
 	ic = xcalloc(1, sizeof(*ic));
@@ -840,7 +841,8 @@ load_done_cb(struct db_job *job, int status, const char *err)
 		redisReply zero = {.type = REDIS_REPLY_INTEGER, .integer = 0};
 
 		index_reply_cb(w->redis, &zero, ic);
-	} else if (rindex_send(&ix, w->redis, index_reply_cb, ic) < 0) {
+	} else if (redis_eval_args(w->redis, index_reply_cb, ic, &ix.ev.a) <
+		   0) {
 		w->slots[l->slot].loading = 0;
 		xfree(ic);
 	}
@@ -873,7 +875,7 @@ trim_moved(struct worker *w, int slot, int64_t before)
 	slot_eval_init(&ev, SCRIPT_MOVED_TRIM, slot, "v");
 	redis_args_addint(&ev.a, w->slots[slot].moved_cursor);
 	redis_args_addint(&ev.a, before);
-	if (slot_eval_send(&ev, w->redis, trim_moved_cb, c) < 0)
+	if (redis_eval_args(w->redis, trim_moved_cb, c, &ev.a) < 0)
 		slot_call_free(c);
 	slot_eval_free(&ev);
 }
@@ -988,7 +990,8 @@ sweep_done_cb(struct db_job *job, int status, const char *err)
 
 	s->sweeping = 0;
 	if (status == 0 && s->owned && s->mode == SM_REDIS) {
-		rindex_init(&ix, sj->slot, w->bucket_ms, w->bucket_near_ms);
+		rindex_init(&ix, sj->slot, w->bucket_ms,
+			    clock_now_ms() + w->bucket_near_ms);
 		for (size_t i = 0; i < sj->rows.nrows; i++) {
 			const char *id = db_rows_get(&sj->rows, i, PC_ID, NULL);
 
@@ -1001,7 +1004,7 @@ sweep_done_cb(struct db_job *job, int status, const char *err)
 		}
 		c = slot_call_new(w, sj->slot);
 		if (rindex_count(&ix) == 0 ||
-		    rindex_send(&ix, w->redis, swept_cb, c) < 0)
+		    redis_eval_args(w->redis, swept_cb, c, &ix.ev.a) < 0)
 			slot_call_free(c);
 		rindex_free(&ix);
 	}
@@ -1082,7 +1085,7 @@ move_slot(struct worker *w, int slot, int64_t now)
 	redis_args_addint(&ev.a, s->epoch);
 	redis_args_addint(&ev.a, now + w->bucket_near_ms);
 	redis_args_addint(&ev.a, BUCKET_MOVE_BATCH);
-	if (slot_eval_send(&ev, w->redis, move_reply_cb, c) < 0)
+	if (redis_eval_args(w->redis, move_reply_cb, c, &ev.a) < 0)
 		slot_call_free(c);
 	else
 		s->moving = 1;

@@ -32,6 +32,7 @@
 #include "http.h"
 #include "log.h"
 #include "task.h"
+#include "tz.h"
 #include "utf8.h"
 #include "xmalloc.h"
 
@@ -58,7 +59,8 @@ r_echo(void *ctx, struct evhttp_request *req, const char *a, size_t n)
 static void
 r_submit(void *ctx, struct evhttp_request *req, const char *a, size_t n)
 {
-	const struct task_limits lim = {65536, 315576000000LL, "example.com"};
+	const struct task_limits lim = {65536, 315576000000LL, "example.com", 0,
+					tz_get};
 	struct task_error err;
 	json_error_t jerr;
 	struct task t;
@@ -79,7 +81,7 @@ r_submit(void *ctx, struct evhttp_request *req, const char *a, size_t n)
 	if (task_from_json(in, &lim, 1796040000000LL, &t, &err) < 0) {
 		http_reply_json(req, err.http, task_error_json(&err));
 	} else {
-		http_reply_json(req, 201, task_to_json(&t));
+		http_reply_json(req, 201, task_to_json(&t, tz_get));
 		task_clear(&t);
 	}
 	json_decref(in);

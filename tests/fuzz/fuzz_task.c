@@ -121,7 +121,7 @@ check_cron(const char *s)
 int
 LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-	const struct task_limits lim = {65536, 315576000000LL, NULL, 0};
+	const struct task_limits lim = {65536, 315576000000LL, NULL, 0, tz_get};
 	struct task_error err;
 	struct slot_node n;
 	struct task t;
@@ -135,7 +135,7 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, &jerr);
 	if (in != NULL) {
 		if (task_from_json(in, &lim, 1796040000000LL, &t, &err) == 0) {
-			json_t *out = task_to_json(&t);
+			json_t *out = task_to_json(&t, tz_get);
 
 			if (slot_of(t.id, strlen(t.id), 16) >= 16)
 				abort();

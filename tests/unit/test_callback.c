@@ -577,7 +577,8 @@ test_payload_carries_callback(void **state)
 static void
 test_submit_allow_list(void **state)
 {
-	struct task_limits lim = {65536, 315576000000LL, "cb.local, .corp", 0};
+	struct task_limits lim = {65536, 315576000000LL, "cb.local, .corp", 0,
+				  NULL};
 	struct task t;
 	struct task_error err;
 	json_t *in = json_pack("{s:s, s:s, s:i, s:{s:s}}", "topic", "t", "body",

@@ -16,6 +16,7 @@
 
 #include "task.h"
 #include "trace.h"
+#include "tz.h"
 #include "xmalloc.h"
 
 #define NOW INT64_C(1700000000000)
@@ -24,10 +25,10 @@
 
 #define MAX_HEADERS 300
 
-static const struct task_limits lim = {MAX_BODY, MAX_DELAY, NULL, 0};
+static const struct task_limits lim = {MAX_BODY, MAX_DELAY, NULL, 0, tz_get};
 /* The same with a small task.max_headers_bytes. */
 static const struct task_limits small_headers = {MAX_BODY, MAX_DELAY, NULL,
-						 MAX_HEADERS};
+						 MAX_HEADERS, tz_get};
 
 /*
  * Test JSON is written with ' for " so it stays readable; no test needs a
@@ -811,7 +812,7 @@ test_cron_submit(void **state)
 	assert_int_equal(t.due_at, INT64_C(1700035200000));
 	assert_int_equal(t.misfire, TASK_MISFIRE_SKIP);
 	assert_int_equal(t.max_occurrences, 3);
-	j = task_to_json(&t);
+	j = task_to_json(&t, tz_get);
 	assert_int_equal(
 		json_array_size(json_object_get(j, "next_occurrences")), 3);
 	assert_int_equal(json_integer_value(json_array_get(
@@ -868,6 +869,28 @@ test_cron_reject(void **state)
 		    "invalid_value", "cron");
 	reject_text("{'topic':'t','body':'b','delay_ms':5,'misfire':'skip'}",
 		    400, "invalid_value", "misfire");
+}
+
+/* Without a zone lookup (task_limits.zone NULL) a recurring task is refused
+ * on its timezone, never resolved some other way; a one-off task is not
+ * affected. */
+static void
+test_cron_no_zone_lookup(void **state)
+{
+	const struct task_limits nozone = {MAX_BODY, MAX_DELAY, NULL, 0, NULL};
+	struct task_error err;
+	struct task t;
+	json_t *in = load("{'topic':'t','body':'b','cron':'* * * * *'}");
+
+	(void)state;
+	assert_int_equal(task_from_json(in, &nozone, NOW, &t, &err), -1);
+	assert_int_equal(err.http, 400);
+	assert_string_equal(err.field, "timezone");
+	json_decref(in);
+	in = load("{'topic':'t','body':'b','delay_ms':5}");
+	assert_int_equal(task_from_json(in, &nozone, NOW, &t, &err), 0);
+	task_clear(&t);
+	json_decref(in);
 }
 
 /* A replay submitted later hashes the same; a different schedule does
@@ -987,7 +1010,7 @@ test_to_json(void **state)
 
 	in = load(sub);
 	assert_int_equal(parse_at(in, NOW, &t, &err), 0);
-	out = task_to_json(&t);
+	out = task_to_json(&t, tz_get);
 	assert_string_equal(json_string_value(json_object_get(out, "id")),
 			    "job-1");
 	assert_string_equal(json_string_value(json_object_get(out, "topic")),
@@ -1048,7 +1071,7 @@ test_to_json(void **state)
 	t.attempt = 2;
 	t.fired_at = NOW + 9001;
 	t.delivered_at = NOW + 9002;
-	out = task_to_json(&t);
+	out = task_to_json(&t, tz_get);
 	assert_string_equal(json_string_value(json_object_get(out, "status")),
 			    "delivered");
 	assert_string_equal(
@@ -1078,7 +1101,7 @@ test_to_json_minimal(void **state)
 	(void)state;
 
 	accept_text("{'topic':'t','body':'b','delay_ms':10}", NOW, &t);
-	out = task_to_json(&t);
+	out = task_to_json(&t, tz_get);
 	assert_string_equal(json_string_value(json_object_get(out, "id")),
 			    t.id);
 	assert_int_equal(json_integer_value(json_object_get(out, "due_at")),
@@ -1398,6 +1421,7 @@ main(void)
 		cmocka_unit_test(test_optional_fields),
 		cmocka_unit_test(test_cron_submit),
 		cmocka_unit_test(test_cron_reject),
+		cmocka_unit_test(test_cron_no_zone_lookup),
 		cmocka_unit_test(test_cron_hash),
 		cmocka_unit_test(test_late_failure_clears),
 		cmocka_unit_test(test_hash_replay),

@@ -1,0 +1,3 @@
+-- Count a publish attempt for each id.   KEYS: attempt   ARGV: id...
+for i = 1, #ARGV do redis.call('HINCRBY', KEYS[1], ARGV[i], 1) end
+return #ARGV

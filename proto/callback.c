@@ -8,6 +8,8 @@
 #include <string.h>
 #include <strings.h>
 
+#include <curl/curl.h>
+
 #include "callback.h"
 #include "crypto.h"
 #include "hash.h"
@@ -119,68 +121,27 @@ int
 callback_url_origin(const char *url, char *buf, size_t len, char *host,
 		    size_t hostlen)
 {
-	const char *p, *end, *at, *hs, *he, *port = NULL;
-	int https;
+	CURLU *u = curl_url();
+	char *scheme = NULL, *h = NULL, *port = NULL;
 	size_t hl;
-	char h[256];
+	int rc = -1;
 
-	if (!strncasecmp(url, "http://", 7)) {
-		https = 0;
-		p = url + 7;
-	} else if (!strncasecmp(url, "https://", 8)) {
-		https = 1;
-		p = url + 8;
-	} else {
-		return -1;
-	}
-	end = p + strcspn(p, "/?#");
-	/* userinfo: the last '@' of the authority */
-	for (at = end; at > p && at[-1] != '@'; at--)
-		;
-	if (at > p)
-		p = at;
-	if (*p == '[') {
-		he = memchr(p, ']', (size_t)(end - p));
-		if (he == NULL)
-			return -1;
-		hs = p;
-		he++;
-		if (he < end && *he == ':')
-			port = he + 1;
-		else if (he != end)
-			return -1;
-	} else {
-		hs = p;
-		he = memchr(p, ':', (size_t)(end - p));
-		if (he != NULL)
-			port = he + 1;
-		else
-			he = end;
-	}
-	hl = (size_t)(he - hs);
-	if (hl == 0 || hl >= sizeof(h))
-		return -1;
+	/* libcurl's parser, the one that connects (notifier/flow.c hands the
+	 * same text to libcurl): what is checked is where the request goes. */
+	if (u == NULL || curl_url_set(u, CURLUPART_URL, url, 0) != CURLUE_OK ||
+	    curl_url_get(u, CURLUPART_SCHEME, &scheme, 0) != CURLUE_OK ||
+	    (strcmp(scheme, "http") != 0 && strcmp(scheme, "https") != 0) ||
+	    curl_url_get(u, CURLUPART_HOST, &h, 0) != CURLUE_OK ||
+	    curl_url_get(u, CURLUPART_PORT, &port, CURLU_DEFAULT_PORT) !=
+		    CURLUE_OK ||
+	    !strcmp(port, "0"))
+		goto out;
+	hl = strlen(h);
+	if (hl == 0 || hl >= 256)
+		goto out;
 	for (size_t i = 0; i < hl; i++)
-		h[i] = (char)tolower((unsigned char)hs[i]);
-	h[hl] = '\0';
-	if (port != NULL) {
-		long n = 0;
-
-		if (port == end)
-			return -1;
-		for (const char *q = port; q < end; q++) {
-			if (!isdigit((unsigned char)*q))
-				return -1;
-			n = n * 10 + (*q - '0');
-			if (n > 65535)
-				return -1;
-		}
-		if (n == 0)
-			return -1;
-		snprintf(buf, len, "%s:%ld", h, n);
-	} else {
-		snprintf(buf, len, "%s:%d", h, https ? 443 : 80);
-	}
+		h[i] = (char)tolower((unsigned char)h[i]);
+	snprintf(buf, len, "%s:%s", h, port);
 	if (host != NULL) {
 		/* the bare host: no brackets around IPv6 */
 		if (h[0] == '[') {
@@ -190,7 +151,13 @@ callback_url_origin(const char *url, char *buf, size_t len, char *host,
 			snprintf(host, hostlen, "%s", h);
 		}
 	}
-	return 0;
+	rc = 0;
+out:
+	curl_free(scheme);
+	curl_free(h);
+	curl_free(port);
+	curl_url_cleanup(u);
+	return rc;
 }
 
 int

@@ -51,8 +51,11 @@ void callback_spec_clear(struct callback_spec *cb);
 
 /*
  * "host:port" of an http(s) URL (lowercased, default port filled in,
- * IPv6 in brackets) into buf, and the bare host into host (may be NULL).
- * Returns -1 if the URL has no usable authority.
+ * IPv6 in brackets) into buf, and the bare host into host (may be NULL),
+ * as libcurl parses the URL (its URL API: the host checked is the host
+ * libcurl connects to, percent-decoded and with numeric IPv4 forms
+ * normalised). Returns -1 if libcurl refuses the URL or it has no usable
+ * authority (no host, port 0, a host of 256 bytes or more).
  */
 int callback_url_origin(const char *url, char *buf, size_t len, char *host,
 			size_t hostlen);

@@ -32,13 +32,15 @@ for f in "$src"/common/*.c "$src"/proto/*.c $scripts_c; do
 		-c "$f" -o "$out/obj/$(basename "$(dirname "$f")")_$(basename "$f" .c).o"
 done
 ar rcs "$out/libfuzz.a" "$out/obj/"*.o
-# fuzz_task links only jansson and libcrypto besides the archive: proto/
-# holds formats only, so the codecs link no database, Redis, ZooKeeper,
-# Kafka or libevent client (a new such dependency fails this link).
+# fuzz_task links only jansson, libcrypto and libcurl (for its URL parser)
+# besides the archive: proto/ holds formats only, so the codecs link no
+# database, Redis, ZooKeeper, Kafka or libevent client (a new such
+# dependency fails this link).
 # shellcheck disable=SC2046,SC2086
-clang $flags $incs $(pkg-config --cflags jansson) \
+clang $flags $incs $(pkg-config --cflags jansson libcurl) \
 	"$src/tests/fuzz/fuzz_task.c" "$src/tests/unit/payload_ref.c" \
-	"$out/libfuzz.a" $(pkg-config --libs jansson libcrypto) -lpthread -lm \
+	"$out/libfuzz.a" $(pkg-config --libs jansson libcrypto libcurl) \
+	-lpthread -lm \
 	-o "$out/fuzz_task"
 # shellcheck disable=SC2046,SC2086
 clang $flags $incs $(pkg-config --cflags $pkgs) \

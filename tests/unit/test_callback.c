@@ -124,6 +124,34 @@ test_origin(void **state)
 	assert_int_equal(
 		callback_url_origin("http://h:8x/", o, sizeof(o), h, sizeof(h)),
 		-1);
+	assert_int_equal(
+		callback_url_origin("http://h:0/", o, sizeof(o), h, sizeof(h)),
+		-1);
+	/* The host libcurl connects to, not the text: percent-decoded,
+	 * numeric IPv4 forms normalised, a fragment or query is not part of
+	 * the authority, characters libcurl refuses in a host are refused. */
+	assert_int_equal(callback_url_origin("http://ex%61mple.com/", o,
+					     sizeof(o), h, sizeof(h)),
+			 0);
+	assert_string_equal(h, "example.com");
+	assert_int_equal(callback_url_origin("http://0x7f.1:8080/", o,
+					     sizeof(o), h, sizeof(h)),
+			 0);
+	assert_string_equal(o, "127.0.0.1:8080");
+	assert_int_equal(callback_url_origin("http://evil.com#@good.com/", o,
+					     sizeof(o), h, sizeof(h)),
+			 0);
+	assert_string_equal(h, "evil.com");
+	assert_int_equal(callback_url_origin("http://evil.com\\.good.com/", o,
+					     sizeof(o), h, sizeof(h)),
+			 -1);
+	assert_int_equal(callback_url_origin("http://evil.com%2f.good.com/", o,
+					     sizeof(o), h, sizeof(h)),
+			 -1);
+	assert_int_equal(
+		callback_url_origin("HTTPS://X.io", o, sizeof(o), h, sizeof(h)),
+		0);
+	assert_string_equal(o, "x.io:443");
 }
 
 static void

@@ -13,6 +13,7 @@
 
 #include "cfg.h"
 #include "cli.h"
+#include "httpcli.h"
 #include "log.h"
 #include "xmalloc.h"
 
@@ -73,78 +74,51 @@ static const struct cli_cmd commands[] = {
 
 #define NCOMMANDS (sizeof(commands) / sizeof(commands[0]))
 
-struct buf {
-	char *data;
-	size_t len;
-};
-
-static size_t
-write_cb(char *ptr, size_t size, size_t nmemb, void *arg)
-{
-	struct buf *b = arg;
-	size_t n = size * nmemb;
-
-	b->data = xrealloc(b->data, b->len + n + 1);
-	memcpy(b->data + b->len, ptr, n);
-	b->len += n;
-	b->data[b->len] = '\0';
-	return n;
-}
-
 long
 cli_request(const struct cli *c, const char *method, const char *path,
 	    const char *body, json_t **out, char *errmsg, size_t errlen)
 {
-	CURL *h = curl_easy_init();
-	struct curl_slist *hdrs = NULL;
-	struct buf b = {NULL, 0};
-	char url[1024];
+	char *hdrs[3] = {NULL, NULL, NULL};
+	char url[1024], auth[400];
+	struct httpcli_req rq = {
+		.method = method,
+		.url = url,
+		.headers = hdrs,
+		.body = body,
+		.body_len = body ? strlen(body) : 0,
+		.timeout_ms = 30000,
+		.ca_file = c->cacert,
+		.whole_body = 1,
+		.insecure = c->insecure,
+		.user_agent = "prophetctl/" VERSION,
+	};
+	struct httpcli_result res;
 	long status = 0;
-	CURLcode rc;
+	int nh = 0;
 
 	*out = NULL;
 	snprintf(url, sizeof(url), "%s%s", c->url, path);
-	curl_easy_setopt(h, CURLOPT_URL, url);
-	curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, method);
-	curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, write_cb);
-	curl_easy_setopt(h, CURLOPT_WRITEDATA, &b);
-	curl_easy_setopt(h, CURLOPT_TIMEOUT, 30L);
-	curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
-	curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, "http,https");
-	if (c->cacert[0] != '\0')
-		curl_easy_setopt(h, CURLOPT_CAINFO, c->cacert);
-	if (c->insecure) {
-		curl_easy_setopt(h, CURLOPT_SSL_VERIFYPEER, 0L);
-		curl_easy_setopt(h, CURLOPT_SSL_VERIFYHOST, 0L);
-	}
-	if (body != NULL) {
-		hdrs = curl_slist_append(hdrs,
-					 "Content-Type: application/json");
-		curl_easy_setopt(h, CURLOPT_POSTFIELDS, body);
-	}
+	if (body != NULL)
+		hdrs[nh++] = "Content-Type: application/json";
 	if (c->token[0] != '\0') {
-		char auth[400];
-
 		snprintf(auth, sizeof(auth), "Authorization: Bearer %s",
 			 c->token);
-		hdrs = curl_slist_append(hdrs, auth);
+		hdrs[nh++] = auth;
 	}
-	if (hdrs != NULL)
-		curl_easy_setopt(h, CURLOPT_HTTPHEADER, hdrs);
-	rc = curl_easy_perform(h);
-	if (rc != CURLE_OK) {
-		snprintf(errmsg, errlen, "%s: %s", url, curl_easy_strerror(rc));
+	httpcli_request_blocking(NULL, &rq, &res);
+	explicit_bzero(auth, sizeof(auth));
+	if (res.transport) {
+		snprintf(errmsg, errlen, "%s: %s", url, res.error);
 	} else {
-		curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &status);
-		if (b.data != NULL)
-			*out = json_loads(b.data, 0, NULL);
+		status = res.status;
+		if (res.body_len > 0)
+			*out = json_loadb(res.body, res.body_len, 0, NULL);
 		if (*out == NULL)
 			snprintf(errmsg, errlen, "HTTP %ld: %.200s", status,
-				 b.data ? b.data : "(empty answer)");
+				 res.body_len > 0 ? res.body
+						  : "(empty answer)");
 	}
-	curl_slist_free_all(hdrs);
-	curl_easy_cleanup(h);
-	xfree(b.data);
+	httpcli_result_clear(&res);
 	return status;
 }
 

@@ -34,8 +34,8 @@ struct hreq {
 	CURL *easy;
 	struct curl_slist *hdrs;
 	char *body;
-	char got[HTTPCLI_KEEP_BODY];
-	size_t got_len;
+	char *got; /* keep bytes of the answer's body, NUL-terminated */
+	size_t got_len, got_cap, keep;
 	char errbuf[CURL_ERROR_SIZE];
 	const struct netguard *guard;
 	size_t max, seen; /* max_response_bytes, bytes read */
@@ -163,12 +163,18 @@ static size_t
 write_cb(char *ptr, size_t size, size_t nmemb, void *arg)
 {
 	struct hreq *r = arg;
-	size_t n = size * nmemb, room = sizeof(r->got) - 1 - r->got_len;
+	size_t n = size * nmemb, room = r->keep - r->got_len, take;
 
 	if (over_cap(r, n))
 		return 0;
-	memcpy(r->got + r->got_len, ptr, n < room ? n : room);
-	r->got_len += n < room ? n : room;
+	take = n < room ? n : room;
+	if (r->got_len + take + 1 > r->got_cap) {
+		while (r->got_len + take + 1 > r->got_cap)
+			r->got_cap = r->got_cap ? r->got_cap * 2 : 4096;
+		r->got = xrealloc(r->got, r->got_cap);
+	}
+	memcpy(r->got + r->got_len, ptr, take);
+	r->got_len += take;
 	return n;
 }
 
@@ -262,6 +268,7 @@ hreq_destroy(struct hreq *r)
 	curl_easy_cleanup(r->easy);
 	curl_slist_free_all(r->hdrs);
 	xfree(r->body);
+	xfree(r->got);
 	xfree(r);
 }
 
@@ -312,6 +319,8 @@ hreq_result(struct hreq *r, CURLcode rc, struct httpcli_result *res)
 				 r->errbuf[0] ? r->errbuf
 					      : curl_easy_strerror(rc));
 	}
+	if (r->got == NULL)
+		r->got = xcalloc(1, 1);
 	r->got[r->got_len] = '\0';
 	res->body = r->got;
 	res->body_len = r->got_len;
@@ -384,6 +393,9 @@ hreq_new(struct httpcli *h, const struct httpcli_req *rq)
 	r->start_us = clock_mono_us();
 	r->guard = rq->guard;
 	r->max = rq->max_response_bytes;
+	r->keep = !rq->whole_body ? HTTPCLI_KEEP_BODY
+		  : r->max > 0	  ? r->max
+				  : (size_t)-1 / 2;
 	for (size_t i = 0; rq->headers != NULL && rq->headers[i] != NULL; i++)
 		r->hdrs = curl_slist_append(r->hdrs, rq->headers[i]);
 	/* no "Expect: 100-continue" round trip before a body */
@@ -406,7 +418,13 @@ hreq_new(struct httpcli *h, const struct httpcli_req *rq)
 			 rq->max_redirects > 0 ? 1L : 0L);
 	curl_easy_setopt(e, CURLOPT_MAXREDIRS, rq->max_redirects);
 	curl_easy_setopt(e, CURLOPT_HTTPHEADER, r->hdrs);
-	curl_easy_setopt(e, CURLOPT_USERAGENT, "prophet-notifier/" VERSION);
+	curl_easy_setopt(e, CURLOPT_USERAGENT,
+			 rq->user_agent ? rq->user_agent : "prophet/" VERSION);
+	curl_easy_setopt(e, CURLOPT_SSLVERSION, (long)CURL_SSLVERSION_TLSv1_2);
+	if (rq->insecure) {
+		curl_easy_setopt(e, CURLOPT_SSL_VERIFYPEER, 0L);
+		curl_easy_setopt(e, CURLOPT_SSL_VERIFYHOST, 0L);
+	}
 	curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, write_cb);
 	curl_easy_setopt(e, CURLOPT_WRITEDATA, r);
 	curl_easy_setopt(e, CURLOPT_HEADERFUNCTION, header_cb);
@@ -470,9 +488,16 @@ httpcli_request_blocking(struct httpcli *h, const struct httpcli_req *rq,
 	struct hreq *r = hreq_new(h, rq);
 
 	hreq_result(r, curl_easy_perform(r->easy), res);
-	res->body = NULL;
-	res->body_len = 0;
+	res->owned = r->got; /* res->body */
+	r->got = NULL;
 	hreq_destroy(r);
+}
+
+void
+httpcli_result_clear(struct httpcli_result *res)
+{
+	xfree(res->owned);
+	memset(res, 0, sizeof(*res));
 }
 
 size_t

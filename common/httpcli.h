@@ -6,9 +6,13 @@
 struct event_base;
 
 /*
- * Outbound HTTP on the libevent loop: libcurl's multi interface, its
- * sockets and timer driven by loop events. Requests run concurrently;
- * each completion calls its done_cb on the loop thread.
+ * Outbound HTTP, the one client of every program: libcurl's multi
+ * interface on the libevent loop (its sockets and timer driven by loop
+ * events; requests run concurrently, each completion calls its done_cb on
+ * the loop thread), or one request at a time, blocking (prophetctl, start-up
+ * checks). The notifier's callbacks and retry submissions, the manager's
+ * reads of worker metrics and prophetctl's API calls all go through it.
+ * HTTPS: TLS 1.2 at least, the peer's certificate and name verified.
  */
 struct httpcli;
 struct netguard;
@@ -32,6 +36,13 @@ struct httpcli_req {
 	/* 0: no limit. Else reading stops after this many bytes of
 	 * headers and body: the status already received is the answer. */
 	size_t max_response_bytes;
+	/* The whole body in the result (up to max_response_bytes), not only
+	 * its first 4 KiB. */
+	int whole_body;
+	/* No check of the peer's certificate or name (prophetctl
+	 * --insecure, only where asked for). */
+	int insecure;
+	const char *user_agent; /* NULL: "prophet/<version>" */
 };
 
 /* What became of a request, coarsely: what a caller may show to whoever
@@ -54,11 +65,15 @@ struct httpcli_result {
 	long status;   /* HTTP status, 0 if no answer */
 	int transport; /* 1: no complete answer (timeout, refused ...) */
 	enum httpcli_class cls;
-	int capped;	  /* reading stopped at max_response_bytes */
-	char error[256];  /* details for the operator's log, "" on a 2xx */
-	double seconds;	  /* request start to completion */
-	const char *body; /* the answer's first bytes (up to 4 KiB), borrowed */
+	int capped;	 /* reading stopped at max_response_bytes */
+	char error[256]; /* details for the operator's log, "" on a 2xx */
+	double seconds;	 /* request start to completion */
+	/* The answer's first bytes (up to 4 KiB, or all of it with
+	 * whole_body), NUL-terminated; borrowed from the request (done_cb),
+	 * or the caller's until httpcli_result_clear (blocking). */
+	const char *body;
 	size_t body_len;
+	char *owned; /* what httpcli_result_clear frees */
 };
 
 /* "ok", "http_3xx", ..., "error" */
@@ -73,9 +88,10 @@ void httpcli_destroy(struct httpcli *h);
 void httpcli_request(struct httpcli *h, const struct httpcli_req *rq,
 		     httpcli_done_fn done_cb, void *arg);
 size_t httpcli_running(const struct httpcli *h);
-/* The same request made at once, blocking (startup checks); res->body
- * is NULL. */
+/* The same request made at once, blocking; h may be NULL (a program
+ * without a loop). Release res with httpcli_result_clear. */
 void httpcli_request_blocking(struct httpcli *h, const struct httpcli_req *rq,
 			      struct httpcli_result *res);
+void httpcli_result_clear(struct httpcli_result *res);
 
 #endif

@@ -9,20 +9,14 @@
 #include <string.h>
 #include <unistd.h>
 
-#include <arpa/inet.h>
-
-#include <event2/buffer.h>
-#include <event2/bufferevent_ssl.h>
-#include <event2/dns.h>
 #include <event2/event.h>
 #include <event2/http.h>
 #include <jansson.h>
-#include <openssl/ssl.h>
-#include <openssl/x509v3.h>
 
 #include "cfg.h"
 #include "daemon.h"
 #include "http.h"
+#include "httpcli.h"
 #include "keys.h"
 #include "log.h"
 #include "manager.h"
@@ -46,7 +40,7 @@
  */
 
 #define LATENESS_METRIC "prophet_fire_lateness_seconds"
-#define SCRAPE_TIMEOUT_S 2
+#define SCRAPE_TIMEOUT_MS 2000
 #define REPLY_TIMEOUT_MS 3000
 #define SCRAPE_MAX_BYTES (1 << 20)
 #define SCRAPE_MAX_WORKERS 256
@@ -138,130 +132,75 @@ worker_failed(struct late_worker *w, const char *fmt, ...)
 }
 
 static void
-scrape_cb(struct evhttp_request *r, void *arg)
+scrape_cb(const struct httpcli_result *r, void *arg)
 {
 	struct late_worker *w = arg;
 	struct late *l = w->l;
 	struct promtext_hist h;
-	struct evbuffer *in;
-	size_t len;
 
-	if (r == NULL || evhttp_request_get_response_code(r) == 0) {
+	if (r->transport) {
 		worker_failed(w, "%s", "no answer from its /metrics");
-	} else if (evhttp_request_get_response_code(r) != 200) {
-		worker_failed(w, "/metrics answered %d",
-			      evhttp_request_get_response_code(r));
+	} else if (r->status != 200) {
+		worker_failed(w, "/metrics answered %ld", r->status);
+	} else if (r->capped) {
+		worker_failed(w, "its /metrics is larger than %d bytes",
+			      SCRAPE_MAX_BYTES);
+	} else if (promtext_histogram(r->body, r->body_len, LATENESS_METRIC,
+				      &h) < 0) {
+		worker_failed(w, "%s", "no " LATENESS_METRIC);
+	} else if (!promtext_hist_counts(&h)) {
+		worker_failed(w, "%s",
+			      LATENESS_METRIC " has values that are "
+					      "not counts");
+	} else if (l->summed > 0 && promtext_hist_add(&l->sum, &h) < 0) {
+		worker_failed(w, "%s", "its buckets differ");
 	} else {
-		in = evhttp_request_get_input_buffer(r);
-		len = evbuffer_get_length(in);
-		if (promtext_histogram((const char *)evbuffer_pullup(in, -1),
-				       len, LATENESS_METRIC, &h) < 0) {
-			worker_failed(w, "%s", "no " LATENESS_METRIC);
-		} else if (!promtext_hist_counts(&h)) {
-			worker_failed(w, "%s",
-				      LATENESS_METRIC " has values that are "
-						      "not counts");
-		} else if (l->summed > 0 &&
-			   promtext_hist_add(&l->sum, &h) < 0) {
-			worker_failed(w, "%s", "its buckets differ");
-		} else {
-			if (l->summed++ == 0)
-				l->sum = h;
-			json_t *counts = json_array();
+		json_t *counts = json_array();
 
-			for (size_t i = 0; i < h.nbuckets; i++)
-				json_array_append_new(
-					counts,
-					json_integer((json_int_t)h.count[i]));
-			json_object_set_new(w->entry, "ok", json_true());
-			json_object_set_new(w->entry, "counts", counts);
-			json_object_set_new(w->entry, "count",
-					    json_integer((json_int_t)h.total));
-			json_object_set_new(w->entry, "sum", json_real(h.sum));
-		}
+		if (l->summed++ == 0)
+			l->sum = h;
+		for (size_t i = 0; i < h.nbuckets; i++)
+			json_array_append_new(
+				counts, json_integer((json_int_t)h.count[i]));
+		json_object_set_new(w->entry, "ok", json_true());
+		json_object_set_new(w->entry, "counts", counts);
+		json_object_set_new(w->entry, "count",
+				    json_integer((json_int_t)h.total));
+		json_object_set_new(w->entry, "sum", json_real(h.sum));
 	}
 	xfree(w);
 	late_put(l);
 }
 
-static struct evdns_base *
-dns_base(struct manager *mg)
-{
-	if (mg->dns == NULL)
-		mg->dns = evdns_base_new(mg->base,
-					 EVDNS_BASE_INITIALIZE_NAMESERVERS);
-	return mg->dns;
-}
-
 /*
- * The connection to a worker that serves its metrics over HTTPS: its
- * certificate verified against http.tls_ca, for its host name or address.
+ * GET http(s)://<addr>/metrics through the manager's HTTP client; over
+ * HTTPS the worker's certificate is verified against http.tls_ca for its
+ * host name or address.
  */
-static struct evhttp_connection *
-tls_connection(struct manager *mg, const char *host, int port)
-{
-	SSL *ssl = SSL_new(mg->tls_client);
-	struct bufferevent *bev;
-	unsigned char ip[16];
-
-	if (ssl == NULL)
-		return NULL;
-	if (inet_pton(AF_INET, host, ip) == 1 ||
-	    inet_pton(AF_INET6, host, ip) == 1) {
-		X509_VERIFY_PARAM_set1_ip_asc(SSL_get0_param(ssl), host);
-	} else {
-		SSL_set_tlsext_host_name(ssl, host);
-		SSL_set1_host(ssl, host);
-	}
-	bev = bufferevent_openssl_socket_new(
-		mg->base, -1, ssl, BUFFEREVENT_SSL_CONNECTING,
-		BEV_OPT_CLOSE_ON_FREE | BEV_OPT_DEFER_CALLBACKS);
-	if (bev == NULL) {
-		SSL_free(ssl);
-		return NULL;
-	}
-	bufferevent_openssl_set_allow_dirty_shutdown(bev, 1);
-	return evhttp_connection_base_bufferevent_new(
-		mg->base, dns_base(mg), bev, host, (ev_uint16_t)port);
-}
-
 static int
 scrape(struct late_worker *w, const char *addr, int tls)
 {
 	struct manager *mg = w->l->mg;
-	struct evhttp_connection *conn;
-	struct evhttp_request *r;
-	char host[256];
+	char host[256], url[320];
 	int port;
+	struct httpcli_req rq = {
+		.method = "GET",
+		.url = url,
+		.timeout_ms = SCRAPE_TIMEOUT_MS,
+		.max_response_bytes = SCRAPE_MAX_BYTES,
+		.whole_body = 1,
+		.ca_file = cfg_str(mg->cfg, CFG_HTTP_TLS_CA),
+		.user_agent = "prophet-manager/" VERSION,
+	};
 
 	if (hostport_parse(addr, host, sizeof(host), &port) < 0) {
 		worker_failed(w, "bad metrics address '%s'", addr);
 		return -1;
 	}
-	conn = tls ? tls_connection(mg, host, port)
-		   : evhttp_connection_base_new(mg->base, dns_base(mg), host,
-						(ev_uint16_t)port);
-	if (conn == NULL) {
-		worker_failed(w, "cannot connect to %s", addr);
-		return -1;
-	}
-	evhttp_connection_set_timeout(conn, SCRAPE_TIMEOUT_S);
-	evhttp_connection_set_retries(conn, 0);
-	evhttp_connection_set_max_body_size(conn, SCRAPE_MAX_BYTES);
-	r = evhttp_request_new(scrape_cb, w);
-	evhttp_add_header(evhttp_request_get_output_headers(r), "Host", host);
-	/* One request a connection: closed after the answer, so that the
-	 * connection is freed then (a kept-alive one lived on, to exit). */
-	evhttp_add_header(evhttp_request_get_output_headers(r), "Connection",
-			  "close");
-	/* Before the request: a failure may complete it (scrape_cb runs)
-	 * before evhttp_make_request returns. */
-	evhttp_connection_free_on_completion(conn);
-	if (evhttp_make_request(conn, r, EVHTTP_REQ_GET, "/metrics") < 0) {
-		evhttp_connection_free(conn);
-		worker_failed(w, "cannot connect to %s", addr);
-		return -1;
-	}
+	snprintf(url, sizeof(url), "%s://%s%s%s:%d/metrics",
+		 tls ? "https" : "http", strchr(host, ':') ? "[" : "", host,
+		 strchr(host, ':') ? "]" : "", port);
+	httpcli_request(mg->httpc, &rq, scrape_cb, w);
 	return 0;
 }
 
@@ -376,7 +315,7 @@ lateness_get(struct manager *mg, struct evhttp_request *req)
 void
 lateness_shutdown(struct manager *mg)
 {
-	if (mg->dns != NULL)
-		evdns_base_free(mg->dns, 0);
-	mg->dns = NULL;
+	/* Scrapes still running are abandoned. */
+	httpcli_destroy(mg->httpc);
+	mg->httpc = NULL;
 }

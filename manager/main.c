@@ -14,6 +14,7 @@
 #include "daemon.h"
 #include "db.h"
 #include "http.h"
+#include "httpcli.h"
 #include "log.h"
 #include "manager.h"
 #include "metrics.h"
@@ -320,10 +321,18 @@ main(int argc, char **argv)
 		log_fatal("http", "error=\"%s\"", err);
 	mg.pull = pull_create(&mg);
 	api_register(&mg);
-	mg.tls_client = http_tls_client_context(
-		cfg_str(mg.cfg, CFG_HTTP_TLS_CA), err, sizeof(err));
-	if (mg.tls_client == NULL)
-		log_fatal("bad config", "key=http.tls_ca error=\"%s\"", err);
+	{
+		/* The CA must load now, not at the first read of a worker's
+		 * metrics. */
+		SSL_CTX *ca = http_tls_client_context(
+			cfg_str(mg.cfg, CFG_HTTP_TLS_CA), err, sizeof(err));
+
+		if (ca == NULL)
+			log_fatal("bad config", "key=http.tls_ca error=\"%s\"",
+				  err);
+		SSL_CTX_free(ca);
+	}
+	mg.httpc = httpcli_create(mg.base);
 	cluster_sampler_start(&mg);
 	topics_start(&mg);
 	schedule_start(&mg);
@@ -348,7 +357,6 @@ main(int argc, char **argv)
 	/* Before the connections go: nothing may still wait on them. */
 	pull_destroy(mg.pull);
 	http_server_free(mg.http);
-	SSL_CTX_free(mg.tls_client);
 	if (mg.stop_ev != NULL)
 		event_free(mg.stop_ev);
 	/* Commits in flight complete (their answers are lost with the

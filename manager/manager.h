@@ -22,7 +22,7 @@ struct ingest;
 struct daemon;
 struct metric;
 struct auth;
-struct evdns_base;
+struct httpcli;
 struct pull;
 struct schedule;
 struct coverage;
@@ -125,7 +125,6 @@ struct index_slot {
 
 struct manager {
 	struct cfg *cfg;
-	struct ssl_ctx_st *tls_client; /* SSL_CTX: reading worker metrics */
 	struct event_base *base;
 	struct daemon *daemon;
 	struct evhttp *http;
@@ -158,7 +157,7 @@ struct manager {
 	struct event *stop_ev;
 	struct event *sample_ev;       /* backlog gauges, cluster.c */
 	int sampling;		       /* backlog reads out */
-	struct evdns_base *dns;	       /* lateness.c scrapes workers */
+	struct httpcli *httpc;	       /* lateness.c reads worker metrics */
 	struct pull *pull;	       /* pull.c */
 	struct metric *m_topic_paused; /* topics.c, per topic */
 	struct event *pause_ev;	       /* topics.c: the gauge's reads */

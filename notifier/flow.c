@@ -114,6 +114,7 @@ start(struct notifier *n, struct nmsg *m)
 		.guard = n->guard,
 		.max_response_bytes = (size_t)cfg_int(
 			n->cfg, CFG_NOTIFIER_MAX_RESPONSE_BYTES),
+		.user_agent = "prophet-notifier/" VERSION,
 	};
 
 	m->host->inflight++;

@@ -218,7 +218,8 @@ check_manager(struct notifier *n)
 				 .body = body,
 				 .body_len = sizeof(body) - 1,
 				 .timeout_ms = 5000,
-				 .ca_file = cfg_str(n->cfg, CFG_HTTP_TLS_CA)};
+				 .ca_file = cfg_str(n->cfg, CFG_HTTP_TLS_CA),
+				 .user_agent = "prophet-notifier/" VERSION};
 	struct httpcli_result r;
 	char masked[512];
 
@@ -245,6 +246,7 @@ check_manager(struct notifier *n)
 		log_warn("manager not answering at start; retry tasks wait "
 			 "for it",
 			 "manager=%s error=\"%s\"", masked, r.error);
+	httpcli_result_clear(&r);
 }
 
 int

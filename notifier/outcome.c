@@ -447,7 +447,8 @@ submit_retry(struct nmsg *m)
 			.body_len = strlen(text),
 			.timeout_ms = 10000,
 			.max_redirects = 0,
-			.ca_file = cfg_str(n->cfg, CFG_HTTP_TLS_CA)};
+			.ca_file = cfg_str(n->cfg, CFG_HTTP_TLS_CA),
+			.user_agent = "prophet-notifier/" VERSION};
 
 		httpcli_request(n->httpc, &rq, submit_done_cb, m);
 	}

@@ -26,6 +26,27 @@ get_id(const json_t *o, const char *field, char *buf)
 	return 0;
 }
 
+/* A member's integer value; 0 if it is missing or not an integer. */
+static int64_t
+get_int(const json_t *o, const char *field)
+{
+	const json_t *v = json_object_get(o, field);
+
+	return json_is_integer(v) ? json_integer_value(v) : 0;
+}
+
+/* The compact text of o, which it takes. */
+static char *
+dump(json_t *o)
+{
+	char *s = json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER);
+
+	json_decref(o);
+	if (s == NULL)
+		abort();
+	return s;
+}
+
 int
 slot_node_decode(const char *data, int len, struct slot_node *n)
 {
@@ -44,9 +65,7 @@ slot_node_decode(const char *data, int len, struct slot_node *n)
 		goto out;
 	n->slot = (int)json_integer_value(json_object_get(o, "slot"));
 	n->epoch = json_integer_value(json_object_get(o, "epoch"));
-	if (json_is_integer(json_object_get(o, "updated_at")))
-		n->updated_at =
-			json_integer_value(json_object_get(o, "updated_at"));
+	n->updated_at = get_int(o, "updated_at");
 	if (get_id(o, "owner", n->owner) < 0 ||
 	    get_id(o, "requested", n->requested) < 0)
 		goto out;
@@ -60,7 +79,6 @@ char *
 slot_node_encode(const struct slot_node *n)
 {
 	json_t *o = json_object();
-	char *s;
 
 	/* Never NULL: a member left out would read as null (unowned). */
 	json_object_set_new(o, "slot", json_integer(n->slot));
@@ -72,11 +90,7 @@ slot_node_encode(const struct slot_node *n)
 					    : json_null());
 	json_object_set_new(o, "epoch", json_integer(n->epoch));
 	json_object_set_new(o, "updated_at", json_integer(n->updated_at));
-	s = json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER);
-	json_decref(o);
-	if (s == NULL)
-		abort();
-	return s;
+	return dump(o);
 }
 
 static void
@@ -105,11 +119,8 @@ worker_node_decode(const char *data, int len, struct worker_node *n)
 	get_str(o, "host", n->host, sizeof(n->host));
 	get_str(o, "version", n->version, sizeof(n->version));
 	get_str(o, "metrics", n->metrics, sizeof(n->metrics));
-	if (json_is_integer(json_object_get(o, "pid")))
-		n->pid = json_integer_value(json_object_get(o, "pid"));
-	if (json_is_integer(json_object_get(o, "started_at")))
-		n->started_at =
-			json_integer_value(json_object_get(o, "started_at"));
+	n->pid = get_int(o, "pid");
+	n->started_at = get_int(o, "started_at");
 	n->metrics_tls = json_is_true(json_object_get(o, "metrics_tls"));
 	rc = 0;
 out:
@@ -137,14 +148,7 @@ worker_node_json(const struct worker_node *n)
 char *
 worker_node_encode(const struct worker_node *n)
 {
-	json_t *o = worker_node_json(n);
-	char *s;
-
-	s = json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER);
-	json_decref(o);
-	if (s == NULL)
-		abort();
-	return s;
+	return dump(worker_node_json(n));
 }
 
 int

@@ -313,6 +313,21 @@ lateness_get(struct manager *mg, struct evhttp_request *req)
 }
 
 void
+lateness_start(struct manager *mg)
+{
+	char err[512];
+	/* The CA must load now, not at the first read of a worker's
+	 * metrics. */
+	SSL_CTX *ca = http_tls_client_context(cfg_str(mg->cfg, CFG_HTTP_TLS_CA),
+					      err, sizeof(err));
+
+	if (ca == NULL)
+		log_fatal("bad config", "key=http.tls_ca error=\"%s\"", err);
+	SSL_CTX_free(ca);
+	mg->httpc = httpcli_create(mg->base);
+}
+
+void
 lateness_shutdown(struct manager *mg)
 {
 	/* Scrapes still running are abandoned. */

@@ -14,7 +14,6 @@
 #include "daemon.h"
 #include "db.h"
 #include "http.h"
-#include "httpcli.h"
 #include "log.h"
 #include "manager.h"
 #include "metrics.h"
@@ -321,18 +320,7 @@ main(int argc, char **argv)
 		log_fatal("http", "error=\"%s\"", err);
 	mg.pull = pull_create(&mg);
 	api_register(&mg);
-	{
-		/* The CA must load now, not at the first read of a worker's
-		 * metrics. */
-		SSL_CTX *ca = http_tls_client_context(
-			cfg_str(mg.cfg, CFG_HTTP_TLS_CA), err, sizeof(err));
-
-		if (ca == NULL)
-			log_fatal("bad config", "key=http.tls_ca error=\"%s\"",
-				  err);
-		SSL_CTX_free(ca);
-	}
-	mg.httpc = httpcli_create(mg.base);
+	lateness_start(&mg);
 	cluster_sampler_start(&mg);
 	topics_start(&mg);
 	schedule_start(&mg);

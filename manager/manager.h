@@ -252,6 +252,9 @@ json_t *cover_status_json(struct manager *mg);
  * histograms summed (scraped from the /metrics their ZooKeeper nodes
  * name) */
 void lateness_get(struct manager *mg, struct evhttp_request *req);
+/* The client that reads worker metrics; exits if http.tls_ca cannot be
+ * loaded. */
+void lateness_start(struct manager *mg);
 void lateness_shutdown(struct manager *mg);
 
 /* console.c: the web console, GET / and /console/<file>; the files are

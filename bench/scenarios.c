@@ -310,6 +310,25 @@ fire_analyse(struct report *r, struct ledger *l, struct fire_stats *fs)
 }
 
 /*
+ * The task topic made before anything is submitted to it, as a deployment
+ * does: the manager refuses tasks for a topic that does not exist (422
+ * topic_unknown) unless kafka.create_task_topics is set. Scenarios with a
+ * consumer get it from consumer_start.
+ */
+static int
+topic_made(const struct bench_opts *o, const struct names *nm)
+{
+	char err[512];
+
+	if (o->brokers == NULL ||
+	    kafka_topic_ensure(o->brokers, nm->kafka_topic, err,
+			       sizeof(err)) == 0)
+		return 0;
+	note("%s: %s", o->label, err);
+	return -1;
+}
+
+/*
  * Starts the consumer, then sends one task due now and waits for it, so
  * that the workers' producer knows the fresh topic and the consumer is
  * fetching before the measured tasks come (a long-lived topic's steady
@@ -386,6 +405,8 @@ scen_ingest(struct bench_opts *o)
 		o->batch = 1000;
 	count = o->count ? o->count : (o->single ? 100000 : 200000);
 	names_init(o, &nm);
+	if (topic_made(o, &nm) < 0)
+		return -1;
 	l = ledger_create(nm.id_prefix, (size_t)count);
 	due = now_us() / 1000 + o->delay_ms;
 	for (long i = 0; i < count; i++)
@@ -696,6 +717,8 @@ far_phase(struct bench_opts *o, const char *what, long count, int64_t from,
 	o->label = lbuf;
 	names_init(o, &nm);
 	o->label = label;
+	if (topic_made(o, &nm) < 0)
+		return -1;
 	snprintf(prefix, plen, "%s", nm.id_prefix);
 	l = ledger_create(nm.id_prefix, (size_t)count);
 	for (long i = 0; i < count; i++)

@@ -56,12 +56,6 @@ static void check_election(struct worker *w);
 static void schedule_rebalance(struct worker *w);
 static void slot_reconcile(struct worker *w, int slot);
 
-static void
-slot_path(const struct worker *w, int slot, char *buf, size_t len)
-{
-	zpath_slot(buf, len, w->root, slot);
-}
-
 static int
 slot_of_path(const struct worker *w, const char *path)
 {
@@ -380,7 +374,7 @@ try_finish_release(struct worker *w, int slot)
 	rc->w = w;
 	rc->slot = slot;
 	rc->data = slot_node_encode(&n);
-	slot_path(w, slot, path, sizeof(path));
+	zpath_slot(path, sizeof(path), w->root, slot);
 	if (zk_aset(w->zk, path, rc->data, w->view_version[slot],
 		    release_done_cb, rc) < 0) {
 		xfree(rc->data);
@@ -485,7 +479,7 @@ read_slot(struct worker *w, int slot)
 
 	a->w = w;
 	a->slot = slot;
-	slot_path(w, slot, path, sizeof(path));
+	zpath_slot(path, sizeof(path), w->root, slot);
 	if (zk_aget(w->zk, path, 1, slot_read_cb, a) < 0)
 		xfree(a);
 }
@@ -608,7 +602,7 @@ rebalance(struct worker *w)
 		if (!strcmp(n.owner, t) && n.requested[0] == '\0')
 			continue;
 		settled = 0;
-		slot_path(w, i, path, sizeof(path));
+		zpath_slot(path, sizeof(path), w->root, i);
 		n.updated_at = clock_now_ms();
 		if (!is_member(w, n.owner)) {
 			/* Dead or no owner: give it directly. */

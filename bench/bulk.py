@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/python3
 """Bulk job benchmark (issue 22), run by `scripts/bench --bulk N`.
 
 On an isolated cluster of the dev servers (tests/integ/harness.py: its own

@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/python3
 """Chaos runner: random faults from a seeded schedule under a steady stream
 of tasks, then a ledger of everything (Python 3 stdlib only).
 
@@ -479,7 +479,7 @@ class OwnerSampler:
                 self.errors += 1
                 try:
                     if self.zk is not None:
-                        self.zk.sock.close()
+                        self.zk.close()
                 except OSError:
                     pass
                 self.zk = None
@@ -1744,10 +1744,7 @@ class Ledger:
         if r is not None:
             r.close()
         if zk is not None:
-            try:
-                zk.sock.close()
-            except OSError:
-                pass
+            zk.close()
         return out
 
     def db_due(self, ids):

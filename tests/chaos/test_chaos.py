@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/python3
 """The short chaos run of make check (normal build; scripts/test keeps it
 out of the sanitizer build like the other long fault suites): every fault
 kind of tests/chaos/chaos.py at least once within ~100 s at a fixed seed,

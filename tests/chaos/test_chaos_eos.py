@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/python3
 """The short chaos run of test_chaos.py with kafka.exactly_once on
 (issue 21): every fault kind at least once, the same ledger checks, and 0
 duplicates read with isolation.level=read_committed."""

@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/python3
 """The short chaos run on the replicated topology (issue 20), in make
 check's normal build like test_chaos.py: scripts/devcluster up --ha (a
 3-server ZooKeeper ensemble, 3 KRaft brokers with replication 3 and

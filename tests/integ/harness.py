@@ -1,4 +1,6 @@
-"""Shared helpers of the Prophet integration tests (Python 3 stdlib only).
+"""Shared helpers of the Prophet integration tests (Debian's Python 3 with
+python3-pytest as the runner, python3-redis and python3-kazoo as the Redis
+and ZooKeeper clients).
 
 Every test gets an isolated namespace on the shared dev cluster
 (scripts/devcluster): its own ZooKeeper root, MariaDB database, Redis db
@@ -24,7 +26,8 @@ over HTTPS (c.api() verifies it with the dev CA).
     with h.Cluster(workers=2, secure=True) as c: ...
 
 A test file is a script: define test_* functions and end with
-`h.main(globals())` (or call run_tests() with a shared cluster); it prints
+`h.main(globals())` (or call run_tests() with a shared cluster): pytest
+runs the test_* functions in their order, and the harness prints
 `ok N - name` / `not ok N - name` lines and a summary, and exits 0 only if
 every test passed. Environment: PROPHET_BUILDDIR (binaries; default
 <repo>/build), PROPHET_INTEG_ONLY (run tests whose name contains it),
@@ -37,6 +40,7 @@ import fcntl
 import http.client
 import http.server
 import json
+import logging
 import os
 import random
 import shlex
@@ -52,6 +56,20 @@ import tempfile
 import threading
 import time
 import traceback
+import types
+
+# Debian's python3-pytest, python3-redis and python3-kazoo (scripts/deps);
+# the tests run on Debian's interpreter (/usr/bin/python3, Makefile.am).
+import pytest
+import redis as _redis
+from kazoo import exceptions as _kze
+from kazoo.client import KazooClient
+from kazoo.handlers.threading import KazooTimeoutError
+from kazoo.security import ACL, Id
+
+# kazoo's own warnings (a dropped connection while a test restarts
+# ZooKeeper, on purpose) are not the test's output.
+logging.getLogger("kazoo").setLevel(logging.ERROR)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
@@ -362,223 +380,184 @@ def _parse_redis_url(url):
 
 # ----------------------------------------------------------------- redis ---
 
+class _RespErrors(_redis.connection.PythonParser):
+    """redis-py's RESP parser, keeping an error reply whole ("NOPERM this
+    user has no permissions ..."): redis-py cuts the code off the known
+    ones and turns some into connection errors."""
+
+    def parse_error(self, response):
+        return _redis.exceptions.ResponseError(response)
+
+
 class Redis:
-    """A minimal blocking RESP client."""
+    """A blocking Redis connection on python3-redis (its Connection: RESP
+    parser, AUTH, SELECT), without redis-py's per-command reply parsing:
+    cmd() answers with the reply's own types (bytes for bulk and status
+    replies, int, list, None). An error reply raises RuntimeError("redis:
+    ..."); a refused or lost connection ConnectionError and a timeout
+    TimeoutError (OSErrors, as a socket's), so callers catch what they
+    would catch around a socket."""
 
     def __init__(self, host, port, db=0, timeout=5, password=None,
                  user=None):
-        self.sock = socket.create_connection((host, port), timeout=timeout)
-        self.buf = b""
-        if password is not None:
-            self.cmd(*(["AUTH"] + ([user] if user else []) + [password]))
-        if db:
-            self.cmd("SELECT", db)
+        self.conn = _redis.connection.Connection(
+            host=host, port=int(port), db=db or 0, username=user,
+            password=password, socket_timeout=timeout,
+            socket_connect_timeout=timeout, parser_class=_RespErrors)
+        self._call(self.conn.connect)
 
-    def close(self):
+    def _call(self, fn, *args):
         try:
-            self.sock.close()
-        except OSError:
-            pass
-
-    def _line(self):
-        while b"\r\n" not in self.buf:
-            chunk = self.sock.recv(65536)
-            if not chunk:
-                raise ConnectionError("redis closed the connection")
-            self.buf += chunk
-        line, self.buf = self.buf.split(b"\r\n", 1)
-        return line
-
-    def _exact(self, n):
-        while len(self.buf) < n + 2:
-            chunk = self.sock.recv(65536)
-            if not chunk:
-                raise ConnectionError("redis closed the connection")
-            self.buf += chunk
-        data, self.buf = self.buf[:n], self.buf[n + 2:]
-        return data
-
-    def _reply(self):
-        line = self._line()
-        t, rest = line[:1], line[1:]
-        if t == b"+":
-            return rest.decode()
-        if t == b"-":
-            raise RuntimeError("redis: " + rest.decode())
-        if t == b":":
-            return int(rest)
-        if t == b"$":
-            n = int(rest)
-            return None if n < 0 else self._exact(n)
-        if t == b"*":
-            n = int(rest)
-            return None if n < 0 else [self._reply() for _ in range(n)]
-        raise RuntimeError("redis: bad reply %r" % line)
+            return fn(*args)
+        except _redis.exceptions.ResponseError as e:
+            raise RuntimeError("redis: %s" % e) from None
+        except _redis.exceptions.TimeoutError as e:
+            self.conn.disconnect()
+            raise TimeoutError("redis: %s" % e) from None
+        except _redis.exceptions.ConnectionError as e:
+            self.conn.disconnect()
+            raise ConnectionError("redis: %s" % e) from None
 
     def cmd(self, *args):
-        out = [b"*%d\r\n" % len(args)]
-        for a in args:
-            if not isinstance(a, bytes):
-                a = str(a).encode()
-            out.append(b"$%d\r\n%s\r\n" % (len(a), a))
-        self.sock.sendall(b"".join(out))
-        return self._reply()
+        self._call(self.conn.send_command, *args)
+        return self._call(self.conn.read_response)
+
+    def close(self):
+        self.conn.disconnect()
 
 
 # ------------------------------------------------------------- zookeeper ---
 
 class ZK:
-    """A minimal ZooKeeper client: get, children, delete (jute protocol)."""
-
-    def __init__(self, hosts, timeout_ms=10000, auth=None):
-        """auth: "user:password", a digest identity added to the
-        session (as zkCli's addauth digest)."""
-        host, port = hosts.split(",")[0].rsplit(":", 1)
-        self.sock = socket.create_connection((host, int(port)), timeout=10)
-        self.xid = 0
-        req = struct.pack(">iqiqi16sB", 0, 0, timeout_ms, 0, 16,
-                          b"\0" * 16, 0)
-        self._send(req)
-        self._recv()
-        if auth is not None:
-            a = auth.encode()
-            self._send(struct.pack(">iii", -4, 100, 0) + self._str("digest")
-                       + struct.pack(">i", len(a)) + a)
-            while True:
-                r = self._recv()
-                xid, _zxid, err = struct.unpack(">iqi", r[:16])
-                if xid == -4:
-                    if err != 0:
-                        raise RuntimeError("zookeeper auth: error %d" % err)
-                    break
-
-    def _send(self, data):
-        self.sock.sendall(struct.pack(">i", len(data)) + data)
-
-    def _recv(self):
-        def exact(n):
-            b = b""
-            while len(b) < n:
-                c = self.sock.recv(n - len(b))
-                if not c:
-                    raise ConnectionError("zookeeper closed the connection")
-                b += c
-            return b
-        (n,) = struct.unpack(">i", exact(4))
-        return exact(n)
-
-    @staticmethod
-    def _str(s):
-        b = s.encode()
-        return struct.pack(">i", len(b)) + b
-
-    def _call(self, op, body):
-        self.xid += 1
-        self._send(struct.pack(">ii", self.xid, op) + body)
-        while True:
-            r = self._recv()
-            xid, _zxid, err = struct.unpack(">iqi", r[:16])
-            if xid == self.xid:
-                return err, r[16:]
-
-    def get(self, path):
-        err, r = self._call(4, self._str(path) + b"\0")
-        if err == -101:
-            return None
-        if err != 0:
-            raise RuntimeError("zookeeper get %s: error %d" % (path, err))
-        (n,) = struct.unpack(">i", r[:4])
-        return b"" if n < 0 else r[4:4 + n]
+    """A ZooKeeper session on python3-kazoo, to the first of hosts only
+    (a test that kills ensemble members picks the one it talks to).
+    get/get_stat/children answer None for a missing node; set_data,
+    delete and set_acl answer 0 or ZooKeeper's error code (-101 ZNONODE,
+    -102 ZNOAUTH, -103 ZBADVERSION, -111 ZNOTEMPTY), as a zkCli user
+    sees them. A lost or unreachable server raises ConnectionError, any
+    other ZooKeeper error RuntimeError."""
 
     STAT_FIELDS = ("czxid", "mzxid", "ctime", "mtime", "version",
                    "cversion", "aversion", "ephemeralOwner", "dataLength",
                    "numChildren", "pzxid")
 
+    def __init__(self, hosts, timeout_ms=10000, auth=None):
+        """timeout_ms: the session timeout, and the longest wait for the
+        first connection. auth: "user:password", a digest identity added
+        to the session (as zkCli's addauth digest)."""
+        self.kz = KazooClient(
+            hosts=hosts.split(",")[0], timeout=timeout_ms / 1000.0,
+            auth_data=[("digest", auth)] if auth is not None else None,
+            connection_retry={"max_tries": -1, "delay": 0.05,
+                              "max_delay": 0.5})
+        try:
+            self.kz.start(timeout=max(1.0, timeout_ms / 1000.0))
+        except (KazooTimeoutError, _kze.KazooException) as e:
+            self._stop()
+            raise ConnectionError("zookeeper %s: %r" % (hosts, e)) from None
+        except Exception:
+            self._stop()
+            raise
+
+    def _stop(self):
+        try:
+            self.kz.stop()
+        except Exception:
+            pass
+        try:
+            self.kz.close()
+        except Exception:
+            pass
+
+    @staticmethod
+    def _lost(e):
+        return isinstance(e, (_kze.ConnectionLoss, _kze.SessionExpiredError,
+                              _kze.ConnectionClosedError,
+                              _kze.OperationTimeoutError,
+                              KazooTimeoutError))
+
+    def _read(self, what, path, fn):
+        try:
+            return fn()
+        except _kze.NoNodeError:
+            return None
+        except Exception as e:
+            if self._lost(e):
+                raise ConnectionError("zookeeper %s %s: %r"
+                                      % (what, path, e)) from None
+            if isinstance(e, _kze.KazooException):
+                raise RuntimeError("zookeeper %s %s: %r"
+                                   % (what, path, e)) from None
+            raise
+
+    def _write(self, what, path, fn):
+        try:
+            fn()
+            return 0
+        except Exception as e:
+            if self._lost(e):
+                raise ConnectionError("zookeeper %s %s: %r"
+                                      % (what, path, e)) from None
+            code = getattr(e, "code", None)
+            if isinstance(e, _kze.ZookeeperError) and isinstance(code, int):
+                return code
+            if isinstance(e, _kze.KazooException):
+                raise RuntimeError("zookeeper %s %s: %r"
+                                   % (what, path, e)) from None
+            raise
+
+    def get(self, path):
+        r = self._read("get", path, lambda: self.kz.get(path))
+        return None if r is None else r[0]
+
     def get_stat(self, path):
         """(data, stat dict) of a node, or (None, None) if it does not
         exist. stat carries ctime/mtime (ms, the server's clock), version
         and ephemeralOwner (the owning session id, 0 if persistent)."""
-        err, r = self._call(4, self._str(path) + b"\0")
-        if err == -101:
+        r = self._read("get", path, lambda: self.kz.get(path))
+        if r is None:
             return None, None
-        if err != 0:
-            raise RuntimeError("zookeeper get %s: error %d" % (path, err))
-        (n,) = struct.unpack(">i", r[:4])
-        off = 4 + max(n, 0)
-        data = b"" if n < 0 else r[4:off]
-        stat = dict(zip(self.STAT_FIELDS,
-                        struct.unpack(">qqqqiiiqiiq", r[off:off + 68])))
-        return data, stat
+        return r[0], {f: getattr(r[1], f) for f in self.STAT_FIELDS}
 
     def children(self, path):
-        err, r = self._call(8, self._str(path) + b"\0")
-        if err == -101:
-            return None
-        if err != 0:
-            raise RuntimeError("zookeeper ls %s: error %d" % (path, err))
-        (n,) = struct.unpack(">i", r[:4])
-        out, off = [], 4
-        for _ in range(max(n, 0)):
-            (ln,) = struct.unpack(">i", r[off:off + 4])
-            out.append(r[off + 4:off + 4 + ln].decode())
-            off += 4 + ln
-        return out
+        return self._read("ls", path, lambda: self.kz.get_children(path))
 
     def delete_all(self, path):
-        kids = self.children(path)
-        if kids is None:
-            return
-        for k in kids:
-            self.delete_all(path.rstrip("/") + "/" + k)
-        err, _ = self._call(2, self._str(path) + struct.pack(">i", -1))
+        err = self._write("deleteall", path,
+                          lambda: self.kz.delete(path, recursive=True))
         if err not in (0, -101):
             raise RuntimeError("zookeeper delete %s: error %d" % (path, err))
 
+    def create(self, path, data=b""):
+        """A persistent node with the open ACL; 0 or ZooKeeper's error."""
+        return self._write("create", path,
+                           lambda: self.kz.create(path, data))
+
     def set_data(self, path, data, version=-1):
         """0, or ZooKeeper's error (-102 ZNOAUTH, -101 ZNONODE, ...)."""
-        err, _ = self._call(5, self._str(path) + struct.pack(
-            ">i", len(data)) + data + struct.pack(">i", version))
-        return err
+        return self._write("set", path,
+                           lambda: self.kz.set(path, data, version))
 
     def delete(self, path, version=-1):
         """0, or ZooKeeper's error (-102 ZNOAUTH, -111 ZNOTEMPTY, ...)."""
-        err, _ = self._call(2, self._str(path) + struct.pack(">i", version))
-        return err
+        return self._write("delete", path,
+                           lambda: self.kz.delete(path, version))
 
     def get_acl(self, path):
         """[(perms, scheme, id)] of a node, None if it does not exist."""
-        err, r = self._call(6, self._str(path))
-        if err == -101:
+        r = self._read("getAcl", path, lambda: self.kz.get_acls(path))
+        if r is None:
             return None
-        if err != 0:
-            raise RuntimeError("zookeeper getACL %s: error %d" % (path, err))
-        (n,) = struct.unpack(">i", r[:4])
-        out, off = [], 4
-        for _ in range(n):
-            (perms, ls) = struct.unpack(">ii", r[off:off + 8])
-            scheme = r[off + 8:off + 8 + ls].decode()
-            off += 8 + ls
-            (li,) = struct.unpack(">i", r[off:off + 4])
-            ident = r[off + 4:off + 4 + li].decode()
-            off += 4 + li
-            out.append((perms, scheme, ident))
-        return out
+        return [(a.perms, a.id.scheme, a.id.id) for a in r[0]]
 
     def set_acl(self, path, acl, version=-1):
         """acl: [(perms, scheme, id)]; 0 or ZooKeeper's error."""
-        body = self._str(path) + struct.pack(">i", len(acl))
-        for perms, scheme, ident in acl:
-            body += struct.pack(">i", perms) + self._str(scheme) + \
-                self._str(ident)
-        err, _ = self._call(7, body + struct.pack(">i", version))
-        return err
+        acls = [ACL(perms, Id(scheme, ident)) for perms, scheme, ident in acl]
+        return self._write("setAcl", path,
+                           lambda: self.kz.set_acls(path, acls, version))
 
     def close(self):
-        try:
-            self._call(-11, b"")
-        except Exception:
-            pass
-        self.sock.close()
+        self._stop()
 
 
 # ------------------------------------------------------------------ http ---
@@ -1706,38 +1685,108 @@ class Problems:
                 "\n  ..." if self.count > len(self.items) else ""))
 
 
+class _Tests(pytest.Module):
+    """The module pytest collects: the given test functions (their own
+    module's globals stay theirs), not a re-import of the file."""
+
+    funcs = ()
+
+    def _getobj(self):
+        m = types.ModuleType("prophet_integ")
+        for fn in self.funcs:
+            setattr(m, fn.__name__, fn)
+        return m
+
+
+class _Plugin:
+    """Runs the test functions in the given order through pytest and
+    prints a TAP-like line per test (ok N - name (s)), a failure's
+    traceback as TAP comments, then on_failure()'s output."""
+
+    def __init__(self, tests, on_failure):
+        self.tests = tests
+        self.on_failure = on_failure
+        self.n = 0
+        self.failed = 0
+        self.seen = set()
+        self.tracebacks = {}
+
+    def pytest_runtest_makereport(self, item, call):
+        # the traceback as Python prints it (not pytest's long form):
+        # scripts/test picks "TestFailure: ..." lines out of the logs
+        if call.excinfo is not None:
+            tb = call.excinfo.tb
+            code = getattr(getattr(item, "obj", None), "__code__", None)
+            t = tb
+            while t is not None and t.tb_frame.f_code is not code:
+                t = t.tb_next
+            self.tracebacks.setdefault(item.nodeid, "".join(
+                traceback.format_exception(call.excinfo.type,
+                                           call.excinfo.value, t or tb)))
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_pycollect_makemodule(self, module_path, parent):
+        return type("_T", (_Tests,), {"funcs": self.tests}).from_parent(
+            parent, path=module_path)
+
+    def pytest_collection_modifyitems(self, items):
+        order = {fn.__name__: i for i, fn in enumerate(self.tests)}
+        items.sort(key=lambda it: order.get(it.name, len(order)))
+        print("1..%d" % len(items), flush=True)
+
+    def pytest_runtest_logreport(self, report):
+        name = report.nodeid.rsplit("::", 1)[-1]
+        name = name[5:] if name.startswith("test_") else name
+        if report.when == "call" or report.failed:
+            if report.nodeid in self.seen:
+                return
+            self.seen.add(report.nodeid)
+            self.n += 1
+            if report.failed:
+                self.failed += 1
+                log(self.tracebacks.get(report.nodeid,
+                                        report.longreprtext))
+                if self.on_failure is not None:
+                    try:
+                        self.on_failure()
+                    except Exception as e:
+                        log("on_failure: %r" % e)
+            print("%s %d - %s (%.1fs)" % ("not ok" if report.failed else "ok",
+                                          self.n, name, report.duration),
+                  flush=True)
+
+    def pytest_collectreport(self, report):
+        if report.failed:
+            self.failed += 1
+            log(report.longreprtext)
+            print("not ok - collection failed", flush=True)
+
+
 def run_tests(tests, on_failure=None):
-    """Runs test functions in order, printing TAP-like lines; returns the
-    number of failures. on_failure() runs after each failed test (e.g. to
-    print the tails of the daemons' logs)."""
+    """Runs test functions in order under pytest, printing TAP-like lines;
+    returns the number of failures. on_failure() runs after each failed
+    test (e.g. to print the tails of the daemons' logs)."""
     only = os.environ.get("PROPHET_INTEG_ONLY")
     if only:
         tests = [t for t in tests if only in t.__name__]
-    print("1..%d" % len(tests), flush=True)
-    failed = 0
+    plugin = _Plugin(tests, on_failure)
     t_all = time.monotonic()
-    for n, fn in enumerate(tests, 1):
-        name = fn.__name__[5:] if fn.__name__.startswith("test_") \
-            else fn.__name__
-        t0 = time.monotonic()
-        try:
-            fn()
-        except Exception:
-            failed += 1
-            for line in traceback.format_exc().splitlines():
-                log(line)
-            if on_failure is not None:
-                try:
-                    on_failure()
-                except Exception as e:
-                    log("on_failure: %r" % e)
-            print("not ok %d - %s (%.1fs)" % (n, name, time.monotonic() - t0),
-                  flush=True)
-        else:
-            print("ok %d - %s (%.1fs)" % (n, name, time.monotonic() - t0),
-                  flush=True)
+    # -s: the daemons' and the tests' output go to the log as they come;
+    # no terminal reporter (the plugin prints), no cache (the source tree
+    # is read-only under distcheck), no ini file of whatever directory.
+    rc = pytest.main([os.path.abspath(sys.argv[0]), "-s",
+                      "-p", "no:terminal", "-p", "no:cacheprovider",
+                      "-p", "no:stepwise", "-c", os.devnull,
+                      "--rootdir", HERE], plugins=[plugin])
+    failed = plugin.failed
+    if rc not in (0, 1) and not failed:
+        failed = 1
+        print("not ok - pytest exited %d" % rc, flush=True)
+    if plugin.n < len(tests) and not failed:
+        failed = len(tests) - plugin.n
+        print("not ok - %d test(s) did not run" % failed, flush=True)
     print("# %s: %d passed, %d failed, %.1fs" % (
-        os.path.basename(sys.argv[0]), len(tests) - failed, failed,
+        os.path.basename(sys.argv[0]), plugin.n - plugin.failed, failed,
         time.monotonic() - t_all), flush=True)
     return failed
 

@@ -184,7 +184,7 @@ class PrivateRedis(_Server):
         try:
             r = h.Redis(self.host, self.port, timeout=1)
             try:
-                return r.cmd("PING") == "PONG"
+                return r.cmd("PING") == b"PONG"
             finally:
                 r.close()
         except (OSError, RuntimeError, ConnectionError):

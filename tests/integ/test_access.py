@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/python3
 """Bearer tokens with roles, the topic allow-list, and the mykit-delay
 compatible endpoints (requests as its documentation writes them), on a
 running cluster with one worker."""

@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/python3
 """The manager's HTTP API under bad input, idempotent submission, health,
 readiness, metrics and --check-config. No workers are needed."""
 

@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/python3
 """Buckets: tasks due later than task.bucket_near_ms wait in Redis in
 append-only per-slot buckets of task.bucket_ms of due time, and the slot's
 owner moves each bucket into the due set before it starts. Run on a real

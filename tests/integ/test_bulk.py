@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/python3
 """Bulk cancel and reschedule by filter (POST /v1/tasks/bulk, issue 22)
 against a running cluster (manager + 2 workers) with a Kafka ledger: a
 bulk cancel racing the workers leaves every task either published or

@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/python3
 """Callbacks out of the box, and a word when no notifier covers one
 (issue 22).
 

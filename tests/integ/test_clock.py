@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/python3
 """Never early, whatever a daemon's clock does (issue 20).
 
 Workers and managers judge time against a cluster reference, Redis TIME

@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/python3
 """The web console (GET / on the manager) in a headless Chromium against a
 3-worker cluster with bearer tokens: the page asks for a token, shows the
 16 slots with the owners GET /v1/cluster reports, charts the lateness the

@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/python3
 """Coordination acceptance (issue 3): slot ownership in ZooKeeper, master
 election, handover and failover, fencing, on real servers.
 
@@ -87,7 +87,7 @@ class ZKConn:
             except (OSError, RuntimeError, struct.error):
                 if self.z is not None:
                     try:
-                        self.z.sock.close()
+                        self.z.close()
                     except OSError:
                         pass
                 self.z = None

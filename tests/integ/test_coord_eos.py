@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/python3
 """Exactly-once publishing (issue 21, kafka.exactly_once) through
 test_coord.py's failovers, on real servers.
 

@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/python3
 """Crash points (common/crashpoint.h): a daemon killed exactly between two
 steps of a protocol loses nothing.
 

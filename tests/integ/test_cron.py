@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/python3
 """Recurring tasks (issue 7) on real servers: one isolated cluster (manager
 + 2 workers, session timeout 4 s, lease 2 s, misfire threshold 8 s).
 

@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/python3
 """deploy/grafana/prophet.json queries only metrics that exist.
 
 The dashboard is valid JSON with a Prometheus query in every panel, and

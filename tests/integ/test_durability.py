@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/python3
 """Durability under faults (CONTRACT guarantees 1, 2, 4, 5).
 
 Every test has its own isolated cluster. Faults that stop a server use a
@@ -1040,7 +1040,7 @@ def test_redis_script_flush():
             try:
                 before = red.cmd("INFO", "commandstats").decode()
                 t_flush = h.now_ms()
-                h.check_eq(red.cmd("SCRIPT", "FLUSH"), "OK",
+                h.check_eq(red.cmd("SCRIPT", "FLUSH"), b"OK",
                            "SCRIPT FLUSH")
             finally:
                 red.close()

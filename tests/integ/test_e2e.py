@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/python3
 """End-to-end acceptance: HTTP submit -> DB -> Redis -> workers -> Kafka.
 
 One isolated cluster (manager + 2 workers; for now every worker scans every

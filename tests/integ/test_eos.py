@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/python3
 """Exactly-once publishing (issue 21, kafka.exactly_once) end to end, on
 real servers, in both builds (the sanitizer build checks the producer
 threads, the marker reads and the shutdown).

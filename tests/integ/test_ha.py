@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/python3
 """Replicated servers: Redis behind Sentinel, a ZooKeeper ensemble.
 
 Every test starts its own PRIVATE replicated servers (no long-lived --ha
@@ -119,7 +119,7 @@ class Sentinel(s.PrivateRedis):
         try:
             r = self.client()
             try:
-                return r.cmd("PING") == "PONG"
+                return r.cmd("PING") == b"PONG"
             finally:
                 r.close()
         except (OSError, RuntimeError, ConnectionError):

@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/python3
 """Hostile input against the manager: every request gets a 4xx (never a
 crash, a hang or a stored change), and the server stays healthy for the
 honest client next to it."""

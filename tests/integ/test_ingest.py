@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/python3
 """Kafka ingest: 1,000 submissions through kafka.ingest_topic fire like
 HTTP ones; malformed ones land in the errors topic with the reason; a
 manager restart in the middle neither loses nor doubles a submission."""

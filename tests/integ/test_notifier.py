@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/python3
 """prophet-notifier against the real dev cluster and local HTTP endpoints.
 
 One isolated cluster (manager + 1 worker + notifier), two HTTP servers run

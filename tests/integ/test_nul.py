@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/python3
 """One rule for U+0000 on every field and every path.
 
 `body` may hold NUL (and any other character) and is carried byte for

@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/python3
 """docs/openapi.yaml against a live manager (with one worker).
 
 The description is validated (openapi-spec-validator), must be what the

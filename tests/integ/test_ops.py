@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/python3
 """Operations: the daemons speak systemd's notify protocol (READY=1 when
 serving, WATCHDOG=1 while WATCHDOG_USEC is set, STOPPING=1 on SIGTERM) to
 a NOTIFY_SOCKET of ours; they log one key=value line per event and no

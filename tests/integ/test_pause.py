@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/python3
 """Pausing and resuming a topic (issue 22) on real servers, with a Kafka
 ledger: no task of a paused topic is published once the pause reached the
 workers (within a second of its answer), cancel and reschedule work on

@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/python3
 """Poison inputs: one bad submission among many, and bytes from outside
 that are not what they should be.
 
@@ -19,7 +19,6 @@ that are not what they should be.
 
 import json
 import os
-import struct
 import subprocess
 import sys
 import threading
@@ -468,11 +467,8 @@ def test_worker_hostname_not_utf8():
 
 
 def zk_create(zk, path, data=b""):
-    """A persistent node, open ACL (ZooKeeper's create, opcode 1)."""
-    body = (zk._str(path) + struct.pack(">i", len(data)) + data +
-            struct.pack(">i", 1) + struct.pack(">i", 31) +
-            zk._str("world") + zk._str("anyone") + struct.pack(">i", 0))
-    err, _ = zk._call(1, body)
+    """A persistent node, open ACL."""
+    err = zk.create(path, data)
     if err != 0:
         raise h.TestFailure("zookeeper create %s: error %d" % (path, err))
 

@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/python3
 """Retention (issue 19) against the real dev cluster.
 
 Cluster A: two managers (task.retention 3 s, passes every 500 ms), one

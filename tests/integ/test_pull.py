@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/python3
 """Pull consumption over HTTP (GET /v1/topics/{topic}/next, POST
 /v1/topics/{topic}/ack, mykit-delay's GET /get/{topic}) on a manager and one
 worker: the tasks the worker publishes to Kafka, handed to HTTP clients by

@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/python3
 """Retry tasks only the notifier can make, and topics Kafka cannot hold.
 
 One isolated cluster (manager with Kafka ingest, worker, notifier) whose

@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/python3
 """The future-load view against known bookings, on the real dev cluster:
 tasks at known due times in the near window (counted in Redis), within
 the horizon beyond it and beyond the horizon (counted in the DB), in two

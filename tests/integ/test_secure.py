@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/python3
 """The secure deployment on real servers (scripts/devcluster up --secure):
 MariaDB over TLS (VERIFY_IDENTITY) with a user per program, Kafka over
 SASL_SSL with a principal per program and ACLs, Redis with an ACL user,

@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/python3
 """The notifier as an SSRF tool, and the other outside input it meets.
 
 One isolated cluster (manager, worker, notifier) and HTTP sinks on

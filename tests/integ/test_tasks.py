@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/python3
 """Batch submission, cancel, reschedule and list against a running cluster
 (manager + 2 workers), with a Kafka ledger: a cancel answered 200 is never
 published, a rescheduled task fires at its new time, never before."""

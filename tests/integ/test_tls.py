@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/python3
 """HTTPS on every HTTP listener: the manager's API and console, the
 workers' and the notifier's metrics, with certificates made here by the
 openssl CLI. One cluster (manager, worker, notifier) serving HTTPS only:

@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/python3
 """Task topics that do not exist in Kafka (issue 20), on the real broker
 with auto-creation off for Prophet's clients (the dev broker itself has
 auto.create.topics.enable=true, so a client that allowed it would make the

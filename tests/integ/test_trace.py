@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/python3
 """W3C trace context end to end, on the real dev cluster (manager, one
 worker, a notifier, a local HTTP receiver):
   1. POST /v1/tasks with traceparent/tracestate HTTP headers: the Kafka

@@ -84,7 +84,7 @@ coord_fresh(const struct worker *w)
 int
 coord_may_claim(struct worker *w, int slot)
 {
-	return w->slots[slot].owned && w->slots[slot].mode == SM_REDIS &&
+	return slot_owned(w, slot) && w->slots[slot].mode == SM_REDIS &&
 	       coord_fresh(w) && eos_slot_ready(w, slot);
 }
 
@@ -107,47 +107,79 @@ update_owned_gauge(struct worker *w)
 	int n = 0;
 
 	for (int i = 0; i < w->nslots; i++) {
-		n += w->slots[i].owned;
+		int owned = slot_owned(w, i);
+
+		n += owned;
 		metric_vec_set(w->m.epoch, (size_t)i,
-			       w->slots[i].owned ? (double)w->slots[i].epoch
-						 : 0);
+			       owned ? (double)w->slots[i].epoch : 0);
 	}
 	metric_set(w->m.slots_owned, n);
 }
 
 /* Slots ---------------------------------------------------------------- */
 
-static void
+int
+slot_phase_set(struct worker *w, int slot, enum slot_phase to, const char *why)
+{
+	struct wslot *s = &w->slots[slot];
+	enum slot_phase from = s->phase;
+	int rc = wslot_move(s, to);
+
+	if (rc == 0)
+		return 0;
+	if (rc < 0) {
+		log_error("slot phase change refused (a bug)",
+			  "slot=%d from=%s to=%s reason=\"%s\"", slot,
+			  slot_phase_name(from), slot_phase_name(to), why);
+		return 0;
+	}
+	log_debug("slot phase",
+		  "slot=%d from=%s to=%s epoch=%lld "
+		  "reason=\"%s\"",
+		  slot, slot_phase_name(from), slot_phase_name(to),
+		  (long long)s->epoch, why);
+	if (from == SP_OWNED || to == SP_OWNED)
+		update_owned_gauge(w);
+	return 1;
+}
+
+void
+slot_mode_set(struct worker *w, int slot, enum slot_mode mode)
+{
+	wslot_set_mode(&w->slots[slot], mode);
+}
+
+/* Leaves STARTING or OWNED for IDLE: what was running for the slot stops
+ * (scans, claims, a rebuild: their generation is gone). */
+void
 slot_lose(struct worker *w, int slot, const char *why)
 {
 	struct wslot *s = &w->slots[slot];
 
-	if (!s->owned && !s->starting)
+	if (s->phase != SP_OWNED && s->phase != SP_STARTING)
 		return;
-	if (s->owned) {
+	if (s->phase == SP_OWNED) {
 		metric_inc(w->m.slots_lost);
 		log_info("slot lost", "slot=%d epoch=%lld reason=\"%s\"", slot,
 			 (long long)s->epoch, why);
 	}
-	s->owned = 0;
-	s->starting = 0;
-	s->mode = SM_REDIS;
-	s->rebuild_gen++; /* a rebuild under way stops */
+	slot_phase_set(w, slot, SP_IDLE, why);
+	slot_mode_set(w, slot, SM_REDIS);
 	scanner_drop_slot(w, slot);
 	eos_slot_lost(w, slot);
-	update_owned_gauge(w);
 }
 
 struct fence_call {
 	struct worker *w;
 	int slot;
-	int64_t epoch;
+	unsigned gen;
 };
 
 struct fence_job {
 	struct db_job job;
 	struct worker *w;
 	int slot;
+	unsigned gen;
 	int64_t epoch;
 	int gain_db; /* Redis is down: own the slot in DB mode once done */
 };
@@ -187,26 +219,29 @@ fence_done_cb(struct db_job *job, int status, const char *err)
 		log_warn("database fence not raised",
 			 "slot=%d epoch=%lld error=\"%s\"", f->slot,
 			 (long long)f->epoch, err);
-	if (f->gain_db && s->starting && s->epoch == f->epoch) {
+	if (f->gain_db && s->phase == SP_STARTING && s->gen == f->gen) {
 		/* In DB mode the DB fence is the only one: no claims
 		 * before it is raised. */
-		s->starting = 0;
 		if (status == 0) {
-			s->mode = SM_DB;
+			slot_mode_set(f->w, f->slot, SM_DB);
 			gained(f->w, f->slot, "db");
+		} else {
+			slot_phase_set(f->w, f->slot, SP_IDLE,
+				       "database fence not raised");
 		}
 	}
 	xfree(f);
 }
 
 static void
-submit_fence(struct worker *w, int slot, int64_t epoch, int gain_db)
+submit_fence(struct worker *w, int slot, int gain_db)
 {
 	struct fence_job *f = xcalloc(1, sizeof(*f));
 
 	f->w = w;
 	f->slot = slot;
-	f->epoch = epoch;
+	f->gen = w->slots[slot].gen;
+	f->epoch = w->slots[slot].epoch;
 	f->gain_db = gain_db;
 	f->job.run = fence_run;
 	f->job.done_cb = fence_done_cb;
@@ -218,7 +253,7 @@ gained(struct worker *w, int slot, const char *mode)
 {
 	struct wslot *s = &w->slots[slot];
 
-	s->owned = 1;
+	slot_phase_set(w, slot, SP_OWNED, "fenced");
 	s->next_load_ms = 0;
 	s->next_move_ms = 0;
 	s->next_reap_ms = 0;
@@ -238,7 +273,7 @@ redis_fence_cb(struct redis *r, redisReply *reply, void *arg)
 	struct worker *w = fc->w;
 	struct wslot *s = &w->slots[fc->slot];
 
-	if (!s->starting || s->epoch != fc->epoch) {
+	if (s->phase != SP_STARTING || s->gen != fc->gen) {
 		xfree(fc);
 		return;
 	}
@@ -252,9 +287,9 @@ redis_fence_cb(struct redis *r, redisReply *reply, void *arg)
 			log_warn("redis refused the slot's fence: slot not "
 				 "started, retrying",
 				 "slot=%d epoch=%lld error=\"%s\"", fc->slot,
-				 (long long)fc->epoch, reply->str);
+				 (long long)s->epoch, reply->str);
 		}
-		s->starting = 0;
+		slot_phase_set(w, fc->slot, SP_IDLE, "redis fence not raised");
 		xfree(fc);
 		return;
 	}
@@ -262,14 +297,13 @@ redis_fence_cb(struct redis *r, redisReply *reply, void *arg)
 	if (reply->integer < 0) {
 		metric_inc(w->m.fenced);
 		log_warn("slot fenced by a newer epoch in redis",
-			 "slot=%d epoch=%lld", fc->slot, (long long)fc->epoch);
-		s->starting = 0;
+			 "slot=%d epoch=%lld", fc->slot, (long long)s->epoch);
+		slot_phase_set(w, fc->slot, SP_IDLE, "fenced in redis");
 		read_slot(w, fc->slot);
 		xfree(fc);
 		return;
 	}
-	submit_fence(w, fc->slot, fc->epoch, 0);
-	s->starting = 0;
+	submit_fence(w, fc->slot, 0);
 	gained(w, fc->slot, "redis");
 	recovery_slot_ready(w, fc->slot, reply->integer == 1);
 	xfree(fc);
@@ -290,22 +324,22 @@ slot_gain(struct worker *w, int slot, int64_t epoch)
 		if (w->redis_down_since_ms == 0 ||
 		    clock_mono_ms() - w->redis_down_since_ms < 1000)
 			return;
-		s->starting = 1;
 		s->epoch = epoch;
-		submit_fence(w, slot, epoch, 1);
+		slot_phase_set(w, slot, SP_STARTING, "gain, redis down");
+		submit_fence(w, slot, 1);
 		return;
 	}
-	s->starting = 1;
 	s->epoch = epoch;
+	slot_phase_set(w, slot, SP_STARTING, "gain");
 	CRASHPOINT("gain_before_fence");
 	fc = xcalloc(1, sizeof(*fc));
 	fc->w = w;
 	fc->slot = slot;
-	fc->epoch = epoch;
+	fc->gen = s->gen;
 	slot_eval_init(&ev, SCRIPT_FENCE, slot, "em");
 	redis_args_addint(&ev.a, epoch);
 	if (redis_eval_args(w->redis, redis_fence_cb, fc, &ev.a) < 0) {
-		s->starting = 0;
+		slot_phase_set(w, slot, SP_IDLE, "redis unavailable");
 		xfree(fc);
 	}
 	slot_eval_free(&ev);
@@ -314,6 +348,7 @@ slot_gain(struct worker *w, int slot, int64_t epoch)
 struct release_call {
 	struct worker *w;
 	int slot;
+	unsigned gen;
 	char *data;
 };
 
@@ -323,11 +358,12 @@ release_done_cb(struct zk *z, int rc, const struct Stat *st, void *arg)
 	struct release_call *rc_ = arg;
 	struct worker *w = rc_->w;
 	struct wslot *s = &w->slots[rc_->slot];
+	int current = s->phase == SP_HANDING && s->gen == rc_->gen;
 
-	s->release_writing = 0;
 	if (rc == ZOK) {
 		zk_ok(w);
-		s->releasing = 0;
+		if (current)
+			slot_phase_set(w, rc_->slot, SP_IDLE, "handed over");
 		metric_inc(w->m.slots_lost);
 		log_info("slot handed over", "slot=%d to=%s epoch=%lld",
 			 rc_->slot, w->view[rc_->slot].requested,
@@ -339,6 +375,9 @@ release_done_cb(struct zk *z, int rc, const struct Stat *st, void *arg)
 	} else {
 		log_warn("handover write failed", "slot=%d error=\"%s\"",
 			 rc_->slot, zerror(rc));
+		if (current)
+			slot_phase_set(w, rc_->slot, SP_DRAINING,
+				       "handover write failed");
 	}
 	read_slot(w, rc_->slot);
 	xfree(rc_->data);
@@ -354,7 +393,7 @@ try_finish_release(struct worker *w, int slot)
 	struct release_call *rc;
 	char path[512];
 
-	if (!s->releasing || s->release_writing || w->view_version[slot] < 0)
+	if (s->phase != SP_DRAINING || w->view_version[slot] < 0)
 		return;
 	if (s->busy > 0) {
 		if (clock_mono_ms() - s->release_started_ms <
@@ -375,13 +414,14 @@ try_finish_release(struct worker *w, int slot)
 	rc->slot = slot;
 	rc->data = slot_node_encode(&n);
 	zpath_slot(path, sizeof(path), w->root, slot);
+	slot_phase_set(w, slot, SP_HANDING, "drained");
+	rc->gen = s->gen;
 	if (zk_aset(w->zk, path, rc->data, w->view_version[slot],
 		    release_done_cb, rc) < 0) {
+		slot_phase_set(w, slot, SP_DRAINING, "handover write not sent");
 		xfree(rc->data);
 		xfree(rc);
-		return;
 	}
-	s->release_writing = 1;
 }
 
 void
@@ -397,18 +437,14 @@ begin_release(struct worker *w, int slot)
 {
 	struct wslot *s = &w->slots[slot];
 
-	if (s->releasing)
+	if (s->phase == SP_DRAINING || s->phase == SP_HANDING)
 		return;
 	log_info("handover requested: draining", "slot=%d to=%s busy=%d", slot,
 		 w->view[slot].requested, s->busy);
-	s->owned = 0;
-	s->starting = 0;
-	s->releasing = 1;
+	slot_phase_set(w, slot, SP_DRAINING, "handover requested");
 	s->release_started_ms = clock_mono_ms();
-	s->mode = SM_REDIS;
-	s->rebuild_gen++;
+	slot_mode_set(w, slot, SM_REDIS);
 	scanner_drop_slot(w, slot);
-	update_owned_gauge(w);
 	try_finish_release(w, slot);
 }
 
@@ -417,29 +453,31 @@ static void
 slot_reconcile(struct worker *w, int slot)
 {
 	const struct slot_node *v = &w->view[slot];
-	struct wslot *s = &w->slots[slot];
+	struct slot_seen seen;
+	const char *why;
+	int act;
 
 	if (w->view_version[slot] < 0 || w->stopping)
 		return;
-	if (strcmp(v->owner, w->id) != 0) {
-		if (s->owned || s->starting)
-			slot_lose(w, slot,
-				  v->owner[0] ? "reassigned" : "unowned");
-		s->releasing = 0;
-		return;
-	}
-	if (v->requested[0] && strcmp(v->requested, w->id) != 0) {
+	seen.mine = strcmp(v->owner, w->id) == 0;
+	seen.requested_other =
+		v->requested[0] && strcmp(v->requested, w->id) != 0;
+	seen.epoch = v->epoch;
+	act = slot_decide(&w->slots[slot], &seen, coord_fresh(w));
+	why = !seen.mine ? (v->owner[0] ? "reassigned" : "unowned")
+			 : "epoch changed";
+	if (act & SD_LOSE)
+		slot_lose(w, slot, why);
+	if (act & SD_DROP)
+		slot_phase_set(w, slot, SP_IDLE, why);
+	if (act & SD_RELEASE)
 		begin_release(w, slot);
-		return;
-	}
-	if (s->releasing) {
+	if (act & SD_CANCEL) {
 		/* The master took the request back. */
-		s->releasing = 0;
+		slot_phase_set(w, slot, SP_IDLE, "handover cancelled");
 		log_info("handover cancelled", "slot=%d", slot);
 	}
-	if ((s->owned || s->starting) && s->epoch != v->epoch)
-		slot_lose(w, slot, "epoch changed");
-	if (!s->owned && !s->starting && coord_fresh(w))
+	if (act & SD_GAIN)
 		slot_gain(w, slot, v->epoch);
 }
 
@@ -1055,10 +1093,9 @@ lose_all(struct worker *w, const char *why)
 	for (int i = 0; i < w->nslots; i++) {
 		slot_lose(w, i, why);
 		eos_slot_lost(w, i); /* one that was being released too */
-		w->slots[i].releasing = 0;
 		/* A release write of the old session may never complete
 		 * (its handle closed): it must not block the next one. */
-		w->slots[i].release_writing = 0;
+		slot_phase_set(w, i, SP_IDLE, why);
 		w->view_version[i] = -1;
 	}
 	step_down(w, why);
@@ -1148,7 +1185,7 @@ coord_tick_cb(evutil_socket_t fd, short what, void *arg)
 	}
 	zk_aexists(w->zk, w->root, 0, probe_cb, w);
 	for (int i = 0; i < w->nslots; i++) {
-		if (w->slots[i].releasing)
+		if (w->slots[i].phase == SP_DRAINING)
 			try_finish_release(w, i);
 		else
 			slot_reconcile(w, i);

@@ -187,8 +187,9 @@ dbclaim_slot(struct worker *w, int slot)
 	struct wslot *s = &w->slots[slot];
 	struct dbclaim *c;
 
-	if (!s->owned || s->mode != SM_DB || !eos_slot_ready(w, slot) ||
-	    s->dbclaiming || w->stopping || !coord_fresh(w))
+	if (!slot_owned(w, slot) || s->mode != SM_DB ||
+	    !eos_slot_ready(w, slot) || s->dbclaiming || w->stopping ||
+	    !coord_fresh(w))
 		return;
 	/* Back-pressure, as in Redis mode: tasks stay scheduled. */
 	if (kafka_outq_len(w->kafka) + eos_queued(w) + w->claim_batch >
@@ -226,6 +227,7 @@ struct dbreap {
 	struct db_job job;
 	struct worker *w;
 	int slot;
+	unsigned gen; /* the slot's generation when sent */
 	int64_t now;
 	int phase; /* 0: find expired, 1: requeue the ones not held here */
 	struct db_rows rows;
@@ -310,7 +312,7 @@ dbreap_done_cb(struct db_job *job, int status, const char *err)
 	struct worker *w = r->w;
 	struct wslot *s = &w->slots[r->slot];
 
-	if (status < 0 || !s->owned || w->stopping) {
+	if (status < 0 || !slot_current(w, r->slot, r->gen) || w->stopping) {
 		s->dbreaping = 0;
 		dbreap_free(r);
 		return;
@@ -350,6 +352,7 @@ dbmode_reap_slot(struct worker *w, int slot)
 
 	r->w = w;
 	r->slot = slot;
+	r->gen = w->slots[slot].gen;
 	r->now = worker_now(w);
 	r->job.run = dbreap_run;
 	r->job.done_cb = dbreap_done_cb;

@@ -801,11 +801,11 @@ slot_job_done_cb(struct db_job *job, int status, const char *err)
 			/* The DB fence moved on: read again (a newer owner's
 			 * refuses us there). */
 			start_open(e, s);
-		} else if (e->w->slots[j->slot].owned) {
+		} else if (slot_owned(e->w, j->slot)) {
 			s->state = ES_OPENING;
 		}
 		/* A release began meanwhile: it clears the record. */
-		if (!e->w->slots[j->slot].owned)
+		if (!slot_owned(e->w, j->slot))
 			coord_slot_idle(e->w, j->slot);
 		break;
 	}
@@ -947,7 +947,7 @@ producer_lost(struct eos *e)
 		if (s->state == ES_OFF || s->state == ES_WAIT)
 			continue;
 		s->opened_ms = clock_mono_ms();
-		if (e->w->slots[i].owned)
+		if (slot_owned(e->w, i))
 			start_open(e, s);
 		else
 			s->state = ES_WAIT;
@@ -1077,7 +1077,7 @@ post_parts(struct eos *e, enum eos_state state, enum cmd_kind kind)
 		struct eos_part *p;
 
 		if (s->state != state || s->posted || s->retry_at_ms != 0 ||
-		    !e->w->slots[i].owned)
+		    !slot_owned(e->w, i))
 			continue;
 		if (c == NULL) {
 			c = xcalloc(1, sizeof(*c));
@@ -1111,7 +1111,7 @@ tick_cb(evutil_socket_t fd, short what, void *arg)
 		make_producer(e);
 	for (int i = 0; i < e->n; i++) {
 		struct eos_slot *s = &e->slots[i];
-		int owned = e->w->slots[i].owned;
+		int owned = slot_owned(e->w, i);
 
 		if (s->state == ES_OFF)
 			continue;
@@ -1377,7 +1377,7 @@ eos_publish(struct worker *w, struct wtask *t, const char *topic,
 	struct eos_rec *r;
 	struct marker mk;
 
-	if (s->state == ES_OFF || !s->been_ready || !w->slots[t->slot].owned ||
+	if (s->state == ES_OFF || !s->been_ready || !slot_owned(w, t->slot) ||
 	    t->epoch != w->slots[t->slot].epoch) {
 		/* Lost while it waited (claimed early, or a claim reply that
 		 * came back after the slot was lost, maybe gained again

@@ -340,7 +340,7 @@ hold_cb(struct redis *r, redisReply *reply, void *arg)
 			 reply ? reply->str : "disconnected");
 	/* Resumed while the hold was out: that slot's drain looks again. */
 	t = w->pause ? find(w->pause, h->topic) : NULL;
-	if (t != NULL && !t->paused && w->slots[h->t->slot].owned)
+	if (t != NULL && !t->paused && slot_owned(w, h->t->slot))
 		drain_activate(w, t, h->t->slot);
 	wtask_release(w, h->t);
 	xfree(h);
@@ -435,10 +435,8 @@ lift(struct worker *w, struct ptopic *t, int slot, int count, int peek)
 static int
 drainable(struct worker *w, int slot)
 {
-	struct wslot *s = &w->slots[slot];
-
-	return s->owned && s->mode == SM_REDIS && !s->releasing &&
-	       coord_may_claim(w, slot);
+	/* owned in Redis mode (so not draining), not self-fenced */
+	return coord_may_claim(w, slot);
 }
 
 /* One tick of one topic's drain; 0 once every owned slot is empty. */

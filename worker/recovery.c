@@ -52,7 +52,7 @@ count_db_mode(struct worker *w)
 	int n = 0;
 
 	for (int i = 0; i < w->nslots; i++)
-		n += w->slots[i].owned && w->slots[i].mode == SM_DB;
+		n += slot_owned(w, i) && w->slots[i].mode == SM_DB;
 	metric_set(w->m.db_mode, n);
 	if (n > 0 && !w->db_mode_logged) {
 		w->db_mode_logged = 1;
@@ -66,10 +66,7 @@ count_db_mode(struct worker *w)
 static void
 enter_db_mode(struct worker *w, int slot)
 {
-	struct wslot *s = &w->slots[slot];
-
-	s->mode = SM_DB;
-	s->rebuild_gen++;
+	slot_mode_set(w, slot, SM_DB);
 	/* Ids read from Redis are claimed through the DB now. */
 	scanner_drop_slot(w, slot);
 	count_db_mode(w);
@@ -105,10 +102,8 @@ static void rebuild_page(struct rebuild *rb);
 static int
 rebuild_current(struct rebuild *rb)
 {
-	struct wslot *s = &rb->w->slots[rb->slot];
-
-	return s->owned && s->mode == SM_REBUILD && s->rebuild_gen == rb->gen &&
-	       !rb->w->stopping;
+	return slot_current(rb->w, rb->slot, rb->gen) &&
+	       rb->w->slots[rb->slot].mode == SM_REBUILD && !rb->w->stopping;
 }
 
 static void
@@ -160,7 +155,7 @@ marker_set_cb(struct redis *r, redisReply *reply, void *arg)
 		return;
 	}
 	secs = (double)(clock_mono_ms() - s->rebuild_started_ms) / 1000.0;
-	s->mode = SM_REDIS;
+	slot_mode_set(w, rb->slot, SM_REDIS);
 	s->next_load_ms = 0;
 	s->next_move_ms = 0;
 	s->next_reap_ms = 0;
@@ -316,7 +311,7 @@ reset_cb(struct redis *r, redisReply *reply, void *arg)
 		metric_inc(rb->w->m.fenced);
 		log_warn("rebuild fenced: a newer epoch owns the slot",
 			 "slot=%d epoch=%lld", rb->slot, (long long)rb->epoch);
-		rb->w->slots[rb->slot].owned = 0;
+		slot_lose(rb->w, rb->slot, "rebuild fenced in redis");
 		xfree(rb);
 		return;
 	}
@@ -350,8 +345,7 @@ recovery_rebuild(struct worker *w, int slot)
 
 	if (s->mode == SM_REBUILD)
 		return;
-	s->mode = SM_REBUILD;
-	s->rebuild_gen++;
+	slot_mode_set(w, slot, SM_REBUILD);
 	s->rebuild_started_ms = clock_mono_ms();
 	scanner_drop_slot(w, slot);
 	log_info("rebuilding slot index from the database",
@@ -359,7 +353,7 @@ recovery_rebuild(struct worker *w, int slot)
 	rb = xcalloc(1, sizeof(*rb));
 	rb->w = w;
 	rb->slot = slot;
-	rb->gen = s->rebuild_gen;
+	rb->gen = s->gen;
 	rb->epoch = s->epoch;
 	rebuild_reset(rb);
 }
@@ -380,10 +374,10 @@ recovery_failover(struct worker *w)
 	for (int i = 0; i < w->nslots; i++) {
 		struct wslot *s = &w->slots[i];
 
-		if (!s->owned || s->mode == SM_DB)
+		if (!slot_owned(w, i) || s->mode == SM_DB)
 			continue;
-		if (s->mode == SM_REBUILD)
-			s->mode = SM_REDIS; /* recovery_rebuild starts anew */
+		if (s->mode == SM_REBUILD) /* recovery_rebuild starts anew */
+			slot_mode_set(w, i, SM_REDIS);
 		recovery_rebuild(w, i);
 		n++;
 	}
@@ -397,7 +391,7 @@ recovery_slot_ready(struct worker *w, int slot, int marker)
 {
 	struct wslot *s = &w->slots[slot];
 
-	s->mode = SM_REDIS;
+	slot_mode_set(w, slot, SM_REDIS);
 	s->next_marker_ms = clock_mono_ms() + MARKER_CHECK_MS;
 	if (!marker) {
 		log_warn("slot index missing in redis (new cluster or data "
@@ -424,8 +418,8 @@ marker_cb(struct redis *r, redisReply *reply, void *arg)
 	struct wslot *s = &w->slots[mc->slot];
 
 	if (reply != NULL && reply->type == REDIS_REPLY_INTEGER &&
-	    reply->integer == 0 && s->owned && s->mode == SM_REDIS &&
-	    s->rebuild_gen == mc->gen && !w->stopping) {
+	    reply->integer == 0 && slot_current(w, mc->slot, mc->gen) &&
+	    s->mode == SM_REDIS && !w->stopping) {
 		log_warn("redis data loss detected: index marker gone",
 			 "slot=%d", mc->slot);
 		recovery_rebuild(w, mc->slot);
@@ -454,7 +448,7 @@ recovery_tick_cb(evutil_socket_t fd, short what, void *arg)
 	for (int i = 0; i < w->nslots; i++) {
 		struct wslot *s = &w->slots[i];
 
-		if (!s->owned)
+		if (!slot_owned(w, i))
 			continue;
 		if (!up && s->mode != SM_DB &&
 		    mono - w->redis_down_since_ms >= REDIS_DOWN_GRACE_MS) {
@@ -470,7 +464,7 @@ recovery_tick_cb(evutil_socket_t fd, short what, void *arg)
 			s->next_marker_ms = mono + MARKER_CHECK_MS;
 			mc->w = w;
 			mc->slot = i;
-			mc->gen = s->rebuild_gen;
+			mc->gen = s->gen;
 			rkey_marker(kmark, sizeof(kmark), i);
 			if (redis_command(w->redis, marker_cb, mc, "EXISTS %s",
 					  kmark) < 0)

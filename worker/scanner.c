@@ -36,6 +36,7 @@
 struct slot_call {
 	struct worker *w;
 	int slot;
+	unsigned gen; /* the slot's generation when sent */
 	int64_t epoch;
 	/* For claims: the tasks sent, in order. */
 	struct wtask **tasks;
@@ -49,6 +50,7 @@ slot_call_new(struct worker *w, int slot)
 
 	c->w = w;
 	c->slot = slot;
+	c->gen = w->slots[slot].gen;
 	return c;
 }
 
@@ -370,8 +372,8 @@ scan_reply_cb(struct redis *r, redisReply *reply, void *arg)
 	int added = 0;
 
 	s->scanning = 0;
-	if (reply == NULL || reply->type != REDIS_REPLY_ARRAY || !s->owned ||
-	    w->stopping) {
+	if (reply == NULL || reply->type != REDIS_REPLY_ARRAY ||
+	    !slot_current(w, c->slot, c->gen) || w->stopping) {
 		slot_call_free(c);
 		return;
 	}
@@ -675,6 +677,7 @@ struct load_job {
 	struct db_job job;
 	struct worker *w;
 	int slot;
+	unsigned gen;
 	int64_t from;
 	int64_t to;
 	int64_t next_from;
@@ -823,7 +826,7 @@ load_done_cb(struct db_job *job, int status, const char *err)
 		w->slots[l->slot].loading = 0;
 		goto out;
 	}
-	if (l->next_from == l->from || !w->slots[l->slot].owned) {
+	if (l->next_from == l->from || !slot_current(w, l->slot, l->gen)) {
 		w->slots[l->slot].loading = 0;
 		goto out;
 	}
@@ -897,6 +900,7 @@ load_slot(struct worker *w, int slot, int64_t now)
 
 	l->w = w;
 	l->slot = slot;
+	l->gen = w->slots[slot].gen;
 	l->to = now + w->horizon_ms;
 	l->job.run = load_run;
 	l->job.done_cb = load_done_cb;
@@ -909,6 +913,7 @@ struct sweep_job {
 	struct db_job job;
 	struct worker *w;
 	int slot;
+	unsigned gen;
 	int64_t before;
 	struct db_rows rows;
 };
@@ -989,7 +994,8 @@ sweep_done_cb(struct db_job *job, int status, const char *err)
 	struct rindex ix;
 
 	s->sweeping = 0;
-	if (status == 0 && s->owned && s->mode == SM_REDIS) {
+	if (status == 0 && slot_current(w, sj->slot, sj->gen) &&
+	    s->mode == SM_REDIS) {
 		rindex_init(&ix, sj->slot, w->bucket_ms,
 			    clock_now_ms() + w->bucket_near_ms);
 		for (size_t i = 0; i < sj->rows.nrows; i++) {
@@ -1020,6 +1026,7 @@ sweep_slot(struct worker *w, int slot, int64_t now)
 
 	sj->w = w;
 	sj->slot = slot;
+	sj->gen = w->slots[slot].gen;
 	sj->before = now - SWEEP_OVERDUE_MS;
 	sj->job.run = sweep_run;
 	sj->job.done_cb = sweep_done_cb;
@@ -1040,7 +1047,7 @@ move_reply_cb(struct redis *r, redisReply *reply, void *arg)
 	long long moved, dropped, more, first;
 
 	s->moving = 0;
-	if (reply == NULL || w->stopping || !s->owned || s->epoch != c->epoch) {
+	if (reply == NULL || w->stopping || !slot_current(w, c->slot, c->gen)) {
 		slot_call_free(c);
 		return;
 	}
@@ -1103,7 +1110,7 @@ scan_cb(evutil_socket_t fd, short what, void *arg)
 	for (int i = 0; i < w->nslots; i++) {
 		struct wslot *s = &w->slots[i];
 
-		if (!s->owned || s->mode != SM_REDIS)
+		if (!slot_owned(w, i) || s->mode != SM_REDIS)
 			continue;
 		if (!s->moving && mono >= s->next_move_ms) {
 			s->next_move_ms = mono + MOVE_INTERVAL_MS;
@@ -1141,7 +1148,7 @@ wake_cb(struct redis *r, redisReply *msg, void *arg)
 		return;
 	slot = strtol(msg->str, &end, 10);
 	if (*end != '\0' || slot < 0 || slot >= w->nslots ||
-	    !w->slots[slot].owned || w->slots[slot].mode != SM_REDIS)
+	    !slot_owned(w, slot) || w->slots[slot].mode != SM_REDIS)
 		return;
 	if (w->slots[slot].scanning)
 		w->slots[slot].rescan = 1;
@@ -1154,7 +1161,7 @@ scanner_wake(struct worker *w, int slot)
 {
 	struct wslot *s = &w->slots[slot];
 
-	if (w->stopping || !s->owned || s->mode != SM_REDIS)
+	if (w->stopping || !slot_owned(w, slot) || s->mode != SM_REDIS)
 		return;
 	if (s->scanning)
 		s->rescan = 1;

@@ -181,20 +181,42 @@ enum slot_mode {
 	SM_DB,	    /* Redis unavailable: straight from the DB */
 };
 
+/*
+ * The lifecycle of a slot in this worker. A phase changes only through
+ * slot_phase_set() (worker/coord.c), along the moves slot_phase_allowed()
+ * lists (worker/slotfsm.c, the one table; tests/model/handover.pml's
+ * transitions are checked against it). Every change of phase or mode
+ * bumps the slot's generation: an asynchronous call that touches a slot
+ * carries the generation it was sent under and its answer is dropped
+ * when the slot has moved on (slot_current()).
+ */
+enum slot_phase {
+	SP_IDLE,     /* not ours here (ZooKeeper may say ours: not started) */
+	SP_STARTING, /* ours at epoch in ZooKeeper: raising the fences */
+	SP_OWNED,    /* scanning and claiming under epoch, in mode */
+	SP_DRAINING, /* handover asked for: nothing new, in-flight finishes */
+	SP_HANDING,  /* drained: the write giving it away is out */
+	SP_N
+};
+
+/* worker/slotfsm.c: no servers, no loop (unit-tested alone). */
+const char *slot_phase_name(enum slot_phase p);
+int slot_phase_allowed(enum slot_phase from, enum slot_phase to);
+/* The moves, one per call: *from, *to for i = 0, 1, ... while it answers
+ * 1 (the table for tests and the model check). */
+int slot_phase_move(int i, enum slot_phase *from, enum slot_phase *to);
+
 struct wslot {
-	int owned; /* scanning and claiming under epoch */
+	enum slot_phase phase;
+	unsigned gen; /* bumped on every phase or mode change */
 	enum slot_mode mode;
-	unsigned rebuild_gen; /* tells a rebuild's callbacks they are stale */
 	int64_t rebuild_started_ms;
 	size_t rebuild_tasks;
 	int dbclaiming;
 	int dbreaping;
 	int64_t next_dbreap_ms;
 	int64_t next_marker_ms;
-	int starting;	   /* ours in ZooKeeper; raising the fences */
 	int fence_refused; /* Redis answered the fence with an error */
-	int releasing;	   /* handing over: draining, then writing */
-	int release_writing;
 	int64_t release_started_ms;
 	int busy; /* tasks claiming, publishing or marking */
 	int64_t epoch;
@@ -425,5 +447,51 @@ void coord_slot_idle(struct worker *w, int slot);
 /* Raises slot's DB fence to epoch (on a DB pool thread: it touches
  * nothing of the loop's). */
 int coord_db_fence(struct db_conn *c, int slot, int64_t epoch);
+
+/* slotfsm.c, on one slot's state: a phase change along the table (1; 0
+ * if already there; -1 refused, nothing changed) and a mode change, each
+ * bumping the generation. */
+int wslot_move(struct wslot *s, enum slot_phase to);
+void wslot_set_mode(struct wslot *s, enum slot_mode mode);
+
+/* A slot's ZooKeeper node as this worker reads it. */
+struct slot_seen {
+	int mine;	     /* owner is this worker */
+	int requested_other; /* a handover to another worker is asked */
+	int64_t epoch;
+};
+
+/* What reconciling a slot with its node does, in this order: */
+enum {
+	SD_LOSE = 1,	/* starting or owned -> idle (slot_lose) */
+	SD_DROP = 2,	/* draining or handing -> idle: no longer ours */
+	SD_RELEASE = 4, /* -> draining (begin_release) */
+	SD_CANCEL = 8,	/* draining -> idle: the request taken back */
+	SD_GAIN = 16,	/* idle -> starting at the node's epoch */
+};
+/* The SD_* set for slot s given its node v; fresh: coord_fresh(). */
+int slot_decide(const struct wslot *s, const struct slot_seen *v, int fresh);
+/* The one place a slot's phase changes (a move slot_phase_allowed()
+ * refuses is a bug: logged, and the phase is left as it was); bumps the
+ * generation. Answers whether it moved. */
+int slot_phase_set(struct worker *w, int slot, enum slot_phase to,
+		   const char *why);
+/* A slot's mode changes here (bumps the generation). */
+void slot_mode_set(struct worker *w, int slot, enum slot_mode mode);
+/* Starting or owned -> idle: what runs for the slot stops (why: logged). */
+void slot_lose(struct worker *w, int slot, const char *why);
+
+static inline int
+slot_owned(const struct worker *w, int slot)
+{
+	return w->slots[slot].phase == SP_OWNED;
+}
+
+/* Nothing of the slot changed since gen was read (and it is owned). */
+static inline int
+slot_current(const struct worker *w, int slot, unsigned gen)
+{
+	return w->slots[slot].phase == SP_OWNED && w->slots[slot].gen == gen;
+}
 
 #endif

@@ -49,6 +49,16 @@
  * -DBROKEN drops the fence check from the claim script: spin must find a
  * violation of S2 (tests/model/run.sh asserts that it does).
  *
+ * The slot's phases in the worker (enum slot_phase, worker/slotfsm.c) are
+ * owned[] and releasing[] here: idle (neither), owned, draining
+ * (releasing). The C code has two more, starting (the fences going up)
+ * and handing (the handover write out), which the model's atomic gain
+ * and release steps pass through. Each worker step that changes a phase
+ * says which moves of the C table it stands for, in a "phase:" comment
+ * (paths "a -> b -> c", comma-separated); tests/model/run.sh checks that
+ * these are exactly the moves of the C table (test_slotfsm --moves), so
+ * neither changes without the other.
+ *
  * -DEOS models kafka.exactly_once (worker/eos.c, docs/architecture.md,
  * "Exactly-once publishing"): each worker process publishes through one
  * transactional producer of its own (a transactional id per incarnation:
@@ -294,7 +304,9 @@ refused:
 proctype Worker(byte me)
 {
 end:	do
-	/* (re)connect: a new session, registered, nothing owned */
+	/* (re)connect: a new session, registered, nothing owned (the old
+	 * session's loss: lose_all; phase: owned -> idle, starting -> idle,
+	 * draining -> idle, handing -> idle) */
 	:: atomic { !zAlive[me] ->
 		zAlive[me] = true; fresh[me] = true; owned[me] = false;
 		releasing[me] = false; vValid[me] = false; UNREADY(me) }
@@ -302,11 +314,13 @@ end:	do
 	:: atomic { fresh[me] && (!vValid[me] || vVer[me] != zVer) ->
 		vOwner[me] = zOwner; vReq[me] = zReq; vE[me] = zE;
 		vVer[me] = zVer; vValid[me] = true }
-	/* slot_reconcile: reassigned or epoch changed -> lose */
+	/* slot_reconcile: reassigned or epoch changed -> lose
+	 * (phase: owned -> idle) */
 	:: atomic { owned[me] && vValid[me] &&
 		(vOwner[me] != me || vE[me] != myE[me]) ->
 		owned[me] = false; UNREADY(me) }
-	/* slot_gain + redis_fence_cb: fence, then claim; DB fence async */
+	/* slot_gain + redis_fence_cb: fence, then claim; DB fence async
+	 * (phase: idle -> starting -> owned; fenced: starting -> idle) */
 	:: atomic { fresh[me] && vValid[me] && vOwner[me] == me &&
 		vReq[me] == NONE && !owned[me] && !releasing[me] ->
 		if
@@ -329,7 +343,8 @@ end:	do
 		fi;
 		dbFencePending[me] = false }
 	/* begin_release: handover requested (owned or just restarted and
-	 * still named owner), stop claiming */
+	 * still named owner), stop claiming (phase: owned -> draining,
+	 * idle -> draining, starting -> draining: a start is atomic here) */
 	:: atomic { fresh[me] && vValid[me] && vOwner[me] == me &&
 		vReq[me] != NONE && vReq[me] != me && !releasing[me] ->
 		owned[me] = false; releasing[me] = true; UNREADY(me);
@@ -348,7 +363,10 @@ end:	do
 		fi;
 		clrd[me] = true }
 #endif
-	/* try_finish_release: drained, versioned write of the next epoch */
+	/* try_finish_release: drained, versioned write of the next epoch
+	 * (phase: draining -> handing -> idle; the version moved: handing
+	 * -> draining -> idle, the write failed, then the re-read node
+	 * drops or cancels the handover) */
 	:: atomic { releasing[me] && fresh[me] && pend[me] == 0 &&
 		held[me] == H_NONE && CLEARED(me) ->
 		if

@@ -7,6 +7,7 @@
 # -DBROKEN_FENCE (the slot's last producer not fenced) variants must be
 # rejected with an S3 violation.
 #   tests/model/run.sh          small fault bounds (make check, ~1 min)
+# First it checks the model's slot phase moves against the C table.
 #   tests/model/run.sh --full   the model's default bounds (make model-check)
 # Prints TAP lines, the states explored, and "N passed, N failed".
 set -u
@@ -108,6 +109,41 @@ rejected() {
 		report "$2" notok "spin found no violation of $4: $(summary "$o")"
 	fi
 }
+
+# 0. The model's slot phase moves ("phase:" comments of its worker steps)
+# are exactly the C table's (worker/slotfsm.c, printed by the unit test
+# binary of the build: PROPHET_BUILDDIR, as make check sets it).
+PHASES='(idle|starting|owned|draining|handing)'
+model_moves() {
+	awk -v re="phase: $PHASES" '
+		$0 ~ re { on = 1; buf = "" }
+		on {
+			l = $0
+			sub(/^[ \t]*(\/\*|\*)?[ \t]*/, "", l)
+			buf = buf " " l
+			if ($0 ~ /\*\//) { print buf; on = 0 }
+		}' "$model" |
+		grep -oE "$PHASES( -> $PHASES)+" |
+		awk '{ for (i = 1; i + 2 <= NF; i += 2) print $i, $(i + 2) }' |
+		sort -u
+}
+fsm="${PROPHET_BUILDDIR:-.}/tests/unit/test_slotfsm"
+if [ ! -x "$fsm" ]; then
+	report "phase moves: model = C table" notok \
+		"$fsm is not built (make check builds it)"
+else
+	"$fsm" --moves | sort -u >"$work/c.moves"
+	model_moves >"$work/model.moves"
+	only_c=$(comm -23 "$work/c.moves" "$work/model.moves" | tr '\n' ';')
+	only_m=$(comm -13 "$work/c.moves" "$work/model.moves" | tr '\n' ';')
+	if [ -s "$work/c.moves" ] && [ -z "$only_c$only_m" ]; then
+		report "phase moves: model = C table" ok \
+			"$(wc -l <"$work/c.moves") moves"
+	else
+		report "phase moves: model = C table" notok \
+			"only in C: ${only_c:-none}; only in the model: ${only_m:-none}"
+	fi
+fi
 
 # 1.-3. safety (S1, S2), liveness (every claimed task is eventually
 # delivered), and the variant without the claim fence must violate S2.

@@ -49,6 +49,27 @@
 #define REBALANCE_DELAY_US 20000
 #define RELEASE_TIMEOUT_MS 15000
 
+/* Coordination's own state: nothing outside this file reads it (the rest
+ * of the worker asks coord_fresh(), coord_may_claim(), slot_owned()). */
+struct coord {
+	char election_path[512];
+	int master;
+	int master_node;       /* /master written by us */
+	int fenced;	       /* self-fenced: ZooKeeper unreachable */
+	int64_t last_zk_ok_ms; /* monotonic time of the last ZK reply */
+	int64_t session_timeout_ms;
+	int64_t session_id;
+	struct slot_node *view; /* last read of each slot node */
+	int *view_version;	/* their data versions, -1 unknown */
+	char **members;		/* live workers (the master's view) */
+	int nmembers;
+	int members_known;
+	int multi_inflight;
+	int64_t rebalance_started_ms;
+	struct event *rebalance_ev;
+	struct event *coord_ev;
+};
+
 static void read_slot(struct worker *w, int slot);
 static void read_members(struct worker *w);
 static void elect(struct worker *w);
@@ -77,8 +98,8 @@ slot_of_path(const struct worker *w, const char *path)
 int
 coord_fresh(const struct worker *w)
 {
-	return clock_mono_ms() - w->last_zk_ok_ms <
-	       w->session_timeout_ms * 2 / 3;
+	return clock_mono_ms() - w->co->last_zk_ok_ms <
+	       w->co->session_timeout_ms * 2 / 3;
 }
 
 int
@@ -91,9 +112,9 @@ coord_may_claim(struct worker *w, int slot)
 static void
 zk_ok(struct worker *w)
 {
-	w->last_zk_ok_ms = clock_mono_ms();
-	if (w->fenced) {
-		w->fenced = 0;
+	w->co->last_zk_ok_ms = clock_mono_ms();
+	if (w->co->fenced) {
+		w->co->fenced = 0;
 		metric_set(w->m.self_fenced, 0);
 		log_info("zookeeper reachable again: claiming resumes", "");
 		for (int i = 0; i < w->nslots; i++)
@@ -321,8 +342,7 @@ slot_gain(struct worker *w, int slot, int64_t epoch)
 	if (!redis_up(w->redis)) {
 		/* Just started, or a blip: Redis gets its grace period before
 		 * the slot is taken in DB mode (the tick retries). */
-		if (w->redis_down_since_ms == 0 ||
-		    clock_mono_ms() - w->redis_down_since_ms < 1000)
+		if (recovery_redis_down_ms(w) < 1000)
 			return;
 		s->epoch = epoch;
 		slot_phase_set(w, slot, SP_STARTING, "gain, redis down");
@@ -366,8 +386,8 @@ release_done_cb(struct zk *z, int rc, const struct Stat *st, void *arg)
 			slot_phase_set(w, rc_->slot, SP_IDLE, "handed over");
 		metric_inc(w->m.slots_lost);
 		log_info("slot handed over", "slot=%d to=%s epoch=%lld",
-			 rc_->slot, w->view[rc_->slot].requested,
-			 (long long)w->view[rc_->slot].epoch + 1);
+			 rc_->slot, w->co->view[rc_->slot].requested,
+			 (long long)w->co->view[rc_->slot].epoch + 1);
 		/* Drained (its transactions committed and recorded, our
 		 * producer cleared from the slot's record), or the drain
 		 * timed out: the next owner fences our producer. */
@@ -389,11 +409,11 @@ static void
 try_finish_release(struct worker *w, int slot)
 {
 	struct wslot *s = &w->slots[slot];
-	struct slot_node n = w->view[slot];
+	struct slot_node n = w->co->view[slot];
 	struct release_call *rc;
 	char path[512];
 
-	if (s->phase != SP_DRAINING || w->view_version[slot] < 0)
+	if (s->phase != SP_DRAINING || w->co->view_version[slot] < 0)
 		return;
 	if (s->busy > 0) {
 		if (clock_mono_ms() - s->release_started_ms <
@@ -416,7 +436,7 @@ try_finish_release(struct worker *w, int slot)
 	zpath_slot(path, sizeof(path), w->root, slot);
 	slot_phase_set(w, slot, SP_HANDING, "drained");
 	rc->gen = s->gen;
-	if (zk_aset(w->zk, path, rc->data, w->view_version[slot],
+	if (zk_aset(w->zk, path, rc->data, w->co->view_version[slot],
 		    release_done_cb, rc) < 0) {
 		slot_phase_set(w, slot, SP_DRAINING, "handover write not sent");
 		xfree(rc->data);
@@ -440,7 +460,7 @@ begin_release(struct worker *w, int slot)
 	if (s->phase == SP_DRAINING || s->phase == SP_HANDING)
 		return;
 	log_info("handover requested: draining", "slot=%d to=%s busy=%d", slot,
-		 w->view[slot].requested, s->busy);
+		 w->co->view[slot].requested, s->busy);
 	slot_phase_set(w, slot, SP_DRAINING, "handover requested");
 	s->release_started_ms = clock_mono_ms();
 	slot_mode_set(w, slot, SM_REDIS);
@@ -452,12 +472,12 @@ begin_release(struct worker *w, int slot)
 static void
 slot_reconcile(struct worker *w, int slot)
 {
-	const struct slot_node *v = &w->view[slot];
+	const struct slot_node *v = &w->co->view[slot];
 	struct slot_seen seen;
 	const char *why;
 	int act;
 
-	if (w->view_version[slot] < 0 || w->stopping)
+	if (w->co->view_version[slot] < 0 || w->stopping)
 		return;
 	seen.mine = strcmp(v->owner, w->id) == 0;
 	seen.requested_other =
@@ -502,10 +522,10 @@ slot_read_cb(struct zk *z, int rc, const char *data, int len,
 			  len > 200 ? 200 : len, data ? data : "");
 		return;
 	}
-	w->view[slot] = n;
-	w->view_version[slot] = st->version;
+	w->co->view[slot] = n;
+	w->co->view_version[slot] = st->version;
 	slot_reconcile(w, slot);
-	if (w->master)
+	if (w->co->master)
 		schedule_rebalance(w);
 }
 
@@ -529,8 +549,8 @@ is_member(const struct worker *w, const char *id)
 {
 	if (id == NULL || id[0] == '\0')
 		return 0;
-	for (int i = 0; i < w->nmembers; i++)
-		if (!strcmp(w->members[i], id))
+	for (int i = 0; i < w->co->nmembers; i++)
+		if (!strcmp(w->co->members[i], id))
 			return 1;
 	return 0;
 }
@@ -564,7 +584,7 @@ multi_done_cb(struct zk *z, int rc, void *arg)
 	struct multi_call *m = arg;
 	struct worker *w = m->w;
 
-	w->multi_inflight = 0;
+	w->co->multi_inflight = 0;
 	if (rc == ZOK) {
 		zk_ok(w);
 		metric_inc(w->m.rebalances);
@@ -584,9 +604,9 @@ static int
 view_complete(const struct worker *w)
 {
 	for (int i = 0; i < w->nslots; i++)
-		if (w->view_version[i] < 0)
+		if (w->co->view_version[i] < 0)
 			return 0;
-	return w->members_known;
+	return w->co->members_known;
 }
 
 static void
@@ -607,21 +627,21 @@ rebalance(struct worker *w)
 	struct multi_call *m;
 	int settled = 1;
 
-	if (!w->master || w->multi_inflight || !view_complete(w) ||
-	    w->election_path[0] == '\0' || w->stopping)
+	if (!w->co->master || w->co->multi_inflight || !view_complete(w) ||
+	    w->co->election_path[0] == '\0' || w->stopping)
 		return;
 	holders = xcalloc((size_t)w->nslots, sizeof(*holders));
 	target = xcalloc((size_t)w->nslots, sizeof(*target));
 	for (int i = 0; i < w->nslots; i++) {
-		const struct slot_node *v = &w->view[i];
+		const struct slot_node *v = &w->co->view[i];
 
 		if (is_member(w, v->requested))
 			holders[i] = v->requested;
 		else if (is_member(w, v->owner))
 			holders[i] = v->owner;
 	}
-	assign_compute(w->nslots, holders, (const char *const *)w->members,
-		       w->nmembers, target);
+	assign_compute(w->nslots, holders, (const char *const *)w->co->members,
+		       w->co->nmembers, target);
 	m = xcalloc(1, sizeof(*m));
 	m->w = w;
 	m->ops = xcalloc((size_t)w->nslots + 1, sizeof(*m->ops));
@@ -629,11 +649,11 @@ rebalance(struct worker *w)
 	m->paths = xcalloc((size_t)w->nslots + 1, sizeof(char *));
 	m->datas = xcalloc((size_t)w->nslots + 1, sizeof(char *));
 	/* Guard: our election node must still exist. */
-	m->paths[0] = xstrdup(w->election_path);
+	m->paths[0] = xstrdup(w->co->election_path);
 	zoo_check_op_init(&m->ops[0], m->paths[0], -1);
 	m->n = 1;
 	for (int i = 0; i < w->nslots; i++) {
-		struct slot_node n = w->view[i];
+		struct slot_node n = w->co->view[i];
 		const char *t = target[i] ? target[i] : "";
 		char path[512];
 
@@ -654,28 +674,28 @@ rebalance(struct worker *w)
 		} else {
 			continue; /* handover under way */
 		}
-		multi_add_set(m, path, &n, w->view_version[i]);
+		multi_add_set(m, path, &n, w->co->view_version[i]);
 	}
 	xfree(holders);
 	xfree(target);
 	if (settled) {
-		if (w->rebalance_started_ms > 0) {
+		if (w->co->rebalance_started_ms > 0) {
 			double s = (double)(clock_mono_ms() -
-					    w->rebalance_started_ms) /
+					    w->co->rebalance_started_ms) /
 				   1000.0;
 
 			metric_observe(w->m.rebalance_seconds, s);
 			log_info("rebalance complete",
 				 "duration_ms=%.0f "
 				 "workers=%d",
-				 s * 1000, w->nmembers);
-			w->rebalance_started_ms = 0;
+				 s * 1000, w->co->nmembers);
+			w->co->rebalance_started_ms = 0;
 		}
 		multi_free(m);
 		return;
 	}
-	if (w->rebalance_started_ms == 0)
-		w->rebalance_started_ms = clock_mono_ms();
+	if (w->co->rebalance_started_ms == 0)
+		w->co->rebalance_started_ms = clock_mono_ms();
 	if (m->n == 1) {
 		multi_free(m); /* only handovers in progress */
 		return;
@@ -685,7 +705,7 @@ rebalance(struct worker *w)
 		multi_free(m);
 		return;
 	}
-	w->multi_inflight = 1;
+	w->co->multi_inflight = 1;
 }
 
 static void
@@ -699,8 +719,8 @@ schedule_rebalance(struct worker *w)
 {
 	struct timeval tv = {0, REBALANCE_DELAY_US};
 
-	if (!evtimer_pending(w->rebalance_ev, NULL))
-		evtimer_add(w->rebalance_ev, &tv);
+	if (!evtimer_pending(w->co->rebalance_ev, NULL))
+		evtimer_add(w->co->rebalance_ev, &tv);
 }
 
 static int
@@ -714,14 +734,14 @@ members_cb(struct zk *z, int rc, const struct String_vector *names, void *arg)
 {
 	struct worker *w = arg;
 
-	if (rc != ZOK || !w->master)
+	if (rc != ZOK || !w->co->master)
 		return;
 	zk_ok(w);
-	for (int i = 0; i < w->nmembers; i++)
-		xfree(w->members[i]);
-	xfree(w->members);
-	w->nmembers = 0;
-	w->members = xcalloc((size_t)names->count + 1, sizeof(char *));
+	for (int i = 0; i < w->co->nmembers; i++)
+		xfree(w->co->members[i]);
+	xfree(w->co->members);
+	w->co->nmembers = 0;
+	w->co->members = xcalloc((size_t)names->count + 1, sizeof(char *));
 	for (int i = 0; i < names->count; i++) {
 		char why[256];
 
@@ -734,13 +754,13 @@ members_cb(struct zk *z, int rc, const struct String_vector *names, void *arg)
 				 names->data[i]);
 			continue;
 		}
-		w->members[w->nmembers++] = xstrdup(names->data[i]);
+		w->co->members[w->co->nmembers++] = xstrdup(names->data[i]);
 	}
-	qsort(w->members, (size_t)w->nmembers, sizeof(char *), cmp_str);
-	w->members_known = 1;
-	if (w->rebalance_started_ms == 0)
-		w->rebalance_started_ms = clock_mono_ms();
-	log_info("membership", "workers=%d", w->nmembers);
+	qsort(w->co->members, (size_t)w->co->nmembers, sizeof(char *), cmp_str);
+	w->co->members_known = 1;
+	if (w->co->rebalance_started_ms == 0)
+		w->co->rebalance_started_ms = clock_mono_ms();
+	log_info("membership", "workers=%d", w->co->nmembers);
 	schedule_rebalance(w);
 }
 
@@ -780,12 +800,12 @@ master_exists_cb(struct zk *z, int rc, const struct Stat *st, void *arg)
 {
 	struct worker *w = arg;
 
-	if (!w->master)
+	if (!w->co->master)
 		return;
 	if (rc == ZNONODE)
 		write_master_node(w);
 	else if (rc == ZOK && st->ephemeralOwner == zk_session_id(w->zk))
-		w->master_node = 1;
+		w->co->master_node = 1;
 	/* Else a previous master's node: the watch tells us when it goes. */
 }
 
@@ -796,10 +816,10 @@ master_node_cb(struct zk *z, int rc, const char *value, void *arg)
 	char path[512];
 
 	if (rc == ZOK) {
-		w->master_node = 1;
+		w->co->master_node = 1;
 		return;
 	}
-	if (rc == ZNODEEXISTS && w->master) {
+	if (rc == ZNODEEXISTS && w->co->master) {
 		zpath(path, sizeof(path), w->root, ZPATH_MASTER);
 		zk_aexists(w->zk, path, 1, master_exists_cb, w);
 	}
@@ -824,11 +844,12 @@ cmp_seq(const void *a, const void *b)
 static void
 become_master(struct worker *w)
 {
-	if (w->master)
+	if (w->co->master)
 		return;
-	w->master = 1;
+	w->co->master = 1;
 	metric_set(w->m.is_master, 1);
-	log_info("master elected", "id=%s node=%s", w->id, w->election_path);
+	log_info("master elected", "id=%s node=%s", w->id,
+		 w->co->election_path);
 	write_master_node(w);
 	read_members(w);
 	for (int i = 0; i < w->nslots; i++)
@@ -838,11 +859,11 @@ become_master(struct worker *w)
 static void
 step_down(struct worker *w, const char *why)
 {
-	if (!w->master)
+	if (!w->co->master)
 		return;
-	w->master = 0;
-	w->master_node = 0;
-	w->members_known = 0;
+	w->co->master = 0;
+	w->co->master_node = 0;
+	w->co->members_known = 0;
 	metric_set(w->m.is_master, 0);
 	log_info("no longer master", "reason=\"%s\"", why);
 }
@@ -862,7 +883,7 @@ election_children_cb(struct zk *z, int rc, const struct String_vector *names,
 		     void *arg)
 {
 	struct worker *w = arg;
-	const char *mine = strrchr(w->election_path, '/');
+	const char *mine = strrchr(w->co->election_path, '/');
 	char **sorted;
 	int me = -1;
 
@@ -880,7 +901,7 @@ election_children_cb(struct zk *z, int rc, const struct String_vector *names,
 	if (me < 0) {
 		/* Our candidate vanished with an old session: stand again. */
 		step_down(w, "candidate node gone");
-		w->election_path[0] = '\0';
+		w->co->election_path[0] = '\0';
 		elect(w);
 	} else if (me == 0) {
 		become_master(w);
@@ -916,9 +937,9 @@ adopt_cb(struct zk *z, int rc, const struct Stat *st, void *arg)
 	struct worker *w = a->w;
 
 	if (rc == ZOK && st->ephemeralOwner == zk_session_id(z) &&
-	    w->election_path[0] == '\0') {
-		snprintf(w->election_path, sizeof(w->election_path), "%s",
-			 a->path);
+	    w->co->election_path[0] == '\0') {
+		snprintf(w->co->election_path, sizeof(w->co->election_path),
+			 "%s", a->path);
 		check_election(w);
 	}
 	xfree(a);
@@ -962,8 +983,8 @@ elect_cb(struct zk *z, int rc, const char *value, void *arg)
 
 	if (rc == ZOK) {
 		zk_ok(w);
-		snprintf(w->election_path, sizeof(w->election_path), "%s",
-			 value);
+		snprintf(w->co->election_path, sizeof(w->co->election_path),
+			 "%s", value);
 		log_info("election candidate", "node=%s", value);
 		check_election(w);
 	} else if (rc == ZCONNECTIONLOSS || rc == ZOPERATIONTIMEOUT) {
@@ -1074,14 +1095,14 @@ session_setup(struct worker *w)
 {
 	char err[512];
 
-	w->session_id = zk_session_id(w->zk);
+	w->co->session_id = zk_session_id(w->zk);
 	zk_ok(w);
 	if (register_node(w, err, sizeof(err)) < 0) {
 		/* After an expiry our old node may linger for a moment. */
 		log_warn("registration failed, retrying", "error=\"%s\"", err);
 		return;
 	}
-	w->election_path[0] = '\0';
+	w->co->election_path[0] = '\0';
 	elect(w);
 	for (int i = 0; i < w->nslots; i++)
 		read_slot(w, i);
@@ -1096,10 +1117,10 @@ lose_all(struct worker *w, const char *why)
 		/* A release write of the old session may never complete
 		 * (its handle closed): it must not block the next one. */
 		slot_phase_set(w, i, SP_IDLE, why);
-		w->view_version[i] = -1;
+		w->co->view_version[i] = -1;
 	}
 	step_down(w, why);
-	w->election_path[0] = '\0';
+	w->co->election_path[0] = '\0';
 }
 
 static void
@@ -1120,13 +1141,13 @@ zk_event_cb(struct zk *z, int type, int state, const char *path, void *arg)
 			zk_reopen(z);
 		} else if (state == ZOO_CONNECTED_STATE) {
 			pause_zk_connected(w);
-			if (zk_session_id(z) != w->session_id)
+			if (zk_session_id(z) != w->co->session_id)
 				session_setup(w);
 			else {
 				zk_ok(w);
 				for (int i = 0; i < w->nslots; i++)
 					read_slot(w, i);
-				if (w->master)
+				if (w->co->master)
 					read_members(w);
 				check_election(w);
 			}
@@ -1140,7 +1161,7 @@ zk_event_cb(struct zk *z, int type, int state, const char *path, void *arg)
 		read_slot(w, slot);
 		return;
 	}
-	if (type == ZOO_CHILD_EVENT && w->master) {
+	if (type == ZOO_CHILD_EVENT && w->co->master) {
 		read_members(w);
 		return;
 	}
@@ -1149,7 +1170,7 @@ zk_event_cb(struct zk *z, int type, int state, const char *path, void *arg)
 		check_election(w);
 		return;
 	}
-	if (type == ZOO_DELETED_EVENT && path != NULL && w->master &&
+	if (type == ZOO_DELETED_EVENT && path != NULL && w->co->master &&
 	    strstr(path, ZPATH_MASTER) != NULL) {
 		write_master_node(w);
 		return;
@@ -1172,13 +1193,13 @@ coord_tick_cb(evutil_socket_t fd, short what, void *arg)
 
 	if (w->stopping)
 		return;
-	if (!coord_fresh(w) && !w->fenced) {
-		w->fenced = 1;
+	if (!coord_fresh(w) && !w->co->fenced) {
+		w->co->fenced = 1;
 		metric_set(w->m.self_fenced, 1);
 		log_warn("zookeeper unreachable for 2/3 of the session timeout:"
 			 " claiming stopped",
 			 "silent_ms=%lld",
-			 (long long)(clock_mono_ms() - w->last_zk_ok_ms));
+			 (long long)(clock_mono_ms() - w->co->last_zk_ok_ms));
 		/* Messages not yet sent must not go out under an epoch we
 		 * may no longer hold. */
 		kafka_purge_queued(w->kafka);
@@ -1190,10 +1211,10 @@ coord_tick_cb(evutil_socket_t fd, short what, void *arg)
 		else
 			slot_reconcile(w, i);
 	}
-	if (w->master)
+	if (w->co->master)
 		schedule_rebalance(w);
-	else if (w->session_id == zk_session_id(w->zk) &&
-		 w->election_path[0] == '\0' && zk_is_connected(w->zk))
+	else if (w->co->session_id == zk_session_id(w->zk) &&
+		 w->co->election_path[0] == '\0' && zk_is_connected(w->zk))
 		session_setup(w);
 }
 
@@ -1226,13 +1247,14 @@ coord_start(struct worker *w, char *err, size_t errlen)
 	int64_t probe_ms, deadline;
 	int rc, waited = 0;
 
+	w->co = xcalloc(1, sizeof(*w->co));
 	snprintf(w->root, sizeof(w->root), "%s",
 		 cfg_str(w->cfg, CFG_CLUSTER_ROOT));
-	w->session_timeout_ms = cfg_int(w->cfg, CFG_ZK_SESSION_TIMEOUT_MS);
-	w->view = xcalloc((size_t)w->nslots, sizeof(*w->view));
-	w->view_version = xcalloc((size_t)w->nslots, sizeof(int));
+	w->co->session_timeout_ms = cfg_int(w->cfg, CFG_ZK_SESSION_TIMEOUT_MS);
+	w->co->view = xcalloc((size_t)w->nslots, sizeof(*w->co->view));
+	w->co->view_version = xcalloc((size_t)w->nslots, sizeof(int));
 	for (int i = 0; i < w->nslots; i++)
-		w->view_version[i] = -1;
+		w->co->view_version[i] = -1;
 	w->m.epoch = metrics_register(METRIC_GAUGE, "prophet_slot_epoch",
 				      "Epoch under which this worker owns the "
 				      "slot (0: not owned)",
@@ -1243,13 +1265,13 @@ coord_start(struct worker *w, char *err, size_t errlen)
 			 cfg_str(w->cfg, CFG_ZK_HOSTS));
 		return -1;
 	}
-	w->last_zk_ok_ms = clock_mono_ms();
+	w->co->last_zk_ok_ms = clock_mono_ms();
 	if (zk_check_access(w->zk, w->root, err, errlen) < 0 ||
 	    check_cluster_config(w, err, errlen) < 0)
 		return -1;
 	/* A crashed predecessor with our id keeps its node until its session
 	 * expires: wait that long before calling the id a duplicate. */
-	deadline = clock_mono_ms() + w->session_timeout_ms + 5000;
+	deadline = clock_mono_ms() + w->co->session_timeout_ms + 5000;
 	while ((rc = register_node(w, err, errlen)) == -2 &&
 	       clock_mono_ms() < deadline) {
 		if (!waited++)
@@ -1260,19 +1282,19 @@ coord_start(struct worker *w, char *err, size_t errlen)
 	}
 	if (rc < 0)
 		return -1;
-	w->session_id = zk_session_id(w->zk);
+	w->co->session_id = zk_session_id(w->zk);
 	elect(w);
 	for (int i = 0; i < w->nslots; i++)
 		read_slot(w, i);
-	w->rebalance_ev = evtimer_new(w->base, rebalance_cb, w);
+	w->co->rebalance_ev = evtimer_new(w->base, rebalance_cb, w);
 	/* Probe often enough that 2/3 of the timeout spans several. */
-	probe_ms = w->session_timeout_ms / 6;
+	probe_ms = w->co->session_timeout_ms / 6;
 	if (probe_ms > COORD_TICK_MS)
 		probe_ms = COORD_TICK_MS;
 	tick.tv_sec = 0;
 	tick.tv_usec = (suseconds_t)probe_ms * 1000;
-	w->coord_ev = event_new(w->base, -1, EV_PERSIST, coord_tick_cb, w);
-	event_add(w->coord_ev, &tick);
+	w->co->coord_ev = event_new(w->base, -1, EV_PERSIST, coord_tick_cb, w);
+	event_add(w->co->coord_ev, &tick);
 	return 0;
 }
 
@@ -1283,15 +1305,27 @@ coord_stop(struct worker *w)
 {
 	for (int i = 0; i < w->nslots; i++)
 		slot_lose(w, i, "shutting down");
-	if (w->coord_ev != NULL)
-		event_free(w->coord_ev);
-	if (w->rebalance_ev != NULL)
-		event_free(w->rebalance_ev);
+	if (w->co->coord_ev != NULL)
+		event_free(w->co->coord_ev);
+	if (w->co->rebalance_ev != NULL)
+		event_free(w->co->rebalance_ev);
 	zk_destroy(w->zk);
 	w->zk = NULL;
-	for (int i = 0; i < w->nmembers; i++)
-		xfree(w->members[i]);
-	xfree(w->members);
-	xfree(w->view);
-	xfree(w->view_version);
+	for (int i = 0; i < w->co->nmembers; i++)
+		xfree(w->co->members[i]);
+	xfree(w->co->members);
+	xfree(w->co->view);
+	xfree(w->co->view_version);
+	w->co->view = NULL;
+	w->co->view_version = NULL;
+	w->co->nmembers = 0;
+	w->co->members = NULL;
+	w->co->coord_ev = w->co->rebalance_ev = NULL;
+}
+
+void
+coord_free(struct worker *w)
+{
+	xfree(w->co);
+	w->co = NULL;
 }

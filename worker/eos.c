@@ -510,7 +510,7 @@ drop_pending(struct eos *e, struct eos_slot *s)
 		struct wtask *t = s->pend[i].t;
 
 		rec_free(&s->pend[i]);
-		w->publishing--;
+		firing_publishing_done(w, 1);
 		wtask_release(w, t);
 	}
 	e->queued -= s->npend;
@@ -962,7 +962,7 @@ sent(struct eos *e, struct eos_cmd *c)
 	struct eos_batch **nb;
 
 	e->sending = 0;
-	w->publishing -= c->n;
+	firing_publishing_done(w, c->n);
 	e->queued -= c->n;
 	if (c->status == 0) {
 		metric_inc(w->m.eos_txns);

@@ -31,6 +31,19 @@
 #define MARK_DELAY_US 2000
 #define MARK_RETRY_MS 1000
 
+/* Firing's own state (firing_start .. firing_free). */
+struct firing {
+	/* Tasks whose delivery (or expiry) waits for the DB update. */
+	struct wtask *mark_head, *mark_tail;
+	size_t mark_n;
+	int marking;
+	size_t publishing; /* sent to Kafka, no delivery report yet */
+	int64_t mark_retry_at_ms;
+	int64_t unknown_warned_ms; /* the last warning of an unknown outcome */
+	long unknown_unlogged;	   /* since then */
+	struct event *mark_ev;
+};
+
 static void mark_schedule(struct worker *w);
 
 static void
@@ -38,12 +51,12 @@ mark_enqueue(struct worker *w, struct wtask *t)
 {
 	t->state = WT_MARKING;
 	t->next = NULL;
-	if (w->mark_tail != NULL)
-		w->mark_tail->next = t;
+	if (w->fi->mark_tail != NULL)
+		w->fi->mark_tail->next = t;
 	else
-		w->mark_head = t;
-	w->mark_tail = t;
-	w->mark_n++;
+		w->fi->mark_head = t;
+	w->fi->mark_tail = t;
+	w->fi->mark_n++;
 	mark_schedule(w);
 }
 
@@ -113,18 +126,18 @@ unknown_topic(struct worker *w, const struct wtask *t, const char *topic)
 	int64_t now = clock_mono_ms();
 
 	metric_inc(w->m.unknown_topic);
-	if (w->unknown_warned_ms != 0 &&
-	    now - w->unknown_warned_ms < UNKNOWN_WARN_MS) {
-		w->unknown_unlogged++;
+	if (w->fi->unknown_warned_ms != 0 &&
+	    now - w->fi->unknown_warned_ms < UNKNOWN_WARN_MS) {
+		w->fi->unknown_unlogged++;
 		return;
 	}
 	log_warn("task topic does not exist in Kafka: the task is retried "
 		 "after its lease; create the topic",
 		 "topic=%s id=%s%s lease_ms=%lld not_logged_since_last=%ld",
 		 topic, t->id, t->trace, (long long)w->lease_ms,
-		 w->unknown_unlogged);
-	w->unknown_warned_ms = now;
-	w->unknown_unlogged = 0;
+		 w->fi->unknown_unlogged);
+	w->fi->unknown_warned_ms = now;
+	w->fi->unknown_unlogged = 0;
 }
 
 /* Returns 0 when handed to Kafka, 1 when expired or skipped instead, -1
@@ -183,7 +196,7 @@ firing_publish_task(struct worker *w, struct wtask *t, const struct task *pt)
 		if (eos_publish(w, t, topic, key, strlen(key), pt->body,
 				pt->body_len, h) < 0)
 			return -1;
-		w->publishing++;
+		w->fi->publishing++;
 		metric_inc(w->m.fired);
 		metric_observe(w->m.lateness,
 			       (double)(now - pt->due_at) / 1000.0);
@@ -205,7 +218,7 @@ firing_publish_task(struct worker *w, struct wtask *t, const struct task *pt)
 		wtask_release(w, t);
 		return -1;
 	}
-	w->publishing++;
+	w->fi->publishing++;
 	metric_inc(w->m.fired);
 	metric_observe(w->m.lateness, (double)(now - pt->due_at) / 1000.0);
 	return 0;
@@ -230,7 +243,7 @@ firing_dr_cb(void *opaque, rd_kafka_resp_err_t err, void *arg)
 	struct worker *w = arg;
 	struct wtask *t = opaque;
 
-	w->publishing--;
+	w->fi->publishing--;
 	if (err != RD_KAFKA_RESP_ERR_NO_ERROR) {
 		if (is_unknown_topic(err))
 			unknown_topic(w, t, t->ktopic ? t->ktopic : "?");
@@ -768,20 +781,20 @@ mark_done_cb(struct db_job *job, int status, const char *err)
 	struct mark_job *mj = (struct mark_job *)job;
 	struct worker *w = mj->w;
 
-	w->marking = 0;
+	w->fi->marking = 0;
 	if (status < 0) {
 		/* Put them back in front, in order, and retry later. */
 		metric_inc(w->m.mark_failures);
 		log_warn("state update failed, will retry",
 			 "tasks=%zu error=\"%s\"", mj->n, err);
 		for (size_t i = mj->n; i-- > 0;) {
-			mj->tasks[i]->next = w->mark_head;
-			w->mark_head = mj->tasks[i];
-			if (w->mark_tail == NULL)
-				w->mark_tail = mj->tasks[i];
-			w->mark_n++;
+			mj->tasks[i]->next = w->fi->mark_head;
+			w->fi->mark_head = mj->tasks[i];
+			if (w->fi->mark_tail == NULL)
+				w->fi->mark_tail = mj->tasks[i];
+			w->fi->mark_n++;
 		}
-		w->mark_retry_at_ms = clock_mono_ms() + MARK_RETRY_MS;
+		w->fi->mark_retry_at_ms = clock_mono_ms() + MARK_RETRY_MS;
 	} else {
 		size_t fenced = 0;
 
@@ -815,7 +828,7 @@ mark_done_cb(struct db_job *job, int status, const char *err)
 	xfree(mj->items);
 	xfree(mj->order);
 	xfree(mj);
-	if (w->mark_n > 0)
+	if (w->fi->mark_n > 0)
 		mark_schedule(w);
 }
 
@@ -841,9 +854,9 @@ mark_flush(struct worker *w)
 	struct mark_job *mj;
 	size_t n;
 
-	if (w->marking || w->mark_n == 0)
+	if (w->fi->marking || w->fi->mark_n == 0)
 		return;
-	n = w->mark_n < MARK_BATCH_MAX ? w->mark_n : MARK_BATCH_MAX;
+	n = w->fi->mark_n < MARK_BATCH_MAX ? w->fi->mark_n : MARK_BATCH_MAX;
 	mj = xcalloc(1, sizeof(*mj));
 	mj->w = w;
 	mj->tasks = xcalloc(n, sizeof(*mj->tasks));
@@ -854,14 +867,14 @@ mark_flush(struct worker *w)
 	snprintf(mj->owner, sizeof(mj->owner), "%s", w->id);
 	mj->now = worker_now(w);
 	for (size_t i = 0; i < n; i++) {
-		mj->tasks[i] = w->mark_head;
-		w->mark_head = w->mark_head->next;
+		mj->tasks[i] = w->fi->mark_head;
+		w->fi->mark_head = w->fi->mark_head->next;
 		mj->tasks[i]->next = NULL;
 	}
-	if (w->mark_head == NULL)
-		w->mark_tail = NULL;
-	w->mark_n -= n;
-	w->marking = 1;
+	if (w->fi->mark_head == NULL)
+		w->fi->mark_tail = NULL;
+	w->fi->mark_n -= n;
+	w->fi->marking = 1;
 	count_attempts(w, mj->tasks, n);
 	for (size_t i = 0; i < n; i++)
 		mark_item_copy(&mj->items[i], mj->tasks[i]);
@@ -879,38 +892,58 @@ mark_timer_cb(evutil_socket_t fd, short what, void *arg)
 static void
 mark_schedule(struct worker *w)
 {
-	int64_t wait_ms = w->mark_retry_at_ms - clock_mono_ms();
+	int64_t wait_ms = w->fi->mark_retry_at_ms - clock_mono_ms();
 	struct timeval tv = {0, MARK_DELAY_US};
 
-	if (w->marking || evtimer_pending(w->mark_ev, NULL))
+	if (w->fi->marking || evtimer_pending(w->fi->mark_ev, NULL))
 		return;
 	if (wait_ms > 0) {
 		tv.tv_sec = (time_t)(wait_ms / 1000);
 		tv.tv_usec = (suseconds_t)(wait_ms % 1000) * 1000;
-	} else if (w->mark_n >= MARK_BATCH_MAX) {
+	} else if (w->fi->mark_n >= MARK_BATCH_MAX) {
 		mark_flush(w);
 		return;
 	}
-	evtimer_add(w->mark_ev, &tv);
+	evtimer_add(w->fi->mark_ev, &tv);
 }
 
 void
 firing_start(struct worker *w)
 {
-	w->mark_ev = evtimer_new(w->base, mark_timer_cb, w);
+	w->fi = xcalloc(1, sizeof(*w->fi));
+	w->fi->mark_ev = evtimer_new(w->base, mark_timer_cb, w);
 }
 
 void
 firing_stop(struct worker *w)
 {
-	if (w->mark_ev != NULL)
-		event_free(w->mark_ev);
-	w->mark_ev = NULL;
+	if (w->fi->mark_ev != NULL)
+		event_free(w->fi->mark_ev);
+	w->fi->mark_ev = NULL;
+}
+
+void
+firing_free(struct worker *w)
+{
+	xfree(w->fi);
+	w->fi = NULL;
+}
+
+size_t
+firing_publishing(const struct worker *w)
+{
+	return w->fi->publishing;
+}
+
+void
+firing_publishing_done(struct worker *w, size_t n)
+{
+	w->fi->publishing -= n;
 }
 
 size_t
 firing_busy(const struct worker *w)
 {
 	/* Exactly-once records are counted in publishing. */
-	return w->publishing + w->mark_n + (w->marking ? 1 : 0);
+	return w->fi->publishing + w->fi->mark_n + (w->fi->marking ? 1 : 0);
 }

@@ -240,7 +240,7 @@ main(int argc, char **argv)
 	event_base_dispatch(w.base);
 
 	log_info("stopping", "held=%zu publishing=%zu", hmap_count(w.tasks),
-		 w.publishing);
+		 firing_publishing(&w));
 	coord_stop(&w);
 	eos_stop(&w);
 	kafka_producer_destroy(w.kafka, 2000);
@@ -252,10 +252,7 @@ main(int argc, char **argv)
 	event_free(gauges);
 	if (w.stop_ev != NULL)
 		event_free(w.stop_ev);
-	event_free(w.scan_ev);
-	event_free(w.tick_ev);
-	event_free(w.claim_retry_ev);
-	scanner_redis_up(&w); /* sends and frees what is left */
+	scanner_release(&w);
 	redis_destroy(w.redis_sub);
 	redis_destroy(w.redis);
 	refclock_destroy(w.clock);
@@ -266,6 +263,8 @@ main(int argc, char **argv)
 	event_base_free(w.base);
 	metrics_free_all();
 	scanner_free(&w);
+	coord_free(&w);
+	firing_free(&w);
 	hmap_destroy(w.tasks);
 	xfree(w.slots);
 	cfg_destroy(w.cfg);

@@ -40,6 +40,14 @@
 #define REBUILD_PAGE 2000
 #define REBUILD_RETRY_MS 1000
 
+/* The degraded modes' own state (recovery_start .. recovery_stop). */
+struct recovery {
+	int64_t redis_down_since_ms; /* monotonic; 0: up or unknown */
+	int64_t redis_up_since_ms;
+	int db_mode_logged;
+	struct event *recovery_ev;
+};
+
 int
 recovery_held(struct worker *w, const char *id)
 {
@@ -54,11 +62,13 @@ count_db_mode(struct worker *w)
 	for (int i = 0; i < w->nslots; i++)
 		n += slot_owned(w, i) && w->slots[i].mode == SM_DB;
 	metric_set(w->m.db_mode, n);
-	if (n > 0 && !w->db_mode_logged) {
-		w->db_mode_logged = 1;
+	if (w->rec == NULL)
+		return;
+	if (n > 0 && !w->rec->db_mode_logged) {
+		w->rec->db_mode_logged = 1;
 		log_warn("redis fallback on: firing from the database", "");
-	} else if (n == 0 && w->db_mode_logged) {
-		w->db_mode_logged = 0;
+	} else if (n == 0 && w->rec->db_mode_logged) {
+		w->rec->db_mode_logged = 0;
 		log_info("redis fallback off: firing from redis again", "");
 	}
 }
@@ -437,13 +447,13 @@ recovery_tick_cb(evutil_socket_t fd, short what, void *arg)
 	if (w->stopping)
 		return;
 	if (up) {
-		w->redis_down_since_ms = 0;
-		if (w->redis_up_since_ms == 0)
-			w->redis_up_since_ms = mono;
+		w->rec->redis_down_since_ms = 0;
+		if (w->rec->redis_up_since_ms == 0)
+			w->rec->redis_up_since_ms = mono;
 	} else {
-		w->redis_up_since_ms = 0;
-		if (w->redis_down_since_ms == 0)
-			w->redis_down_since_ms = mono;
+		w->rec->redis_up_since_ms = 0;
+		if (w->rec->redis_down_since_ms == 0)
+			w->rec->redis_down_since_ms = mono;
 	}
 	for (int i = 0; i < w->nslots; i++) {
 		struct wslot *s = &w->slots[i];
@@ -451,10 +461,11 @@ recovery_tick_cb(evutil_socket_t fd, short what, void *arg)
 		if (!slot_owned(w, i))
 			continue;
 		if (!up && s->mode != SM_DB &&
-		    mono - w->redis_down_since_ms >= REDIS_DOWN_GRACE_MS) {
+		    mono - w->rec->redis_down_since_ms >= REDIS_DOWN_GRACE_MS) {
 			enter_db_mode(w, i);
 		} else if (up && s->mode == SM_DB &&
-			   mono - w->redis_up_since_ms >= REDIS_UP_GRACE_MS) {
+			   mono - w->rec->redis_up_since_ms >=
+				   REDIS_UP_GRACE_MS) {
 			recovery_rebuild(w, i);
 		} else if (up && s->mode == SM_REDIS &&
 			   mono >= s->next_marker_ms) {
@@ -483,15 +494,27 @@ recovery_start(struct worker *w)
 {
 	struct timeval tv = {0, RECOVERY_TICK_MS * 1000};
 
-	w->recovery_ev =
+	w->rec = xcalloc(1, sizeof(*w->rec));
+	w->rec->recovery_ev =
 		event_new(w->base, -1, EV_PERSIST, recovery_tick_cb, w);
-	event_add(w->recovery_ev, &tv);
+	event_add(w->rec->recovery_ev, &tv);
 }
 
 void
 recovery_stop(struct worker *w)
 {
-	if (w->recovery_ev != NULL)
-		event_free(w->recovery_ev);
-	w->recovery_ev = NULL;
+	if (w->rec == NULL)
+		return;
+	if (w->rec->recovery_ev != NULL)
+		event_free(w->rec->recovery_ev);
+	xfree(w->rec);
+	w->rec = NULL;
+}
+
+int64_t
+recovery_redis_down_ms(const struct worker *w)
+{
+	if (w->rec == NULL || w->rec->redis_down_since_ms == 0)
+		return 0;
+	return clock_mono_ms() - w->rec->redis_down_since_ms;
 }

@@ -33,6 +33,14 @@
 #define SWEEP_OVERDUE_MS 3000
 #define LOAD_BATCH 2000
 
+/* The scanner's own state (scanner_start .. scanner_free). */
+struct scanner {
+	struct event *scan_ev;
+	struct event *tick_ev;
+	struct event *claim_retry_ev;
+	struct limbo *limbo; /* claims whose reply was lost */
+};
+
 struct slot_call {
 	struct worker *w;
 	int slot;
@@ -100,7 +108,7 @@ arm_tick(struct worker *w)
 		wait_us = next * 1000;
 	tv.tv_sec = (time_t)(wait_us / 1000000);
 	tv.tv_usec = (suseconds_t)(wait_us % 1000000);
-	evtimer_add(w->tick_ev, &tv);
+	evtimer_add(w->sc->tick_ev, &tv);
 }
 
 static void claim_slot(struct worker *w, int slot);
@@ -277,7 +285,7 @@ claim_reply_cb(struct redis *r, redisReply *reply, void *arg)
 	}
 	/* The wheel has earlier timers now: tick on the first. */
 	if (early) {
-		evtimer_del(w->tick_ev);
+		evtimer_del(w->sc->tick_ev);
 		arm_tick(w);
 	}
 	/* Sent but not returned: cancelled, rescheduled or taken. */
@@ -311,8 +319,8 @@ claim_slot(struct worker *w, int slot)
 	if (!refclock_known(w->clock)) {
 		struct timeval tv = {0, 50000};
 
-		if (!evtimer_pending(w->claim_retry_ev, NULL))
-			evtimer_add(w->claim_retry_ev, &tv);
+		if (!evtimer_pending(w->sc->claim_retry_ev, NULL))
+			evtimer_add(w->sc->claim_retry_ev, &tv);
 		return;
 	}
 	/* Back-pressure: leave tasks due in Redis while Kafka is full or
@@ -324,8 +332,8 @@ claim_slot(struct worker *w, int slot)
 		struct timeval tv = {0, 50000};
 
 		metric_inc(w->m.backpressure);
-		if (!evtimer_pending(w->claim_retry_ev, NULL))
-			evtimer_add(w->claim_retry_ev, &tv);
+		if (!evtimer_pending(w->sc->claim_retry_ev, NULL))
+			evtimer_add(w->sc->claim_retry_ev, &tv);
 		return;
 	}
 	n = s->claimq_n < (size_t)w->claim_batch ? s->claimq_n
@@ -416,7 +424,7 @@ scan_reply_cb(struct redis *r, redisReply *reply, void *arg)
 	if (added) {
 		/* Overdue ones fire now; the rest on their millisecond. */
 		scanner_tick(w);
-		evtimer_del(w->tick_ev);
+		evtimer_del(w->sc->tick_ev);
 		arm_tick(w);
 	}
 }
@@ -469,8 +477,8 @@ limbo_add(struct worker *w, const struct wtask *t)
 	l->slot = t->slot;
 	l->due_at = t->due_at;
 	memcpy(l->id, t->id, sizeof(l->id));
-	l->next = w->limbo;
-	w->limbo = l;
+	l->next = w->sc->limbo;
+	w->sc->limbo = l;
 }
 
 void
@@ -478,11 +486,13 @@ scanner_redis_up(struct worker *w)
 {
 	struct limbo *l, *n;
 
-	for (int slot = 0; slot < w->nslots && w->limbo != NULL; slot++) {
+	if (w->sc == NULL)
+		return;
+	for (int slot = 0; slot < w->nslots && w->sc->limbo != NULL; slot++) {
 		struct slot_eval ev;
 
 		slot_eval_init(&ev, SCRIPT_UNCLAIM, slot, "di");
-		for (l = w->limbo; l != NULL; l = l->next) {
+		for (l = w->sc->limbo; l != NULL; l = l->next) {
 			if (l->slot != slot)
 				continue;
 			redis_args_addstr(&ev.a, l->id);
@@ -492,11 +502,11 @@ scanner_redis_up(struct worker *w)
 			redis_eval_args(w->redis, NULL, NULL, &ev.a);
 		slot_eval_free(&ev);
 	}
-	for (l = w->limbo; l != NULL; l = n) {
+	for (l = w->sc->limbo; l != NULL; l = n) {
 		n = l->next;
 		xfree(l);
 	}
-	w->limbo = NULL;
+	w->sc->limbo = NULL;
 }
 
 /* The DB's word on expired leases: a task recorded as delivered (its
@@ -982,6 +992,18 @@ scanner_free(struct worker *w)
 {
 	for (int i = 0; i < w->nslots; i++)
 		finished_free(&w->slots[i]);
+	xfree(w->sc);
+	w->sc = NULL;
+}
+
+void
+scanner_release(struct worker *w)
+{
+	event_free(w->sc->scan_ev);
+	event_free(w->sc->tick_ev);
+	event_free(w->sc->claim_retry_ev);
+	w->sc->scan_ev = w->sc->tick_ev = w->sc->claim_retry_ev = NULL;
+	scanner_redis_up(w); /* sends and frees what is left */
 }
 
 static void
@@ -1179,12 +1201,13 @@ scanner_start(struct worker *w)
 			     (suseconds_t)(ms % 1000) * 1000};
 
 	w->wheel = timerwheel_create(worker_now(w));
-	w->scan_ev = event_new(w->base, -1, EV_PERSIST, scan_cb, w);
-	w->tick_ev = evtimer_new(w->base, tick_cb, w);
-	w->claim_retry_ev = evtimer_new(w->base, claim_retry_cb, w);
+	w->sc = xcalloc(1, sizeof(*w->sc));
+	w->sc->scan_ev = event_new(w->base, -1, EV_PERSIST, scan_cb, w);
+	w->sc->tick_ev = evtimer_new(w->base, tick_cb, w);
+	w->sc->claim_retry_ev = evtimer_new(w->base, claim_retry_cb, w);
 	rchan_wake(chan, sizeof(chan), cfg_str(w->cfg, CFG_CLUSTER_ROOT));
 	redis_subscribe(w->redis_sub, chan, wake_cb, w);
-	event_add(w->scan_ev, &tv);
+	event_add(w->sc->scan_ev, &tv);
 	arm_tick(w);
 }
 
@@ -1233,7 +1256,7 @@ scanner_drop_slot(struct worker *w, int slot)
 void
 scanner_stop(struct worker *w)
 {
-	event_del(w->scan_ev);
-	evtimer_del(w->claim_retry_ev);
+	event_del(w->sc->scan_ev);
+	evtimer_del(w->sc->claim_retry_ev);
 	drop_tasks(w, -1);
 }

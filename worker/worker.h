@@ -263,10 +263,6 @@ struct worker {
 	char id[128];
 	int nslots;
 	struct wslot *slots;
-	struct event *scan_ev;
-	struct event *tick_ev;
-	struct event *claim_retry_ev;
-	struct event *mark_ev;
 	struct event *stop_ev;
 	int64_t lookahead_ms;
 	int64_t lease_ms;
@@ -282,41 +278,16 @@ struct worker {
 	const char *topic_prefix;
 	int stopping;
 	int64_t stop_deadline_ms;
-	/* Tasks whose delivery (or expiry) waits for the DB update. */
-	/* Coordination (coord.c). */
+	/* Coordination: cluster.root, and coord.c's own state. */
 	char root[256];
-	char election_path[512];
-	int master;
-	int master_node;       /* /master written by us */
-	int fenced;	       /* self-fenced: ZooKeeper unreachable */
-	int64_t last_zk_ok_ms; /* monotonic time of the last ZK reply */
-	int64_t session_timeout_ms;
-	int64_t session_id;
-	struct slot_node *view; /* last read of each slot node */
-	int *view_version;	/* their data versions, -1 unknown */
-	char **members;		/* live workers (the master's view) */
-	int nmembers;
-	int members_known;
-	int multi_inflight;
-	int64_t rebalance_started_ms;
-	struct event *rebalance_ev;
-	struct event *coord_ev;
-	struct limbo *limbo; /* claims whose reply was lost */
+	struct coord *co;
 	struct pause *pause; /* paused topics (pause.c) */
 	struct eos *eos;     /* exactly-once publishing (eos.c), or NULL */
-	/* Degraded modes (recovery.c, dbmode.c). */
-	int64_t redis_down_since_ms;
-	int64_t redis_up_since_ms;
-	int db_mode_logged;
-	struct event *recovery_ev;
+	/* Degraded modes: recovery.c's own state; dbmode.c's event. */
+	struct recovery *rec;
 	struct event *dbfire_ev;
-	struct wtask *mark_head, *mark_tail;
-	size_t mark_n;
-	int marking;
-	size_t publishing;
-	int64_t mark_retry_at_ms;
-	int64_t unknown_warned_ms; /* firing.c: the last warning of one */
-	long unknown_unlogged;	   /* since then */
+	struct firing *fi;  /* firing.c's own state */
+	struct scanner *sc; /* scanner.c's own state */
 	struct worker_metrics m;
 };
 
@@ -345,6 +316,11 @@ void firing_dr_cb(void *opaque, rd_kafka_resp_err_t err, void *arg);
 void firing_expire(struct worker *w, struct wtask *t);
 void firing_start(struct worker *w);
 void firing_stop(struct worker *w);
+/* After everything else stopped (delivery reports may come until then). */
+void firing_free(struct worker *w);
+/* Publishes sent without a delivery report yet; n of them done (eos.c). */
+size_t firing_publishing(const struct worker *w);
+void firing_publishing_done(struct worker *w, size_t n);
 /* Tasks publishing or waiting for their DB update. */
 size_t firing_busy(const struct worker *w);
 
@@ -364,7 +340,10 @@ void scanner_wake(struct worker *w, int slot);
 void scanner_drop_slot(struct worker *w, int slot);
 /* A task's final state (delivered, expired) was recorded in the DB. */
 void scanner_task_finished(struct worker *w, const struct wtask *t);
-/* Frees what sweeps still out left (at shutdown). */
+/* At shutdown, before the loop's base goes: frees the scanner's events
+ * and sends the lost claims back to due; then, at the very end,
+ * scanner_free() frees what sweeps still out left and its state. */
+void scanner_release(struct worker *w);
 void scanner_free(struct worker *w);
 
 /* firing.c: publish one task (payload already decoded). */
@@ -406,6 +385,9 @@ void eos_task_recorded(struct worker *w, struct wtask *t);
 /* recovery.c: Redis loss detection, index rebuilds, mode switches */
 void recovery_start(struct worker *w);
 void recovery_stop(struct worker *w);
+/* How long Redis has been unreachable (monotonic ms; 0: up or not yet
+ * known). */
+int64_t recovery_redis_down_ms(const struct worker *w);
 /* A slot was just gained; marker tells whether its Redis index exists. */
 void recovery_slot_ready(struct worker *w, int slot, int marker);
 void recovery_rebuild(struct worker *w, int slot);
@@ -438,6 +420,8 @@ void pause_slot_ready(struct worker *w, int slot);
 /* coord.c: membership, election, assignment, handover, fencing */
 int coord_start(struct worker *w, char *err, size_t errlen);
 void coord_stop(struct worker *w);
+/* After everything else stopped: coord_fresh() is asked until then. */
+void coord_free(struct worker *w);
 /* ZooKeeper answered within 2/3 of the session timeout (monotonic). */
 int coord_fresh(const struct worker *w);
 /* Whether claims may go out for slot now (owned, not self-fenced). */

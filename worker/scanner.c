@@ -23,13 +23,7 @@
 #include "worker.h"
 #include "xmalloc.h"
 
-#define REAP_INTERVAL_MS 1000
 #define REAP_LIMIT 1000 /* in-flight entries read by one reap */
-#define LOAD_INTERVAL_MS 5000
-/* Buckets are moved task.bucket_near_ms before they start: a second apart
- * leaves their tasks most of that window in due/task before they are due. */
-#define MOVE_INTERVAL_MS 1000
-#define SWEEP_INTERVAL_MS 10000
 #define SWEEP_OVERDUE_MS 3000
 #define LOAD_BATCH 2000
 
@@ -1130,30 +1124,19 @@ scan_cb(evutil_socket_t fd, short what, void *arg)
 	if (w->stopping || !redis_up(w->redis))
 		return;
 	for (int i = 0; i < w->nslots; i++) {
-		struct wslot *s = &w->slots[i];
+		int jobs = slot_scan_plan(&w->slots[i], mono,
+					  (size_t)w->claim_batch);
 
-		if (!slot_owned(w, i) || s->mode != SM_REDIS)
-			continue;
-		if (!s->moving && mono >= s->next_move_ms) {
-			s->next_move_ms = mono + MOVE_INTERVAL_MS;
+		if (jobs & SJ_MOVE)
 			move_slot(w, i, now);
-		}
-		/* Kafka slow or down: what waits to be claimed is enough;
-		 * reading more would only grow memory. */
-		if (!s->scanning && s->claimq_n < 2 * (size_t)w->claim_batch)
+		if (jobs & SJ_SCAN)
 			scan_slot(w, i, now);
-		if (!s->reaping && mono >= s->next_reap_ms) {
-			s->next_reap_ms = mono + REAP_INTERVAL_MS;
+		if (jobs & SJ_REAP)
 			reap_slot(w, i, now);
-		}
-		if (!s->loading && mono >= s->next_load_ms) {
-			s->next_load_ms = mono + LOAD_INTERVAL_MS;
+		if (jobs & SJ_LOAD)
 			load_slot(w, i, now);
-		}
-		if (!s->sweeping && mono >= s->next_sweep_ms) {
-			s->next_sweep_ms = mono + SWEEP_INTERVAL_MS;
+		if (jobs & SJ_SWEEP)
 			sweep_slot(w, i, now);
-		}
 	}
 }
 

@@ -1,7 +1,7 @@
 /*
  * The slot lifecycle (enum slot_phase, worker/worker.h): the one table of
- * moves, the generation rule, and what reconciling a slot with its
- * ZooKeeper node does. No servers and no loop here: worker/coord.c runs
+ * moves, the generation rule, what reconciling a slot with its ZooKeeper
+ * node does, and what a scan tick starts for an owned slot. No servers and no loop here: worker/coord.c runs
  * it (slot_phase_set, slot_reconcile), tests/unit/test_slotfsm.c feeds it
  * events, and tests/model/run.sh checks the handover model's transitions
  * against the table (test_slotfsm --moves prints it).
@@ -117,4 +117,34 @@ slot_decide(const struct wslot *s, const struct slot_seen *v, int fresh)
 	if (p == SP_IDLE && fresh)
 		act |= SD_GAIN;
 	return act;
+}
+
+int
+slot_scan_plan(struct wslot *s, int64_t mono, size_t claim_batch)
+{
+	int jobs = 0;
+
+	if (s->phase != SP_OWNED || s->mode != SM_REDIS)
+		return 0;
+	if (!s->moving && mono >= s->next_move_ms) {
+		s->next_move_ms = mono + SCAN_MOVE_INTERVAL_MS;
+		jobs |= SJ_MOVE;
+	}
+	/* Kafka slow or down: what waits to be claimed is enough; reading
+	 * more would only grow memory. */
+	if (!s->scanning && s->claimq_n < 2 * claim_batch)
+		jobs |= SJ_SCAN;
+	if (!s->reaping && mono >= s->next_reap_ms) {
+		s->next_reap_ms = mono + SCAN_REAP_INTERVAL_MS;
+		jobs |= SJ_REAP;
+	}
+	if (!s->loading && mono >= s->next_load_ms) {
+		s->next_load_ms = mono + SCAN_LOAD_INTERVAL_MS;
+		jobs |= SJ_LOAD;
+	}
+	if (!s->sweeping && mono >= s->next_sweep_ms) {
+		s->next_sweep_ms = mono + SCAN_SWEEP_INTERVAL_MS;
+		jobs |= SJ_SWEEP;
+	}
+	return jobs;
 }

@@ -455,6 +455,18 @@ enum {
 };
 /* The SD_* set for slot s given its node v; fresh: coord_fresh(). */
 int slot_decide(const struct wslot *s, const struct slot_seen *v, int fresh);
+
+/* A scan tick's jobs for an owned slot in Redis mode (scanner.c), each at
+ * most one at a time and at its interval (the scan whenever none is out
+ * and the claim queue holds under two batches). */
+#define SCAN_MOVE_INTERVAL_MS 1000 /* buckets moved bucket_near_ms ahead */
+#define SCAN_REAP_INTERVAL_MS 1000
+#define SCAN_LOAD_INTERVAL_MS 5000
+#define SCAN_SWEEP_INTERVAL_MS 10000
+enum { SJ_MOVE = 1, SJ_SCAN = 2, SJ_REAP = 4, SJ_LOAD = 8, SJ_SWEEP = 16 };
+/* The SJ_* set to start now (mono: monotonic ms); the started ones'
+ * next times move on by their intervals. */
+int slot_scan_plan(struct wslot *s, int64_t mono, size_t claim_batch);
 /* The one place a slot's phase changes (a move slot_phase_allowed()
  * refuses is a bug: logged, and the phase is left as it was); bumps the
  * generation. Answers whether it moved. */

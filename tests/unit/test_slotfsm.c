@@ -289,6 +289,79 @@ test_events(void **state)
 	assert_int_equal(d.s.phase, SP_IDLE);
 }
 
+/* The scanner's tick, fed 60 s of 100 ms ticks: each job kind starts at
+ * its interval, never twice at a time, and one slower than its interval
+ * starts again only once done; nothing for a slot not owned in Redis
+ * mode; no scan while the claim queue holds two batches. */
+struct job {
+	int bit;
+	int *busy;
+	int64_t done_at;
+	int starts;
+};
+
+static void
+test_scan_plan(void **state)
+{
+	struct wslot s;
+	struct job jobs[5];
+	const size_t batch = 100;
+	int n;
+
+	(void)state;
+	memset(&s, 0, sizeof(s));
+	assert_int_equal(slot_scan_plan(&s, 0, batch), 0); /* idle */
+	s.phase = SP_STARTING;
+	assert_int_equal(slot_scan_plan(&s, 0, batch), 0);
+	s.phase = SP_OWNED;
+	s.mode = SM_DB;
+	assert_int_equal(slot_scan_plan(&s, 0, batch), 0);
+	s.mode = SM_REBUILD;
+	assert_int_equal(slot_scan_plan(&s, 0, batch), 0);
+	s.mode = SM_REDIS;
+	jobs[0] = (struct job){SJ_MOVE, &s.moving, 0, 0};
+	jobs[1] = (struct job){SJ_SCAN, &s.scanning, 0, 0};
+	jobs[2] = (struct job){SJ_REAP, &s.reaping, 0, 0};
+	jobs[3] = (struct job){SJ_LOAD, &s.loading, 0, 0};
+	jobs[4] = (struct job){SJ_SWEEP, &s.sweeping, 0, 0};
+	for (int64_t t = 0; t < 60000; t += 100) {
+		int plan;
+
+		/* the load is slow between 20 and 27 s: 7 s a round */
+		for (int j = 0; j < 5; j++)
+			if (*jobs[j].busy && t >= jobs[j].done_at)
+				*jobs[j].busy = 0;
+		plan = slot_scan_plan(&s, t, batch);
+		for (int j = 0; j < 5; j++) {
+			if (!(plan & jobs[j].bit))
+				continue;
+			assert_false(*jobs[j].busy); /* one at a time */
+			*jobs[j].busy = 1;
+			jobs[j].starts++;
+			jobs[j].done_at =
+				t + (jobs[j].bit == SJ_LOAD && t >= 20000 &&
+						     t < 27000
+					     ? 7000
+					     : 50);
+		}
+	}
+	assert_int_equal(jobs[0].starts, 60);  /* move: every second */
+	assert_int_equal(jobs[1].starts, 600); /* scan: every tick */
+	assert_int_equal(jobs[2].starts, 60);  /* reap: every second */
+	assert_int_equal(jobs[4].starts, 6);   /* sweep: every 10 s */
+	/* load: every 5 s, but the one started at 20 s ran until 27 s and
+	 * the next started at once when it ended: 0, 5, 10, 15, 20, 27,
+	 * 32, ... 57 */
+	assert_int_equal(jobs[3].starts, 12);
+	/* a full claim queue: no scan */
+	s.scanning = 0;
+	s.claimq_n = 2 * batch;
+	assert_int_equal(slot_scan_plan(&s, 60000, batch) & SJ_SCAN, 0);
+	s.claimq_n = 2 * batch - 1;
+	n = slot_scan_plan(&s, 60000, batch);
+	assert_int_not_equal(n & SJ_SCAN, 0);
+}
+
 int
 main(int argc, char **argv)
 {
@@ -297,6 +370,7 @@ main(int argc, char **argv)
 		cmocka_unit_test(test_generation),
 		cmocka_unit_test(test_decide_all),
 		cmocka_unit_test(test_events),
+		cmocka_unit_test(test_scan_plan),
 	};
 
 	if (argc > 1 && strcmp(argv[1], "--moves") == 0) {

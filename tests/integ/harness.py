@@ -172,9 +172,30 @@ def _read_env(run):
     return env
 
 
+class machine_lock:
+    """with machine_lock("name"): one holder at a time on this machine
+    (test programs of both builds run at once: a test that changes a
+    shared server's settings for a moment holds it)."""
+
+    def __init__(self, name):
+        self.name = name
+        self.fd = None
+
+    def __enter__(self):
+        os.makedirs(LOCK_DIR, exist_ok=True)
+        self.fd = os.open(os.path.join(LOCK_DIR, self.name + ".lock"),
+                          os.O_RDWR | os.O_CREAT, 0o666)
+        fcntl.flock(self.fd, fcntl.LOCK_EX)
+        return self
+
+    def __exit__(self, *exc):
+        os.close(self.fd)
+        return False
+
+
 def _devcluster(args, env=None):
     """scripts/devcluster with args, one call at a time on this machine
-    (test programs run two at a time: their calls would race on the run
+    (test programs run three at a time: their calls would race on the run
     dir's files)."""
     os.makedirs(LOCK_DIR, exist_ok=True)
     fd = os.open(os.path.join(LOCK_DIR, "devcluster.lock"),

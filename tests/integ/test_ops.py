@@ -430,15 +430,17 @@ def test_warns_when_redis_may_evict_the_index():
     nothing. (Sets the policy of the shared Redis for a moment and puts
     the old one back.)"""
     r = C.redis()
-    old = r.cmd("CONFIG", "GET", "maxmemory-policy")[1].decode()
-    try:
-        r.cmd("CONFIG", "SET", "maxmemory-policy", "allkeys-lru")
-        lines = run_extra_manager("manager-lru")
-        r.cmd("CONFIG", "SET", "maxmemory-policy", "noeviction")
-        quiet = run_extra_manager("manager-noeviction")
-    finally:
-        r.cmd("CONFIG", "SET", "maxmemory-policy", old)
-        r.close()
+    # (the other build's test_ops may be here at the same time)
+    with h.machine_lock("redis-maxmemory-policy"):
+        old = r.cmd("CONFIG", "GET", "maxmemory-policy")[1].decode()
+        try:
+            r.cmd("CONFIG", "SET", "maxmemory-policy", "allkeys-lru")
+            lines = run_extra_manager("manager-lru")
+            r.cmd("CONFIG", "SET", "maxmemory-policy", "noeviction")
+            quiet = run_extra_manager("manager-noeviction")
+        finally:
+            r.cmd("CONFIG", "SET", "maxmemory-policy", old)
+            r.close()
     warned = [l for l in lines if EVICT_WARNING in l]
     h.check_eq(len(warned), 1, "one eviction warning (%r)" % warned)
     h.check("level=warn" in warned[0] and "policy=allkeys-lru" in warned[0],

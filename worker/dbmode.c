@@ -312,7 +312,12 @@ dbreap_done_cb(struct db_job *job, int status, const char *err)
 	struct worker *w = r->w;
 	struct wslot *s = &w->slots[r->slot];
 
-	if (status < 0 || !slot_current(w, r->slot, r->gen) || w->stopping) {
+	/* Phase 0 only read: its answer is stale once the slot moved on.
+	 * Phase 1 requeued rows in the DB: they go into the index whenever
+	 * the slot is still ours in Redis mode, whatever changed since. */
+	if (status < 0 || w->stopping ||
+	    (r->phase == 0 ? !slot_current(w, r->slot, r->gen)
+			   : !slot_owned(w, r->slot))) {
 		s->dbreaping = 0;
 		dbreap_free(r);
 		return;

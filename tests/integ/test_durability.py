@@ -238,6 +238,9 @@ class Ledger:
         self.refused = {}      # id -> (status, error code)
         self.unknown = {}      # id -> exception text (no answer)
         self.must_not_fire = set()   # expired by design, or due far later
+        # either fires (delivered) or expires, not both: due about when
+        # the fault began (tests on a loaded machine)
+        self.may_fire = set()
         self.answers = []      # (ms, status, code, latency ms)
         if not hasattr(c, "ledgers"):
             c.ledgers = []     # every ledger of the cluster (stray check)
@@ -290,7 +293,8 @@ class Ledger:
                 % (len(bad), len(tasks), bad[:3]))
 
     def expected(self):
-        return [i for i in self.accepted if i not in self.must_not_fire]
+        return [i for i in self.accepted if i not in self.must_not_fire
+                and i not in self.may_fire]
 
     def messages(self):
         rd = self.c.rd
@@ -404,6 +408,9 @@ class Ledger:
                     want = ("expired" if i in expired else
                             "scheduled" if i in self.must_not_fire
                             else "delivered")
+                    if i in self.may_fire and st.get(i) in ("delivered",
+                                                            "expired"):
+                        continue
                     if st.get(i) != want:
                         bad[i] = (st.get(i), want)
                 if not bad:
@@ -648,7 +655,7 @@ def test_cluster_stopped_ttl():
         now = h.now_ms()
         stop_at = now + 3000
         back_at = stop_at + int(stop_s * 1000)
-        tasks, expire = [], []
+        tasks, ttl5 = [], []
         for i in range(50):        # fire before the stop
             tasks.append(task("pre-%03d" % i, now + 800 + i * 30))
         for i in range(200):       # due while stopped, no ttl
@@ -658,16 +665,29 @@ def test_cluster_stopped_ttl():
             t = task("ttl5-%03d" % i, stop_at + 1000 +
                      i * int((stop_s - 8) * 1000 / 50), ttl_ms=5000)
             tasks.append(t)
-            expire.append(t["id"])
+            ttl5.append(t)
         for i in range(50):        # due while stopped, ttl long enough
             tasks.append(task("ttl60-%03d" % i, stop_at + 1000 + i * 100,
                               ttl_ms=60000 + int(stop_s * 1000)))
         for i in range(50):        # due after the restart
             tasks.append(task("post-%03d" % i, back_at + 4000 + i * 20))
         led.post_all(tasks)
-        led.must_not_fire.update(expire)
         time.sleep(max(0, (stop_at - h.now_ms()) / 1000.0))
         t_stop = h.now_ms()
+        # On a loaded machine the submissions can run past stop_at: a ttl
+        # task due before the stop (with a margin for the SIGTERMs) was not
+        # due while stopped: it fires or expires, and is checked as such.
+        expire = [t["id"] for t in ttl5 if t["due_at"] > t_stop + 1000]
+        led.may_fire.update(t["id"] for t in ttl5
+                            if t["due_at"] <= t_stop + 1000)
+        if led.may_fire:
+            h.log("the submissions ran %d ms past the planned stop: %d ttl "
+                  "task(s) came due about when it began (fire or expire)"
+                  % (t_stop - stop_at, len(led.may_fire)))
+        h.check(len(expire) >= 25, "only %d of %d ttl tasks due while "
+                "stopped: the submissions took too long" % (len(expire),
+                                                             len(ttl5)))
+        led.must_not_fire.update(expire)
         procs = [c.manager] + c.workers
         for pr in procs:
             pr.signal(signal.SIGTERM)

@@ -677,13 +677,13 @@ def test_cluster_stopped_ttl():
         # On a loaded machine the submissions can run past stop_at: a ttl
         # task due before the stop (with a margin for the SIGTERMs) was not
         # due while stopped: it fires or expires, and is checked as such.
-        expire = [t["id"] for t in ttl5 if t["due_at"] > t_stop + 1000]
+        expire = [t["id"] for t in ttl5 if t["due_at"] > t_stop + 500]
         led.may_fire.update(t["id"] for t in ttl5
-                            if t["due_at"] <= t_stop + 1000)
+                            if t["due_at"] <= t_stop + 500)
         if led.may_fire:
             h.log("the submissions ran %d ms past the planned stop: %d ttl "
-                  "task(s) came due about when it began (fire or expire)"
-                  % (t_stop - stop_at, len(led.may_fire)))
+                  "task(s) came due before it or within 0.5 s of it (fire "
+                  "or expire)" % (t_stop - stop_at, len(led.may_fire)))
         h.check(len(expire) >= 25, "only %d of %d ttl tasks due while "
                 "stopped: the submissions took too long" % (len(expire),
                                                              len(ttl5)))

@@ -78,7 +78,10 @@ def test_zombie_fenced_by_kafka():
         owners = {s: tc.find_worker(v[0]) for s, v in seen.items()}
 
         def opened():
-            return all(any("slot=%d " % s in l for l in
+            # ready since the stop: a new owner may have held the slot
+            # before, and its old "ready" line says nothing of this open
+            return all(any("slot=%d " % s in l and
+                           (h.log_ts_ms(l) or 0) >= stop_ms for l in
                            owners[s].grep("exactly-once slot ready"))
                        for s in vslots)
         h.wait_until(opened, 20, 0.1, "the new owners' slots ready")

@@ -164,12 +164,6 @@ slot_phase_set(struct worker *w, int slot, enum slot_phase to, const char *why)
 	return 1;
 }
 
-void
-slot_mode_set(struct worker *w, int slot, enum slot_mode mode)
-{
-	wslot_set_mode(&w->slots[slot], mode);
-}
-
 /* Leaves STARTING or OWNED for IDLE: what was running for the slot stops
  * (scans, claims, a rebuild: their generation is gone). */
 void
@@ -185,7 +179,7 @@ slot_lose(struct worker *w, int slot, const char *why)
 			 (long long)s->epoch, why);
 	}
 	slot_phase_set(w, slot, SP_IDLE, why);
-	slot_mode_set(w, slot, SM_REDIS);
+	wslot_set_mode(&w->slots[slot], SM_REDIS);
 	scanner_drop_slot(w, slot);
 	eos_slot_lost(w, slot);
 }
@@ -244,7 +238,7 @@ fence_done_cb(struct db_job *job, int status, const char *err)
 		/* In DB mode the DB fence is the only one: no claims
 		 * before it is raised. */
 		if (status == 0) {
-			slot_mode_set(f->w, f->slot, SM_DB);
+			wslot_set_mode(&f->w->slots[f->slot], SM_DB);
 			gained(f->w, f->slot, "db");
 		} else {
 			slot_phase_set(f->w, f->slot, SP_IDLE,
@@ -281,7 +275,6 @@ gained(struct worker *w, int slot, const char *mode)
 	s->takeover_before = clock_now_ms() + w->lease_ms;
 	eos_slot_gained(w, slot);
 	metric_inc(w->m.slots_gained);
-	update_owned_gauge(w);
 	log_info("slot gained", "slot=%d epoch=%lld mode=%s", slot,
 		 (long long)s->epoch, mode);
 	pause_slot_ready(w, slot);
@@ -463,7 +456,7 @@ begin_release(struct worker *w, int slot)
 		 w->co->view[slot].requested, s->busy);
 	slot_phase_set(w, slot, SP_DRAINING, "handover requested");
 	s->release_started_ms = clock_mono_ms();
-	slot_mode_set(w, slot, SM_REDIS);
+	wslot_set_mode(&w->slots[slot], SM_REDIS);
 	scanner_drop_slot(w, slot);
 	try_finish_release(w, slot);
 }

@@ -432,13 +432,6 @@ lift(struct worker *w, struct ptopic *t, int slot, int count, int peek)
 	slot_eval_free(&ev);
 }
 
-static int
-drainable(struct worker *w, int slot)
-{
-	/* owned in Redis mode (so not draining), not self-fenced */
-	return coord_may_claim(w, slot);
-}
-
 /* One tick of one topic's drain; 0 once every owned slot is empty. */
 static int
 drain_topic(struct worker *w, struct ptopic *t)
@@ -446,7 +439,7 @@ drain_topic(struct worker *w, struct ptopic *t)
 	int owned = 0, pending = 0, *take;
 
 	for (int i = 0; i < w->nslots; i++) {
-		if (!drainable(w, i))
+		if (!coord_may_claim(w, i))
 			continue;
 		owned++;
 		if (t->hs[i] == HS_OUT ||
@@ -461,7 +454,7 @@ drain_topic(struct worker *w, struct ptopic *t)
 		return 0;
 	if (t->rate <= 0) {
 		for (int i = 0; i < w->nslots; i++)
-			if (drainable(w, i) && t->hs[i] == HS_KNOWN &&
+			if (coord_may_claim(w, i) && t->hs[i] == HS_KNOWN &&
 			    t->nhead[i] > 0)
 				lift(w, t, i, LIFT_ALL, 1);
 		return 1;
@@ -480,7 +473,7 @@ drain_topic(struct worker *w, struct ptopic *t)
 		int best = -1;
 
 		for (int i = 0; i < w->nslots; i++) {
-			if (!drainable(w, i) || t->hs[i] != HS_KNOWN ||
+			if (!coord_may_claim(w, i) || t->hs[i] != HS_KNOWN ||
 			    take[i] >= t->nhead[i])
 				continue;
 			if (best < 0 ||
@@ -499,7 +492,7 @@ drain_topic(struct worker *w, struct ptopic *t)
 		int any = 0;
 
 		for (int i = 0; i < w->nslots && t->budget >= 1; i++) {
-			if (!drainable(w, i) || t->hs[i] != HS_KNOWN ||
+			if (!coord_may_claim(w, i) || t->hs[i] != HS_KNOWN ||
 			    t->nhead[i] < DRAIN_PEEK || take[i] < DRAIN_PEEK ||
 			    take[i] >= LIFT_ALL)
 				continue;

@@ -76,7 +76,7 @@ count_db_mode(struct worker *w)
 static void
 enter_db_mode(struct worker *w, int slot)
 {
-	slot_mode_set(w, slot, SM_DB);
+	wslot_set_mode(&w->slots[slot], SM_DB);
 	/* Ids read from Redis are claimed through the DB now. */
 	scanner_drop_slot(w, slot);
 	count_db_mode(w);
@@ -165,7 +165,7 @@ marker_set_cb(struct redis *r, redisReply *reply, void *arg)
 		return;
 	}
 	secs = (double)(clock_mono_ms() - s->rebuild_started_ms) / 1000.0;
-	slot_mode_set(w, rb->slot, SM_REDIS);
+	wslot_set_mode(&w->slots[rb->slot], SM_REDIS);
 	s->next_load_ms = 0;
 	s->next_move_ms = 0;
 	s->next_reap_ms = 0;
@@ -355,7 +355,7 @@ recovery_rebuild(struct worker *w, int slot)
 
 	if (s->mode == SM_REBUILD)
 		return;
-	slot_mode_set(w, slot, SM_REBUILD);
+	wslot_set_mode(&w->slots[slot], SM_REBUILD);
 	s->rebuild_started_ms = clock_mono_ms();
 	scanner_drop_slot(w, slot);
 	log_info("rebuilding slot index from the database",
@@ -387,7 +387,7 @@ recovery_failover(struct worker *w)
 		if (!slot_owned(w, i) || s->mode == SM_DB)
 			continue;
 		if (s->mode == SM_REBUILD) /* recovery_rebuild starts anew */
-			slot_mode_set(w, i, SM_REDIS);
+			wslot_set_mode(&w->slots[i], SM_REDIS);
 		recovery_rebuild(w, i);
 		n++;
 	}
@@ -401,7 +401,7 @@ recovery_slot_ready(struct worker *w, int slot, int marker)
 {
 	struct wslot *s = &w->slots[slot];
 
-	slot_mode_set(w, slot, SM_REDIS);
+	wslot_set_mode(&w->slots[slot], SM_REDIS);
 	s->next_marker_ms = clock_mono_ms() + MARKER_CHECK_MS;
 	if (!marker) {
 		log_warn("slot index missing in redis (new cluster or data "

@@ -433,8 +433,9 @@ void coord_slot_idle(struct worker *w, int slot);
 int coord_db_fence(struct db_conn *c, int slot, int64_t epoch);
 
 /* slotfsm.c, on one slot's state: a phase change along the table (1; 0
- * if already there; -1 refused, nothing changed) and a mode change, each
- * bumping the generation. */
+ * if already there; -1 refused, nothing changed; the worker's code goes
+ * through slot_phase_set()) and a mode change (the only way a mode
+ * changes), each bumping the generation. */
 int wslot_move(struct wslot *s, enum slot_phase to);
 void wslot_set_mode(struct wslot *s, enum slot_mode mode);
 
@@ -459,7 +460,9 @@ int slot_decide(const struct wslot *s, const struct slot_seen *v, int fresh);
 /* A scan tick's jobs for an owned slot in Redis mode (scanner.c), each at
  * most one at a time and at its interval (the scan whenever none is out
  * and the claim queue holds under two batches). */
-#define SCAN_MOVE_INTERVAL_MS 1000 /* buckets moved bucket_near_ms ahead */
+/* Buckets are moved task.bucket_near_ms before they start: a second apart
+ * leaves their tasks most of that window in due/task before they are due. */
+#define SCAN_MOVE_INTERVAL_MS 1000
 #define SCAN_REAP_INTERVAL_MS 1000
 #define SCAN_LOAD_INTERVAL_MS 5000
 #define SCAN_SWEEP_INTERVAL_MS 10000
@@ -472,8 +475,6 @@ int slot_scan_plan(struct wslot *s, int64_t mono, size_t claim_batch);
  * generation. Answers whether it moved. */
 int slot_phase_set(struct worker *w, int slot, enum slot_phase to,
 		   const char *why);
-/* A slot's mode changes here (bumps the generation). */
-void slot_mode_set(struct worker *w, int slot, enum slot_mode mode);
 /* Starting or owned -> idle: what runs for the slot stops (why: logged). */
 void slot_lose(struct worker *w, int slot, const char *why);
 

@@ -653,11 +653,15 @@ def test_cluster_stopped_ttl():
     with cluster_for("dur-stop", workers=2) as c:
         led = Ledger("cluster_stopped", c)
         now = h.now_ms()
-        stop_at = now + 3000
+        # fire before the stop; submitted first, and timed: the other 400
+        # must all be in before the stop (3 s ahead on a quiet machine, as
+        # long as 8 times these 50 took, and 2 s, on a loaded one)
+        led.post_all([task("pre-%03d" % i, now + 800 + i * 30)
+                      for i in range(50)])
+        t_pre = h.now_ms() - now
+        stop_at = h.now_ms() + max(3000, 8 * t_pre + 2000)
         back_at = stop_at + int(stop_s * 1000)
         tasks, ttl5 = [], []
-        for i in range(50):        # fire before the stop
-            tasks.append(task("pre-%03d" % i, now + 800 + i * 30))
         for i in range(200):       # due while stopped, no ttl
             tasks.append(task("down-%03d" % i, stop_at + 1000 +
                               i * int((stop_s - 3) * 1000 / 200)))

@@ -24,6 +24,7 @@
 #define KAFKA_CLOSE_MS 5000
 /* How long creating a client waits for a broker's first answer. */
 #define KAFKA_PROBE_MS 10000
+#define KAFKA_PROBE_DOWN_MS 1500
 
 /* librdkafka properties Prophet sets, and why a pass-through may not. */
 enum { FOR_ALL = 3, FOR_PRODUCER = 1, FOR_CONSUMER = 2 };
@@ -138,6 +139,11 @@ probe_error(struct kafka_probe *pr, int err, const char *reason)
 {
 	if (!pr->probing)
 		return 0;
+	/* A certificate refused while the handshake reads is reported as a
+	 * transport error; the next attempt's as _SSL. */
+	if (err == RD_KAFKA_RESP_ERR__TRANSPORT &&
+	    strstr(reason, "certificate verify failed") != NULL)
+		err = RD_KAFKA_RESP_ERR__SSL;
 	if (is_auth_error(err) && pr->failed[0] == '\0')
 		snprintf(pr->failed, sizeof(pr->failed), "%s: %s",
 			 err == RD_KAFKA_RESP_ERR__SSL ? "TLS"
@@ -166,14 +172,14 @@ scram_hint(const struct cfg *cfg)
 /*
  * Serves rk's main queue until a broker answers a metadata request, one
  * refuses the credentials or the certificate (-1), every broker is
- * unreachable or KAFKA_PROBE_MS pass (0: degraded, the brokers are waited
+ * unreachable for KAFKA_PROBE_DOWN_MS or KAFKA_PROBE_MS pass (0: degraded, the brokers are waited
  * for later).
  */
 static int
 probe_run(rd_kafka_t *rk, struct kafka_probe *pr, const struct cfg *cfg,
 	  char *err, size_t errlen)
 {
-	int64_t until = clock_mono_ms() + KAFKA_PROBE_MS;
+	int64_t until = clock_mono_ms() + KAFKA_PROBE_MS, down_at = 0;
 	const struct rd_kafka_metadata *md;
 	int rc = 0;
 
@@ -202,7 +208,13 @@ probe_run(rd_kafka_t *rk, struct kafka_probe *pr, const struct cfg *cfg,
 		rd_kafka_poll(rk, 0);
 		if (pr->failed[0] != '\0')
 			continue;
-		if (pr->all_down || clock_mono_ms() >= until) {
+		/* Every broker down after one attempt each: a second
+		 * attempt (reconnect.backoff.ms later) may yet say why. */
+		if (pr->all_down && down_at == 0)
+			down_at = clock_mono_ms();
+		if ((down_at != 0 &&
+		     clock_mono_ms() >= down_at + KAFKA_PROBE_DOWN_MS) ||
+		    clock_mono_ms() >= until) {
 			log_warn("kafka brokers not answering at start; "
 				 "waiting for them",
 				 "brokers=%s", cfg_str(cfg, CFG_KAFKA_BROKERS));

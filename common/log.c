@@ -101,7 +101,11 @@ log_fatal(const char *msg, const char *kvfmt, ...)
 	va_start(ap, kvfmt);
 	log_vwrite(PLOG_FATAL, msg, kvfmt, ap);
 	va_end(ap);
-	exit(1);
+	/* Not exit(): its handlers (OpenSSL's cleanup among them) would free
+	 * what librdkafka's and the ZooKeeper client's threads, still
+	 * running, use. */
+	fflush(NULL);
+	_exit(1);
 }
 
 const char *

@@ -86,6 +86,11 @@
 	  "the client certificate's private key (PEM, mode 600)")              \
 	X(DB_POOL_SIZE, "db", "pool_size", CFG_INT, "4", 1, 64, NULL, 0,       \
 	  "database connections (each on its own thread)")                     \
+	X(DB_IDLE_TRANSACTION_TIMEOUT_S, "db", "idle_transaction_timeout_s",   \
+	  CFG_INT, "5", 0, 3600, NULL, 0,                                      \
+	  "MariaDB ends a connection of ours that sits this long inside a "    \
+	  "transaction (a stopped or frozen daemon): its row locks go, so "    \
+	  "they cannot hold up a slot's next owner; 0: the server's setting")  \
 	X(DB_MIGRATE_COPY_MAX_ROWS, "db", "migrate_copy_max_rows", CFG_INT,    \
 	  "100000", 0, 2000000000, NULL, 0,                                    \
 	  "a migration that rebuilds the task table by copy runs at start "    \

@@ -50,9 +50,15 @@ faultpoint_hit(const char *name)
 void
 crashpoint_hit(const char *name)
 {
-	static atomic_long hits;
-	long n = wanted(getenv("PROPHET_CRASH_AT"), name, &hits);
+	static atomic_long hits, stop_hits;
+	long n = wanted(getenv("PROPHET_STOP_AT"), name, &stop_hits);
 
+	if (n != 0) {
+		log_warn("stop point reached: stopping",
+			 "point=%s hit=%ld pid=%ld", name, n, (long)getpid());
+		kill(getpid(), SIGSTOP);
+	}
+	n = wanted(getenv("PROPHET_CRASH_AT"), name, &hits);
 	if (n == 0)
 		return;
 	log_warn("crash point reached: dying", "point=%s hit=%ld pid=%ld", name,

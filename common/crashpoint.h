@@ -9,6 +9,9 @@
  *   PROPHET_CRASH_AT=after_publish_before_mark      the first time
  *   PROPHET_CRASH_AT=after_publish_before_mark:5    the fifth time
  *
+ * PROPHET_STOP_AT names a point the same way and stops the whole process
+ * there (SIGSTOP, as a frozen host would; SIGCONT resumes it).
+ *
  * Compiled in only in debug builds (--enable-debug) and in the crash-point
  * test binaries (tests/crash/, built with -DPROPHET_CRASHPOINTS); anywhere
  * else CRASHPOINT() is nothing. The names are listed in docs/testing.md.
@@ -22,7 +25,8 @@
 #endif
 
 /* Dies (SIGKILL to itself) if PROPHET_CRASH_AT names this point and this
- * is the requested hit; logs one line first. Thread-safe. */
+ * is the requested hit, stops (SIGSTOP) if PROPHET_STOP_AT does; logs one
+ * line first. Thread-safe. */
 void crashpoint_hit(const char *name);
 
 /*

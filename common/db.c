@@ -4,6 +4,7 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,6 +35,7 @@ struct db_dsn {
 	char *host, *user, *password, *database;
 	int port;
 	struct cfg_db_tls tls;
+	int idle_txn_s; /* idle_transaction_timeout; 0: the server's */
 };
 
 struct db_conn {
@@ -163,6 +165,35 @@ conn_tls_options(MYSQL *my, const struct cfg_db_tls *t)
 	}
 }
 
+/*
+ * A daemon stopped (SIGSTOP, a frozen VM, a long GC-like stall) between
+ * two statements of a transaction keeps its row locks for as long as its
+ * TCP connection lives: a new slot owner's fence (slot_state's row, which
+ * every delivery record share-locks) would wait for it. MariaDB ends such
+ * a connection after idle_transaction_timeout seconds, which rolls the
+ * transaction back; the daemon, if it wakes, gets a lost connection and
+ * retries (and is fenced). MySQL has no such variable: said once.
+ */
+static int
+conn_idle_txn_timeout(struct db_conn *c, int secs)
+{
+	static atomic_int warned;
+	char sql[96];
+
+	if (secs <= 0)
+		return 0;
+	snprintf(sql, sizeof(sql), "SET SESSION idle_transaction_timeout = %d",
+		 secs);
+	if (mysql_query(c->my, sql) == 0)
+		return 0;
+	if (!atomic_exchange(&warned, 1))
+		log_warn("database has no idle_transaction_timeout (MariaDB "
+			 "10.3+): a stopped daemon's row locks stay until its "
+			 "connection drops",
+			 "error=\"%s\"", mysql_error(c->my));
+	return -1;
+}
+
 static int
 conn_connect(struct db_conn *c)
 {
@@ -211,6 +242,7 @@ conn_connect(struct db_conn *c)
 		c->my = NULL;
 		return -1;
 	}
+	conn_idle_txn_timeout(c, d->idle_txn_s);
 	conn_read_max_packet(c);
 	c->up = 1;
 	return 0;
@@ -230,6 +262,7 @@ db_dsn_create(const struct cfg *cfg, char *err, size_t errlen)
 	d->user = xstrdup(u.user ? u.user : "");
 	d->database = xstrdup(u.path ? u.path : "");
 	d->port = u.port ? u.port : 3306;
+	d->idle_txn_s = (int)cfg_int(cfg, CFG_DB_IDLE_TRANSACTION_TIMEOUT_S);
 	if (u.password != NULL)
 		d->password = xstrdup(u.password);
 	url_clear(&u);
@@ -667,6 +700,22 @@ db_simple(struct db_conn *c, const char *sql)
 	if (mysql_real_query(c->my, sql, strlen(sql)) != 0)
 		return conn_fail(c, NULL);
 	return 0;
+}
+
+int
+db_idle_txn_timeout(struct db_conn *c, int secs)
+{
+	if (!c->up)
+		return -1;
+	if (secs < 0)
+		secs = c->dsn->idle_txn_s;
+	if (secs == 0)
+		return mysql_query(c->my,
+				   "SET SESSION idle_transaction_timeout "
+				   "= DEFAULT") == 0
+			       ? 0
+			       : -1;
+	return conn_idle_txn_timeout(c, secs);
 }
 
 int

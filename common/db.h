@@ -88,6 +88,11 @@ int db_query_int(struct db_conn *c, const char *sql, struct db_params *params,
 /* Plain statement without parameters (DDL, BEGIN, COMMIT). */
 int db_simple(struct db_conn *c, const char *sql);
 int db_begin(struct db_conn *c);
+/* This connection's idle_transaction_timeout from now on: secs, or the
+ * configured db.idle_transaction_timeout_s with -1 (for a transaction
+ * that waits on something else on purpose, as the pruner's archive send
+ * does). 0 or -1 on success. */
+int db_idle_txn_timeout(struct db_conn *c, int secs);
 int db_commit(struct db_conn *c);
 int db_rollback(struct db_conn *c);
 const char *db_conn_error(struct db_conn *c);

@@ -833,6 +833,10 @@ chunk_run(struct db_conn *c, struct prune_job *j)
 	j->after_at = db_rows_int(&cand, cand.nrows - 1, 1);
 	snprintf(j->after_id, sizeof(j->after_id), "%s", ids[nids - 1]);
 	db_rows_free(&cand);
+	/* The archive's Kafka transaction runs inside the DB one: the
+	 * connection may sit idle in it for as long as that send may take. */
+	if (p->archive_topic != NULL)
+		db_idle_txn_timeout(c, KAFKA_TIMEOUT_MS / 1000 + 10);
 	if ((r = begin_fenced(c, j)) <= 0) {
 		rc = r;
 		goto out;
@@ -880,6 +884,8 @@ fail:
 		p->conn->recover = 1;
 	db_rollback(c);
 out:
+	if (p->archive_topic != NULL)
+		db_idle_txn_timeout(c, -1);
 	rows_free_all(locked, nlocked);
 	strs_free(ids, nids);
 	strs_free(del, ndel);

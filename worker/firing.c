@@ -591,6 +591,7 @@ mark_run(struct db_conn *c, struct db_job *job)
 			seen[t->slot] = 1;
 			if (slot_fence(c, t->slot, &fence[t->slot]) < 0)
 				goto fail;
+			CRASHPOINT("mark_slot_locked");
 		}
 		/* A newer epoch owns the slot: its owner decides. */
 		if (fence[t->slot] > t->epoch) {

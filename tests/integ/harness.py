@@ -126,13 +126,23 @@ def rand_tag(n=8):
     return "%0*x" % (n, random.SystemRandom().getrandbits(4 * n))
 
 
+_GIVEN_PORTS = set()
+
+
 def free_port():
-    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    try:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-    finally:
-        s.close()
+    """A port free now and not handed out before by this process: the
+    kernel may offer a port again while the first taker has not bound it
+    yet (test_tls once gave its notifier the manager's port)."""
+    while True:
+        s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        try:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        finally:
+            s.close()
+        if port not in _GIVEN_PORTS:
+            _GIVEN_PORTS.add(port)
+            return port
 
 
 def percentile(values, p):

@@ -19,12 +19,16 @@ and printed (`# <point>: ...`), not asserted: at-least-once allows them.
   fault point (PROPHET_FAULT_AT, the same mechanism without a death):
           kafka_producer_fatal (librdkafka's fatal producer error: the
           worker makes its producer again and goes on firing)
+  stop point (PROPHET_STOP_AT: SIGSTOP there, as a frozen host):
+          mark_slot_locked (a worker frozen inside a delivery record's
+          transaction: its slots' next owner is not held up by its locks)
   manager: ingest_after_commit_before_index (the client gets no answer;
           the committed task must still fire: the workers' sweeper
           indexes overdue DB tasks missing from Redis)
 """
 
 import os
+import json
 import random
 import signal
 import sys
@@ -47,19 +51,19 @@ READER = None
 SEQ = [0]
 
 
-def start_env(start, proc, point):
+def start_env(start, proc, point, var="PROPHET_CRASH_AT"):
     """Starts proc (through the cluster's start function) with
-    PROPHET_CRASH_AT=point in its environment (None: without)."""
-    old = os.environ.pop("PROPHET_CRASH_AT", None)
+    var=point in its environment (None: without)."""
+    old = os.environ.pop(var, None)
     if point:
-        os.environ["PROPHET_CRASH_AT"] = point
+        os.environ[var] = point
     try:
         return start(proc, wait=False) if proc is not None else start(
             wait=False)
     finally:
-        os.environ.pop("PROPHET_CRASH_AT", None)
+        os.environ.pop(var, None)
         if old is not None:
-            os.environ["PROPHET_CRASH_AT"] = old
+            os.environ[var] = old
 
 
 class Feed:
@@ -296,6 +300,85 @@ def test_master_before_assign_write():
         feed.stop()
     C.start_worker(w0)
     settle_and_check("master_before_assign_write", feed, died)
+
+
+def slot_nodes():
+    """ZooKeeper's slot nodes: {slot: (owner, epoch)}."""
+    z = C.zk()
+    try:
+        out = {}
+        for i in range(16):
+            data, _ = z.get_stat("%s/work_slot/ws_%d" % (C.zk_root, i))
+            j = json.loads(data) if data else {}
+            out[i] = (j.get("owner"), int(j.get("epoch") or 0))
+        return out
+    finally:
+        z.close()
+
+
+def proc_state(pid):
+    with open("/proc/%d/stat" % pid) as f:
+        return f.read().rsplit(")", 1)[1].split()[0]
+
+
+def test_stopped_in_transaction():
+    """A worker frozen (SIGSTOP at the stop point mark_slot_locked) inside
+    a delivery record's transaction, holding its slots' slot_state rows
+    share-locked: the slots' next owner raises their DB fences within the
+    session timeout plus db.idle_transaction_timeout_s (MariaDB ends the
+    frozen connection and rolls it back), not when the frozen worker
+    wakes. Before, the fence waited for it (the exactly-once open behind
+    it: test_coord_eos's zombie case timed out that way). Then it is
+    woken: its record is refused or retried and fenced, nothing lost."""
+    point = "mark_slot_locked"
+    idle_s = 5  # db.idle_transaction_timeout_s, the default
+    w0, w1 = C.workers
+    w1.stop()
+    feed = Feed("frozen")
+    feed.t0 = h.now_ms()
+    feed.start()
+    stopped = False
+    try:
+        start_env(C.start_worker, w1, point, var="PROPHET_STOP_AT")
+        h.wait_until(lambda: any("point=%s " % point in l for l in
+                                 w1.grep("stop point reached")) and
+                     proc_state(w1.popen.pid) == "T", 60, 0.05,
+                     "worker 1 stopped at %s" % point)
+        stopped = True
+        stop_ms = h.now_ms()
+        before = slot_nodes()
+        held = sorted(s for s, (o, _) in before.items() if o == w1.wid)
+        h.check(held, "worker 1 owned no slot when it stopped: %r" % before)
+        limit_s = SESSION_MS / 1000.0 + idle_s + 10
+
+        def fenced():
+            now = slot_nodes()
+            if any(now[s][0] != w0.wid for s in held):
+                return False
+            rows = dict(C.mysql("SELECT slot, epoch FROM slot_state"))
+            return all(int(rows.get(str(s), 0)) >= now[s][1] for s in held)
+        h.wait_until(fenced, limit_s, 0.2,
+                     "worker 0 owning worker 1's slots %s with their DB "
+                     "fences raised (the frozen worker still stopped)"
+                     % held)
+        took = h.now_ms() - stop_ms
+        h.check(proc_state(w1.popen.pid) == "T",
+                "worker 1 woke before the check")
+    finally:
+        if stopped:
+            w1.signal(signal.SIGCONT)
+        time.sleep(2.0)
+        feed.stop()
+    # Its connection was ended: the record it was making fails on waking
+    # and is retried (then refused: the fence moved on).
+    h.wait_until(lambda: w1.grep("state update failed, will retry"), 20,
+                 0.1, "worker 1's record failing after it woke")
+    h.log("%s: slots %s fenced by the next owner %.1f s after the stop "
+          "(session %d ms, idle_transaction_timeout %d s)"
+          % (point, held, took / 1000.0, SESSION_MS, idle_s))
+    w1.stop()
+    C.start_worker(w1)
+    settle_and_check(point, feed, stop_ms)
 
 
 def test_ingest_after_commit_before_index():

@@ -133,6 +133,47 @@ fail:
 static void dbclaim_slot(struct worker *w, int slot);
 
 static void
+collect_value(const char *key, void *value, void *arg)
+{
+	char ***end = arg;
+
+	*(*end)++ = value;
+}
+
+static void
+forget_marked(struct wslot *s)
+{
+	char **all, **end;
+
+	if (s->marked_in_claim == NULL)
+		return;
+	all = xcalloc(hmap_count(s->marked_in_claim) + 1, sizeof(*all));
+	end = all;
+	hmap_foreach(s->marked_in_claim, collect_value, &end);
+	for (char **p = all; p < end; p++)
+		xfree(*p);
+	xfree(all);
+	hmap_destroy(s->marked_in_claim);
+	s->marked_in_claim = NULL;
+}
+
+void
+dbmode_marked(struct worker *w, const struct wtask *t)
+{
+	struct wslot *s = &w->slots[t->slot];
+	char *id;
+
+	if (!s->dbclaiming)
+		return;
+	if (s->marked_in_claim == NULL)
+		s->marked_in_claim = hmap_create();
+	if (hmap_get(s->marked_in_claim, t->id) != NULL)
+		return;
+	id = xstrdup(t->id);
+	hmap_put(s->marked_in_claim, id, id);
+}
+
+static void
 dbclaim_done_cb(struct db_job *job, int status, const char *err)
 {
 	struct dbclaim *c = (struct dbclaim *)job;
@@ -155,8 +196,14 @@ dbclaim_done_cb(struct db_job *job, int status, const char *err)
 		struct task pt;
 
 		/* Claimed through Redis before the switch and still in
-		 * flight here: its delivery report records it. */
-		if (hmap_get(w->tasks, id) != NULL)
+		 * flight here: its delivery report records it. Or recorded
+		 * already: its record waited for this claim's locks, then
+		 * made the row delivered, and its answer overtook ours on
+		 * the way to the loop (publishing it again was a duplicate,
+		 * with kafka.exactly_once too). */
+		if (hmap_get(w->tasks, id) != NULL ||
+		    (s->marked_in_claim != NULL &&
+		     hmap_get(s->marked_in_claim, id) != NULL))
 			continue;
 		t = xcalloc(1, sizeof(*t));
 		snprintf(t->id, sizeof(t->id), "%s", id);
@@ -175,6 +222,7 @@ dbclaim_done_cb(struct db_job *job, int status, const char *err)
 		payload_row_clear(&pt);
 	}
 	db_rows_free(&c->rows);
+	forget_marked(s);
 	/* A full batch: more are due right now. */
 	if (status == 0 && !c->fenced && n == (size_t)c->limit)
 		dbclaim_slot(w, c->slot);
@@ -372,6 +420,13 @@ dbmode_start(struct worker *w)
 
 	w->dbfire_ev = event_new(w->base, -1, EV_PERSIST, dbfire_tick_cb, w);
 	event_add(w->dbfire_ev, &tv);
+}
+
+void
+dbmode_free(struct worker *w)
+{
+	for (int i = 0; i < w->nslots; i++)
+		forget_marked(&w->slots[i]);
 }
 
 void

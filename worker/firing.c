@@ -816,8 +816,10 @@ mark_done_cb(struct db_job *job, int status, const char *err)
 			log_info("state updates refused", "count=%zu", fenced);
 		}
 		for (size_t i = 0; i < mj->n; i++) {
-			if (mj->items[i].updated)
+			if (mj->items[i].updated) {
 				scanner_task_finished(w, mj->tasks[i]);
+				dbmode_marked(w, mj->tasks[i]);
+			}
 			eos_task_recorded(w, mj->tasks[i]);
 		}
 		CRASHPOINT("after_mark_before_forget");

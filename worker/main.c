@@ -266,6 +266,7 @@ main(int argc, char **argv)
 	coord_free(&w);
 	firing_free(&w);
 	hmap_destroy(w.tasks);
+	dbmode_free(&w);
 	xfree(w.slots);
 	cfg_destroy(w.cfg);
 	log_info("stopped", "");

@@ -213,6 +213,9 @@ struct wslot {
 	int64_t rebuild_started_ms;
 	size_t rebuild_tasks;
 	int dbclaiming;
+	/* Ids whose delivery record committed while a DB-mode claim of this
+	 * slot was out (dbmode.c): that claim may have taken them first. */
+	struct hmap *marked_in_claim;
 	int dbreaping;
 	int64_t next_dbreap_ms;
 	int64_t next_marker_ms;
@@ -401,6 +404,11 @@ int recovery_held(struct worker *w, const char *id);
 void dbmode_start(struct worker *w);
 void dbmode_stop(struct worker *w);
 void dbmode_reap_slot(struct worker *w, int slot);
+/* firing.c, on a committed delivery record of t: remembered if a DB-mode
+ * claim of its slot is out. */
+void dbmode_marked(struct worker *w, const struct wtask *t);
+/* After the DB pool is gone. */
+void dbmode_free(struct worker *w);
 
 /* pause.c: paused topics, holding their tasks, draining them on resume */
 void pause_start(struct worker *w);

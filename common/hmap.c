@@ -224,6 +224,41 @@ hmap_buckets(const struct hmap *m)
 }
 
 void
+hmap_set_add(struct hmap **m, const char *key)
+{
+	char *k;
+
+	if (*m == NULL)
+		*m = hmap_create();
+	else if (hmap_get(*m, key) != NULL)
+		return;
+	k = xstrdup(key);
+	hmap_put(*m, k, k);
+}
+
+void
+hmap_set_free(struct hmap **m)
+{
+	struct hmap *s = *m;
+
+	if (s == NULL)
+		return;
+	/* Entries first: the keys they point at are the values. */
+	for (size_t i = 0; i < s->nbuckets; i++) {
+		struct hmap_entry *e = s->buckets[i], *n;
+
+		for (; e != NULL; e = n) {
+			n = e->next;
+			xfree(e->value);
+			xfree(e);
+		}
+		s->buckets[i] = NULL;
+	}
+	hmap_destroy(s);
+	*m = NULL;
+}
+
+void
 hmap_foreach(struct hmap *m,
 	     void (*fn)(const char *key, void *value, void *arg), void *arg)
 {

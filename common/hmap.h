@@ -22,6 +22,11 @@ void *hmap_del(struct hmap *m, const char *key);
 size_t hmap_count(const struct hmap *m);
 /* Buckets in use now (for tests of growing and shrinking). */
 size_t hmap_buckets(const struct hmap *m);
+/* A set of strings: *m (made on the first add) holds a copy of each,
+ * as key and value; hmap_set_free frees the copies and the map, and
+ * sets *m to NULL. */
+void hmap_set_add(struct hmap **m, const char *key);
+void hmap_set_free(struct hmap **m);
 /* Calls fn for every entry; fn must not modify the map. */
 void hmap_foreach(struct hmap *m,
 		  void (*fn)(const char *key, void *value, void *arg),

@@ -132,45 +132,13 @@ fail:
 
 static void dbclaim_slot(struct worker *w, int slot);
 
-static void
-collect_value(const char *key, void *value, void *arg)
-{
-	char ***end = arg;
-
-	*(*end)++ = value;
-}
-
-static void
-forget_marked(struct wslot *s)
-{
-	char **all, **end;
-
-	if (s->marked_in_claim == NULL)
-		return;
-	all = xcalloc(hmap_count(s->marked_in_claim) + 1, sizeof(*all));
-	end = all;
-	hmap_foreach(s->marked_in_claim, collect_value, &end);
-	for (char **p = all; p < end; p++)
-		xfree(*p);
-	xfree(all);
-	hmap_destroy(s->marked_in_claim);
-	s->marked_in_claim = NULL;
-}
-
 void
 dbmode_marked(struct worker *w, const struct wtask *t)
 {
 	struct wslot *s = &w->slots[t->slot];
-	char *id;
 
-	if (!s->dbclaiming)
-		return;
-	if (s->marked_in_claim == NULL)
-		s->marked_in_claim = hmap_create();
-	if (hmap_get(s->marked_in_claim, t->id) != NULL)
-		return;
-	id = xstrdup(t->id);
-	hmap_put(s->marked_in_claim, id, id);
+	if (s->dbclaiming)
+		hmap_set_add(&s->marked_in_claim, t->id);
 }
 
 static void
@@ -222,7 +190,7 @@ dbclaim_done_cb(struct db_job *job, int status, const char *err)
 		payload_row_clear(&pt);
 	}
 	db_rows_free(&c->rows);
-	forget_marked(s);
+	hmap_set_free(&s->marked_in_claim);
 	/* A full batch: more are due right now. */
 	if (status == 0 && !c->fenced && n == (size_t)c->limit)
 		dbclaim_slot(w, c->slot);
@@ -426,7 +394,7 @@ void
 dbmode_free(struct worker *w)
 {
 	for (int i = 0; i < w->nslots; i++)
-		forget_marked(&w->slots[i]);
+		hmap_set_free(&w->slots[i].marked_in_claim);
 }
 
 void

@@ -953,39 +953,20 @@ swept_cb(struct redis *r, redisReply *reply, void *arg)
 	slot_call_free(c);
 }
 
-static void
-free_key(const char *key, void *value, void *arg)
-{
-	xfree(value);
-}
-
-static void
-finished_free(struct wslot *s)
-{
-	if (s->finished == NULL)
-		return;
-	hmap_foreach(s->finished, free_key, NULL);
-	hmap_destroy(s->finished);
-	s->finished = NULL;
-}
-
 void
 scanner_task_finished(struct worker *w, const struct wtask *t)
 {
 	struct wslot *s = &w->slots[t->slot];
-	char *k;
 
-	if (s->finished == NULL || hmap_get(s->finished, t->id) != NULL)
-		return;
-	k = xstrdup(t->id);
-	hmap_put(s->finished, k, k);
+	if (s->finished != NULL)
+		hmap_set_add(&s->finished, t->id);
 }
 
 void
 scanner_free(struct worker *w)
 {
 	for (int i = 0; i < w->nslots; i++)
-		finished_free(&w->slots[i]);
+		hmap_set_free(&w->slots[i].finished);
 	xfree(w->sc);
 	w->sc = NULL;
 }
@@ -1030,7 +1011,7 @@ sweep_done_cb(struct db_job *job, int status, const char *err)
 			slot_call_free(c);
 		rindex_free(&ix);
 	}
-	finished_free(s);
+	hmap_set_free(&s->finished);
 	db_rows_free(&sj->rows);
 	xfree(sj);
 }

@@ -193,6 +193,30 @@ test_key_lengths(void **state)
 	hmap_destroy(m);
 }
 
+/* A set of copies: made on the first add, one entry per distinct key
+ * (the caller's buffer may change after), freed whole. Leaks show under
+ * the sanitizer build. */
+static void
+test_string_set(void **state)
+{
+	struct hmap *set = NULL;
+	char buf[32];
+
+	hmap_set_free(&set);
+	assert_null(set);
+	for (int i = 0; i < 300; i++) {
+		snprintf(buf, sizeof(buf), "task-%d", i % 100);
+		hmap_set_add(&set, buf);
+	}
+	snprintf(buf, sizeof(buf), "overwritten");
+	assert_non_null(set);
+	assert_int_equal(hmap_count(set), 100);
+	assert_string_equal(hmap_get(set, "task-42"), "task-42");
+	assert_null(hmap_get(set, "task-100"));
+	hmap_set_free(&set);
+	assert_null(set);
+}
+
 int
 main(void)
 {
@@ -201,6 +225,7 @@ main(void)
 		cmocka_unit_test(test_grows_and_shrinks),
 		cmocka_unit_test(test_seeded),
 		cmocka_unit_test(test_key_lengths),
+		cmocka_unit_test(test_string_set),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -48,6 +48,9 @@ void kafka_producer_destroy(struct kafka_producer *p, int timeout_ms);
 /* Raises a fatal error as the idempotent producer would (librdkafka's
  * test API), for the fault point kafka_producer_fatal. */
 void kafka_producer_test_fatal(struct kafka_producer *p);
+/* Tests: reads the wake-up pipe dry, as a missed wake-up would leave it;
+ * the bytes read. */
+size_t kafka_producer_test_steal_wakeup(struct kafka_producer *p);
 /*
  * Queues a message; hdrs is taken over (freed on failure too). Returns -1
  * with *errp set if it was not queued (RD_KAFKA_RESP_ERR__QUEUE_FULL is the

@@ -236,25 +236,23 @@ hmap_set_add(struct hmap **m, const char *key)
 	hmap_put(*m, k, k);
 }
 
+static void
+free_value(const char *key, void *value, void *arg)
+{
+	(void)key;
+	(void)arg;
+	xfree(value);
+}
+
 void
 hmap_set_free(struct hmap **m)
 {
-	struct hmap *s = *m;
-
-	if (s == NULL)
+	if (*m == NULL)
 		return;
-	/* Entries first: the keys they point at are the values. */
-	for (size_t i = 0; i < s->nbuckets; i++) {
-		struct hmap_entry *e = s->buckets[i], *n;
-
-		for (; e != NULL; e = n) {
-			n = e->next;
-			xfree(e->value);
-			xfree(e);
-		}
-		s->buckets[i] = NULL;
-	}
-	hmap_destroy(s);
+	/* Each value is its entry's key: freed, then never read again (the
+	 * walk reads the next entry, hmap_destroy no key). */
+	hmap_foreach(*m, free_value, NULL);
+	hmap_destroy(*m);
 	*m = NULL;
 }
 

@@ -313,14 +313,25 @@ log_cb(const rd_kafka_t *rk, int level, const char *fac, const char *buf)
 		log_debug("librdkafka", "facility=%s text=\"%s\"", fac, buf);
 }
 
+/* Reads a wake-up pipe dry; the bytes read. */
+static size_t
+pipe_drain(int fd)
+{
+	char buf[256];
+	ssize_t n;
+	size_t got = 0;
+
+	while ((n = read(fd, buf, sizeof(buf))) > 0)
+		got += (size_t)n;
+	return got;
+}
+
 static void
 wake_cb(evutil_socket_t fd, short what, void *arg)
 {
 	struct kafka_producer *p = arg;
-	char buf[256];
 
-	while (read(fd, buf, sizeof(buf)) > 0)
-		;
+	pipe_drain(fd);
 	rd_kafka_poll(p->rk, 0);
 }
 
@@ -335,15 +346,13 @@ static void
 tick_cb(evutil_socket_t fd, short what, void *arg)
 {
 	struct kafka_producer *p = arg;
-	char buf[256];
-	int announced = 0;
+	int announced;
 
 	(void)fd;
 	(void)what;
 	if (p->rk == NULL || rd_kafka_outq_len(p->rk) == 0)
 		return;
-	while (read(p->pipefd[0], buf, sizeof(buf)) > 0)
-		announced = 1;
+	announced = pipe_drain(p->pipefd[0]) > 0;
 	p->ticking = 1;
 	p->tick_served = 0;
 	rd_kafka_poll(p->rk, 0);
@@ -630,13 +639,7 @@ kafka_producer_destroy(struct kafka_producer *p, int timeout_ms)
 size_t
 kafka_producer_test_steal_wakeup(struct kafka_producer *p)
 {
-	char buf[256];
-	ssize_t n;
-	size_t got = 0;
-
-	while ((n = read(p->pipefd[0], buf, sizeof(buf))) > 0)
-		got += (size_t)n;
-	return got;
+	return pipe_drain(p->pipefd[0]);
 }
 
 void
@@ -741,10 +744,8 @@ static void
 consumer_wake_cb(evutil_socket_t fd, short what, void *arg)
 {
 	struct kafka_consumer *c = arg;
-	char buf[256];
 
-	while (read(fd, buf, sizeof(buf)) > 0)
-		;
+	pipe_drain(fd);
 	if (!c->held)
 		kafka_consumer_poll(c, 1000);
 }

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "num.h"
 #include "rargs.h"
 #include "xmalloc.h"
 
@@ -48,7 +49,9 @@ redis_args_addstr(struct redis_args *a, const char *s)
 void
 redis_args_addint(struct redis_args *a, long long v)
 {
-	char *s = xasprintf("%lld", v);
+	char buf[NUM_LL_MAX];
+	size_t n = num_format_ll(buf, v);
+	char *s = xmemdup(buf, n + 1);
 
 	a->owned = xrealloc(a->owned, (size_t)(a->nowned + 1) * sizeof(char *));
 	a->owned[a->nowned++] = s;

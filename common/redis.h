@@ -35,8 +35,11 @@ int redis_up(const struct redis *r);
 /* Commands sent and not answered yet (a graceful stop waits for them: a
  * reply-less command still sitting in the output buffer would be lost). */
 size_t redis_pending(const struct redis *r);
-int redis_command(struct redis *r, redis_reply_fn cb, void *arg,
-		  const char *fmt, ...);
+/* A command given as its arguments, each a NUL-terminated string, ended
+ * by NULL: redis_commandl(r, cb, arg, "DEL", key, NULL). */
+#define REDIS_COMMANDL_MAX 16
+int redis_commandl(struct redis *r, redis_reply_fn cb, void *arg, ...)
+	__attribute__((sentinel));
 int redis_command_argv(struct redis *r, redis_reply_fn cb, void *arg, int argc,
 		       const char **argv, const size_t *argvlen);
 /*

@@ -158,7 +158,7 @@ tick_cb(evutil_socket_t fd, short what, void *arg)
 	(void)what;
 	if (!c->pending && redis_up(c->redis)) {
 		c->sent_us = clock_mono_us();
-		if (redis_command(c->redis, time_cb, c, "TIME") == 0)
+		if (redis_commandl(c->redis, time_cb, c, "TIME", NULL) == 0)
 			c->pending = 1;
 	}
 	arm(c);

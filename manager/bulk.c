@@ -1096,7 +1096,7 @@ rebuild_slot(struct bulk_runner *p, int slot)
 	char kmark[RKEY_MAX];
 
 	rkey_marker(kmark, sizeof(kmark), slot);
-	if (redis_command(p->mg->redis, NULL, NULL, "DEL %s", kmark) < 0)
+	if (redis_commandl(p->mg->redis, NULL, NULL, "DEL", kmark, NULL) < 0)
 		p->mg->index_dirty[slot] = 1;
 }
 
@@ -1418,9 +1418,9 @@ chunk_written(struct bulk_runner *p, struct runner_job *j)
 			rkey_cancelled(kc, sizeof(kc), it->slot);
 			snprintf(score, sizeof(score), "%lld",
 				 (long long)it->score);
-			redis_command(mg->redis, NULL, NULL,
-				      "EVAL %s 2 %s %s %s %s", SCRIPT_UNCANCEL,
-				      kdue, kc, it->id, score);
+			redis_commandl(mg->redis, NULL, NULL, "EVAL",
+				       SCRIPT_UNCANCEL, "2", kdue, kc, it->id,
+				       score, NULL);
 		} else if (!cancel && it->outcome == BO_SKIPPED &&
 			   it->redis_changed) {
 			rebuild_slot(p, it->slot);

@@ -518,7 +518,7 @@ ingest_redis_up(struct manager *mg)
 		if (!mg->index_dirty[i])
 			continue;
 		rkey_marker(kmark, sizeof(kmark), i);
-		if (redis_command(mg->redis, NULL, NULL, "DEL %s", kmark) ==
+		if (redis_commandl(mg->redis, NULL, NULL, "DEL", kmark, NULL) ==
 		    0) {
 			mg->index_dirty[i] = 0;
 			n++;
@@ -777,7 +777,7 @@ ingest_wake(struct manager *mg, int slot)
 
 	rchan_wake(chan, sizeof(chan), cfg_str(mg->cfg, CFG_CLUSTER_ROOT));
 	snprintf(num, sizeof(num), "%d", slot);
-	redis_command(mg->redis, NULL, NULL, "PUBLISH %s %s", chan, num);
+	redis_commandl(mg->redis, NULL, NULL, "PUBLISH", chan, num, NULL);
 }
 
 /* Tasks due sooner than a worker's next scan would see them: tell the

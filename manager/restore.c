@@ -508,8 +508,8 @@ restore_clear_all(struct manager *mg, struct evhttp_request *req)
 		rkey_attempt(katt, sizeof(katt), i);
 		rkey_marker(kmark, sizeof(kmark), i);
 		cc->pending++;
-		if (redis_command(mg->redis, clear_cb, cc, "DEL %s %s %s %s",
-				  kdue, ktask, katt, kmark) < 0) {
+		if (redis_commandl(mg->redis, clear_cb, cc, "DEL", kdue, ktask,
+				   katt, kmark, NULL) < 0) {
 			cc->pending--;
 			cc->failed = 1;
 		}

@@ -234,10 +234,10 @@ written(struct change *c, int status, const char *err)
 	if (c->op == OP_CANCEL) {
 		rkey_task(ktask, sizeof(ktask), c->slot);
 		rkey_attempt(katt, sizeof(katt), c->slot);
-		redis_command(c->mg->redis, NULL, NULL, "HDEL %s %s", ktask,
-			      c->id);
-		redis_command(c->mg->redis, NULL, NULL, "HDEL %s %s", katt,
-			      c->id);
+		redis_commandl(c->mg->redis, NULL, NULL, "HDEL", ktask, c->id,
+			       NULL);
+		redis_commandl(c->mg->redis, NULL, NULL, "HDEL", katt, c->id,
+			       NULL);
 		log_info("task cancelled", "id=%s%s recurring=%d", c->id,
 			 c->trace, c->recurring);
 		if (c->recurring)

@@ -15,6 +15,7 @@
 #include "keys.h"
 #include "log.h"
 #include "metrics.h"
+#include "num.h"
 #include "payload.h"
 #include "redis.h"
 #include "rindex.h"
@@ -182,7 +183,7 @@ static void
 pointer_saved(int status, const char *err, void *arg)
 {
 	struct rebuild *rb = arg;
-	char kmark[RKEY_MAX];
+	char kmark[RKEY_MAX], now[NUM_LL_MAX];
 
 	if (!rebuild_current(rb)) {
 		xfree(rb);
@@ -193,8 +194,9 @@ pointer_saved(int status, const char *err, void *arg)
 		return;
 	}
 	rkey_marker(kmark, sizeof(kmark), rb->slot);
-	if (redis_command(rb->w->redis, marker_set_cb, rb, "SET %s %lld", kmark,
-			  (long long)worker_now(rb->w)) < 0)
+	num_format_ll(now, worker_now(rb->w));
+	if (redis_commandl(rb->w->redis, marker_set_cb, rb, "SET", kmark, now,
+			   NULL) < 0)
 		rebuild_fail(rb, "marker", "redis unavailable");
 }
 
@@ -477,8 +479,8 @@ recovery_tick_cb(evutil_socket_t fd, short what, void *arg)
 			mc->slot = i;
 			mc->gen = s->gen;
 			rkey_marker(kmark, sizeof(kmark), i);
-			if (redis_command(w->redis, marker_cb, mc, "EXISTS %s",
-					  kmark) < 0)
+			if (redis_commandl(w->redis, marker_cb, mc, "EXISTS",
+					   kmark, NULL) < 0)
 				xfree(mc);
 		}
 		if (mono >= s->next_dbreap_ms && !s->dbreaping) {

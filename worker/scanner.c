@@ -15,6 +15,7 @@
 #include "keys.h"
 #include "log.h"
 #include "metrics.h"
+#include "num.h"
 #include "payload.h"
 #include "redis.h"
 #include "rindex.h"
@@ -385,8 +386,13 @@ scan_reply_cb(struct redis *r, redisReply *reply, void *arg)
 	}
 	for (size_t i = 0; i + 1 < reply->elements; i += 2) {
 		const char *id = reply->element[i]->str;
-		int64_t due = strtoll(reply->element[i + 1]->str, NULL, 10);
-		struct wtask *t = hmap_get(w->tasks, id);
+		redisReply *score = reply->element[i + 1];
+		long long due;
+		struct wtask *t;
+
+		if (num_parse_ll(score->str, score->len, &due) < 0)
+			due = strtoll(score->str, NULL, 10);
+		t = hmap_get(w->tasks, id);
 
 		if (t != NULL) {
 			/* Rescheduled while waiting in the wheel. */
@@ -426,15 +432,15 @@ scan_reply_cb(struct redis *r, redisReply *reply, void *arg)
 static void
 scan_slot(struct worker *w, int slot, int64_t now)
 {
-	char kdue[RKEY_MAX], max[32], limit[32];
+	char kdue[RKEY_MAX], max[NUM_LL_MAX], limit[NUM_LL_MAX];
 	struct slot_call *c = slot_call_new(w, slot);
 
 	rkey_due(kdue, sizeof(kdue), slot);
-	snprintf(max, sizeof(max), "%lld", (long long)(now + w->lookahead_ms));
-	snprintf(limit, sizeof(limit), "%d", w->scan_batch);
-	if (redis_command(w->redis, scan_reply_cb, c,
-			  "ZRANGEBYSCORE %s -inf %s WITHSCORES LIMIT 0 %s",
-			  kdue, max, limit) < 0)
+	num_format_ll(max, now + w->lookahead_ms);
+	num_format_ll(limit, w->scan_batch);
+	if (redis_commandl(w->redis, scan_reply_cb, c, "ZRANGEBYSCORE", kdue,
+			   "-inf", max, "WITHSCORES", "LIMIT", "0", limit,
+			   NULL) < 0)
 		slot_call_free(c);
 	else
 		w->slots[slot].scanning = 1;
@@ -656,7 +662,7 @@ reap_reply_cb(struct redis *r, redisReply *reply, void *arg)
 static void
 reap_slot(struct worker *w, int slot, int64_t now)
 {
-	char kinf[RKEY_MAX], max[32];
+	char kinf[RKEY_MAX], max[NUM_LL_MAX], limit[NUM_LL_MAX];
 	struct slot_call *c = slot_call_new(w, slot);
 	int64_t upto = now + w->lease_ms / 2;
 
@@ -666,10 +672,11 @@ reap_slot(struct worker *w, int slot, int64_t now)
 	if (w->slots[slot].takeover_before > upto)
 		upto = w->slots[slot].takeover_before;
 	rkey_inflight(kinf, sizeof(kinf), slot);
-	snprintf(max, sizeof(max), "%lld", (long long)upto);
-	if (redis_command(w->redis, reap_reply_cb, c,
-			  "ZRANGEBYSCORE %s -inf %s WITHSCORES LIMIT 0 %d",
-			  kinf, max, REAP_LIMIT) < 0)
+	num_format_ll(max, upto);
+	num_format_ll(limit, REAP_LIMIT);
+	if (redis_commandl(w->redis, reap_reply_cb, c, "ZRANGEBYSCORE", kinf,
+			   "-inf", max, "WITHSCORES", "LIMIT", "0", limit,
+			   NULL) < 0)
 		slot_call_free(c);
 	else
 		w->slots[slot].reaping = 1;
@@ -891,15 +898,15 @@ static void
 load_slot(struct worker *w, int slot, int64_t now)
 {
 	struct load_job *l = xcalloc(1, sizeof(*l));
-	char kc[RKEY_MAX], before[32];
+	char kc[RKEY_MAX], before[NUM_LL_MAX];
 
 	/* Cancel tombstones (scored by the later of the cancel and the
 	 * task's due time) outlive a loader's round trip and the bucket a
 	 * copy may wait in; moved entries outlive their copies likewise. */
 	rkey_cancelled(kc, sizeof(kc), slot);
-	snprintf(before, sizeof(before), "%lld", (long long)(now - 3600000));
-	redis_command(w->redis, NULL, NULL, "ZREMRANGEBYSCORE %s -inf %s", kc,
-		      before);
+	num_format_ll(before, now - 3600000);
+	redis_commandl(w->redis, NULL, NULL, "ZREMRANGEBYSCORE", kc, "-inf",
+		       before, NULL);
 	trim_moved(w, slot, now - 3600000);
 
 	l->w = w;

@@ -361,7 +361,9 @@
 	  60000, NULL, 0,                                                      \
 	  "due ids read this far ahead into the in-memory timing wheel")       \
 	X(WORKER_SCAN_INTERVAL_MS, "worker", "scan_interval_ms", CFG_INT,      \
-	  "200", 10, 10000, NULL, 0, "how often each owned slot is scanned")   \
+	  "200", 10, 10000, NULL, 0,                                           \
+	  "how often each owned slot is scanned (from where the last scan "    \
+	  "ended; from the start at least every lookahead_ms - 2 x this)")     \
 	X(WORKER_SCAN_BATCH, "worker", "scan_batch", CFG_INT, "5000", 10,      \
 	  100000, NULL, 0, "most ids read from one slot per scan")             \
 	X(WORKER_CLAIM_BATCH, "worker", "claim_batch", CFG_INT, "500", 1,      \

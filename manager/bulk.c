@@ -1421,6 +1421,7 @@ chunk_written(struct bulk_runner *p, struct runner_job *j)
 			redis_commandl(mg->redis, NULL, NULL, "EVAL",
 				       SCRIPT_UNCANCEL, "2", kdue, kc, it->id,
 				       score, NULL);
+			wake[it->slot] = 1;
 		} else if (!cancel && it->outcome == BO_SKIPPED &&
 			   it->redis_changed) {
 			rebuild_slot(p, it->slot);

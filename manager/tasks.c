@@ -206,6 +206,8 @@ uncancel(struct change *c)
 	redis_args_addint(&ev.a, c->removed_score);
 	redis_eval_args(c->mg->redis, NULL, NULL, &ev.a);
 	slot_eval_free(&ev);
+	/* Back in due/, maybe below where the owner's scans read from. */
+	ingest_wake(c->mg, c->slot);
 }
 
 /* After the DB write. */

@@ -42,6 +42,16 @@ redis_state_cb(struct redis *r, int up, void *arg)
 		scanner_redis_up(w);
 }
 
+/* Wakes published while the subscription was down are lost. */
+static void
+redis_sub_state_cb(struct redis *r, int up, void *arg)
+{
+	struct worker *w = arg;
+
+	if (up && w->sc != NULL)
+		scanner_scan_all(w);
+}
+
 static void
 redis_failover_cb(struct redis *r, int up, void *arg)
 {
@@ -200,7 +210,7 @@ main(int argc, char **argv)
 			      (int)cfg_int(w.cfg, CFG_DB_POOL_SIZE), "worker");
 	w.redis = redis_create(w.base, w.cfg, redis_state_cb, &w);
 	redis_on_failover(w.redis, redis_failover_cb, &w);
-	w.redis_sub = redis_create(w.base, w.cfg, NULL, NULL);
+	w.redis_sub = redis_create(w.base, w.cfg, redis_sub_state_cb, &w);
 	w.clock = refclock_create(w.base, w.redis,
 				  cfg_int(w.cfg, CFG_WORKER_MAX_CLOCK_SKEW_MS),
 				  w.m.clock_offset, w.m.clock_skewed);

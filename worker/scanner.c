@@ -41,6 +41,9 @@ struct slot_call {
 	int slot;
 	unsigned gen; /* the slot's generation when sent */
 	int64_t epoch;
+	/* For scans: from the start, and the highest score asked for. */
+	int full;
+	int64_t max;
 	/* For claims: the tasks sent, in order. */
 	struct wtask **tasks;
 	size_t n;
@@ -71,6 +74,10 @@ wtask_release(struct worker *w, struct wtask *t)
 
 	if (timerwheel_pending(&t->timer))
 		timerwheel_cancel(w->wheel, &t->timer);
+	/* Let go unclaimed: it may still wait in due/, below what the
+	 * incremental scans read from. */
+	if (t->state <= WT_CLAIMING)
+		w->slots[slot].scan_full = 1;
 	hmap_del(w->tasks, t->id);
 	xfree(t->payload);
 	xfree(t->ktopic);
@@ -366,6 +373,34 @@ claim_slot(struct worker *w, int slot)
 
 static void scan_slot(struct worker *w, int slot, int64_t now);
 
+/*
+ * What a scan's reply covered: up to the score asked for, or, cut by the
+ * batch limit, up to the last score read (the next scan starts at that
+ * score again, for the entries that share it).
+ */
+static void
+scan_advance(struct worker *w, const struct slot_call *c,
+	     const redisReply *reply)
+{
+	struct wslot *s = &w->slots[c->slot];
+	int64_t hwm = c->max;
+
+	if (reply->elements >= 2 * (size_t)w->scan_batch) {
+		const redisReply *last = reply->element[reply->elements - 1];
+		long long v;
+
+		if (last->type != REDIS_REPLY_STRING ||
+		    num_parse_ll(last->str, last->len, &v) < 0) {
+			s->scan_full = 1;
+			return;
+		}
+		hwm = v;
+	}
+	s->scan_hwm = hwm;
+	s->scan_gen = c->gen;
+	s->scan_valid = 1;
+}
+
 static void
 scan_reply_cb(struct redis *r, redisReply *reply, void *arg)
 {
@@ -377,13 +412,17 @@ scan_reply_cb(struct redis *r, redisReply *reply, void *arg)
 	s->scanning = 0;
 	if (reply == NULL || reply->type != REDIS_REPLY_ARRAY ||
 	    !slot_current(w, c->slot, c->gen) || w->stopping) {
+		if (c->full)
+			s->scan_full = 1;
 		slot_call_free(c);
 		return;
 	}
+	scan_advance(w, c, reply);
 	if (s->rescan) {
 		s->rescan = 0;
 		scan_slot(w, c->slot, worker_now(w));
 	}
+	metric_add(w->m.scan_read, (double)(reply->elements / 2));
 	for (size_t i = 0; i + 1 < reply->elements; i += 2) {
 		const char *id = reply->element[i]->str;
 		redisReply *score = reply->element[i + 1];
@@ -432,18 +471,35 @@ scan_reply_cb(struct redis *r, redisReply *reply, void *arg)
 static void
 scan_slot(struct worker *w, int slot, int64_t now)
 {
-	char kdue[RKEY_MAX], max[NUM_LL_MAX], limit[NUM_LL_MAX];
+	char kdue[RKEY_MAX], min[NUM_LL_MAX] = "-inf", max[NUM_LL_MAX],
+			     limit[NUM_LL_MAX];
 	struct slot_call *c = slot_call_new(w, slot);
+	struct wslot *s = &w->slots[slot];
+	int64_t mono = clock_mono_ms();
 
+	c->full = s->scan_full || !s->scan_valid || s->scan_gen != s->gen ||
+		  mono >= s->next_full_scan_ms;
+	c->max = now + w->lookahead_ms;
+	if (c->full) {
+		s->scan_full = 0;
+		s->scan_valid = 0;
+		s->next_full_scan_ms = mono + w->full_scan_ms;
+		metric_inc(w->m.scans_full);
+	} else {
+		num_format_ll(min, s->scan_hwm);
+	}
 	rkey_due(kdue, sizeof(kdue), slot);
-	num_format_ll(max, now + w->lookahead_ms);
+	num_format_ll(max, c->max);
 	num_format_ll(limit, w->scan_batch);
 	if (redis_commandl(w->redis, scan_reply_cb, c, "ZRANGEBYSCORE", kdue,
-			   "-inf", max, "WITHSCORES", "LIMIT", "0", limit,
-			   NULL) < 0)
+			   min, max, "WITHSCORES", "LIMIT", "0", limit,
+			   NULL) < 0) {
+		if (c->full)
+			s->scan_full = 1;
 		slot_call_free(c);
-	else
-		w->slots[slot].scanning = 1;
+	} else {
+		s->scanning = 1;
+	}
 }
 
 static void
@@ -455,6 +511,7 @@ requeue_reply_cb(struct redis *r, redisReply *reply, void *arg)
 	w->slots[c->slot].reaping = 0;
 	if (reply != NULL && reply->type == REDIS_REPLY_INTEGER &&
 	    reply->integer > 0) {
+		w->slots[c->slot].scan_full = 1; /* due again, now */
 		metric_add(w->m.requeued, (double)reply->integer);
 		log_info("leases expired: tasks requeued", "slot=%d count=%lld",
 			 c->slot, (long long)reply->integer);
@@ -488,6 +545,9 @@ scanner_redis_up(struct worker *w)
 
 	if (w->sc == NULL)
 		return;
+	/* Wakes and writes may have been missed meanwhile, and the limbo
+	 * goes back to due/ below. */
+	scanner_scan_all(w);
 	for (int slot = 0; slot < w->nslots && w->sc->limbo != NULL; slot++) {
 		struct slot_eval ev;
 
@@ -794,6 +854,7 @@ scanner_save_pointer(struct worker *w, int slot, int64_t until,
 struct index_call {
 	struct worker *w;
 	int slot;
+	int64_t from; /* the due times loaded: from .. next_from */
 	int64_t next_from;
 	size_t n;
 };
@@ -812,6 +873,10 @@ index_reply_cb(struct redis *r, redisReply *reply, void *arg)
 		return;
 	}
 	if (reply->integer > 0) {
+		/* Normally far ahead; after a slot's first load or a long
+		 * stop, due soon or overdue, below the scanned score. */
+		if (ic->from <= w->slots[ic->slot].scan_hwm)
+			w->slots[ic->slot].scan_full = 1;
 		metric_add(w->m.loaded, (double)reply->integer);
 		log_info("horizon loaded", "slot=%d tasks=%lld", ic->slot,
 			 (long long)reply->integer);
@@ -848,6 +913,7 @@ load_done_cb(struct db_job *job, int status, const char *err)
 	ic = xcalloc(1, sizeof(*ic));
 	ic->w = w;
 	ic->slot = l->slot;
+	ic->from = l->from;
 	ic->next_from = l->next_from;
 	ic->n = l->rows.nrows;
 	if (l->rows.nrows == 0) {
@@ -952,6 +1018,7 @@ swept_cb(struct redis *r, redisReply *reply, void *arg)
 
 	if (reply != NULL && reply->type == REDIS_REPLY_INTEGER &&
 	    reply->integer > 0) {
+		c->w->slots[c->slot].scan_full = 1; /* overdue */
 		metric_add(c->w->m.loaded, (double)reply->integer);
 		log_warn("overdue tasks missing from the index: re-indexed",
 			 "slot=%d count=%lld", c->slot,
@@ -1140,13 +1207,16 @@ wake_cb(struct redis *r, redisReply *msg, void *arg)
 	if (msg->type != REDIS_REPLY_STRING || w->stopping)
 		return;
 	slot = strtol(msg->str, &end, 10);
-	if (*end != '\0' || slot < 0 || slot >= w->nslots ||
-	    !slot_owned(w, slot) || w->slots[slot].mode != SM_REDIS)
+	if (*end != '\0' || slot < 0 || slot >= w->nslots)
 		return;
-	if (w->slots[slot].scanning)
-		w->slots[slot].rescan = 1;
-	else
-		scan_slot(w, (int)slot, worker_now(w));
+	scanner_wake(w, (int)slot);
+}
+
+void
+scanner_scan_all(struct worker *w)
+{
+	for (int i = 0; i < w->nslots; i++)
+		w->slots[i].scan_full = 1;
 }
 
 void
@@ -1156,6 +1226,8 @@ scanner_wake(struct worker *w, int slot)
 
 	if (w->stopping || !slot_owned(w, slot) || s->mode != SM_REDIS)
 		return;
+	/* Whatever woke us may have written below the scanned score. */
+	s->scan_full = 1;
 	if (s->scanning)
 		s->rescan = 1;
 	else
@@ -1170,6 +1242,15 @@ scanner_start(struct worker *w)
 	int64_t ms = cfg_int(w->cfg, CFG_WORKER_SCAN_INTERVAL_MS);
 	struct timeval tv = {(time_t)(ms / 1000),
 			     (suseconds_t)(ms % 1000) * 1000};
+
+	/* A write below the scanned score that no wake announced (the
+	 * manager wakes for tasks due within the look-ahead by its clock,
+	 * and may compute that a little before its write lands) is read by
+	 * the next full scan, which must come while the task is still ahead:
+	 * two intervals inside the look-ahead. */
+	w->full_scan_ms = w->lookahead_ms - 2 * ms;
+	if (w->full_scan_ms < ms)
+		w->full_scan_ms = ms;
 
 	w->wheel = timerwheel_create(worker_now(w));
 	w->sc = xcalloc(1, sizeof(*w->sc));
@@ -1214,6 +1295,7 @@ drop_tasks(struct worker *w, int slot)
 			continue;
 		w->slots[i].claimq_head = w->slots[i].claimq_tail = NULL;
 		w->slots[i].claimq_n = 0;
+		w->slots[i].scan_full = 1;
 	}
 }
 

@@ -54,6 +54,11 @@ struct eos_batch;
 	  "slot")                                                              \
 	X(requeued, COUNTER, "prophet_lease_requeued_total",                   \
 	  "Claimed tasks whose lease ran out and went back to due")            \
+	X(scan_read, COUNTER, "prophet_scan_read_total",                       \
+	  "Entries of the due sets read by look-ahead scans (a full scan "     \
+	  "reads again what the worker already holds)")                        \
+	X(scans_full, COUNTER, "prophet_scans_full_total",                     \
+	  "Look-ahead scans that read a due set from its start")               \
 	X(loaded, COUNTER, "prophet_horizon_loaded_total",                     \
 	  "Tasks moved from the database into Redis by the horizon loader")    \
 	X(bucket_moved, COUNTER, "prophet_bucket_moved_total",                 \
@@ -225,6 +230,16 @@ struct wslot {
 	int64_t epoch;
 	int scanning;
 	int rescan; /* woken while a scan was out */
+	/* Incremental scans: when the scan that set scan_hwm ran, in
+	 * generation scan_gen, every task of due/ scored up to it was read;
+	 * later scans read from there on. Whatever writes below it (a wake,
+	 * a requeue, a task let go unclaimed) sets scan_full: the next scan
+	 * reads from the start, as does one every full_scan_ms. */
+	int64_t scan_hwm;
+	unsigned scan_gen;
+	int scan_valid;
+	int scan_full;
+	int64_t next_full_scan_ms; /* monotonic */
 	int claiming;
 	int reaping;
 	/* Wall ms: in-flight leases that end before it were taken by an
@@ -277,6 +292,7 @@ struct worker {
 	int64_t misfire_threshold_ms;
 	int claim_batch;
 	int scan_batch;
+	int64_t full_scan_ms; /* see wslot.scan_hwm */
 	int queue_max;
 	const char *topic_prefix;
 	int stopping;
@@ -338,6 +354,8 @@ void scanner_redis_up(struct worker *w);
 struct limbo;
 /* Scans a slot now (a recurring task's next occurrence was just indexed). */
 void scanner_wake(struct worker *w, int slot);
+/* The next scan of every slot reads its due set from the start. */
+void scanner_scan_all(struct worker *w);
 /* Drops the tasks of a slot that wait in the wheel or the claim queue
  * (they stay due in Redis for the next owner). */
 void scanner_drop_slot(struct worker *w, int slot);

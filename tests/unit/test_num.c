@@ -13,6 +13,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include "keys.h"
 #include "num.h"
 
 /* num_format_ll writes what snprintf("%lld") writes, length included. */
@@ -111,6 +112,34 @@ test_parse_refuses(void **state)
 	assert_true(v == 0);
 }
 
+/* The slot key names are what snprintf made of them before, cut alike. */
+static void
+test_rkey_slot(void **state)
+{
+	char got[RKEY_MAX], want[RKEY_MAX];
+
+	for (int slot = 0; slot < 20000; slot += slot < 64 ? 1 : 97) {
+		rkey_due(got, sizeof(got), slot);
+		snprintf(want, sizeof(want), "{prophet:%d}:due", slot);
+		assert_string_equal(got, want);
+		rkey_inflight(got, sizeof(got), slot);
+		snprintf(want, sizeof(want), "{prophet:%d}:inflight", slot);
+		assert_string_equal(got, want);
+		rkey_hprefix(got, sizeof(got), slot);
+		snprintf(want, sizeof(want), "{prophet:%d}:held:", slot);
+		assert_string_equal(got, want);
+	}
+	snprintf(want, sizeof(want), "{prophet:%d}:cancelled", 12345);
+	for (size_t len = 1; len < 30; len++) {
+		size_t n = len - 1 < strlen(want) ? len - 1 : strlen(want);
+
+		memset(got, 'x', sizeof(got));
+		rkey_cancelled(got, len, 12345);
+		assert_int_equal(strlen(got), n);
+		assert_memory_equal(got, want, n);
+	}
+}
+
 int
 main(void)
 {
@@ -118,6 +147,7 @@ main(void)
 		cmocka_unit_test(test_edges),
 		cmocka_unit_test(test_sweep),
 		cmocka_unit_test(test_parse_refuses),
+		cmocka_unit_test(test_rkey_slot),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -53,6 +53,12 @@
  * of the worker asks coord_fresh(), coord_may_claim(), slot_owned()). */
 struct coord {
 	char election_path[512];
+	/* A candidate's create, or the search for one after a lost answer,
+	 * is out: the periodic tick must not stand a second time meanwhile
+	 * (a second candidate of ours would wait for the first for good).
+	 * Only within the session it was sent in. */
+	int electing;
+	int64_t electing_session;
 	int master;
 	int master_node;       /* /master written by us */
 	int fenced;	       /* self-fenced: ZooKeeper unreachable */
@@ -935,6 +941,8 @@ adopt_cb(struct zk *z, int rc, const struct Stat *st, void *arg)
 			 "%s", a->path);
 		check_election(w);
 	}
+	/* Adopted, or not ours after all: the tick stands again if need be. */
+	w->co->electing = 0;
 	xfree(a);
 }
 
@@ -948,6 +956,7 @@ find_own_cb(struct zk *z, int rc, const struct String_vector *names, void *arg)
 	int found = 0;
 
 	if (rc != ZOK) {
+		w->co->electing = 0;
 		elect(w);
 		return;
 	}
@@ -960,12 +969,16 @@ find_own_cb(struct zk *z, int rc, const struct String_vector *names, void *arg)
 			a->w = w;
 			zpath_child(a->path, sizeof(a->path), w->root,
 				    ZPATH_ELECTION, names->data[i]);
-			zk_aexists(z, a->path, 0, adopt_cb, a);
-			found = 1;
+			if (zk_aexists(z, a->path, 0, adopt_cb, a) == 0)
+				found = 1;
+			else
+				xfree(a);
 		}
 	}
-	if (!found)
+	if (!found) {
+		w->co->electing = 0;
 		elect(w);
+	}
 }
 
 static void
@@ -975,6 +988,7 @@ elect_cb(struct zk *z, int rc, const char *value, void *arg)
 	char path[512];
 
 	if (rc == ZOK) {
+		w->co->electing = 0;
 		zk_ok(w);
 		snprintf(w->co->election_path, sizeof(w->co->election_path),
 			 "%s", value);
@@ -982,8 +996,10 @@ elect_cb(struct zk *z, int rc, const char *value, void *arg)
 		check_election(w);
 	} else if (rc == ZCONNECTIONLOSS || rc == ZOPERATIONTIMEOUT) {
 		zpath(path, sizeof(path), w->root, ZPATH_ELECTION);
-		zk_aget_children(w->zk, path, 0, find_own_cb, w);
+		if (zk_aget_children(w->zk, path, 0, find_own_cb, w) < 0)
+			w->co->electing = 0;
 	} else {
+		w->co->electing = 0;
 		log_warn("election create failed", "error=\"%s\"", zerror(rc));
 	}
 }
@@ -993,11 +1009,14 @@ elect(struct worker *w)
 {
 	char path[512];
 
-	if (w->stopping)
+	if (w->stopping || (w->co->electing &&
+			    w->co->electing_session == zk_session_id(w->zk)))
 		return;
 	snprintf(path, sizeof(path), "%s%s/c_%s_", w->root, ZPATH_ELECTION,
 		 w->id);
-	zk_acreate(w->zk, path, "", ZOO_EPHEMERAL_SEQUENTIAL, elect_cb, w);
+	w->co->electing_session = zk_session_id(w->zk);
+	w->co->electing = zk_acreate(w->zk, path, "", ZOO_EPHEMERAL_SEQUENTIAL,
+				     elect_cb, w) == 0;
 }
 
 /* Membership ------------------------------------------------------------ */

@@ -982,9 +982,8 @@ find_own_cb(struct zk *z, int rc, const struct String_vector *names, void *arg)
 }
 
 static void
-elect_cb(struct zk *z, int rc, const char *value, void *arg)
+elect_done(struct worker *w, int rc, const char *value)
 {
-	struct worker *w = arg;
 	char path[512];
 
 	if (rc == ZOK) {
@@ -1002,6 +1001,45 @@ elect_cb(struct zk *z, int rc, const char *value, void *arg)
 		w->co->electing = 0;
 		log_warn("election create failed", "error=\"%s\"", zerror(rc));
 	}
+}
+
+/* A candidate's answer held back (test builds, fault point
+ * election_answer_late) as if ZooKeeper took longer than the
+ * coordination tick to answer. */
+struct late_answer {
+	struct worker *w;
+	int rc;
+	char value[512];
+	struct event *ev;
+};
+
+static void
+late_answer_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct late_answer *l = arg;
+
+	elect_done(l->w, l->rc, l->value);
+	event_free(l->ev);
+	xfree(l);
+}
+
+static void
+elect_cb(struct zk *z, int rc, const char *value, void *arg)
+{
+	struct worker *w = arg;
+
+	if (FAULTPOINT("election_answer_late")) {
+		struct late_answer *l = xcalloc(1, sizeof(*l));
+		struct timeval tv = {1, 200000};
+
+		l->w = w;
+		l->rc = rc;
+		snprintf(l->value, sizeof(l->value), "%s", value ? value : "");
+		l->ev = evtimer_new(w->base, late_answer_cb, l);
+		evtimer_add(l->ev, &tv);
+		return;
+	}
+	elect_done(w, rc, value);
 }
 
 static void

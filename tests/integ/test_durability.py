@@ -1435,8 +1435,11 @@ def test_restore():
         # B: workers stopped past exp-1's due + ttl: it expires on restart.
         now = h.now_ms()
         tb = [task("rb-%03d" % i, now + 6000 + i * 25) for i in range(200)]
-        exp = task("exp-1", now + 1500, ttl_ms=1000)
-        led.post_all(tb + [exp])
+        led.post_all(tb)
+        # Due 1.5 s after it is posted, not after the 200 others were (that
+        # took 1.46 s on a busy CI machine: it fired before the SIGTERM).
+        exp = task("exp-1", h.now_ms() + 1500, ttl_ms=1000)
+        led.post_all([exp])
         led.must_not_fire.add("exp-1")
         for w in c.workers:
             w.signal(signal.SIGTERM)

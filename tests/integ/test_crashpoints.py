@@ -415,14 +415,7 @@ def test_kafka_producer_fatal():
     w0.stop()
     w1.stop()
     made = len(w0.grep("kafka producer made again"))
-    old = os.environ.pop("PROPHET_FAULT_AT", None)
-    os.environ["PROPHET_FAULT_AT"] = point + ":30"
-    try:
-        C.start_worker(w0, wait=False)
-    finally:
-        os.environ.pop("PROPHET_FAULT_AT", None)
-        if old is not None:
-            os.environ["PROPHET_FAULT_AT"] = old
+    start_env(C.start_worker, w0, point + ":30", var="PROPHET_FAULT_AT")
     C._wait_http(w0, w0.addr, "/readyz", 60)
     feed = Feed("kfatal")
     feed.t0 = h.now_ms()
@@ -456,14 +449,8 @@ def test_slow_election_answer_one_candidate():
     w1.stop()
     C.start_worker(w1)
     late = len(w0.grep("fault point reached"))
-    old = os.environ.pop("PROPHET_FAULT_AT", None)
-    os.environ["PROPHET_FAULT_AT"] = "election_answer_late"
-    try:
-        C.start_worker(w0, wait=False)
-    finally:
-        os.environ.pop("PROPHET_FAULT_AT", None)
-        if old is not None:
-            os.environ["PROPHET_FAULT_AT"] = old
+    start_env(C.start_worker, w0, "election_answer_late",
+              var="PROPHET_FAULT_AT")
     C._wait_http(w0, w0.addr, "/readyz", 60)
     h.wait_until(lambda: len(w0.grep("fault point reached")) > late, 20,
                  0.1, "the late election answer")

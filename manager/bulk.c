@@ -1394,7 +1394,6 @@ chunk_written(struct bulk_runner *p, struct runner_job *j)
 	struct manager *mg = p->mg;
 	struct job_state *js = p->job;
 	int cancel = js->spec.action == BA_CANCEL;
-	char kdue[RKEY_MAX], kc[RKEY_MAX];
 	char *wake = xcalloc((size_t)mg->nslots, 1);
 	size_t *hdel = xcalloc((size_t)mg->nslots, sizeof(*hdel));
 	int64_t soon =
@@ -1412,15 +1411,7 @@ chunk_written(struct bulk_runner *p, struct runner_job *j)
 			   !it->locked_cancelled) {
 			/* Not scheduled any more: the cancel is undone, as
 			 * tasks.c undoes one whose update changed nothing. */
-			char score[32];
-
-			rkey_due(kdue, sizeof(kdue), it->slot);
-			rkey_cancelled(kc, sizeof(kc), it->slot);
-			snprintf(score, sizeof(score), "%lld",
-				 (long long)it->score);
-			redis_commandl(mg->redis, NULL, NULL, "EVAL",
-				       SCRIPT_UNCANCEL, "2", kdue, kc, it->id,
-				       score, NULL);
+			tasks_uncancel(mg, it->slot, it->id, it->score);
 			wake[it->slot] = 1;
 		} else if (!cancel && it->outcome == BO_SKIPPED &&
 			   it->redis_changed) {

@@ -294,6 +294,11 @@ void tasks_cancel(struct manager *mg, struct evhttp_request *req,
 void tasks_reschedule(struct manager *mg, struct evhttp_request *req,
 		      const char *id, size_t idlen);
 void tasks_list(struct manager *mg, struct evhttp_request *req);
+/* Puts back in its slot's due set, at score, a task whose cancel took it
+ * out of Redis but changed nothing in the DB (single and bulk cancel). The
+ * caller wakes the slot's owner: it may be below what its scans read. */
+void tasks_uncancel(struct manager *mg, int slot, const char *id,
+		    int64_t score);
 /* GET /v1/schedule, and the gauge of the next minute (schedule.c). */
 void schedule_get(struct manager *mg, struct evhttp_request *req);
 void schedule_start(struct manager *mg);

@@ -196,17 +196,22 @@ reply_not_changeable(struct change *c, const char *status)
 						    : "rescheduled");
 }
 
-static void
-uncancel(struct change *c)
+void
+tasks_uncancel(struct manager *mg, int slot, const char *id, int64_t score)
 {
 	struct slot_eval ev;
 
-	slot_eval_init(&ev, SCRIPT_UNCANCEL, c->slot, "dc");
-	redis_args_addstr(&ev.a, c->id);
-	redis_args_addint(&ev.a, c->removed_score);
-	redis_eval_args(c->mg->redis, NULL, NULL, &ev.a);
+	slot_eval_init(&ev, SCRIPT_UNCANCEL, slot, "dc");
+	redis_args_addstr(&ev.a, id);
+	redis_args_addint(&ev.a, score);
+	redis_eval_args(mg->redis, NULL, NULL, &ev.a);
 	slot_eval_free(&ev);
-	/* Back in due/, maybe below where the owner's scans read from. */
+}
+
+static void
+uncancel(struct change *c)
+{
+	tasks_uncancel(c->mg, c->slot, c->id, c->removed_score);
 	ingest_wake(c->mg, c->slot);
 }
 

@@ -398,7 +398,6 @@ scan_advance(struct worker *w, const struct slot_call *c,
 	}
 	s->scan_hwm = hwm;
 	s->scan_gen = c->gen;
-	s->scan_valid = 1;
 }
 
 static void
@@ -477,12 +476,11 @@ scan_slot(struct worker *w, int slot, int64_t now)
 	struct wslot *s = &w->slots[slot];
 	int64_t mono = clock_mono_ms();
 
-	c->full = s->scan_full || !s->scan_valid || s->scan_gen != s->gen ||
+	c->full = s->scan_full || s->scan_gen != s->gen ||
 		  mono >= s->next_full_scan_ms;
 	c->max = now + w->lookahead_ms;
 	if (c->full) {
 		s->scan_full = 0;
-		s->scan_valid = 0;
 		s->next_full_scan_ms = mono + w->full_scan_ms;
 		metric_inc(w->m.scans_full);
 	} else {
@@ -1251,6 +1249,7 @@ scanner_start(struct worker *w)
 	w->full_scan_ms = w->lookahead_ms - 2 * ms;
 	if (w->full_scan_ms < ms)
 		w->full_scan_ms = ms;
+	scanner_scan_all(w); /* nothing read yet */
 
 	w->wheel = timerwheel_create(worker_now(w));
 	w->sc = xcalloc(1, sizeof(*w->sc));

@@ -237,7 +237,6 @@ struct wslot {
 	 * reads from the start, as does one every full_scan_ms. */
 	int64_t scan_hwm;
 	unsigned scan_gen;
-	int scan_valid;
 	int scan_full;
 	int64_t next_full_scan_ms; /* monotonic */
 	int claiming;

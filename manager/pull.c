@@ -81,6 +81,7 @@ struct pmsg {
 	int64_t due_at; /* prophet-due-at, 0 if none */
 	enum pmsg_state state;
 	int deliveries;
+	int was_early;	     /* held once already (counted once) */
 	int64_t lease_until; /* wall ms */
 	char *key;	     /* NULL: none */
 	size_t keylen;
@@ -247,7 +248,13 @@ hold_until_due(struct pgroup *g, struct pmsg *m)
 	if (m->due_at <= 0 || early <= 0)
 		return 0;
 	m->state = PM_EARLY;
-	metric_inc(g->p->m_early);
+	/* The hold ends by the monotonic clock, the check is by the wall
+	 * clock: their milliseconds tick at different instants, so the
+	 * hand-out can find the message 1 ms early and hold it again. One
+	 * message counts once. */
+	if (!m->was_early)
+		metric_inc(g->p->m_early);
+	m->was_early = 1;
 	timer_at(g->p, &m->timer, clock_mono_ms() + early);
 	return 1;
 }

@@ -413,8 +413,10 @@ def test_never_before_due():
     h.check(got and got[0]["id"] == "early-1", "got %r" % got)
     h.check(recv >= due, "handed out %d ms before prophet-due-at"
             % (due - recv))
-    h.check(metric("prophet_pull_held_until_due_total") - before == 1,
-            "prophet_pull_held_until_due_total")
+    # Once, though the hand-out may find it 1 ms early by the wall clock
+    # when the monotonic hold ends, and hold it again.
+    held = metric("prophet_pull_held_until_due_total") - before
+    h.check(held == 1, "prophet_pull_held_until_due_total rose by %d" % held)
     h.check_eq((got[0]["body"], got[0]["key"], got[0]["due_at"]),
                ("soon", "early-1", due), "body, key, due_at")
     h.log("a message due 6 s ahead was handed out %d ms after its due time"

@@ -433,10 +433,13 @@ mark_updated(struct mark_item **by_id, size_t n, const char *id)
 }
 
 /*
- * Records up to MARK_CHUNK deliveries with two statements: lock the rows
- * still scheduled/firing (they are the ones this batch moves), then one
- * UPDATE with per-row values in CASE expressions. The statement texts
- * depend only on the chunk size (256, 64, 16, 4, 1).
+ * Records a chunk of deliveries (256, 64, 16, 4 or 1 tasks) with two
+ * statements: lock the rows still scheduled/firing (they are the ones
+ * this batch moves), then one UPDATE with per-row values in CASE
+ * expressions. attempt and epoch are nearly always the same for the
+ * whole chunk (mark_run sorts by them): then they are plain values, as
+ * two CASEs of 256 arms cost MariaDB about 15 us a row (a fifth of the
+ * UPDATE). The statement texts depend only on the chunk size and that.
  */
 static int
 mark_chunk(struct db_conn *c, struct mark_job *mj, const size_t *idx, size_t n)
@@ -448,9 +451,10 @@ mark_chunk(struct db_conn *c, struct mark_job *mj, const size_t *idx, size_t n)
 	size_t cap = 512 + n * 64, off;
 	char *sql = xmalloc(cap);
 	struct mark_item **by_id = xmalloc(n * sizeof(*by_id));
+	const struct mark_item *first = &mj->items[idx[0]];
 	struct db_params p;
 	struct db_rows rows;
-	int rc = -1;
+	int rc = -1, uniform = 1;
 
 	off = (size_t)snprintf(sql, cap, "%s",
 			       "SELECT id FROM tasks FORCE INDEX (PRIMARY) "
@@ -470,15 +474,25 @@ mark_chunk(struct db_conn *c, struct mark_job *mj, const size_t *idx, size_t n)
 		mark_updated(by_id, n, db_rows_get(&rows, r, 0, NULL));
 	db_rows_free(&rows);
 
+	for (size_t i = 1; i < n && uniform; i++)
+		uniform = mj->items[idx[i]].attempt == first->attempt &&
+			  mj->items[idx[i]].epoch == first->epoch;
 	off = (size_t)snprintf(sql, cap, "%s", head);
 	append_list(sql, &off, "WHEN ? THEN ? ", n);
+	if (uniform) {
+		off += (size_t)snprintf(sql + off, cap - off,
+					"END, attempt = ?, epoch = ? ");
+	} else {
+		off += (size_t)snprintf(sql + off, cap - off,
+					"END, attempt = CASE id ");
+		append_list(sql, &off, "WHEN ? THEN ? ", n);
+		off += (size_t)snprintf(sql + off, cap - off,
+					"END, epoch = CASE id ");
+		append_list(sql, &off, "WHEN ? THEN ? ", n);
+		off += (size_t)snprintf(sql + off, cap - off, "END ");
+	}
 	off += (size_t)snprintf(sql + off, cap - off,
-				"END, attempt = CASE id ");
-	append_list(sql, &off, "WHEN ? THEN ? ", n);
-	off += (size_t)snprintf(sql + off, cap - off, "END, epoch = CASE id ");
-	append_list(sql, &off, "WHEN ? THEN ? ", n);
-	off += (size_t)snprintf(sql + off, cap - off,
-				"END WHERE status IN ('scheduled', 'firing') "
+				"WHERE status IN ('scheduled', 'firing') "
 				"AND id IN (?");
 	append_list(sql, &off, ",?", n - 1);
 	snprintf(sql + off, cap - off, ")");
@@ -490,13 +504,18 @@ mark_chunk(struct db_conn *c, struct mark_job *mj, const size_t *idx, size_t n)
 		db_params_str(&p, mj->items[idx[i]].id);
 		db_params_int(&p, mj->items[idx[i]].fired_at);
 	}
-	for (size_t i = 0; i < n; i++) {
-		db_params_str(&p, mj->items[idx[i]].id);
-		db_params_int(&p, mj->items[idx[i]].attempt);
-	}
-	for (size_t i = 0; i < n; i++) {
-		db_params_str(&p, mj->items[idx[i]].id);
-		db_params_int(&p, mj->items[idx[i]].epoch);
+	if (uniform) {
+		db_params_int(&p, first->attempt);
+		db_params_int(&p, first->epoch);
+	} else {
+		for (size_t i = 0; i < n; i++) {
+			db_params_str(&p, mj->items[idx[i]].id);
+			db_params_int(&p, mj->items[idx[i]].attempt);
+		}
+		for (size_t i = 0; i < n; i++) {
+			db_params_str(&p, mj->items[idx[i]].id);
+			db_params_int(&p, mj->items[idx[i]].epoch);
+		}
 	}
 	for (size_t i = 0; i < n; i++)
 		db_params_str(&p, mj->items[idx[i]].id);
@@ -597,6 +616,45 @@ out:
 	return rc;
 }
 
+struct ea_key {
+	int64_t epoch;
+	int attempt;
+	size_t i;
+};
+
+static int
+ea_cmp(const void *a, const void *b)
+{
+	const struct ea_key *x = a, *y = b;
+
+	if (x->epoch != y->epoch)
+		return x->epoch < y->epoch ? -1 : 1;
+	if (x->attempt != y->attempt)
+		return x->attempt < y->attempt ? -1 : 1;
+	return x->i < y->i ? -1 : x->i > y->i;
+}
+
+/* Orders the indices by (epoch, attempt), so that nearly every chunk has
+ * one of each (mark_chunk). */
+static void
+sort_by_epoch_attempt(const struct mark_job *mj, size_t *todo, size_t n)
+{
+	struct ea_key *k;
+
+	if (n < 2)
+		return;
+	k = xmalloc(n * sizeof(*k));
+	for (size_t i = 0; i < n; i++) {
+		k[i].epoch = mj->items[todo[i]].epoch;
+		k[i].attempt = mj->items[todo[i]].attempt;
+		k[i].i = todo[i];
+	}
+	qsort(k, n, sizeof(*k), ea_cmp);
+	for (size_t i = 0; i < n; i++)
+		todo[i] = k[i].i;
+	xfree(k);
+}
+
 static int
 mark_run(struct db_conn *c, struct db_job *job)
 {
@@ -645,6 +703,7 @@ mark_run(struct db_conn *c, struct db_job *job)
 			todo[ntodo++] = i;
 		}
 	}
+	sort_by_epoch_attempt(mj, todo, ntodo);
 	done = 0;
 	for (size_t k = 0; k < sizeof(chunks) / sizeof(chunks[0]); k++)
 		while (ntodo - done >= chunks[k]) {

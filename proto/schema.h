@@ -100,9 +100,12 @@ enum sql_task_col {
 	"WHERE t.id = ? AND t.status IN ('scheduled', 'firing') "   \
 	"AND COALESCE(s.epoch, 0) <= ?"
 
-/* The fence a batch of delivered updates checks once per slot. */
-#define SQL_SLOT_FENCE_SHARED \
-	"SELECT epoch FROM slot_state WHERE slot = ? LOCK IN SHARE MODE"
+/* The fences a batch of delivered updates checks, FENCE_SLOTS slots a
+ * statement (a shorter list repeats a slot). */
+#define FENCE_SLOTS 16
+#define SQL_SLOT_FENCES_SHARED                              \
+	"SELECT slot, epoch FROM slot_state WHERE slot IN " \
+	"(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?) LOCK IN SHARE MODE"
 
 /* A new owner raises the slot's fence before it publishes. */
 /* Exactly-once: a slot's marker checkpoint (-1: none), and moving it

@@ -373,22 +373,43 @@ bind_log_row(struct db_params *p, size_t i, void *arg)
 	db_params_null(p);
 }
 
-/* The fence of slot, share-locked until commit so that a new owner cannot
- * raise it between our check and our update. 0 without a row. */
+/* The fences of the slots flagged in want, share-locked until commit so
+ * that a new owner cannot raise one between our check and our update; 0
+ * for a slot without a row. Up to FENCE_SLOTS slots a statement, the list
+ * padded with a repeat (one text): one statement where there was one a
+ * slot. */
 static int
-slot_fence(struct db_conn *c, int slot, int64_t *fence)
+slot_fences(struct db_conn *c, const char *want, int nslots, int64_t *fence)
 {
-	struct db_params p;
-	long long v;
-	int rc;
+	int list[FENCE_SLOTS], n = 0;
 
-	db_params_init(&p, 1);
-	db_params_int(&p, slot);
-	rc = db_query_int(c, SQL_SLOT_FENCE_SHARED, &p, 0, &v);
-	db_params_free(&p);
-	if (rc < 0)
-		return -1;
-	*fence = v;
+	for (int slot = 0; slot <= nslots; slot++) {
+		struct db_params p;
+		struct db_rows rows;
+
+		if (slot < nslots && want[slot])
+			list[n++] = slot;
+		if (n == 0 || (n < FENCE_SLOTS && slot < nslots))
+			continue;
+		db_params_init(&p, FENCE_SLOTS);
+		for (int i = 0; i < FENCE_SLOTS; i++)
+			db_params_int(&p, list[i < n ? i : 0]);
+		for (int i = 0; i < n; i++)
+			fence[list[i]] = 0;
+		n = 0;
+		if (db_query(c, SQL_SLOT_FENCES_SHARED, &p, &rows) < 0) {
+			db_params_free(&p);
+			return -1;
+		}
+		db_params_free(&p);
+		for (size_t r = 0; r < rows.nrows; r++) {
+			long long s = db_rows_int(&rows, r, 0);
+
+			if (s >= 0 && s < nslots)
+				fence[s] = db_rows_int(&rows, r, 1);
+		}
+		db_rows_free(&rows);
+	}
 	return 0;
 }
 
@@ -433,22 +454,25 @@ mark_updated(struct mark_item **by_id, size_t n, const char *id)
 }
 
 /*
- * Records a chunk of deliveries (256, 64, 16, 4 or 1 tasks) with two
- * statements: lock the rows still scheduled/firing (they are the ones
- * this batch moves), then one UPDATE with per-row values in CASE
- * expressions. attempt and epoch are nearly always the same for the
- * whole chunk (mark_run sorts by them): then they are plain values, as
- * two CASEs of 256 arms cost MariaDB about 15 us a row (a fifth of the
- * UPDATE). The statement texts depend only on the chunk size and that.
+ * Records n deliveries with two statements of size (256, 64, 16, 4 or 1)
+ * rows, the last of the n repeated to fill them: lock the rows still
+ * scheduled/firing (they are the ones this batch moves), then one UPDATE
+ * with per-row values in CASE expressions. attempt and epoch are nearly
+ * always the same for the whole chunk (mark_run sorts by them): then
+ * they are plain values, as two CASEs of 256 arms cost MariaDB about 15
+ * us a row (a fifth of the UPDATE). The statement texts depend only on
+ * the size and that.
  */
+#define PAD(i) idx[(i) < n ? (i) : n - 1]
 static int
-mark_chunk(struct db_conn *c, struct mark_job *mj, const size_t *idx, size_t n)
+mark_chunk(struct db_conn *c, struct mark_job *mj, const size_t *idx, size_t n,
+	   size_t size)
 {
 	static const char head[] = "UPDATE tasks FORCE INDEX (PRIMARY) SET "
 				   "status = 'delivered', "
 				   "delivered_at = ?, owner = ?, updated_at = "
 				   "?, fired_at = CASE id ";
-	size_t cap = 512 + n * 64, off;
+	size_t cap = 512 + size * 64, off;
 	char *sql = xmalloc(cap);
 	struct mark_item **by_id = xmalloc(n * sizeof(*by_id));
 	const struct mark_item *first = &mj->items[idx[0]];
@@ -460,11 +484,11 @@ mark_chunk(struct db_conn *c, struct mark_job *mj, const size_t *idx, size_t n)
 			       "SELECT id FROM tasks FORCE INDEX (PRIMARY) "
 			       "WHERE status IN ('scheduled', 'firing') "
 			       "AND id IN (?");
-	append_list(sql, &off, ",?", n - 1);
+	append_list(sql, &off, ",?", size - 1);
 	off += (size_t)snprintf(sql + off, cap - off, ") FOR UPDATE");
-	db_params_init(&p, n * 7 + 4);
-	for (size_t i = 0; i < n; i++)
-		db_params_str(&p, mj->items[idx[i]].id);
+	db_params_init(&p, size * 7 + 4);
+	for (size_t i = 0; i < size; i++)
+		db_params_str(&p, mj->items[PAD(i)].id);
 	if (db_query(c, sql, &p, &rows) < 0)
 		goto out;
 	for (size_t i = 0; i < n; i++)
@@ -478,47 +502,47 @@ mark_chunk(struct db_conn *c, struct mark_job *mj, const size_t *idx, size_t n)
 		uniform = mj->items[idx[i]].attempt == first->attempt &&
 			  mj->items[idx[i]].epoch == first->epoch;
 	off = (size_t)snprintf(sql, cap, "%s", head);
-	append_list(sql, &off, "WHEN ? THEN ? ", n);
+	append_list(sql, &off, "WHEN ? THEN ? ", size);
 	if (uniform) {
 		off += (size_t)snprintf(sql + off, cap - off,
 					"END, attempt = ?, epoch = ? ");
 	} else {
 		off += (size_t)snprintf(sql + off, cap - off,
 					"END, attempt = CASE id ");
-		append_list(sql, &off, "WHEN ? THEN ? ", n);
+		append_list(sql, &off, "WHEN ? THEN ? ", size);
 		off += (size_t)snprintf(sql + off, cap - off,
 					"END, epoch = CASE id ");
-		append_list(sql, &off, "WHEN ? THEN ? ", n);
+		append_list(sql, &off, "WHEN ? THEN ? ", size);
 		off += (size_t)snprintf(sql + off, cap - off, "END ");
 	}
 	off += (size_t)snprintf(sql + off, cap - off,
 				"WHERE status IN ('scheduled', 'firing') "
 				"AND id IN (?");
-	append_list(sql, &off, ",?", n - 1);
+	append_list(sql, &off, ",?", size - 1);
 	snprintf(sql + off, cap - off, ")");
 	p.n = 0;
 	db_params_int(&p, mj->now);
 	db_params_str(&p, mj->owner);
 	db_params_int(&p, mj->now);
-	for (size_t i = 0; i < n; i++) {
-		db_params_str(&p, mj->items[idx[i]].id);
-		db_params_int(&p, mj->items[idx[i]].fired_at);
+	for (size_t i = 0; i < size; i++) {
+		db_params_str(&p, mj->items[PAD(i)].id);
+		db_params_int(&p, mj->items[PAD(i)].fired_at);
 	}
 	if (uniform) {
 		db_params_int(&p, first->attempt);
 		db_params_int(&p, first->epoch);
 	} else {
-		for (size_t i = 0; i < n; i++) {
-			db_params_str(&p, mj->items[idx[i]].id);
-			db_params_int(&p, mj->items[idx[i]].attempt);
+		for (size_t i = 0; i < size; i++) {
+			db_params_str(&p, mj->items[PAD(i)].id);
+			db_params_int(&p, mj->items[PAD(i)].attempt);
 		}
-		for (size_t i = 0; i < n; i++) {
-			db_params_str(&p, mj->items[idx[i]].id);
-			db_params_int(&p, mj->items[idx[i]].epoch);
+		for (size_t i = 0; i < size; i++) {
+			db_params_str(&p, mj->items[PAD(i)].id);
+			db_params_int(&p, mj->items[PAD(i)].epoch);
 		}
 	}
-	for (size_t i = 0; i < n; i++)
-		db_params_str(&p, mj->items[idx[i]].id);
+	for (size_t i = 0; i < size; i++)
+		db_params_str(&p, mj->items[PAD(i)].id);
 	rc = db_exec(c, sql, &p, NULL);
 out:
 	db_params_free(&p);
@@ -526,6 +550,7 @@ out:
 	xfree(by_id);
 	return rc;
 }
+#undef PAD
 
 /*
  * Records one occurrence of a recurring task and schedules the next in
@@ -671,6 +696,16 @@ mark_run(struct db_conn *c, struct db_job *job)
 	db_params_init(&p, 4);
 	if (db_begin(c) < 0)
 		goto out;
+	for (size_t i = 0; i < mj->n; i++)
+		if (!mj->items[i].expire)
+			seen[mj->items[i].slot] = 1;
+	for (int slot = 0; slot < nslots; slot++)
+		if (seen[slot]) {
+			if (slot_fences(c, seen, nslots, fence) < 0)
+				goto fail;
+			CRASHPOINT("mark_slot_locked");
+			break;
+		}
 	for (size_t i = 0; i < mj->n; i++) {
 		struct mark_item *t = &mj->items[i];
 		unsigned long long a = 0;
@@ -687,12 +722,6 @@ mark_run(struct db_conn *c, struct db_job *job)
 			t->updated = a > 0;
 			continue;
 		}
-		if (!seen[t->slot]) {
-			seen[t->slot] = 1;
-			if (slot_fence(c, t->slot, &fence[t->slot]) < 0)
-				goto fail;
-			CRASHPOINT("mark_slot_locked");
-		}
 		/* A newer epoch owns the slot: its owner decides. */
 		if (fence[t->slot] > t->epoch) {
 			t->leave = t->recurring ? MK_LEAVE : MK_FORGET;
@@ -704,13 +733,20 @@ mark_run(struct db_conn *c, struct db_job *job)
 		}
 	}
 	sort_by_epoch_attempt(mj, todo, ntodo);
-	done = 0;
-	for (size_t k = 0; k < sizeof(chunks) / sizeof(chunks[0]); k++)
-		while (ntodo - done >= chunks[k]) {
-			if (mark_chunk(c, mj, todo + done, chunks[k]) < 0)
-				goto fail;
-			done += chunks[k];
-		}
+	/* Chunks of 256, 64, 16, 4, 1; a rest of more than half a size is
+	 * one padded chunk of that size (7 tasks: 4 + 4, not 4 + 1 + 1 + 1:
+	 * a statement costs more than a few repeated rows). */
+	for (done = 0; done < ntodo;) {
+		size_t r = ntodo - done, k = 0, take;
+
+		while (chunks[k] > r &&
+		       !(chunks[k + 1] < r && chunks[k] <= 2 * r))
+			k++;
+		take = chunks[k] < r ? chunks[k] : r;
+		if (mark_chunk(c, mj, todo + done, take, chunks[k]) < 0)
+			goto fail;
+		done += take;
+	}
 	/* A one-shot delivery gets no log row: the task's columns hold all
 	 * it would (owner, epoch, attempt, fired_at), and GET shows it from
 	 * them. It was 221 of a finished task's 979 DB bytes and a statement

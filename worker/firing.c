@@ -665,9 +665,14 @@ static void
 sort_by_epoch_attempt(const struct mark_job *mj, size_t *todo, size_t n)
 {
 	struct ea_key *k;
+	size_t same = 1;
 
-	if (n < 2)
-		return;
+	while (same < n &&
+	       mj->items[todo[same]].epoch == mj->items[todo[0]].epoch &&
+	       mj->items[todo[same]].attempt == mj->items[todo[0]].attempt)
+		same++;
+	if (same >= n)
+		return; /* one of each already: the usual case */
 	k = xmalloc(n * sizeof(*k));
 	for (size_t i = 0; i < n; i++) {
 		k[i].epoch = mj->items[todo[i]].epoch;

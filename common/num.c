@@ -3,8 +3,21 @@
 #endif
 
 #include <limits.h>
+#include <string.h>
 
 #include "num.h"
+
+/* "00" to "99": two digits a division (a 13-digit time in 7). */
+static const char digit_pairs[] = "00010203040506070809"
+				  "10111213141516171819"
+				  "20212223242526272829"
+				  "30313233343536373839"
+				  "40414243444546474849"
+				  "50515253545556575859"
+				  "60616263646566676869"
+				  "70717273747576777879"
+				  "80818283848586878889"
+				  "90919293949596979899";
 
 size_t
 num_format_ll(char *buf, long long v)
@@ -13,16 +26,25 @@ num_format_ll(char *buf, long long v)
 	/* Negated as unsigned: -LLONG_MIN does not fit a long long. */
 	unsigned long long u =
 		v < 0 ? 0ULL - (unsigned long long)v : (unsigned long long)v;
-	size_t n = 0, len = 0;
+	size_t n = sizeof(tmp), len = 0;
 
-	do {
-		tmp[n++] = (char)('0' + u % 10);
-		u /= 10;
-	} while (u != 0);
+	while (u >= 100) {
+		const char *d = &digit_pairs[(u % 100) * 2];
+
+		u /= 100;
+		tmp[--n] = d[1];
+		tmp[--n] = d[0];
+	}
+	if (u >= 10) {
+		tmp[--n] = digit_pairs[u * 2 + 1];
+		tmp[--n] = digit_pairs[u * 2];
+	} else {
+		tmp[--n] = (char)('0' + u);
+	}
 	if (v < 0)
 		buf[len++] = '-';
-	while (n > 0)
-		buf[len++] = tmp[--n];
+	memcpy(buf + len, tmp + n, sizeof(tmp) - n);
+	len += sizeof(tmp) - n;
 	buf[len] = '\0';
 	return len;
 }

@@ -395,8 +395,10 @@ kingest_destroy(struct kingest *k)
 
 	if (k == NULL)
 		return;
-	kafka_consumer_destroy(k->consumer);
+	/* The producer first: its delivery reports, served while it
+	 * flushes, commit offsets through the consumer. */
 	kafka_producer_destroy(k->producer, 2000);
+	kafka_consumer_destroy(k->consumer);
 	for (p = k->parts; p != NULL; p = pn) {
 		struct kmsg *m, *mn;
 

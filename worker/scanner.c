@@ -243,10 +243,11 @@ claim_reply_cb(struct redis *r, redisReply *reply, void *arg)
 	/* Woken after a long stop (SIGSTOP, a VM pause): the session may be
 	 * gone and the slot someone else's. What we claimed stays in flight
 	 * for the new owner's reaper; publish nothing. Fresh is not enough:
-	 * the expired session's own event makes ZooKeeper fresh again, and
-	 * the loop may serve it (the slot lost) before this reply, which
-	 * Redis sent before the stop (CI: a task published 3 ms after "slot
-	 * lost ... session expired", under the old epoch). */
+	 * an answer ZooKeeper sent before the stop, served on waking, can
+	 * make it fresh again, and the loop may serve the session's expiry
+	 * (the slot lost) before this reply, which Redis sent before the
+	 * stop (CI: a task published 3 ms after "slot lost ... session
+	 * expired", under the old epoch). */
 	if (!coord_fresh(w) || !slot_current(w, c->slot, c->gen)) {
 		for (size_t i = 0; i < c->n; i++)
 			wtask_release(w, c->tasks[i]);

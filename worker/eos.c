@@ -1377,8 +1377,7 @@ eos_publish(struct worker *w, struct wtask *t, const char *topic,
 	struct eos_rec *r;
 	struct marker mk;
 
-	if (s->state == ES_OFF || !s->been_ready || !slot_owned(w, t->slot) ||
-	    t->epoch != w->slots[t->slot].epoch) {
+	if (s->state == ES_OFF || !s->been_ready || !slot_holds(w, t)) {
 		/* Lost while it waited (claimed early, or a claim reply that
 		 * came back after the slot was lost, maybe gained again
 		 * since, at the same epoch after a lost session too: nothing

@@ -377,11 +377,11 @@ bind_log_row(struct db_params *p, size_t i, void *arg)
  * that a new owner cannot raise one between our check and our update; 0
  * for a slot without a row. Up to FENCE_SLOTS slots a statement, the list
  * padded with a repeat (one text): one statement where there was one a
- * slot. */
+ * slot. The number of slots locked, or -1. */
 static int
 slot_fences(struct db_conn *c, const char *want, int nslots, int64_t *fence)
 {
-	int list[FENCE_SLOTS], n = 0;
+	int list[FENCE_SLOTS], n = 0, locked = 0;
 
 	for (int slot = 0; slot <= nslots; slot++) {
 		struct db_params p;
@@ -396,6 +396,7 @@ slot_fences(struct db_conn *c, const char *want, int nslots, int64_t *fence)
 			db_params_int(&p, list[i < n ? i : 0]);
 		for (int i = 0; i < n; i++)
 			fence[list[i]] = 0;
+		locked += n;
 		n = 0;
 		if (db_query(c, SQL_SLOT_FENCES_SHARED, &p, &rows) < 0) {
 			db_params_free(&p);
@@ -410,7 +411,7 @@ slot_fences(struct db_conn *c, const char *want, int nslots, int64_t *fence)
 		}
 		db_rows_free(&rows);
 	}
-	return 0;
+	return locked;
 }
 
 static void
@@ -690,7 +691,7 @@ mark_run(struct db_conn *c, struct db_job *job)
 {
 	static const size_t chunks[] = {256, 64, 16, 4, 1};
 	struct mark_job *mj = (struct mark_job *)job;
-	int nslots = mj->nslots;
+	int nslots = mj->nslots, locked;
 	int64_t *fence = xcalloc((size_t)nslots, sizeof(*fence));
 	char *seen = xcalloc((size_t)nslots, 1);
 	size_t *todo = xcalloc(mj->n + 1, sizeof(*todo)), ntodo = 0, done;
@@ -704,13 +705,11 @@ mark_run(struct db_conn *c, struct db_job *job)
 	for (size_t i = 0; i < mj->n; i++)
 		if (!mj->items[i].expire)
 			seen[mj->items[i].slot] = 1;
-	for (int slot = 0; slot < nslots; slot++)
-		if (seen[slot]) {
-			if (slot_fences(c, seen, nslots, fence) < 0)
-				goto fail;
-			CRASHPOINT("mark_slot_locked");
-			break;
-		}
+	locked = slot_fences(c, seen, nslots, fence);
+	if (locked < 0)
+		goto fail;
+	if (locked > 0)
+		CRASHPOINT("mark_slot_locked");
 	for (size_t i = 0; i < mj->n; i++) {
 		struct mark_item *t = &mj->items[i];
 		unsigned long long a = 0;

@@ -179,8 +179,7 @@ early_cb(struct timerwheel_timer *tm, void *arg)
 
 	t->early = NULL;
 	t->state = WT_CLAIMING;
-	if (!coord_fresh(w) || !slot_owned(w, t->slot) ||
-	    w->slots[t->slot].epoch != t->epoch)
+	if (!coord_fresh(w) || !slot_holds(w, t))
 		wtask_release(w, t);
 	else
 		firing_publish_task(w, t, pt);

@@ -509,6 +509,13 @@ slot_owned(const struct worker *w, int slot)
 	return w->slots[slot].phase == SP_OWNED;
 }
 
+/* t's slot is still owned at the epoch t was claimed in. */
+static inline int
+slot_holds(const struct worker *w, const struct wtask *t)
+{
+	return slot_owned(w, t->slot) && w->slots[t->slot].epoch == t->epoch;
+}
+
 /* Nothing of the slot changed since gen was read (and it is owned). */
 static inline int
 slot_current(const struct worker *w, int slot, unsigned gen)

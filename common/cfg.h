@@ -166,6 +166,12 @@
 	  "with exactly_once: the marker topic, at least cluster.slots "       \
 	  "partitions (made so when missing); empty: "                         \
 	  "<topic_prefix><root>.fired")                                        \
+	X(KAFKA_EOS_PARTITION, "kafka", "eos_partition", CFG_INT, "-1", -1,    \
+	  100000, NULL, 0,                                                     \
+	  "with exactly_once: the partition of eos_topic this worker writes "  \
+	  "its markers to (one for all its slots, so a transaction touches "   \
+	  "one marker partition); -1: by a hash of worker.id. Workers may "    \
+	  "share one; distinct ones make takeovers read less")                 \
 	X(KAFKA_EOS_INTERVAL_MS, "kafka", "eos_interval_ms", CFG_INT, "20", 0, \
 	  1000, NULL, 0,                                                       \
 	  "with exactly_once: the least time between the starts of two "       \

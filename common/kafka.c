@@ -1720,6 +1720,7 @@ kafka_read_committed(const struct cfg *cfg, const char *topic,
 	rd_kafka_t *rk;
 	int64_t deadline = clock_mono_ms() + timeout_ms, *hi = NULL;
 	int np = 0, left = 0, rc = -1;
+	char *done = NULL;
 	rd_kafka_resp_err_t e;
 
 	*ends = NULL;
@@ -1750,6 +1751,7 @@ kafka_read_committed(const struct cfg *cfg, const char *topic,
 	}
 	np = md->topics[0].partition_cnt;
 	hi = xcalloc((size_t)np + 1, sizeof(*hi));
+	done = xcalloc((size_t)np + 1, 1);
 	tp = rd_kafka_topic_partition_list_new(np);
 	for (int i = 0; i < np; i++) {
 		int32_t part = md->topics[0].partitions[i].id;
@@ -1778,6 +1780,8 @@ kafka_read_committed(const struct cfg *cfg, const char *topic,
 			rd_kafka_topic_partition_list_add(tp, topic, part)
 				->offset = start;
 			left++;
+		} else {
+			done[part] = 1;
 		}
 	}
 	if (left > 0 && (e = rd_kafka_assign(rk, tp)) != 0) {
@@ -1792,17 +1796,29 @@ kafka_read_committed(const struct cfg *cfg, const char *topic,
 				 topic);
 			goto out;
 		}
-		m = rd_kafka_consumer_poll(rk, 200);
+		m = rd_kafka_consumer_poll(rk, 50);
 		if (m == NULL)
 			continue;
-		if (m->err == RD_KAFKA_RESP_ERR__PARTITION_EOF) {
-			left--;
-		} else if (m->err != RD_KAFKA_RESP_ERR_NO_ERROR) {
+		if (m->err != RD_KAFKA_RESP_ERR__PARTITION_EOF &&
+		    m->err != RD_KAFKA_RESP_ERR_NO_ERROR) {
 			snprintf(err, errlen, "read back of %s: %s", topic,
 				 rd_kafka_message_errstr(m));
 			rd_kafka_message_destroy(m);
 			goto out;
-		} else {
+		}
+		if (m->partition < 0 || m->partition >= np ||
+		    done[m->partition]) {
+			rd_kafka_message_destroy(m);
+			continue;
+		}
+		/* read_committed ends at the first transaction still open
+		 * (the last stable offset): the end is the high watermark
+		 * taken above, reached once what was open then has ended.
+		 * Records past it are not read. */
+		if (m->offset >= hi[m->partition]) {
+			done[m->partition] = 1;
+			left--;
+		} else if (m->err == RD_KAFKA_RESP_ERR_NO_ERROR) {
 			cb(m, arg);
 		}
 		rd_kafka_message_destroy(m);
@@ -1813,6 +1829,7 @@ kafka_read_committed(const struct cfg *cfg, const char *topic,
 	rc = 0;
 out:
 	xfree(hi);
+	xfree(done);
 	if (tp != NULL)
 		rd_kafka_topic_partition_list_destroy(tp);
 	if (md != NULL)

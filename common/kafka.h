@@ -210,8 +210,11 @@ int kafka_txn_send(struct kafka_txn *t, const char *topic,
  * Reads topic's committed records (read_committed) from from[p] (the next
  * offset of partition p; -1: not read; partitions beyond nfrom, added
  * since, from their beginning) to their end, calling cb for each; *ends
- * gets the end offset of every partition (a new array of *nends). With
- * from NULL nothing is read. Blocking, for one thread.
+ * gets the end offset of every partition (a new array of *nends). The
+ * end is each partition's high watermark when the call starts: a
+ * transaction open then (which read_committed stops at) is waited for,
+ * so every record committed before the call is read. With from NULL
+ * nothing is read. Blocking, for one thread.
  */
 int kafka_read_committed(const struct cfg *cfg, const char *topic,
 			 const int64_t *from, int nfrom, kafka_msg_fn cb,

@@ -229,6 +229,14 @@ static const char *const v10_stmts[] = {
 	"NULL DEFAULT 0",
 	NULL};
 
+/* Exactly-once markers in the partition of the producer that wrote them
+ * (one per worker) instead of the slot's: per slot, the partition its
+ * checkpoint is an offset of (NULL: the slot's own partition, as the
+ * markers of workers before this change were). */
+static const char *const v11_stmts[] = {
+	"ALTER TABLE slot_state ADD COLUMN IF NOT EXISTS eos_part INT NULL",
+	NULL};
+
 const struct schema_migration schema_migrations[] = {
 	{1, "tasks, task_log, slot_state", v1_stmts, NULL, NULL},
 	{2, "recurring tasks: misfire, start_at, end_at, occurrences", v2_stmts,
@@ -243,6 +251,8 @@ const struct schema_migration schema_migrations[] = {
 	{9, "slot_state.eos_offset (exactly-once checkpoint)", v9_stmts, NULL,
 	 NULL},
 	{10, "slot_state.eos_txid, eos_gen (exactly-once producer)", v10_stmts,
+	 NULL, NULL},
+	{11, "slot_state.eos_part (exactly-once marker partition)", v11_stmts,
 	 NULL, NULL},
 };
 

@@ -115,20 +115,29 @@ enum sql_task_col {
 	"SELECT COALESCE(MAX(eos_offset), -1) FROM slot_state WHERE slot = ?"
 #define SQL_EOS_CKPT_SET                                                       \
 	"UPDATE slot_state SET eos_offset = ?, updated_at = ? WHERE slot = ? " \
-	"AND epoch = ? AND (eos_offset IS NULL OR eos_offset <= ?)"
+	"AND epoch = ? AND eos_part = ? AND "                                  \
+	"(eos_offset IS NULL OR eos_offset <= ?)"
 /* Exactly-once: the slot's fence epoch, checkpoint and last producer
  * (its transactional id, NULL: none or handed over drained); recording
  * ours for the epoch that owns the slot (0 rows: not ours); clearing it
  * at a drained handover. eos_gen counts the changes (a row always
  * changes). */
-#define SQL_EOS_SLOT_GET \
-	"SELECT epoch, eos_offset, eos_txid FROM slot_state WHERE slot = ?"
+#define SQL_EOS_SLOT_GET                                                      \
+	"SELECT epoch, eos_offset, eos_txid, eos_part FROM slot_state WHERE " \
+	"slot = ?"
 #define SQL_EOS_CLAIM                                                 \
 	"UPDATE slot_state SET eos_txid = ?, eos_gen = eos_gen + 1, " \
 	"updated_at = ? WHERE slot = ? AND epoch = ?"
 #define SQL_EOS_CLEAR                                                    \
 	"UPDATE slot_state SET eos_txid = NULL, eos_gen = eos_gen + 1, " \
 	"updated_at = ? WHERE slot = ? AND epoch = ? AND eos_txid = ?"
+/* Exactly-once: once an open has recorded every marker it read in the
+ * slot's last partition, the checkpoint moves to ours (an offset of it
+ * before any marker of the slot we write), for our epoch and producer. */
+#define SQL_EOS_SWITCH                                                      \
+	"UPDATE slot_state SET eos_part = ?, eos_offset = ?, "              \
+	"eos_gen = eos_gen + 1, updated_at = ? WHERE slot = ? AND epoch = " \
+	"? AND eos_txid = ?"
 
 #define SQL_SLOT_FENCE                                                       \
 	"INSERT INTO slot_state (slot, epoch, updated_at) VALUES (?, ?, ?) " \

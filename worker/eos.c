@@ -59,6 +59,7 @@
 #include "marker.h"
 #include "metrics.h"
 #include "schema.h"
+#include "slot.h"
 #include "worker.h"
 #include "xmalloc.h"
 
@@ -76,6 +77,7 @@ enum eos_state {
 	ES_CLAIM,    /* 3: recording ours as the slot's producer */
 	ES_OPENING,  /* 4: reading the markers */
 	ES_APPLYING, /* markers found are being recorded delivered */
+	ES_SWITCH,   /* 5: the checkpoint moving to our partition */
 	ES_READY,    /* claims may go out */
 };
 
@@ -109,14 +111,16 @@ struct eos_part {
 	int slot;
 	unsigned gen, oseq;
 	char prev[EOS_TXID_MAX]; /* fence: the producer to fence */
+	int part;		 /* read: the partition of the checkpoint */
 	int64_t from;		 /* read: the next marker offset, -1: all */
 	/* results */
 	int status;
 	char err[512];
 	struct marker *found;
 	size_t nfound, capfound;
-	size_t bad;  /* undecodable markers */
-	int64_t end; /* the partition's end */
+	size_t bad;   /* undecodable markers */
+	int64_t end;  /* the partition's end */
+	int64_t mend; /* our partition's end */
 };
 
 struct eos_cmd {
@@ -167,7 +171,11 @@ struct eos_slot {
 	size_t npend, cappend;
 	struct eos_batch *head, *tail;
 	char prev[EOS_TXID_MAX]; /* read: the slot's last producer, not ours */
+	int rpart;		 /* read: the partition of the checkpoint */
+	int rours;		 /* ... and it is recorded as ours */
 	int64_t from;		 /* read: the checkpoint, -1: none */
+	int64_t switch_to;	 /* our partition's end when the markers were
+				  * read: the checkpoint once they are recorded */
 	int fenced;		 /* this open fenced prev */
 	int claimed;		 /* our producer is recorded as the slot's */
 	int been_ready;		 /* ready since the gain */
@@ -186,6 +194,8 @@ struct eos {
 	char topic[KAFKA_TOPIC_NAME_MAX + 1];
 	char txn_id[EOS_TXID_MAX];
 	int nparts;
+	int mpart;	       /* our markers' partition */
+	int64_t committed_end; /* past our last committed marker there */
 	int interval_ms;
 	size_t max_records;
 	struct mailbox *mb;
@@ -245,7 +255,7 @@ run_send(struct eos *e, struct eos_cmd *c)
 		kr[i].valuelen = r->valuelen;
 		kr[i].hdrs = r->hdrs;
 		kr[n + i].pinned = 1;
-		kr[n + i].pin_partition = r->slot;
+		kr[n + i].pin_partition = e->mpart;
 		kr[n + i].key = r->id;
 		kr[n + i].keylen = strlen(r->id);
 		kr[n + i].value = r->marker;
@@ -310,10 +320,14 @@ run_fence(struct eos *e, struct eos_cmd *c)
 
 struct found_acc {
 	struct eos_cmd *cmd;
-	struct eos_part **by_part; /* [partition]: the part reading it */
-	int nparts;
+	struct eos_part **by_slot; /* [slot]: the part reading its markers */
+	struct eos_part **by_part; /* [partition]: a part reading it */
+	int nslots, nparts;
 };
 
+/* A marker of a slot being read, from its part's checkpoint on; markers
+ * of other slots (a partition is shared by the workers that hash to it,
+ * and a worker's holds every slot it owned) are skipped. */
 static void
 found_cb(const rd_kafka_message_t *m, void *arg)
 {
@@ -322,12 +336,15 @@ found_cb(const rd_kafka_message_t *m, void *arg)
 	struct marker mk;
 
 	if (m->partition < 0 || m->partition >= fa->nparts ||
-	    (p = fa->by_part[m->partition]) == NULL)
+	    fa->by_part[m->partition] == NULL)
 		return;
 	if (marker_decode(m->key, m->key_len, m->payload, m->len, &mk) < 0) {
-		p->bad++;
+		fa->by_part[m->partition]->bad++;
 		return;
 	}
+	p = fa->by_slot[slot_of(mk.id, strlen(mk.id), fa->nslots)];
+	if (p == NULL || p->part != m->partition || m->offset < p->from)
+		return;
 	if (p->nfound == p->capfound) {
 		p->capfound = p->capfound ? p->capfound * 2 : 64;
 		p->found = xrealloc(p->found, p->capfound * sizeof(*p->found));
@@ -335,23 +352,29 @@ found_cb(const rd_kafka_message_t *m, void *arg)
 	p->found[p->nfound++] = mk;
 }
 
-/* The markers of every part's slot, in one read. */
+/* The markers of every part's slot, in one read; our partition's end
+ * comes with it (read_committed, each partition to its end when the read
+ * starts: a transaction open then is waited for). */
 static void
 run_read(struct eos *e, struct eos_cmd *c)
 {
-	struct found_acc fa = {c, NULL, e->nparts};
+	struct found_acc fa = {c, NULL, NULL, e->n, e->nparts};
 	int64_t *from, *ends = NULL;
 	int nends = 0, rc;
 
 	from = xcalloc((size_t)e->nparts, sizeof(*from));
+	fa.by_slot = xcalloc((size_t)e->n, sizeof(*fa.by_slot));
 	fa.by_part = xcalloc((size_t)e->nparts, sizeof(*fa.by_part));
 	for (int i = 0; i < e->nparts; i++)
 		from[i] = -1;
 	for (size_t i = 0; i < c->nparts; i++) {
 		struct eos_part *p = &c->parts[i];
+		int64_t f = p->from < 0 ? 0 : p->from;
 
-		from[p->slot] = p->from < 0 ? 0 : p->from;
-		fa.by_part[p->slot] = p;
+		if (from[p->part] < 0 || f < from[p->part])
+			from[p->part] = f;
+		fa.by_slot[p->slot] = p;
+		fa.by_part[p->part] = p;
 	}
 	rc = kafka_read_committed(e->cfg, e->topic, from, e->nparts, found_cb,
 				  &fa, &ends, &nends, EOS_READ_TIMEOUT_MS,
@@ -360,13 +383,21 @@ run_read(struct eos *e, struct eos_cmd *c)
 		struct eos_part *p = &c->parts[i];
 
 		p->status = rc;
-		if (rc < 0)
+		if (rc < 0) {
 			snprintf(p->err, sizeof(p->err), "%s", c->err);
-		else
-			p->end = p->slot < nends ? ends[p->slot] : -1;
+		} else {
+			p->end = p->part < nends ? ends[p->part] : -1;
+			p->mend = e->mpart < nends ? ends[e->mpart] : -1;
+			if (p->mend < 0) {
+				p->status = -1;
+				snprintf(p->err, sizeof(p->err),
+					 "no end of partition %d", e->mpart);
+			}
+		}
 	}
 	xfree(ends);
 	xfree(fa.by_part);
+	xfree(fa.by_slot);
 	xfree(from);
 }
 
@@ -577,7 +608,7 @@ make_producer(struct eos *e)
 
 /* DB steps -------------------------------------------------------------- */
 
-enum slot_job_kind { SJ_READ, SJ_CLAIM, SJ_CLEAR, SJ_CKPT };
+enum slot_job_kind { SJ_READ, SJ_CLAIM, SJ_CLEAR, SJ_CKPT, SJ_SWITCH };
 
 struct slot_job {
 	struct db_job job;
@@ -587,8 +618,10 @@ struct slot_job {
 	unsigned gen, oseq;
 	int64_t epoch;
 	char txid[EOS_TXID_MAX]; /* claim, clear: ours; read: the slot's */
-	int64_t offset;		 /* ckpt: to write; read: the checkpoint */
-	int64_t db_epoch;	 /* read */
+	int64_t offset;	  /* ckpt, switch: to write; read: the checkpoint */
+	int part;	  /* ckpt, switch: ours; read: the checkpoint's */
+	int legacy;	  /* read: no partition recorded (the slot's own) */
+	int64_t db_epoch; /* read */
 	unsigned long long affected;
 };
 
@@ -611,6 +644,10 @@ read_run(struct db_conn *c, struct slot_job *j)
 	j->db_epoch = 0;
 	j->offset = -1;
 	j->txid[0] = '\0';
+	/* No partition recorded: the slot's own, where workers before
+	 * migration 11 wrote its markers. */
+	j->part = j->slot;
+	j->legacy = 1;
 	if (r.nrows == 1) {
 		j->db_epoch = db_rows_int(&r, 0, 0);
 		j->offset = db_rows_get(&r, 0, 1, NULL) != NULL
@@ -619,6 +656,10 @@ read_run(struct db_conn *c, struct slot_job *j)
 		tx = db_rows_get(&r, 0, 2, NULL);
 		if (tx != NULL)
 			snprintf(j->txid, sizeof(j->txid), "%s", tx);
+		if (db_rows_get(&r, 0, 3, NULL) != NULL) {
+			j->part = (int)db_rows_int(&r, 0, 3);
+			j->legacy = 0;
+		}
 	}
 	db_rows_free(&r);
 	return 0;
@@ -633,7 +674,7 @@ slot_job_run(struct db_conn *c, struct db_job *job)
 
 	if (j->kind == SJ_READ)
 		return read_run(c, j);
-	db_params_init(&p, 5);
+	db_params_init(&p, 6);
 	switch (j->kind) {
 	case SJ_CLAIM:
 		db_params_str(&p, j->txid);
@@ -649,11 +690,21 @@ slot_job_run(struct db_conn *c, struct db_job *job)
 		db_params_str(&p, j->txid);
 		rc = db_exec(c, SQL_EOS_CLEAR, &p, &j->affected);
 		break;
+	case SJ_SWITCH:
+		db_params_int(&p, j->part);
+		db_params_int(&p, j->offset);
+		db_params_int(&p, clock_now_ms());
+		db_params_int(&p, j->slot);
+		db_params_int(&p, j->epoch);
+		db_params_str(&p, j->txid);
+		rc = db_exec(c, SQL_EOS_SWITCH, &p, &j->affected);
+		break;
 	default:
 		db_params_int(&p, j->offset);
 		db_params_int(&p, clock_now_ms());
 		db_params_int(&p, j->slot);
 		db_params_int(&p, j->epoch);
+		db_params_int(&p, j->part);
 		db_params_int(&p, j->offset);
 		rc = db_exec(c, SQL_EOS_CKPT_SET, &p, &j->affected);
 		break;
@@ -677,7 +728,8 @@ submit_job(struct eos *e, struct eos_slot *s, enum slot_job_kind kind,
 	j->oseq = s->oseq;
 	j->epoch = e->w->slots[s->slot].epoch;
 	j->offset = offset;
-	if (kind == SJ_CLAIM || kind == SJ_CLEAR)
+	j->part = e->mpart;
+	if (kind == SJ_CLAIM || kind == SJ_CLEAR || kind == SJ_SWITCH)
 		snprintf(j->txid, sizeof(j->txid), "%s", e->txn_id);
 	j->job.run = slot_job_run;
 	j->job.done_cb = slot_job_done_cb;
@@ -722,9 +774,30 @@ ready(struct eos *e, struct eos_slot *s)
 	scanner_wake(e->w, s->slot);
 }
 
+/* Every marker the open read is recorded: the slot is ready, once its
+ * checkpoint is in our partition (step 5). */
+static void
+opened(struct eos *e, struct eos_slot *s)
+{
+	if (s->rours) {
+		ready(e, s);
+		return;
+	}
+	s->state = ES_SWITCH;
+	submit_job(e, s, SJ_SWITCH, s->switch_to);
+}
+
 static void
 read_done(struct eos *e, struct eos_slot *s, struct slot_job *j)
 {
+	if (j->part < 0 || j->part >= e->nparts) {
+		log_warn("exactly-once slot record names a partition the "
+			 "marker topic does not have, will retry",
+			 "slot=%d partition=%d partitions=%d", s->slot, j->part,
+			 e->nparts);
+		retry_later(s);
+		return;
+	}
 	if (j->db_epoch > j->epoch) {
 		/* A newer owner: the slot is lost soon (ZooKeeper says so). */
 		log_warn("exactly-once slot fenced in the database",
@@ -734,7 +807,9 @@ read_done(struct eos *e, struct eos_slot *s, struct slot_job *j)
 		return;
 	}
 	s->from = j->offset;
-	s->ckpt = j->offset;
+	s->rpart = j->part;
+	s->rours = j->part == e->mpart && !j->legacy;
+	s->ckpt = s->rours ? j->offset : -1;
 	if (j->txid[0] != '\0' && strcmp(j->txid, e->txn_id) != 0) {
 		snprintf(s->prev, sizeof(s->prev), "%s", j->txid);
 		s->state = ES_FENCE;
@@ -787,6 +862,33 @@ slot_job_done_cb(struct db_job *job, int status, const char *err)
 		}
 		read_done(e, s, j);
 		break;
+	case SJ_SWITCH:
+		if (!current)
+			break;
+		s->posted = 0;
+		if (status < 0) {
+			log_warn("exactly-once checkpoint not moved to our "
+				 "partition, will retry",
+				 "slot=%d error=\"%s\"", j->slot, err);
+			retry_later(s);
+		} else if (j->affected == 0) {
+			/* The DB fence moved on, or the record names another
+			 * producer: read again. */
+			start_open(e, s);
+		} else {
+			log_info("exactly-once checkpoint moved",
+				 "slot=%d from_partition=%d partition=%d "
+				 "offset=%lld",
+				 j->slot, s->rpart, j->part,
+				 (long long)j->offset);
+			s->rpart = j->part;
+			s->rours = 1;
+			s->ckpt = j->offset;
+			if (s->ckpt_want < j->offset)
+				s->ckpt_want = j->offset;
+			ready(e, s);
+		}
+		break;
 	case SJ_CLAIM:
 		if (status == 0 && j->affected > 0 && j->gen == s->gen)
 			s->claimed = 1;
@@ -830,7 +932,10 @@ apply_found(struct eos *e, struct eos_slot *s, struct eos_part *p,
 	size_t held = 0;
 
 	scanner_drop_slot(w, s->slot);
-	b = batch_add(s, p->end, 1);
+	/* The checkpoint moves past what was read only in our partition;
+	 * in another, it moves to ours once all is recorded (opened). */
+	s->switch_to = p->mend;
+	b = batch_add(s, s->rours ? p->end : -1, 1);
 	for (size_t i = 0; i < p->nfound; i++) {
 		const struct marker *m = &p->found[i];
 		struct wtask *t = hmap_get(w->tasks, m->id);
@@ -865,15 +970,15 @@ apply_found(struct eos *e, struct eos_slot *s, struct eos_part *p,
 	b->left--;
 	metric_add(w->m.eos_recorded, (double)s->applying);
 	log_info("exactly-once slot opened",
-		 "slot=%d epoch=%lld txn_id=%s fenced=%s from=%lld end=%lld "
-		 "markers=%zu recording=%zu held=%zu undecodable=%zu "
-		 "took_ms=%lld",
+		 "slot=%d epoch=%lld txn_id=%s fenced=%s partition=%d "
+		 "from=%lld end=%lld markers=%zu recording=%zu held=%zu "
+		 "undecodable=%zu took_ms=%lld",
 		 s->slot, (long long)ws->epoch, e->txn_id,
-		 s->fenced ? s->prev : "-", (long long)p->from,
+		 s->fenced ? s->prev : "-", p->part, (long long)p->from,
 		 (long long)p->end, p->nfound, s->applying, held, p->bad,
 		 (long long)took_ms);
 	if (s->applying == 0)
-		ready(e, s);
+		opened(e, s);
 	else
 		s->state = ES_APPLYING;
 }
@@ -985,6 +1090,8 @@ sent(struct eos *e, struct eos_cmd *c)
 					nb[r->slot]->end = r->moff + 1;
 				t->eb = nb[r->slot];
 			}
+			if (r->moff + 1 > e->committed_end)
+				e->committed_end = r->moff + 1;
 			firing_published(w, t);
 		}
 		xfree(nb);
@@ -1062,6 +1169,13 @@ advance(struct eos *e, struct eos_slot *s)
 			s->tail = NULL;
 		xfree(b);
 	}
+	/* Every marker of the slot up to our last commit is recorded, and
+	 * the slot's later ones come after it: the checkpoint follows our
+	 * partition's end even while the slot is idle (the partition holds
+	 * every slot's markers, which a next owner would read through). */
+	if (s->head == NULL && s->state == ES_READY && s->rours &&
+	    e->committed_end > s->ckpt_want)
+		s->ckpt_want = e->committed_end;
 	if (s->ckpt_want > s->ckpt && !s->ckpt_writing)
 		submit_job(e, s, SJ_CKPT, s->ckpt_want);
 }
@@ -1089,6 +1203,7 @@ post_parts(struct eos *e, enum eos_state state, enum cmd_kind kind)
 		p->gen = s->gen;
 		p->oseq = s->oseq;
 		snprintf(p->prev, sizeof(p->prev), "%s", s->prev);
+		p->part = s->rpart;
 		p->from = s->from;
 		s->posted = 1;
 	}
@@ -1133,6 +1248,8 @@ tick_cb(evutil_socket_t fd, short what, void *arg)
 			/* Our producer was made before this: a later making
 			 * opens the slot again. */
 			submit_job(e, s, SJ_CLAIM, 0);
+		else if (s->state == ES_SWITCH)
+			submit_job(e, s, SJ_SWITCH, s->switch_to);
 	}
 	post_parts(e, ES_FENCE, CMD_FENCE);
 	post_parts(e, ES_OPENING, CMD_READ);
@@ -1201,8 +1318,9 @@ eos_start(struct worker *w)
 			  "prefix=%s root=%s", w->topic_prefix, root);
 	e->interval_ms = (int)cfg_int(w->cfg, CFG_KAFKA_EOS_INTERVAL_MS);
 	e->max_records = (size_t)cfg_int(w->cfg, CFG_KAFKA_EOS_MAX_RECORDS);
-	/* Before anything is fired: a marker topic without a partition per
-	 * slot cannot hold the slots' markers apart. */
+	/* Before anything is fired: the marker topic has a partition per
+	 * slot (where workers before migration 11 wrote each slot's
+	 * markers, and a slot's record without a partition still points). */
 	for (int tries = 0;; tries++) {
 		e->nparts = kafka_topic_ensure_parts(w->kafka, w->cfg, e->topic,
 						     w->nslots, 10000, err,
@@ -1222,12 +1340,25 @@ eos_start(struct worker *w)
 			  "kafka.eos_topic)",
 			  "topic=%s partitions=%d slots=%d", e->topic,
 			  e->nparts, w->nslots);
+	/* Ours: configured, or by the worker id (the same after a restart;
+	 * workers of other ids mostly elsewhere). Sharing one is correct:
+	 * a read waits for what is open when it starts and skips the
+	 * markers of other slots. */
+	e->mpart = (int)cfg_int(w->cfg, CFG_KAFKA_EOS_PARTITION);
+	if (e->mpart < 0)
+		e->mpart = slot_of(w->id, strlen(w->id), e->nparts);
+	else if (e->mpart >= e->nparts)
+		log_fatal("exactly-once: kafka.eos_partition is not a "
+			  "partition of the marker topic",
+			  "topic=%s partitions=%d eos_partition=%d", e->topic,
+			  e->nparts, e->mpart);
 	e->mb = mailbox_create(w->base, result_cb, drop_cb, e);
 	e->n = w->nslots;
 	e->slots = xcalloc((size_t)e->n, sizeof(*e->slots));
 	for (int i = 0; i < e->n; i++) {
 		e->slots[i].slot = i;
 		e->slots[i].ckpt = -1;
+		e->slots[i].rpart = -1;
 	}
 	thread_start(e, &e->prod, run_prod, "producer");
 	thread_start(e, &e->aux, run_aux, "open");
@@ -1241,9 +1372,9 @@ eos_start(struct worker *w)
 	event_add(e->tick, &tv);
 	w->eos = e;
 	log_info("exactly-once publishing",
-		 "topic=%s partitions=%d txn_id=%s interval_ms=%d "
-		 "max_records=%zu",
-		 e->topic, e->nparts, e->txn_id, e->interval_ms,
+		 "topic=%s partitions=%d partition=%d txn_id=%s "
+		 "interval_ms=%d max_records=%zu",
+		 e->topic, e->nparts, e->mpart, e->txn_id, e->interval_ms,
 		 e->max_records);
 }
 
@@ -1434,6 +1565,6 @@ eos_task_recorded(struct worker *w, struct wtask *t)
 		t->eos_apply = 0;
 		if (s->applying > 0 && --s->applying == 0 &&
 		    s->state == ES_APPLYING)
-			ready(e, s);
+			opened(e, s);
 	}
 }

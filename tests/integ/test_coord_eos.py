@@ -44,6 +44,15 @@ def txn_id(worker):
     return m.group(1)
 
 
+def marker_part(worker):
+    """The marker partition of worker's producer (its log)."""
+    lines = worker.grep('msg="exactly-once publishing"')
+    h.check(lines, "%s: no 'exactly-once publishing' line" % worker.wid)
+    m = re.search(r" partition=(\d+)", lines[-1])
+    h.check(m, "no partition in %r" % lines[-1])
+    return int(m.group(1))
+
+
 def txn_state(tid):
     """(producer id, producer epoch, state) of a transactional id, as the
     transaction coordinator says."""
@@ -86,6 +95,12 @@ def test_zombie_fenced_by_kafka():
                        for s in vslots)
         h.wait_until(opened, 20, 0.1, "the new owners' slots ready")
         after = txn_state(vtid)
+        # each slot's checkpoint moved to its new owner's marker
+        # partition before the slot was ready
+        parts = {int(r[0]): int(r[1]) for r in tc.C.mysql(
+            "SELECT slot, eos_part FROM slot_state WHERE eos_part IS "
+            "NOT NULL")}
+        want_parts = {s: marker_part(owners[s]) for s in vslots}
         fenced = {s for s in vslots
                   if any("slot=%d txn_id=%s " % (s, vtid) in l for l in
                          owners[s].grep("the slot's last producer fenced"))}
@@ -100,9 +115,15 @@ def test_zombie_fenced_by_kafka():
             % (vtid, pid0, ep0, pid1, ep1))
     p.check(fenced == set(vslots), "slots whose new owner fenced %s: %s, "
             "want all of %s" % (vtid, sorted(fenced), sorted(vslots)))
+    p.check(all(parts.get(s) == want_parts[s] for s in vslots),
+            "slot_state.eos_part of the moved slots %s, want their new "
+            "owners' marker partitions %s"
+            % ({s: parts.get(s) for s in vslots}, want_parts))
     print("# zombie: txn_id=%s producer_epoch %d -> %d (producer id %d -> %d)"
-          " state=%s slots=%s" % (vtid, ep0, ep1, pid0, pid1, state,
-                                  sorted(vslots)), flush=True)
+          " state=%s slots=%s marker_partition %d -> %s"
+          % (vtid, ep0, ep1, pid0, pid1, state, sorted(vslots),
+             marker_part(victim), sorted(set(want_parts.values()))),
+          flush=True)
     tc.wait_settled(tc.C, all4, timeout=30, what="after SIGCONT")
     time.sleep(1.0)
     stream.stop()

@@ -16,7 +16,9 @@ local HTTP receiver), read with read_committed (kcat):
      the same on the retry.
   2. What the workers did, from their metrics: transactions committed,
      tasks in them, records per transaction; a checkpoint saved in the DB
-     for every slot (slot_state.eos_offset).
+     for every slot (slot_state.eos_offset), in the one marker partition
+     both workers share here (kafka.eos_partition: a takeover reads
+     through the other live worker's markers and transactions).
   3. A marker topic without a partition per slot: the worker refuses to
      start, naming the topic and the counts.
   4. A transaction committed whose outcome the worker does not learn (a
@@ -40,6 +42,7 @@ TOPIC = "eos"
 RETRY_TOPIC = "prophet.callback-retry"
 DEAD_TOPIC = "prophet.callback-dead"
 READ_COMMITTED = ["-X", "isolation.level=read_committed"]
+SHARED_PART = 5  # both workers' markers in one partition
 
 C = None
 EP = None
@@ -53,6 +56,7 @@ def setup():
     port = h.free_port()
     C = h.Cluster(workers=2, name="eos", conf={
         "kafka.exactly_once": "true",
+        "kafka.eos_partition": SHARED_PART,
         "worker.lease_ms": 2000,
         "notifier.topics": TOPIC,
         "notifier.http_listen": "127.0.0.1:%d" % port,
@@ -183,11 +187,11 @@ def test_metrics_and_checkpoints():
             % (txns, recs))
     # Checkpoints move within a second of the last records.
     def saved():
-        rows = C.mysql("SELECT slot, eos_offset FROM slot_state "
+        rows = C.mysql("SELECT slot, eos_offset, eos_part FROM slot_state "
                        "ORDER BY slot")
         return rows if len(rows) == C.slots and all(
-            r[1] is not None and r[1] != "NULL" and int(r[1]) > 0
-            for r in rows) else None
+            r[1] is not None and r[1] != "NULL" and int(r[1]) > 0 and
+            r[2] == str(SHARED_PART) for r in rows) else None
     rows = h.wait_until(saved, 15, 0.5, "a checkpoint for every slot")
     print("# eos-metrics: transactions=%d tasks=%d tasks_per_transaction="
           "%.1f failed_transactions=%d checkpoints=%s"

@@ -76,10 +76,18 @@
  *   3. claim (SJ_CLAIM): sTx = ours, only if the DB fence is still our
  *      epoch and our producer is made (a later making, after a fatal
  *      error, opens the slot again: producer_lost);
- *   4. read the marker partition from the checkpoint: a committed marker
- *      not yet behind the checkpoint is recorded delivered (apply_found ->
- *      the mark path and forget) before the slot is ready (eos_slot_ready
- *      gates the claims).
+ *   4. read the record's marker partition from the checkpoint: a
+ *      committed marker not yet behind the checkpoint is recorded
+ *      delivered (apply_found -> the mark path and forget);
+ *   5. if that partition is not ours, move the checkpoint to ours, at
+ *      its end as step 4 saw it (SJ_SWITCH, for our epoch and producer),
+ *      before the slot is ready (eos_slot_ready gates the claims).
+ * A producer writes its markers to its own partition (PART: one per
+ * worker, the same for its incarnations; -DSHARED: both workers share
+ * one, as two worker ids hashing alike do), the slot's record names the
+ * partition its checkpoint is in (sPart, 0: the slot's own, nothing in
+ * it). While ready with nothing unrecorded, a worker moves the
+ * checkpoint to past its own last commit (advance: committed_end).
  * The open on a gain waits until the worker holds nothing of the slot
  * (tasks of an earlier ownership of its own finish first); a task claimed
  * under an older ownership is never published (eos_publish). A handover
@@ -100,6 +108,8 @@
  * -DEOS -DBROKEN_EOS: the open does not read the markers; spin must find
  * a violation of S3. -DEOS -DBROKEN_FENCE: the open does not fence the
  * slot's last producer; spin must find a violation of S3 too.
+ * -DEOS -DBROKEN_SWITCH: step 5 moves the checkpoint before step 4's
+ * markers are recorded; spin must find a violation of S3.
  */
 
 #ifndef MAXX
@@ -162,7 +172,15 @@ byte held[3], hE[3];
 #define TX(w) (2 * (w) + inc[w])
 bool kOpen[NTX];    /* per id: a transaction holding T is open */
 bool kMarker;	    /* T's marker committed */
-bool ckptPast;	    /* the checkpoint is past T's marker */
+byte kMPart;	    /* the partition it is in */
+byte kMTx;	    /* the producer that committed it */
+byte sPart;	    /* DB: the partition of the slot's checkpoint (0: the
+		     * slot's own, which no producer writes any more) */
+bool ckptPast;	    /* the checkpoint is past T's marker (in sPart) */
+byte rdPart[3];	    /* step 1's sPart */
+bool rdPast[3];	    /* step 1's checkpoint was past T's marker */
+bool xPast[3];	    /* step 4: T's marker was in our partition, before the
+		     * end step 4 saw (the checkpoint step 5 writes) */
 byte kCommits;	    /* ghost: committed records of T */
 byte sTx;	    /* DB: the slot's last producer (0: none) */
 byte inc[3];	    /* each worker's incarnation */
@@ -180,6 +198,14 @@ byte nFatal, nAbort;
 #define O_READ 1
 #define O_FENCED 2
 #define O_CLAIMED 3
+#define O_SWITCH 4
+#ifdef SHARED
+#define PART(w) 1
+#else
+#define PART(w) (w)
+#endif
+/* the checkpoint is past T's marker: only where the marker is */
+#define PAST (kMarker && kMPart == sPart && ckptPast)
 #define READY(w) ready[w]
 #define UNREADY(w) ready[w] = false; op[w] = O_IDLE
 #define CLEARED(w) clrd[w]
@@ -413,7 +439,8 @@ end:	do
 		fi;
 		if
 		:: dbFence > myE[me] -> skip /* a newer owner's: retried */
-		:: else -> rdTx[me] = sTx; op[me] = O_READ
+		:: else -> rdTx[me] = sTx; rdPart[me] = sPart; rdPast[me] = PAST;
+			op[me] = O_READ
 		fi }
 	/* open 2 (run_fence): init_transactions with the slot's last
 	 * producer's id, unless it is ours */
@@ -439,11 +466,13 @@ end:	do
 		:: else -> op[me] = O_IDLE /* read again */
 		fi }
 	/* open 4 (run_read -> apply_found): read the markers from the
-	 * checkpoint, record what they show, then ready */
+	 * checkpoint (step 1's), record what they show; ready if the
+	 * checkpoint is in our partition, else step 5 */
 	:: atomic { owned[me] && op[me] == O_CLAIMED ->
+		xPast[me] = kMarker && kMPart == PART(me);
 #ifndef BROKEN_EOS
 		if
-		:: kMarker && !ckptPast ->
+		:: kMarker && kMPart == rdPart[me] && !rdPast[me] ->
 			/* the delivered update (fenced) and forget */
 			if
 			:: dbFence <= myE[me] && dbSt == DB_SCHED ->
@@ -451,15 +480,45 @@ end:	do
 			:: else -> skip
 			fi;
 			rT = R_GONE;
+			/* the read's batch: the checkpoint passes it only in
+			 * our partition (SQL_EOS_CKPT_SET ... eos_part) */
 			if
-			:: dbFence <= myE[me] && dbSt == DB_DELIV ->
+			:: dbFence <= myE[me] && dbSt == DB_DELIV &&
+			   sPart == PART(me) && kMPart == sPart ->
 				ckptPast = true
 			:: else -> skip
 			fi
 		:: else -> skip
 		fi;
 #endif
+		if
+		:: rdPart[me] == PART(me) ->
+			op[me] = O_IDLE; ready[me] = true; beenReady[me] = true
+		:: else -> op[me] = O_SWITCH
+		fi }
+	/* open 5 (SJ_SWITCH): the checkpoint to our partition, at its end as
+	 * step 4 saw it, for our epoch and producer; else read again */
+	:: atomic { owned[me] && op[me] == O_SWITCH ->
+		if
+		:: dbFence == myE[me] && sTx == TX(me) ->
+			sPart = PART(me); ckptPast = xPast[me];
+			op[me] = O_IDLE; ready[me] = true; beenReady[me] = true
+		:: else -> op[me] = O_IDLE
+		fi }
+#ifdef BROKEN_SWITCH
+	/* step 5 taken before step 4 recorded anything */
+	:: atomic { owned[me] && op[me] == O_CLAIMED &&
+		rdPart[me] != PART(me) && dbFence == myE[me] && sTx == TX(me) ->
+		sPart = PART(me); ckptPast = kMarker && kMPart == PART(me);
 		op[me] = O_IDLE; ready[me] = true; beenReady[me] = true }
+#endif
+	/* advance with nothing of the slot unrecorded: the checkpoint to
+	 * past our last commit (committed_end), for our epoch, in our
+	 * partition */
+	:: atomic { ready[me] && held[me] == H_NONE && sPart == PART(me) &&
+		kMarker && kMTx == TX(me) && kMPart == PART(me) &&
+		dbFence == myE[me] && !ckptPast ->
+		ckptPast = true }
 	/* eos_publish -> run_send: the record and its marker in a
 	 * transaction begun with this worker's producer epoch; a task
 	 * claimed under an older ownership (an older epoch, or the same one
@@ -482,6 +541,7 @@ end:	do
 		if
 		:: kOpen[TX(me)] && pValid[me] ->
 			kOpen[TX(me)] = false; kMarker = true; kCommits++;
+			kMPart = PART(me); kMTx = TX(me);
 			assert(kCommits <= 1);	/* S3 */
 			assert(pubBy[hE[me]] == NONE || pubBy[hE[me]] == me); /* S1 */
 			pubBy[hE[me]] = me; published = true;
@@ -510,9 +570,10 @@ end:	do
 		rT = R_GONE;
 #ifdef EOS
 		/* advance: the checkpoint passes the marker, for an epoch the
-		 * DB still allows */
+		 * DB still allows, in our partition */
 		if
-		:: dbSt == DB_DELIV && dbFence <= hE[me] -> ckptPast = true
+		:: dbSt == DB_DELIV && dbFence <= hE[me] && sPart == PART(me) &&
+		   kMPart == sPart -> ckptPast = true
 		:: else -> skip
 		fi;
 #endif

@@ -4,8 +4,10 @@
 # live, weak fairness) must hold, and the -DBROKEN variant (no claim fence)
 # must be rejected with an S2 assertion violation; the same with -DEOS
 # (exactly-once: S3 too), whose -DBROKEN_EOS (markers not read) and
-# -DBROKEN_FENCE (the slot's last producer not fenced) variants must be
-# rejected with an S3 violation.
+# -DBROKEN_FENCE (the slot's last producer not fenced) and -DBROKEN_SWITCH
+# (the checkpoint moved to the new owner's partition before the markers
+# read are recorded) variants must be rejected with an S3 violation;
+# -DSHARED (both workers' markers in one partition) must hold too.
 #   tests/model/run.sh          small fault bounds (make check, ~1 min)
 # First it checks the model's slot phase moves against the C table.
 #   tests/model/run.sh --full   the model's default bounds (make model-check)
@@ -20,12 +22,12 @@ model="$here/handover.pml"
 if [ "${1:-}" = "--full" ]; then
 	safety_bounds="-DMAXX=2 -DMAXC=1 -DMAXH=2" # the model's defaults
 	live_bounds="-DMAXX=1"
-	eos_bounds_list="-DMAXX=1_-DMAXH=1_-DMAXC=1_-DMAXF=1"
+	eos_bounds_list="-DMAXX=1_-DMAXH=1_-DMAXC=1_-DMAXF=1 -DSHARED_-DMAXX=1_-DMAXH=1_-DMAXC=1_-DMAXF=1"
 	eos_live_bounds="-DMAXX=1 -DMAXH=1 -DMAXC=0"
 else
 	safety_bounds="-DMAXX=1"
 	live_bounds="-DMAXX=1 -DMAXH=1"
-	eos_bounds_list="-DMAXX=1_-DMAXH=1_-DMAXC=0 -DMAXX=0_-DMAXH=1_-DMAXC=1"
+	eos_bounds_list="-DMAXX=1_-DMAXH=1_-DMAXC=0 -DMAXX=0_-DMAXH=1_-DMAXC=1 -DSHARED_-DMAXX=0_-DMAXH=1_-DMAXC=1"
 	eos_live_bounds="-DMAXX=1 -DMAXH=1 -DMAXC=0"
 fi
 CC=${CC:-cc}
@@ -152,9 +154,11 @@ search live live "liveness (ltl live) $live_bounds" "$live_bounds"
 rejected broken "-DBROKEN (no claim fence) is rejected" \
 	"-DBROKEN -DMAXX=1 -DMAXH=1" "pend[w]>=started"
 
-# 4.-8. exactly-once (-DEOS): S1, S2, S3 and liveness; the variants whose
-# open does not read the markers, or does not fence the slot's last
-# producer, must violate S3.
+# 4.-10. exactly-once (-DEOS): S1, S2, S3 (also with both workers' markers
+# in one partition) and liveness; the variants whose open does not read
+# the markers, does not fence the slot's last producer, or moves the
+# checkpoint to its partition before recording what it read, must
+# violate S3.
 for b in $eos_bounds_list; do
 	eos_bounds=$(echo "$b" | tr _ ' ')
 	search safety eos "exactly-once safety (S1, S2, S3) $eos_bounds" \
@@ -167,6 +171,9 @@ rejected eos-broken "-DEOS -DBROKEN_EOS (markers not read) is rejected" \
 rejected eos-nofence \
 	"-DEOS -DBROKEN_FENCE (last producer not fenced) is rejected" \
 	"-DEOS -DBROKEN_FENCE -DMAXX=1 -DMAXH=1" "kCommits<=1"
+rejected eos-early-switch \
+	"-DEOS -DBROKEN_SWITCH (checkpoint moved before recording) is rejected" \
+	"-DEOS -DBROKEN_SWITCH -DMAXX=1 -DMAXH=1" "kCommits<=1"
 
 echo "# $(basename "$0"): $pass passed, $fail failed"
 echo "$pass passed, $fail failed"

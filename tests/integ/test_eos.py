@@ -25,11 +25,18 @@ local HTTP receiver), read with read_committed (kcat):
      fault point of the crash-point build): the producer is made again,
      every slot opened again, the committed tasks found by their markers
      and recorded: every task once.
+  5. The upgrade from markers in the slot's own partition (before
+     migration 11): a slot record without a partition and a marker in
+     partition N of a task published but not recorded, as a worker of the
+     version before leaves them when it dies: the task is recorded, never
+     fired again, and the slot's checkpoint moves to the worker's
+     partition.
 """
 
 import os
 import re
 import signal
+import subprocess
 import sys
 import time
 
@@ -289,6 +296,68 @@ def test_commit_outcome_unknown():
           % (n, n - len(missing) - len(dups), sum(dups.values()) - len(dups),
              len(opened), rec), flush=True)
     p.raise_if_any("commit outcome unknown")
+
+
+def test_upgrade_from_slot_partitions():
+    w0, w1 = C.workers[0], C.workers[1]
+    line = w0.grep('msg="exactly-once publishing"')
+    h.check(line, "no 'exactly-once publishing' line")
+    topic = re.search(r"topic=(\S+)", line[-1]).group(1)
+    w0.stop()
+    w1.stop()
+    # a task due soon in a slot whose own partition is not the shared one
+    for i in range(64):
+        r = submit({"id": "legacy-%02d" % i, "topic": TOPIC, "body": "l",
+                    "due_at": h.now_ms() + 8000})
+        if r["slot"] != SHARED_PART:
+            break
+    tid, slot, due = r["id"], r["slot"], r["due_at"]
+    # what a worker of the version before leaves when it dies after the
+    # commit, before the delivered record: its marker in partition <slot>,
+    # and a record without a partition (checkpoint: none yet)
+    C.mysql("UPDATE slot_state SET eos_part = NULL, eos_offset = NULL, "
+            "eos_txid = NULL WHERE slot = %d" % slot)
+    k = subprocess.run(["kcat", "-P", "-b", C.brokers, "-t", topic, "-p",
+                        str(slot), "-K", "\t"],
+                       input=("%s\t1 %d %d 1 1 0\n" % (tid, due, due))
+                       .encode(), capture_output=True, timeout=60)
+    h.check_eq(k.returncode, 0, "kcat produce: %s" % k.stderr)
+    moved0 = len(w0.grep('msg="exactly-once checkpoint moved"'))
+    C.start_worker(w0)
+
+    def moved():
+        return [l for l in w0.grep('msg="exactly-once checkpoint moved"')
+                [moved0:] if " slot=%d " % slot in l + " "]
+    lines = h.wait_until(moved, 30, 0.2, "slot %d's checkpoint moved"
+                         % slot)
+    missing = READER.wait_for([tid], (due - h.now_ms()) / 1000.0 + 5,
+                              settle=0)
+    p = h.Problems()
+    p.check(missing == [tid], "%s (its marker found in partition %d) was "
+            "published again: %d cop(ies) read" % (
+                tid, slot, len(READER.by_id.get(tid, []))))
+    p.check("from_partition=%d partition=%d " % (slot, SHARED_PART) in
+            lines[-1] + " ", "checkpoint moved from partition %d to %d: %s"
+            % (slot, SHARED_PART, lines[-1][:300]))
+    row = C.mysql("SELECT eos_part FROM slot_state WHERE slot = %d" % slot)
+    p.check(row and row[0][0] == str(SHARED_PART), "slot_state.eos_part of "
+            "slot %d: %s, want %d" % (slot, row, SHARED_PART))
+    api = C.api()
+    try:
+        g = api.get("/v1/tasks/%s" % tid)
+    finally:
+        api.close()
+    p.check(g.status == 200 and g.json.get("status") == "delivered",
+            "%s in the DB: %s %s" % (tid, g.status, g.text[:200]))
+    opened = [l for l in w0.grep('msg="exactly-once slot opened"')
+              if " slot=%d " % slot in l]
+    print("# eos-upgrade: task=%s slot=%d published=%d status=%s %s"
+          % (tid, slot, len(READER.by_id.get(tid, [])),
+             g.json.get("status") if g.json else g.status,
+             re.sub(r".*(partition=\d+ from=\S+ end=\S+ markers=\d+ "
+                    r"recording=\d+).*", r"\1", opened[-1]) if opened
+             else "no open line"), flush=True)
+    p.raise_if_any("upgrade from slot partitions")
 
 
 def cleanup(failed):

@@ -1496,6 +1496,29 @@ http_reply_json(struct evhttp_request *req, int code, json_t *body)
 }
 
 void
+http_reply_json_buffer(struct evhttp_request *req, int code,
+		       struct evbuffer *json)
+{
+	struct http_conn *c = conn_of_req(req);
+
+	if (c != NULL && c->shape == HTTP_SHAPE_MYKIT) {
+		size_t len = evbuffer_get_length(json);
+		json_t *body = json_loadb(
+			(const char *)evbuffer_pullup(json, (ev_ssize_t)len),
+			len, JSON_DECODE_ANY, NULL);
+
+		evbuffer_free(json);
+		http_reply_json(req, code, body);
+		return;
+	}
+	evbuffer_add(json, "\n", 1);
+	evhttp_add_header(evhttp_request_get_output_headers(req),
+			  "Content-Type", "application/json");
+	http_send(req, code, json);
+	evbuffer_free(json);
+}
+
+void
 http_reply_error(struct evhttp_request *req, int code, const char *ecode,
 		 const char *field, const char *fmt, ...)
 {

@@ -91,6 +91,11 @@ const struct http_route *http_route_find(const struct http_route *routes,
 void http_send(struct evhttp_request *req, int code, struct evbuffer *body);
 /* Takes over body; a NULL body answers a 500 error, never crashes. */
 void http_reply_json(struct evhttp_request *req, int code, json_t *body);
+/* The same answer from JSON text already rendered (compact, one value),
+ * taken over; a connection of the mykit shape gets it parsed and rendered
+ * as http_reply_json would. */
+void http_reply_json_buffer(struct evhttp_request *req, int code,
+			    struct evbuffer *json);
 void http_reply_error(struct evhttp_request *req, int code, const char *ecode,
 		      const char *field, const char *fmt, ...)
 	__attribute__((format(printf, 5, 6)));

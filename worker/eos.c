@@ -9,10 +9,13 @@
  * The worker publishes through one transactional producer of its own,
  * transactional.id "<root>.worker.<id>.<start>", unique to this process.
  * Each transaction carries fired tasks' records of any owned slots and,
- * for each, a marker record (proto/marker.h) to partition N (the task's
- * slot) of the marker topic. The slot's record in the DB (slot_state)
- * names the producer that last published for it (eos_txid). Opening a
- * slot (on gain, and again whenever this producer is made again):
+ * for each, a marker record (proto/marker.h) to this worker's partition
+ * of the marker topic (kafka.eos_partition, or by the worker id: one for
+ * all its slots). The slot's record in the DB (slot_state) names the
+ * producer that last published for it (eos_txid) and its checkpoint: a
+ * partition (eos_part; NULL: partition N, the slot's own, as workers
+ * before migration 11 wrote) and an offset in it. Opening a slot (on
+ * gain, and again whenever this producer is made again):
  *
  *   1. read: raise the slot's DB fence to our epoch, read its checkpoint
  *      and its last producer (refused if a higher epoch owns it);
@@ -22,17 +25,23 @@
  *   3. claim: record our producer as the slot's (UPDATE ... WHERE
  *      epoch = ours), only while our producer is ready: any later making
  *      of it opens every slot again;
- *   4. read the slot's markers (read_committed) from the checkpoint to
- *      the partition's end: every marker found is a task published and
- *      committed whose delivery the DB may not show yet, and it is
- *      recorded delivered (the usual, fenced and idempotent, DB update
- *      and Redis cleanup) instead of being fired again.
+ *   4. read the slot's markers (read_committed) in the checkpoint's
+ *      partition from its offset to the partition's end when the read
+ *      began (waiting for a transaction open then), skipping other
+ *      slots': every marker found is a task published and committed
+ *      whose delivery the DB may not show yet, and it is recorded
+ *      delivered (the usual, fenced and idempotent, DB update and Redis
+ *      cleanup) instead of being fired again;
+ *   5. switch: once they are recorded, move the checkpoint to our
+ *      partition, at its end as step 4 saw it (UPDATE ... WHERE epoch =
+ *      ours AND eos_txid = ours), unless it is there already.
  *
  * A slot handed over after a full drain clears its producer from the
  * record first (eos_release), so the next owner fences nobody; a dead or
- * stopped owner's producer is fenced. The checkpoint (slot_state.
- * eos_offset) moves past a transaction's markers once every task of the
- * slot in it, and in every earlier one, is recorded in the DB.
+ * stopped owner's producer is fenced. The checkpoint moves past a
+ * transaction's markers once every task of the slot in it, and in every
+ * earlier one, is recorded in the DB, and with nothing of the slot
+ * unrecorded, to the end of our last commit.
  *
  * Threads: librdkafka's transactional calls block. The producer's thread
  * runs the producer (make it, one transaction at a time); a second thread

@@ -9,8 +9,9 @@
 /*
  * Exactly-once publishing (kafka.exactly_once): the marker record a
  * worker writes for every task it publishes, in the same Kafka
- * transaction as the task's record, to partition <slot> of the marker
- * topic. The key is the task id; the value is
+ * transaction as the task's record, to the worker's partition of the
+ * marker topic (partition <slot> before migration 11). The key is the
+ * task id (whose hash gives the slot); the value is
  *
  *   "1 <due_at> <fired_at> <attempt> <epoch> <flags>"
  *

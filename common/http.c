@@ -1466,6 +1466,16 @@ http_send(struct evhttp_request *req, int code, struct evbuffer *body)
 	"{\"error\":{\"code\":\"internal\",\"message\":\"the answer could " \
 	"not be built\"}}\n"
 
+/* Sends b (a JSON answer and its newline) and frees it. */
+static void
+send_json(struct evhttp_request *req, int code, struct evbuffer *b)
+{
+	evhttp_add_header(evhttp_request_get_output_headers(req),
+			  "Content-Type", "application/json");
+	http_send(req, code, b);
+	evbuffer_free(b);
+}
+
 void
 http_reply_json(struct evhttp_request *req, int code, json_t *body)
 {
@@ -1489,10 +1499,7 @@ http_reply_json(struct evhttp_request *req, int code, json_t *body)
 		evbuffer_add(b, HTTP_INTERNAL_ERROR,
 			     strlen(HTTP_INTERNAL_ERROR));
 	}
-	evhttp_add_header(evhttp_request_get_output_headers(req),
-			  "Content-Type", "application/json");
-	http_send(req, code, b);
-	evbuffer_free(b);
+	send_json(req, code, b);
 }
 
 void
@@ -1512,10 +1519,7 @@ http_reply_json_buffer(struct evhttp_request *req, int code,
 		return;
 	}
 	evbuffer_add(json, "\n", 1);
-	evhttp_add_header(evhttp_request_get_output_headers(req),
-			  "Content-Type", "application/json");
-	http_send(req, code, json);
-	evbuffer_free(json);
+	send_json(req, code, json);
 }
 
 void

@@ -259,7 +259,6 @@ struct batch_ctx {
 struct batch_item {
 	struct ingest_req req;
 	struct batch_ctx *b;
-	size_t index;
 	int valid; /* passed every check: to be submitted */
 	/* its result, as JSON text: in ok (accepted, replayed) or err
 	 * (json_dumps'), anslen bytes; none yet: anslen 0 */
@@ -397,7 +396,6 @@ post_batch(struct manager *mg, struct evhttp_request *req)
 
 		request_trace(req, t);
 		it->b = b;
-		it->index = i;
 		if (task_from_json(t, &mg->limits, now, &it->req.task, &terr) <
 		    0) {
 			metric_inc(mg->m.rejected);

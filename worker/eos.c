@@ -328,7 +328,6 @@ run_fence(struct eos *e, struct eos_cmd *c)
 }
 
 struct found_acc {
-	struct eos_cmd *cmd;
 	struct eos_part **by_slot; /* [slot]: the part reading its markers */
 	struct eos_part **by_part; /* [partition]: a part reading it */
 	int nslots, nparts;
@@ -367,7 +366,7 @@ found_cb(const rd_kafka_message_t *m, void *arg)
 static void
 run_read(struct eos *e, struct eos_cmd *c)
 {
-	struct found_acc fa = {c, NULL, NULL, e->n, e->nparts};
+	struct found_acc fa = {NULL, NULL, e->n, e->nparts};
 	int64_t *from, *ends = NULL;
 	int nends = 0, rc;
 

@@ -115,6 +115,86 @@ def summary(vals):
             "p99_ms": h.percentile(vals, 99), "max_ms": max(vals)}
 
 
+def windows(lat, lo, hi, width_ms=10000):
+    """p99 of each whole width_ms window of due times in [lo, hi): the
+    spread of the baseline's windows is the noise the job's are judged
+    against."""
+    out = []
+    t = lo
+    while t + width_ms <= hi:
+        v = [x for d, x in lat if t <= d < t + width_ms]
+        if v:
+            out.append(h.percentile(v, 99))
+        t += width_ms
+    return out
+
+
+class Sched(threading.Thread):
+    """Once a second: run-queue wait (all threads, from schedstat) and CPU
+    of the workers, and MariaDB's CPU: what the job takes from the firing
+    on shared cores."""
+
+    def __init__(self, worker_pids, db_pid):
+        super().__init__(daemon=True)
+        self.wpids, self.db = worker_pids, db_pid
+        self.samples = []  # (ms, worker wait ns, worker cpu ns, db ticks)
+        self.done = False
+
+    @staticmethod
+    def wait_cpu(pid):
+        wait = cpu = 0
+        try:
+            for t in os.listdir("/proc/%d/task" % pid):
+                with open("/proc/%d/task/%s/schedstat" % (pid, t)) as f:
+                    v = f.read().split()
+                cpu += int(v[0])
+                wait += int(v[1])
+        except OSError:
+            pass
+        return wait, cpu
+
+    @staticmethod
+    def ticks(pid):
+        try:
+            with open("/proc/%d/stat" % pid) as f:
+                v = f.read().rsplit(")", 1)[1].split()
+            return int(v[11]) + int(v[12])
+        except (OSError, ValueError, IndexError):
+            return 0
+
+    def run(self):
+        while not self.done:
+            w = c = 0
+            for p in self.wpids:
+                a, b = self.wait_cpu(p)
+                w += a
+                c += b
+            self.samples.append((h.now_ms(), w, c, self.ticks(self.db)))
+            time.sleep(1)
+
+    def rates(self, lo, hi):
+        """Per second over [lo, hi]: worker run-queue wait ms, worker CPU
+        ms, MariaDB CPU ms."""
+        s = [x for x in self.samples if lo <= x[0] <= hi]
+        if len(s) < 2:
+            return None
+        dt = (s[-1][0] - s[0][0]) / 1000.0
+        hz = os.sysconf("SC_CLK_TCK")
+        return {"worker_wait_ms_s": round((s[-1][1] - s[0][1]) / 1e6 / dt, 1),
+                "worker_cpu_ms_s": round((s[-1][2] - s[0][2]) / 1e6 / dt, 1),
+                "db_cpu_ms_s": round((s[-1][3] - s[0][3]) * 1000.0 / hz / dt,
+                                     1)}
+
+
+def db_pid():
+    try:
+        with open(os.path.join(os.environ.get("PROPHET_RUN_DIR", ""),
+                               "mariadb", "mariadbd.pid")) as f:
+            return int(f.read().strip())
+    except (OSError, ValueError):
+        return 0
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--count", type=int, default=100000)
@@ -123,7 +203,7 @@ def main():
     ap.add_argument("--workers", type=int, default=1)
     ap.add_argument("--chunk", type=int, default=2000)
     ap.add_argument("--pause-ms", type=int, default=0)
-    ap.add_argument("--baseline-s", type=float, default=20)
+    ap.add_argument("--baseline-s", type=float, default=40)
     ap.add_argument("--out", default=None)
     a = ap.parse_args()
     res = {"count": a.count, "action": a.action, "rate": a.rate,
@@ -140,6 +220,8 @@ def main():
                                                      res["submit_far_s"]))
         st = Steady(c.manager_addr, a.rate)
         st.start()
+        sch = Sched([wk.popen.pid for wk in c.workers], db_pid())
+        sch.start()
         time.sleep(a.baseline_s)
         api = h.Api(c.manager_addr, timeout=60)
         body = {"filter": {"topic": "far"}, "action": a.action}
@@ -181,6 +263,12 @@ def main():
         res["before"] = summary([x for d, x in lat if d < t_start])
         res["during"] = summary([x for d, x in lat if t_start <= d <= t_end])
         res["after"] = summary([x for d, x in lat if d > t_end])
+        first = min((d for d, _ in lat), default=t_start)
+        res["p99_10s_before"] = windows(lat, first, t_start)
+        res["p99_10s_during"] = windows(lat, t_start, t_end)
+        sch.done = True
+        res["sched_before"] = sch.rates(t_start - 30000, t_start)
+        res["sched_during"] = sch.rates(t_start, t_end)
         left = c.mysql("SELECT COUNT(*) FROM tasks WHERE topic = 'far' AND "
                        "status = 'scheduled'" if a.action == "cancel" else
                        "SELECT COUNT(*) FROM tasks WHERE topic = 'far' AND "

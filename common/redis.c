@@ -709,6 +709,148 @@ sentinel_sub_connect(struct redis *r)
 	redisAsyncSetDisconnectCallback(ac, sentinel_disconnect_cb);
 }
 
+/*
+ * Reply objects in one allocation each: a string's bytes and an array's
+ * element vector follow the redisReply they belong to, where hiredis'
+ * own functions make two (a fired task's claim, scan and cleanup replies
+ * are a dozen objects). Installed on the main connection's reader only;
+ * hiredis frees what its reader made through the same table, and no
+ * reply of that connection is kept past its callback or given to
+ * freeReplyObject(). The RESP3 types (hiredis 1.x) are never asked for
+ * (no HELLO 3) but are made correctly all the same.
+ */
+static void *
+reply_attach(const redisReadTask *task, redisReply *r)
+{
+	if (task->parent != NULL) {
+		redisReply *parent = task->parent->obj;
+
+		parent->element[task->idx] = r;
+	}
+	return r;
+}
+
+static void *
+reply_string(const redisReadTask *task, char *str, size_t len)
+{
+	redisReply *r = malloc(sizeof(*r) + len + 1);
+
+	if (r == NULL)
+		return NULL;
+	memset(r, 0, sizeof(*r));
+	r->type = task->type;
+	r->str = (char *)(r + 1);
+#if HIREDIS_MAJOR >= 1
+	if (task->type == REDIS_REPLY_VERB && len >= 4) {
+		memcpy(r->vtype, str, 3);
+		r->vtype[3] = '\0';
+		str += 4;
+		len -= 4;
+	}
+#endif
+	memcpy(r->str, str, len);
+	r->str[len] = '\0';
+	r->len = len;
+	return reply_attach(task, r);
+}
+
+#if HIREDIS_MAJOR >= 1
+static void *
+reply_array(const redisReadTask *task, size_t n)
+#else
+static void *
+reply_array(const redisReadTask *task, int n)
+#endif
+{
+	size_t count = n > 0 ? (size_t)n : 0;
+	redisReply *r = calloc(1, sizeof(*r) + count * sizeof(redisReply *));
+
+	if (r == NULL)
+		return NULL;
+	r->type = task->type;
+	r->elements = count;
+	r->element = count > 0 ? (redisReply **)(r + 1) : NULL;
+	return reply_attach(task, r);
+}
+
+static void *
+reply_integer(const redisReadTask *task, long long v)
+{
+	redisReply *r = calloc(1, sizeof(*r));
+
+	if (r == NULL)
+		return NULL;
+	r->type = REDIS_REPLY_INTEGER;
+	r->integer = v;
+	return reply_attach(task, r);
+}
+
+static void *
+reply_nil(const redisReadTask *task)
+{
+	redisReply *r = calloc(1, sizeof(*r));
+
+	if (r == NULL)
+		return NULL;
+	r->type = REDIS_REPLY_NIL;
+	return reply_attach(task, r);
+}
+
+#if HIREDIS_MAJOR >= 1
+static void *
+reply_double(const redisReadTask *task, double v, char *str, size_t len)
+{
+	redisReply *r = reply_string(task, str, len);
+
+	if (r != NULL) {
+		r->type = REDIS_REPLY_DOUBLE;
+		r->dval = v;
+	}
+	return r;
+}
+
+static void *
+reply_bool(const redisReadTask *task, int v)
+{
+	redisReply *r = reply_integer(task, v != 0);
+
+	if (r != NULL)
+		r->type = REDIS_REPLY_BOOL;
+	return r;
+}
+#endif
+
+static void
+reply_free(void *p)
+{
+	redisReply *r = p;
+
+	if (r == NULL)
+		return;
+	/* Only containers have elements; their vector is part of r. */
+	for (size_t i = 0; r->element != NULL && i < r->elements; i++)
+		reply_free(r->element[i]);
+	free(r);
+}
+
+static redisReplyObjectFunctions reply_fns = {
+	.createString = reply_string,
+	.createArray = reply_array,
+	.createInteger = reply_integer,
+#if HIREDIS_MAJOR >= 1
+	.createDouble = reply_double,
+	.createBool = reply_bool,
+#endif
+	.createNil = reply_nil,
+	.freeObject = reply_free,
+};
+
+const redisReplyObjectFunctions *
+redis_reply_functions(void)
+{
+	return &reply_fns;
+}
+
 static void
 redis_connect(struct redis *r)
 {
@@ -729,6 +871,7 @@ redis_connect(struct redis *r)
 		schedule_retry(r);
 		return;
 	}
+	ac->c.reader->fn = &reply_fns;
 #ifdef HAVE_HIREDIS_SSL
 	if (r->ssl != NULL &&
 	    redisInitiateSSLWithContext(&ac->c, r->ssl) != REDIS_OK) {

@@ -25,6 +25,12 @@ struct cfg;
  */
 struct redis;
 
+/* The reader functions of the main connection: each reply object is one
+ * allocation (its string or element vector inside), freed only through
+ * this table's freeObject (hiredis does, after the callback); never
+ * freeReplyObject(). Exposed for tests/unit/test_redis_reply.c. */
+const redisReplyObjectFunctions *redis_reply_functions(void);
+
 typedef void (*redis_state_fn)(struct redis *r, int up, void *arg);
 typedef void (*redis_reply_fn)(struct redis *r, redisReply *reply, void *arg);
 

@@ -253,40 +253,34 @@ claim_reply_cb(struct redis *r, redisReply *reply, void *arg)
 		slot_call_free(c);
 		return;
 	}
-	/* Claimed ids come back in the order they were sent. */
-	for (size_t i = 0, j = 0; i + 2 < reply->elements; i += 3) {
-		redisReply *id = reply->element[i];
-		redisReply *payload = reply->element[i + 1];
-		redisReply *attempt = reply->element[i + 2];
-		struct wtask *t;
+	/* Two elements for each id sent, in the order sent: the attempt and
+	 * the payload of a task claimed, 0 and nil for one that was not (it is
+	 * released below). */
+	for (size_t j = 0; j < c->n && 2 * j + 1 < reply->elements; j++) {
+		redisReply *attempt = reply->element[2 * j];
+		redisReply *payload = reply->element[2 * j + 1];
+		struct wtask *t = c->tasks[j];
 
-		if (id->type != REDIS_REPLY_STRING ||
+		if (t == NULL || t->state != WT_CLAIMING ||
 		    payload->type != REDIS_REPLY_STRING ||
 		    attempt->type != REDIS_REPLY_INTEGER)
 			continue;
-		t = hmap_get(w->tasks, id->str);
-		if (t == NULL || t->state != WT_CLAIMING)
-			continue;
-		while (j < c->n && c->tasks[j] != t)
-			j++;
 		t->attempt = (int)attempt->integer;
 		t->epoch = c->epoch;
 		if (firing_decode(w, t, payload->str, payload->len, &pt) < 0) {
-			if (j < c->n)
-				c->tasks[j] = NULL; /* freed */
+			c->tasks[j] = NULL; /* freed */
 			continue;
 		}
 		if (pause_hold(w, t, &pt)) {
 			task_clear(&pt);
-			if (j < c->n)
-				c->tasks[j] = NULL; /* released when held */
+			c->tasks[j] = NULL; /* released when held */
 			continue;
 		}
 		if (claimed_early(w, t, &pt)) {
 			early++;
 			continue;
 		}
-		if (firing_publish_task(w, t, &pt) < 0 && j < c->n)
+		if (firing_publish_task(w, t, &pt) < 0)
 			c->tasks[j] = NULL; /* freed */
 		task_clear(&pt);
 	}

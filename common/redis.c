@@ -719,10 +719,25 @@ sentinel_sub_connect(struct redis *r)
  * freeReplyObject(). The RESP3 types (hiredis 1.x) are never asked for
  * (no HELLO 3) but are made correctly all the same.
  */
+
+/* A reply object of type with extra bytes after it, zeroed; NULL when
+ * out of memory. */
+static redisReply *
+reply_new(int type, size_t extra)
+{
+	redisReply *r = calloc(1, sizeof(*r) + extra);
+
+	if (r != NULL)
+		r->type = type;
+	return r;
+}
+
+/* Puts r in its place in the array being read (if any); r may be NULL
+ * (out of memory: the reader fails). */
 static void *
 reply_attach(const redisReadTask *task, redisReply *r)
 {
-	if (task->parent != NULL) {
+	if (r != NULL && task->parent != NULL) {
 		redisReply *parent = task->parent->obj;
 
 		parent->element[task->idx] = r;
@@ -733,6 +748,7 @@ reply_attach(const redisReadTask *task, redisReply *r)
 static void *
 reply_string(const redisReadTask *task, char *str, size_t len)
 {
+	/* Not reply_new(): the bytes are copied over, no need to zero them. */
 	redisReply *r = malloc(sizeof(*r) + len + 1);
 
 	if (r == NULL)
@@ -763,37 +779,29 @@ reply_array(const redisReadTask *task, int n)
 #endif
 {
 	size_t count = n > 0 ? (size_t)n : 0;
-	redisReply *r = calloc(1, sizeof(*r) + count * sizeof(redisReply *));
+	redisReply *r = reply_new(task->type, count * sizeof(redisReply *));
 
-	if (r == NULL)
-		return NULL;
-	r->type = task->type;
-	r->elements = count;
-	r->element = count > 0 ? (redisReply **)(r + 1) : NULL;
+	if (r != NULL && count > 0) {
+		r->elements = count;
+		r->element = (redisReply **)(r + 1);
+	}
 	return reply_attach(task, r);
 }
 
 static void *
 reply_integer(const redisReadTask *task, long long v)
 {
-	redisReply *r = calloc(1, sizeof(*r));
+	redisReply *r = reply_new(REDIS_REPLY_INTEGER, 0);
 
-	if (r == NULL)
-		return NULL;
-	r->type = REDIS_REPLY_INTEGER;
-	r->integer = v;
+	if (r != NULL)
+		r->integer = v;
 	return reply_attach(task, r);
 }
 
 static void *
 reply_nil(const redisReadTask *task)
 {
-	redisReply *r = calloc(1, sizeof(*r));
-
-	if (r == NULL)
-		return NULL;
-	r->type = REDIS_REPLY_NIL;
-	return reply_attach(task, r);
+	return reply_attach(task, reply_new(REDIS_REPLY_NIL, 0));
 }
 
 #if HIREDIS_MAJOR >= 1
@@ -812,11 +820,11 @@ reply_double(const redisReadTask *task, double v, char *str, size_t len)
 static void *
 reply_bool(const redisReadTask *task, int v)
 {
-	redisReply *r = reply_integer(task, v != 0);
+	redisReply *r = reply_new(REDIS_REPLY_BOOL, 0);
 
 	if (r != NULL)
-		r->type = REDIS_REPLY_BOOL;
-	return r;
+		r->integer = v != 0;
+	return reply_attach(task, r);
 }
 #endif
 

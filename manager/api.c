@@ -164,21 +164,13 @@ submit_checked_cb(const struct task_error *refused, void *arg)
 	mg->inflight--;
 }
 
-/* Validates a task (taken over) and submits it; the answer follows. */
-void
-api_submit(struct manager *mg, struct evhttp_request *req, json_t *in)
+/* Submits a validated task (ctx->req.task); the answer follows. */
+static void
+submit_task(struct manager *mg, struct evhttp_request *req,
+	    struct submit_ctx *ctx)
 {
 	struct task_error terr;
-	struct submit_ctx *ctx = xcalloc(1, sizeof(*ctx));
 
-	if (task_from_json(in, &mg->limits, manager_due_now(mg), &ctx->req.task,
-			   &terr) < 0) {
-		json_decref(in);
-		xfree(ctx);
-		reply_task_error(mg, req, &terr);
-		return;
-	}
-	json_decref(in);
 	if (guard_submission(mg, &ctx->req.task, &terr) < 0) {
 		task_clear(&ctx->req.task);
 		xfree(ctx);
@@ -194,22 +186,44 @@ api_submit(struct manager *mg, struct evhttp_request *req, json_t *in)
 	ktopics_check(mg, ctx->req.task.topic, submit_checked_cb, ctx);
 }
 
-/* The request body as JSON, or a 400 already answered (NULL). */
-json_t *
-api_body_json(struct manager *mg, struct evhttp_request *req)
+/* Validates a task (taken over) and submits it; the answer follows. */
+void
+api_submit(struct manager *mg, struct evhttp_request *req, json_t *in)
+{
+	struct task_error terr;
+	struct submit_ctx *ctx = xcalloc(1, sizeof(*ctx));
+
+	if (task_from_json(in, &mg->limits, manager_due_now(mg), &ctx->req.task,
+			   &terr) < 0) {
+		json_decref(in);
+		xfree(ctx);
+		reply_task_error(mg, req, &terr);
+		return;
+	}
+	json_decref(in);
+	submit_task(mg, req, ctx);
+}
+
+/* Whether the daemon takes requests; a 503 answered if not. */
+static int
+api_open(struct manager *mg, struct evhttp_request *req)
+{
+	if (!mg->stopping)
+		return 1;
+	http_reply_error(req, 503, "unavailable", NULL,
+			 "server is shutting down");
+	return 0;
+}
+
+/* A request body (taken over) as JSON, or a 400 already answered (NULL). */
+static json_t *
+body_json(struct manager *mg, struct evhttp_request *req, char *body,
+	  size_t len)
 {
 	struct task_error terr;
 	json_error_t jerr;
 	json_t *in;
-	size_t len;
-	char *body;
 
-	if (mg->stopping) {
-		http_reply_error(req, 503, "unavailable", NULL,
-				 "server is shutting down");
-		return NULL;
-	}
-	body = http_body(req, &len);
 	in = json_loadb(body, len, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL,
 			&jerr);
 	xfree(body);
@@ -220,6 +234,30 @@ api_body_json(struct manager *mg, struct evhttp_request *req)
 		reply_task_error(mg, req, &terr);
 	}
 	return in;
+}
+
+/* The request body as JSON, or a 400 or 503 already answered (NULL). */
+json_t *
+api_body_json(struct manager *mg, struct evhttp_request *req)
+{
+	size_t len;
+	char *body;
+
+	if (!api_open(mg, req))
+		return NULL;
+	body = http_body(req, &len);
+	return body_json(mg, req, body, len);
+}
+
+/* Whether the request carries a W3C trace context header (the hot path
+ * leaves those to trace_default and task_from_json). */
+static int
+has_trace_headers(struct evhttp_request *req)
+{
+	struct evkeyvalq *h = evhttp_request_get_input_headers(req);
+
+	return evhttp_find_header(h, TRACE_PARENT) != NULL ||
+	       evhttp_find_header(h, TRACE_STATE) != NULL;
 }
 
 /* The request's W3C trace context headers, for submissions without their
@@ -233,12 +271,30 @@ request_trace(struct evhttp_request *req, json_t *task)
 		      evhttp_find_header(h, TRACE_STATE));
 }
 
+/* POST /v1/tasks: a task in the common shape goes by the hot path
+ * (task_from_text), any other through jansson and task_from_json. */
 static void
 post_task(struct manager *mg, struct evhttp_request *req)
 {
-	json_t *in = api_body_json(mg, req);
+	struct submit_ctx *ctx;
+	json_t *in;
+	size_t len;
+	char *body;
 
-	if (in == NULL)
+	if (!api_open(mg, req))
+		return;
+	body = http_body(req, &len);
+	if (!has_trace_headers(req)) {
+		ctx = xcalloc(1, sizeof(*ctx));
+		if (task_from_text(body, len, &mg->limits, manager_due_now(mg),
+				   NULL, &ctx->req.task)) {
+			xfree(body);
+			submit_task(mg, req, ctx);
+			return;
+		}
+		xfree(ctx);
+	}
+	if ((in = body_json(mg, req, body, len)) == NULL)
 		return;
 	request_trace(req, in);
 	api_submit(mg, req, in);
@@ -355,16 +411,84 @@ batch_item_checked_cb(const struct task_error *refused, void *arg)
 		batch_submit(b);
 }
 
+/* A batch of n tasks answered item by item; the items' tasks are
+ * filled by the caller. */
+static struct batch_ctx *
+batch_new(struct manager *mg, struct evhttp_request *req, size_t n)
+{
+	struct batch_ctx *b = xcalloc(1, sizeof(*b));
+
+	b->mg = mg;
+	b->http = req;
+	b->items = xcalloc(n, sizeof(*b->items));
+	b->n = n;
+	b->checking = 1; /* the caller's, dropped by batch_go */
+	b->pending = 1;	 /* batch_submit's */
+	mg->inflight++;
+	for (size_t i = 0; i < n; i++)
+		b->items[i].b = b;
+	return b;
+}
+
+/* An item whose task passed task_from_json (or the hot path): the
+ * guards, then its topic's check. */
+static void
+batch_item_start(struct batch_item *it, int64_t started)
+{
+	struct batch_ctx *b = it->b;
+	struct task_error terr;
+
+	if (guard_submission(b->mg, &it->req.task, &terr) < 0) {
+		task_clear(&it->req.task);
+		metric_inc(b->mg->m.rejected);
+		item_error(it, task_error_json(&terr), terr.http);
+		return;
+	}
+	it->req.started_us = started;
+	it->req.done_cb = batch_item_done_cb;
+	it->req.arg = it;
+	b->checking++;
+	ktopics_check(b->mg, it->req.task.topic, batch_item_checked_cb, it);
+}
+
+static void
+batch_go(struct batch_ctx *b)
+{
+	if (--b->checking == 0)
+		batch_submit(b);
+}
+
+/* POST /v1/tasks/batch: a batch whose every task has the common shape
+ * goes by the hot path (task_batch_from_text), any other through jansson
+ * and task_from_json item by item. */
 static void
 post_batch(struct manager *mg, struct evhttp_request *req)
 {
 	struct task_error terr;
 	struct batch_ctx *b;
+	struct task *parsed;
 	json_t *in, *tasks, *t;
-	size_t n, i;
+	size_t n, i, len, max = (size_t)cfg_int(mg->cfg, CFG_HTTP_MAX_BATCH);
 	int64_t now = manager_due_now(mg), started = clock_mono_us();
+	char *body;
 
-	if ((in = api_body_json(mg, req)) == NULL)
+	if (!api_open(mg, req))
+		return;
+	body = http_body(req, &len);
+	if (!has_trace_headers(req) &&
+	    (n = task_batch_from_text(body, len, &mg->limits, now, max,
+				      &parsed)) > 0) {
+		xfree(body);
+		b = batch_new(mg, req, n);
+		for (i = 0; i < n; i++) {
+			b->items[i].req.task = parsed[i];
+			batch_item_start(&b->items[i], started);
+		}
+		xfree(parsed);
+		batch_go(b);
+		return;
+	}
+	if ((in = body_json(mg, req, body, len)) == NULL)
 		return;
 	tasks = json_object_get(in, "tasks");
 	if (!json_is_object(in) || !json_is_array(tasks) ||
@@ -375,49 +499,28 @@ post_batch(struct manager *mg, struct evhttp_request *req)
 		return;
 	}
 	n = json_array_size(tasks);
-	if (n == 0 || n > (size_t)cfg_int(mg->cfg, CFG_HTTP_MAX_BATCH)) {
+	if (n == 0 || n > max) {
 		json_decref(in);
-		http_reply_error(
-			req, n ? 413 : 400, n ? "too_large" : "invalid_value",
-			"tasks", "a batch holds 1 to %lld tasks",
-			(long long)cfg_int(mg->cfg, CFG_HTTP_MAX_BATCH));
+		http_reply_error(req, n ? 413 : 400,
+				 n ? "too_large" : "invalid_value", "tasks",
+				 "a batch holds 1 to %zu tasks", max);
 		return;
 	}
-	b = xcalloc(1, sizeof(*b));
-	b->mg = mg;
-	b->http = req;
-	b->items = xcalloc(n, sizeof(*b->items));
-	b->n = n;
-	b->checking = 1; /* ours, dropped below */
-	b->pending = 1;	 /* batch_submit's */
-	mg->inflight++;
+	b = batch_new(mg, req, n);
 	json_array_foreach (tasks, i, t) {
 		struct batch_item *it = &b->items[i];
 
 		request_trace(req, t);
-		it->b = b;
 		if (task_from_json(t, &mg->limits, now, &it->req.task, &terr) <
 		    0) {
 			metric_inc(mg->m.rejected);
 			item_error(it, task_error_json(&terr), terr.http);
 			continue;
 		}
-		if (guard_submission(mg, &it->req.task, &terr) < 0) {
-			task_clear(&it->req.task);
-			metric_inc(mg->m.rejected);
-			item_error(it, task_error_json(&terr), terr.http);
-			continue;
-		}
-		it->req.started_us = started;
-		it->req.done_cb = batch_item_done_cb;
-		it->req.arg = it;
-		b->checking++;
-		ktopics_check(mg, it->req.task.topic, batch_item_checked_cb,
-			      it);
+		batch_item_start(it, started);
 	}
 	json_decref(in);
-	if (--b->checking == 0)
-		batch_submit(b);
+	batch_go(b);
 }
 
 struct get_ctx {

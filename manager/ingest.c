@@ -642,7 +642,7 @@ index_far_send(struct manager *mg, int slot, struct far_entry *f, size_t m)
 		}
 		rc = redis_command_argv(mg->redis, index_reply_cb, is,
 					(int)(2 + k), argv, len);
-		snprintf(mins[nmin], sizeof(mins[nmin]), "%lld", f[g].start);
+		num_format_ll(mins[nmin], f[g].start);
 		nmin++;
 		g += k;
 	}
@@ -732,9 +732,13 @@ index_batch(struct manager *mg, const struct ingest_batch *b, int64_t now,
 
 				far[nf].start = start;
 				far[nf].el = xmalloc(24 + idl + len + 2);
-				far[nf].len = (size_t)snprintf(
-					far[nf].el, 24 + idl + 2, "%lld %s ",
-					(long long)t->due_at, t->id);
+				/* "<due_at> <id> <payload>" */
+				far[nf].len =
+					num_format_ll(far[nf].el, t->due_at);
+				far[nf].el[far[nf].len++] = ' ';
+				memcpy(far[nf].el + far[nf].len, t->id, idl);
+				far[nf].len += idl;
+				far[nf].el[far[nf].len++] = ' ';
 				memcpy(far[nf].el + far[nf].len, p, len);
 				far[nf].len += len;
 				free(p);
@@ -744,8 +748,7 @@ index_batch(struct manager *mg, const struct ingest_batch *b, int64_t now,
 			near[nn] = e[g + j];
 			payload[nn] = p;
 			plen[nn] = len;
-			snprintf(score[nn], sizeof(score[nn]), "%lld",
-				 (long long)t->due_at);
+			num_format_ll(score[nn], t->due_at);
 			nn++;
 		}
 		if (nn > 0)

@@ -273,6 +273,7 @@ message_cb(const rd_kafka_message_t *km, void *arg)
 	struct kingest *k = arg;
 	struct kmsg *m = xcalloc(1, sizeof(*m));
 	struct task_error terr;
+	char id[TASK_ID_MAX + 1];
 	json_error_t jerr;
 	json_t *in;
 
@@ -291,26 +292,28 @@ message_cb(const rd_kafka_message_t *km, void *arg)
 		k->held = 1;
 		kafka_consumer_hold(k->consumer, 1);
 	}
-	in = json_loadb(km->payload, km->len,
-			JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, &jerr);
-	if (in == NULL) {
-		refuse(m, "invalid_json", NULL, jerr.text);
-		return;
-	}
-	if (json_is_object(in) && json_object_get(in, "id") == NULL) {
-		char id[TASK_ID_MAX + 1];
-
-		snprintf(id, sizeof(id), "kafka:%s:%d:%lld", k->topic,
-			 km->partition, (long long)km->offset);
-		json_object_set_new(in, "id", utf8_json_str(id));
-	}
-	if (task_from_json(in, &k->mg->limits, manager_due_now(k->mg),
-			   &m->req.task, &terr) < 0) {
+	/* A task without an id takes one from where it was read, so that
+	 * a message read twice is a replay. */
+	snprintf(id, sizeof(id), "kafka:%s:%d:%lld", k->topic, km->partition,
+		 (long long)km->offset);
+	if (!task_from_text(km->payload, km->len, &k->mg->limits,
+			    manager_due_now(k->mg), id, &m->req.task)) {
+		in = json_loadb(km->payload, km->len,
+				JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, &jerr);
+		if (in == NULL) {
+			refuse(m, "invalid_json", NULL, jerr.text);
+			return;
+		}
+		if (json_is_object(in) && json_object_get(in, "id") == NULL)
+			json_object_set_new(in, "id", utf8_json_str(id));
+		if (task_from_json(in, &k->mg->limits, manager_due_now(k->mg),
+				   &m->req.task, &terr) < 0) {
+			json_decref(in);
+			refuse(m, terr.code, terr.field, terr.message);
+			return;
+		}
 		json_decref(in);
-		refuse(m, terr.code, terr.field, terr.message);
-		return;
 	}
-	json_decref(in);
 	if (guard_submission(k->mg, &m->req.task, &terr) < 0) {
 		refuse(m, terr.code, terr.field, terr.message);
 		return;

@@ -256,19 +256,28 @@ void
 ktopics_check(struct manager *mg, const char *topic, ktopics_fn cb, void *arg)
 {
 	struct ktopics *k = mg->ktopics;
+	const char *prefix = cfg_str(mg->cfg, CFG_KAFKA_TOPIC_PREFIX);
 	char name[KAFKA_TOPIC_NAME_MAX + 1];
 	struct kt_entry *e;
 	struct kt_waiter *w;
 	struct task_error err;
 	int64_t now, age;
+	size_t pl, tl;
 
 	if (k == NULL) {
 		cb(NULL, arg);
 		return;
 	}
-	/* guard_submission bounds the length */
-	snprintf(name, sizeof(name), "%s%s",
-		 cfg_str(mg->cfg, CFG_KAFKA_TOPIC_PREFIX), topic);
+	/* guard_submission bounds the length; cut as snprintf would */
+	pl = strlen(prefix);
+	tl = strlen(topic);
+	if (pl > sizeof(name) - 1)
+		pl = sizeof(name) - 1;
+	if (tl > sizeof(name) - 1 - pl)
+		tl = sizeof(name) - 1 - pl;
+	memcpy(name, prefix, pl);
+	memcpy(name + pl, topic, tl);
+	name[pl + tl] = '\0';
 	now = clock_mono_ms();
 	if ((e = hmap_get(k->topics, name)) == NULL) {
 		if (hmap_count(k->topics) >= KT_MAX_TOPICS)

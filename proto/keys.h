@@ -123,10 +123,14 @@ rkey_bprefix(char *buf, size_t len, int slot)
 	rkey_slot(buf, len, slot, "b:");
 }
 
+/* "{prophet:<slot>}:b:<start_ms>", cut to len like rkey_slot. */
 static inline void
 rkey_bucket(char *buf, size_t len, int slot, long long start_ms)
 {
-	snprintf(buf, len, "{prophet:%d}:b:%lld", slot, start_ms);
+	char suffix[2 + NUM_LL_MAX] = "b:";
+
+	num_format_ll(suffix + 2, start_ms);
+	rkey_slot(buf, len, slot, suffix);
 }
 
 static inline void

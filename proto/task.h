@@ -116,6 +116,30 @@ struct task_error {
  */
 int task_from_json(const json_t *in, const struct task_limits *lim,
 		   int64_t now_ms, struct task *t, struct task_error *err);
+/*
+ * The submission hot path (proto/tasktext.c): a task in its common shape
+ * (id, topic, body, due_at or delay_ms, key, max_attempts, ttl_ms; no
+ * null, no fraction, escapes only in body) read straight from its JSON
+ * text. Returns 1 with t filled exactly as task_from_json would fill it
+ * from jansson's parse of the same text (JSON_REJECT_DUPLICATES |
+ * JSON_ALLOW_NUL), or 0, t cleared, for anything else, every error
+ * included: the caller then takes the jansson path, which answers.
+ * default_id (or NULL) is the id of a task that gives none, as if the
+ * text had it.
+ */
+int task_from_text(const char *text, size_t len, const struct task_limits *lim,
+		   int64_t now_ms, const char *default_id, struct task *t);
+/*
+ * The same for a batch, {"tasks":[...]} of 1 to max_tasks tasks that all
+ * take the hot path: their count with *out an array of them (the caller
+ * frees it after taking the tasks over), or 0 and *out NULL.
+ */
+size_t task_batch_from_text(const char *text, size_t len,
+			    const struct task_limits *lim, int64_t now_ms,
+			    size_t max_tasks, struct task **out);
+/* The hash of a submission as its client wrote it (idempotent replays
+ * compare it); task_from_json sets it. */
+uint64_t task_content_hash(const struct task *t);
 /* The public view of a task (GET /v1/tasks/{id}); zone finds a recurring
  * task's zone for its next occurrences (NULL: none listed). */
 json_t *task_to_json(const struct task *t, task_zone_fn zone);

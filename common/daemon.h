@@ -23,6 +23,9 @@ struct daemon *daemon_create(struct event_base *base,
 void daemon_destroy(struct daemon *d);
 /* sd_notify: "READY=1", "STOPPING=1", "STATUS=..." */
 void daemon_notify(const char *state);
+/* libevent before the first event base: threads, and allocation through
+ * malloc (daemon.c says why). */
+void daemon_libevent_init(void);
 /* A default worker id: hostname-pid. */
 void daemon_default_id(char *buf, size_t len);
 

@@ -26,11 +26,26 @@ xmalloc(size_t size)
 	return p;
 }
 
+/* Small blocks by malloc and memset: glibc's calloc bypasses the
+ * per-thread cache that serves malloc, and a request's or a claim's
+ * contexts are zeroed blocks of a few hundred bytes. Large ones by calloc
+ * (fresh pages need no memset). */
+#define XCALLOC_MEMSET_MAX (64 * 1024)
+
 void *
 xcalloc(size_t nmemb, size_t size)
 {
-	void *p = calloc(nmemb ? nmemb : 1, size ? size : 1);
+	void *p;
 
+	if (nmemb == 0 || size == 0)
+		nmemb = size = 1;
+	if (size <= XCALLOC_MEMSET_MAX / nmemb) {
+		p = malloc(nmemb * size);
+		if (p != NULL)
+			memset(p, 0, nmemb * size);
+	} else {
+		p = calloc(nmemb, size);
+	}
 	if (p == NULL)
 		oom(nmemb * size);
 	return p;

@@ -80,7 +80,7 @@ submit_result(struct manager *mg, const struct ingest_req *r, int *code,
 	      char *ok, size_t *oklen, int with_code)
 {
 	const struct task *t = &r->task;
-	int slot = slot_of(t->id, strlen(t->id), mg->nslots);
+	int slot = r->slot;
 	struct task_error e;
 
 	metric_observe(mg->m.submit_seconds,
@@ -215,9 +215,9 @@ api_open(struct manager *mg, struct evhttp_request *req)
 	return 0;
 }
 
-/* A request body (taken over) as JSON, or a 400 already answered (NULL). */
+/* A request body as JSON, or a 400 already answered (NULL). */
 static json_t *
-body_json(struct manager *mg, struct evhttp_request *req, char *body,
+body_json(struct manager *mg, struct evhttp_request *req, const char *body,
 	  size_t len)
 {
 	struct task_error terr;
@@ -226,7 +226,6 @@ body_json(struct manager *mg, struct evhttp_request *req, char *body,
 
 	in = json_loadb(body, len, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL,
 			&jerr);
-	xfree(body);
 	if (in == NULL) {
 		task_error_set(&terr, 400, "invalid_json", NULL,
 			       "malformed JSON at line %d column %d: %s",
@@ -240,13 +239,31 @@ body_json(struct manager *mg, struct evhttp_request *req, char *body,
 json_t *
 api_body_json(struct manager *mg, struct evhttp_request *req)
 {
+	json_t *in;
 	size_t len;
 	char *body;
 
 	if (!api_open(mg, req))
 		return NULL;
 	body = http_body(req, &len);
-	return body_json(mg, req, body, len);
+	in = body_json(mg, req, body, len);
+	xfree(body);
+	return in;
+}
+
+/* The request body in place, in one piece (no copy: the hot path reads
+ * it once). */
+static const char *
+body_text(struct evhttp_request *req, size_t *len)
+{
+	struct evbuffer *in = evhttp_request_get_input_buffer(req);
+	const char *s;
+
+	*len = evbuffer_get_length(in);
+	s = *len > 0 ? (const char *)evbuffer_pullup(in, -1) : NULL;
+	if (s == NULL)
+		*len = 0;
+	return s != NULL ? s : "";
 }
 
 /* Whether the request carries a W3C trace context header (the hot path
@@ -255,9 +272,15 @@ static int
 has_trace_headers(struct evhttp_request *req)
 {
 	struct evkeyvalq *h = evhttp_request_get_input_headers(req);
+	struct evkeyval *kv;
 
-	return evhttp_find_header(h, TRACE_PARENT) != NULL ||
-	       evhttp_find_header(h, TRACE_STATE) != NULL;
+	/* One pass, names compared only when they start with a T. */
+	TAILQ_FOREACH (kv, h, next)
+		if ((kv->key[0] | 0x20) == 't' &&
+		    (!strcasecmp(kv->key, TRACE_PARENT) ||
+		     !strcasecmp(kv->key, TRACE_STATE)))
+			return 1;
+	return 0;
 }
 
 /* The request's W3C trace context headers, for submissions without their
@@ -277,18 +300,17 @@ static void
 post_task(struct manager *mg, struct evhttp_request *req)
 {
 	struct submit_ctx *ctx;
+	const char *body;
 	json_t *in;
 	size_t len;
-	char *body;
 
 	if (!api_open(mg, req))
 		return;
-	body = http_body(req, &len);
+	body = body_text(req, &len);
 	if (!has_trace_headers(req)) {
 		ctx = xcalloc(1, sizeof(*ctx));
 		if (task_from_text(body, len, &mg->limits, manager_due_now(mg),
 				   NULL, &ctx->req.task)) {
-			xfree(body);
 			submit_task(mg, req, ctx);
 			return;
 		}
@@ -470,15 +492,14 @@ post_batch(struct manager *mg, struct evhttp_request *req)
 	json_t *in, *tasks, *t;
 	size_t n, i, len, max = (size_t)cfg_int(mg->cfg, CFG_HTTP_MAX_BATCH);
 	int64_t now = manager_due_now(mg), started = clock_mono_us();
-	char *body;
+	const char *body;
 
 	if (!api_open(mg, req))
 		return;
-	body = http_body(req, &len);
+	body = body_text(req, &len);
 	if (!has_trace_headers(req) &&
 	    (n = task_batch_from_text(body, len, &mg->limits, now, max,
 				      &parsed)) > 0) {
-		xfree(body);
 		b = batch_new(mg, req, n);
 		for (i = 0; i < n; i++) {
 			b->items[i].req.task = parsed[i];

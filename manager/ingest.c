@@ -53,7 +53,6 @@ struct ingest_batch {
 	struct ingest_req **reqs;
 	size_t n;
 	uint64_t batch_id;
-	int nslots;
 	int isolated; /* a row's values failed the shared commit */
 };
 
@@ -124,7 +123,7 @@ bind_task_row(struct db_params *p, size_t i, void *arg)
 	struct task *t = &ctx->rows[i]->task;
 
 	db_params_str(p, t->id);
-	db_params_int(p, slot_of(t->id, strlen(t->id), ctx->b->nslots));
+	db_params_int(p, ctx->rows[i]->slot);
 	db_params_str(p, t->topic);
 	if (t->key != NULL)
 		db_params_blob(p, t->key, strlen(t->key));
@@ -691,7 +690,7 @@ index_batch(struct manager *mg, const struct ingest_batch *b, int64_t now,
 
 		if (b->reqs[i]->result != 201)
 			continue;
-		slot = slot_of(t->id, strlen(t->id), mg->nslots);
+		slot = b->reqs[i]->slot;
 		if (t->due_at < now + lookahead)
 			wake[slot] = 1;
 		if (t->due_at >= now + mg->horizon_ms + mg->index_margin_ms)
@@ -918,7 +917,6 @@ ingest_flush(struct ingest *ing)
 						   : ing->batch_max;
 		b = xcalloc(1, sizeof(*b));
 		b->ing = ing;
-		b->nslots = ing->mg->nslots;
 		b->reqs = xcalloc(n, sizeof(*b->reqs));
 		if (getrandom(&b->batch_id, sizeof(b->batch_id), 0) !=
 		    sizeof(b->batch_id))
@@ -985,6 +983,7 @@ ingest_destroy(struct ingest *ing)
 void
 ingest_submit(struct ingest *ing, struct ingest_req *r)
 {
+	r->slot = slot_of(r->task.id, strlen(r->task.id), ing->mg->nslots);
 	cover_check(ing->mg, &r->task);
 	r->next = NULL;
 	if (ing->tail != NULL)

@@ -258,7 +258,7 @@ main(int argc, char **argv)
 		log_warn("the API listens beyond loopback without tokens: "
 			 "set http.tokens_file",
 			 "listen=%s", cfg_str(mg.cfg, CFG_HTTP_LISTEN));
-	evthread_use_pthreads();
+	daemon_libevent_init();
 	mg.base = event_base_new();
 	mg.daemon = daemon_create(mg.base, stop_cb, reload_cb, &mg);
 	register_metrics(&mg);

@@ -202,6 +202,7 @@ struct ingest_req;
 typedef void (*ingest_done_fn)(struct ingest_req *r, void *arg);
 struct ingest_req {
 	struct task task;
+	int slot; /* of task.id: set by ingest_submit */
 	int64_t started_us;
 	/* Outcome: 201 new, 200 replay, 409 conflict, 400 refused by the
 	 * database for its values or its size (refused says why, with its

@@ -294,7 +294,7 @@ main(int argc, char **argv)
 		 log_mask_url(cfg_str(n.cfg, CFG_NOTIFIER_MANAGER_URL), masked,
 			      sizeof(masked)));
 
-	evthread_use_pthreads();
+	daemon_libevent_init();
 	n.base = event_base_new();
 	n.daemon = daemon_create(n.base, stop_cb, reload_cb, &n);
 	register_metrics(&n);

@@ -194,7 +194,7 @@ main(int argc, char **argv)
 	w.topic_prefix = cfg_str(w.cfg, CFG_KAFKA_TOPIC_PREFIX);
 	w.tasks = hmap_create();
 
-	evthread_use_pthreads();
+	daemon_libevent_init();
 	w.base = event_base_new();
 	w.daemon = daemon_create(w.base, stop_cb, reload_cb, &w);
 	register_metrics(&w);

@@ -725,7 +725,7 @@ sentinel_sub_connect(struct redis *r)
 static redisReply *
 reply_new(int type, size_t extra)
 {
-	redisReply *r = calloc(1, sizeof(*r) + extra);
+	redisReply *r = zalloc(1, sizeof(*r) + extra);
 
 	if (r != NULL)
 		r->type = type;

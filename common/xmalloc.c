@@ -30,22 +30,31 @@ xmalloc(size_t size)
  * per-thread cache that serves malloc, and a request's or a claim's
  * contexts are zeroed blocks of a few hundred bytes. Large ones by calloc
  * (fresh pages need no memset). */
-#define XCALLOC_MEMSET_MAX (64 * 1024)
+#define ZALLOC_MEMSET_MAX (64 * 1024)
 
 void *
-xcalloc(size_t nmemb, size_t size)
+zalloc(size_t nmemb, size_t size)
 {
 	void *p;
 
 	if (nmemb == 0 || size == 0)
 		nmemb = size = 1;
-	if (size <= XCALLOC_MEMSET_MAX / nmemb) {
-		p = malloc(nmemb * size);
-		if (p != NULL)
-			memset(p, 0, nmemb * size);
-	} else {
-		p = calloc(nmemb, size);
-	}
+	if (size > ZALLOC_MEMSET_MAX / nmemb)
+		return calloc(nmemb, size);
+	p = malloc(nmemb * size);
+	/* An empty asm that may read and write memory: without it the
+	 * compiler folds malloc and memset back into calloc. */
+	__asm__ volatile("" : : "r"(p) : "memory");
+	if (p != NULL)
+		memset(p, 0, nmemb * size);
+	return p;
+}
+
+void *
+xcalloc(size_t nmemb, size_t size)
+{
+	void *p = zalloc(nmemb, size);
+
 	if (p == NULL)
 		oom(nmemb * size);
 	return p;

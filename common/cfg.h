@@ -378,6 +378,11 @@
 	  1000, NULL, 0,                                                       \
 	  "tasks are claimed this long before they are due and published at "  \
 	  "their due millisecond (a cancel then answers 409)")                 \
+	X(WORKER_CLAIM_GROUP_MS, "worker", "claim_group_ms", CFG_INT, "4", 1,  \
+	  1000, NULL, 0,                                                       \
+	  "a slot's tasks due within this many ms of each other are claimed "  \
+	  "in one Redis call, up to claim_ahead_ms + this - 1 ms early (1: "   \
+	  "each due millisecond claimed on its own)")                          \
 	X(WORKER_LEASE_MS, "worker", "lease_ms", CFG_INT, "30000", 1000,       \
 	  3600000, NULL, 0,                                                    \
 	  "a claimed task not confirmed delivered within this is re-fired")    \

@@ -189,6 +189,7 @@ main(int argc, char **argv)
 	w.bucket_near_ms = cfg_int(w.cfg, CFG_TASK_BUCKET_NEAR_MS);
 	w.claim_batch = (int)cfg_int(w.cfg, CFG_WORKER_CLAIM_BATCH);
 	w.claim_ahead_ms = cfg_int(w.cfg, CFG_WORKER_CLAIM_AHEAD_MS);
+	w.claim_group_ms = cfg_int(w.cfg, CFG_WORKER_CLAIM_GROUP_MS);
 	w.scan_batch = (int)cfg_int(w.cfg, CFG_WORKER_SCAN_BATCH);
 	w.queue_max = (int)cfg_int(w.cfg, CFG_KAFKA_QUEUE_MAX);
 	w.topic_prefix = cfg_str(w.cfg, CFG_KAFKA_TOPIC_PREFIX);

@@ -115,6 +115,22 @@ arm_tick(struct worker *w)
 
 static void claim_slot(struct worker *w, int slot);
 
+/*
+ * When the wheel queues a task due at due for its claim: claim_ahead_ms
+ * before, rounded down to a multiple of claim_group_ms, so that a slot's
+ * tasks due within one group of milliseconds go in one claim call (most
+ * carry one or two tasks otherwise: a call per slot per millisecond).
+ */
+static int64_t
+claim_at(const struct worker *w, int64_t due)
+{
+	int64_t at = due - w->claim_ahead_ms, g = w->claim_group_ms;
+
+	if (g > 1)
+		at -= ((at % g) + g) % g;
+	return at;
+}
+
 /* The wheel says a task is due: queue it for the next claim round trip. */
 static void
 due_cb(struct timerwheel_timer *tm, void *arg)
@@ -344,7 +360,9 @@ claim_slot(struct worker *w, int slot)
 	c->tasks = xcalloc(n, sizeof(*c->tasks));
 	slot_eval_init(&ev, SCRIPT_CLAIM, slot, "dtiae");
 	redis_args_addint(&ev.a, s->epoch);
-	redis_args_addint(&ev.a, now + w->claim_ahead_ms);
+	/* The latest due time a queued task can have (claim_at). */
+	redis_args_addint(&ev.a,
+			  now + w->claim_ahead_ms + w->claim_group_ms - 1);
 	redis_args_addint(&ev.a, now + w->lease_ms);
 	for (size_t i = 0; i < n; i++) {
 		struct wtask *t = s->claimq_head;
@@ -436,7 +454,7 @@ scan_reply_cb(struct redis *r, redisReply *reply, void *arg)
 			if (t->state == WT_WHEEL && t->due_at != due) {
 				t->due_at = due;
 				timerwheel_add(w->wheel, &t->timer,
-					       due - w->claim_ahead_ms);
+					       claim_at(w, due));
 			}
 			continue;
 		}
@@ -454,7 +472,7 @@ scan_reply_cb(struct redis *r, redisReply *reply, void *arg)
 		/* Claimed a little ahead, published on its millisecond
 		 * (early_cb): the claim round trip is not part of the
 		 * lateness. */
-		timerwheel_add(w->wheel, &t->timer, due - w->claim_ahead_ms);
+		timerwheel_add(w->wheel, &t->timer, claim_at(w, due));
 		added++;
 	}
 	slot_call_free(c);

@@ -284,6 +284,7 @@ struct worker {
 	int64_t lookahead_ms;
 	int64_t lease_ms;
 	int64_t claim_ahead_ms;
+	int64_t claim_group_ms; /* worker.claim_group_ms, >= 1 */
 	int64_t horizon_ms;
 	int64_t index_margin_ms; /* task.index_margin_ms */
 	int64_t bucket_ms;	 /* task.bucket_ms, 0: no buckets */

@@ -240,6 +240,60 @@ def test_claimed_ahead_published_on_time():
         C.start_workers()
 
 
+def test_claims_grouped():
+    """worker.claim_group_ms: a slot's tasks due within one group of
+    milliseconds go in one claim call, and each is still published at its
+    own millisecond, never before. 48 tasks a millisecond apart, in one
+    100 ms group: a claim call per slot they fall in (with groups of 1 ms,
+    about one a task)."""
+    group = ["--set", "worker.claim_group_ms=100"]
+    saved = [list(w.argv) for w in C.workers]
+    for w in C.workers:
+        w.stop()
+        w.argv = w.argv + group
+    try:
+        C.start_workers()
+
+        def settled():
+            return sum(h.metrics(w.addr).get("prophet_slots_owned", 0)
+                       for w in C.workers) == 16
+        h.wait_until(settled, 40, 0.1, "every slot owned by a new worker")
+        # A group starts where due - claim_ahead_ms (10) is a multiple of
+        # 100: the 48 due times [base, base + 48) lie in one group.
+        base = h.now_ms() + 3000
+        base += (10 - base) % 100
+        ids = ["grp-%02d" % i for i in range(48)]
+        r = API.post("/v1/tasks/batch", {"tasks": [
+            {"id": tid, "topic": TOPIC, "body": "g", "due_at": base + i}
+            for i, tid in enumerate(ids)]})
+        h.check_eq(r.status, 200, "batch of the group")
+
+        def claims():
+            return sum(h.metrics(w.addr).get("prophet_claim_calls_total", 0)
+                       for w in C.workers)
+        before = claims()
+        missing = READER.wait_for(ids, 20)
+        h.check(not missing, "grouped tasks not published: %s" % missing)
+        calls = claims() - before
+        slots = int(C.mysql("SELECT COUNT(DISTINCT slot) FROM tasks WHERE "
+                            "id LIKE 'grp-%'")[0][0])
+        h.log("48 tasks in %d slots: %d claim calls" % (slots, calls))
+        h.check(calls <= slots, "%d claim calls for 48 tasks in %d slots "
+                "(one a slot expected)" % (calls, slots))
+        for i, tid in enumerate(ids):
+            ms = published(tid)
+            h.check_eq(len(ms), 1, "%s copies" % tid)
+            fired = int(ms[0].hdr["prophet-fired-at"])
+            h.check(fired >= base + i and ms[0].recv_ms >= base + i,
+                    "%s published before due (fired %d, due %d)"
+                    % (tid, fired, base + i))
+    finally:
+        for w, argv in zip(C.workers, saved):
+            w.stop()
+            w.argv = argv
+        C.start_workers()
+
+
 def test_list_filters_and_pages():
     for i in range(7):
         submit(id="lst-%d" % i, topic="listing", delay_ms=3600000 + i)

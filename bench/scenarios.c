@@ -42,12 +42,14 @@ names_init(const struct bench_opts *o, struct names *nm)
 
 #define HIST_MAX 40
 
-/* prophet_fire_lateness_seconds summed over the workers. */
+/* prophet_fire_lateness_seconds summed over the workers, and their claim
+ * calls (prophet_claim_calls_total). */
 struct hist {
 	int n;
 	double le[HIST_MAX];
 	double cum[HIST_MAX];
 	double count, sum;
+	double claims;
 	int ok;
 };
 
@@ -67,6 +69,8 @@ hist_scrape_one(const char *base, struct hist *h)
 		return;
 	}
 	for (p = resp; p && *p; p = strchr(p, '\n'), p = p ? p + 1 : NULL) {
+		if (!strncmp(p, "prophet_claim_calls_total ", 26))
+			h->claims += strtod(p + 26, NULL);
 		if (strncmp(p, name, sizeof(name) - 1))
 			continue;
 		const char *rest = p + sizeof(name) - 1;
@@ -131,6 +135,12 @@ hist_report(struct report *r, const struct bench_opts *o,
 		return;
 	report_num(r, "worker_fired", "worker: fired (metric delta)",
 		   after->count - before->count, "%.0f");
+	if (after->count > before->count)
+		report_num(r, "worker_claims_per_task",
+			   "worker: claim calls a fired task",
+			   (after->claims - before->claims) /
+				   (after->count - before->count),
+			   "%.3f");
 	report_num(r, "worker_lateness_p50_le_ms",
 		   "worker: lateness p50 <= (ms, bucket)",
 		   hist_quantile(after, before, 0.5), "%.1f");

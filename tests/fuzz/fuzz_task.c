@@ -7,8 +7,10 @@
  * server: the task JSON codec and validation (what every submission goes
  * through), the Redis payload codec (against the jansson-tree codec it
  * replaced), slot node JSON, URLs and cron expressions (with their
- * occurrences in a DST zone). A crash, a sanitizer report, a round trip
- * that changes a valid task or a payload verdict unlike jansson's is a bug.
+ * occurrences in a DST zone), the submission hot path (against jansson
+ * and task_from_json). A crash, a sanitizer report, a round trip that
+ * changes a valid task, a payload verdict unlike jansson's or a task the
+ * hot path reads otherwise than the jansson path is a bug.
  */
 
 #include <stdint.h>
@@ -95,6 +97,42 @@ check_callback(const char *s, size_t n)
 	callback_spec_clear(&cb);
 }
 
+/* What the hot path takes, jansson and task_from_json take the same
+ * (its own ids are random, so a document without one is read with a
+ * default id). */
+static void
+check_hot_path(const uint8_t *data, size_t size,
+	       const struct task_limits *lim)
+{
+	struct task_error err;
+	struct task a, b;
+	json_t *in;
+
+	if (!task_from_text((const char *)data, size, lim, 1796040000000LL,
+			    "fz:1", &a))
+		return;
+	in = json_loadb((const char *)data, size,
+			JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, NULL);
+	if (in == NULL)
+		abort();
+	if (json_object_get(in, "id") == NULL)
+		json_object_set_new(in, "id", json_string("fz:1"));
+	if (task_from_json(in, lim, 1796040000000LL, &b, &err) != 0)
+		abort();
+	if (strcmp(a.id, b.id) || strcmp(a.topic, b.topic) ||
+	    a.body_len != b.body_len ||
+	    memcmp(a.body, b.body, a.body_len + 1) || a.due_at != b.due_at ||
+	    a.delay_ms != b.delay_ms || (a.key == NULL) != (b.key == NULL) ||
+	    (a.key != NULL && strcmp(a.key, b.key)) ||
+	    a.max_attempts != b.max_attempts || a.ttl_ms != b.ttl_ms ||
+	    a.content_hash != b.content_hash || b.headers != NULL ||
+	    b.callback != NULL || b.cron != NULL)
+		abort();
+	task_clear(&a);
+	task_clear(&b);
+	json_decref(in);
+}
+
 /* Occurrences are whole seconds, strictly increasing. */
 static void
 check_cron(const char *s)
@@ -156,6 +194,7 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		}
 		json_decref(in);
 	}
+	check_hot_path(data, size, &lim);
 	check_payload_decode(data, size);
 	check_callback((const char *)data, size);
 	slot_node_decode((const char *)data, (int)size, &n);

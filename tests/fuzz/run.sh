@@ -20,7 +20,7 @@ incs="-I${PROPHET_BUILDDIR:-$src/build} -I$src/common -I$src/proto -I$src/tests/
 # Every source of common/ and proto/ is built once with the fuzzers' flags
 # into an archive; each fuzzer links what it uses from it, so a new
 # dependency between those sources needs no change here.
-pkgs="jansson libmariadb libevent libevent_openssl libssl libcrypto inih rdkafka libsystemd hiredis libcurl"
+pkgs="jansson libmariadb libevent libevent_openssl libevent_pthreads libssl libcrypto inih rdkafka libsystemd hiredis libcurl"
 mkdir -p "$out/obj"
 rm -f "$out/obj/"*.o "$out/libfuzz.a"
 # (proto/scripts.c is made by make from proto/lua/, in the build tree.)

@@ -60,6 +60,69 @@ utf8_valid(const char *s, size_t n)
 }
 
 size_t
+utf8_encode(char *o, uint32_t cp)
+{
+	if (cp < 0x80) {
+		o[0] = (char)cp;
+		return 1;
+	}
+	if (cp < 0x800) {
+		o[0] = (char)(0xc0 | (cp >> 6));
+		o[1] = (char)(0x80 | (cp & 0x3f));
+		return 2;
+	}
+	if (cp < 0x10000) {
+		o[0] = (char)(0xe0 | (cp >> 12));
+		o[1] = (char)(0x80 | ((cp >> 6) & 0x3f));
+		o[2] = (char)(0x80 | (cp & 0x3f));
+		return 3;
+	}
+	o[0] = (char)(0xf0 | (cp >> 18));
+	o[1] = (char)(0x80 | ((cp >> 12) & 0x3f));
+	o[2] = (char)(0x80 | ((cp >> 6) & 0x3f));
+	o[3] = (char)(0x80 | (cp & 0x3f));
+	return 4;
+}
+
+static int
+hex4(const char *p, uint32_t *v)
+{
+	*v = 0;
+	for (int i = 0; i < 4; i++) {
+		char c = p[i];
+
+		*v <<= 4;
+		if (c >= '0' && c <= '9')
+			*v |= (uint32_t)(c - '0');
+		else if (c >= 'a' && c <= 'f')
+			*v |= (uint32_t)(c - 'a' + 10);
+		else if (c >= 'A' && c <= 'F')
+			*v |= (uint32_t)(c - 'A' + 10);
+		else
+			return -1;
+	}
+	return 0;
+}
+
+size_t
+utf8_json_escape(const char *p, const char *end, uint32_t *cp)
+{
+	uint32_t lo;
+
+	if (end - p < 5 || hex4(p + 1, cp) < 0)
+		return 0;
+	if (*cp >= 0xdc00 && *cp <= 0xdfff)
+		return 0;
+	if (*cp < 0xd800 || *cp > 0xdbff)
+		return 5;
+	if (end - p < 11 || p[5] != '\\' || p[6] != 'u' ||
+	    hex4(p + 7, &lo) < 0 || lo < 0xdc00 || lo > 0xdfff)
+		return 0;
+	*cp = 0x10000 + ((*cp - 0xd800) << 10) + (lo - 0xdc00);
+	return 11;
+}
+
+size_t
 utf8_copy(char *dst, size_t cap, const char *s, size_t n)
 {
 	size_t i = 0, o = 0, k;

@@ -3,6 +3,7 @@
 
 #include <stdarg.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include <jansson.h>
 
@@ -21,6 +22,16 @@
 size_t utf8_char_len(const char *s, size_t n);
 /* Whether s[0..n) is valid UTF-8 (NUL bytes allowed). */
 int utf8_valid(const char *s, size_t n);
+/* The UTF-8 bytes of code point cp (below 0x110000, not a surrogate) into
+ * out (room for 4); their count. */
+size_t utf8_encode(char *out, uint32_t cp);
+/*
+ * A JSON \u escape at p (at the 'u'; end: where the text ends): its code
+ * point in *cp, a surrogate pair joined into one; the length of its text
+ * after the backslash (5, or 11 for a pair), or 0 if it is not a valid
+ * one (bad hex digits, a lone or reversed surrogate, cut short).
+ */
+size_t utf8_json_escape(const char *p, const char *end, uint32_t *cp);
 /*
  * Copies s[0..n) into dst (cap >= 1 bytes with its NUL): invalid bytes and
  * NUL bytes become U+FFFD; stops before a character that does not fit.

@@ -9,6 +9,7 @@
 
 #include "payload.h"
 #include "rows.h"
+#include "utf8.h"
 #include "xmalloc.h"
 
 /*
@@ -294,46 +295,6 @@ skip_ws(struct parser *ps)
 		ps->p++;
 }
 
-static int
-hex4(const char *p, uint32_t *v)
-{
-	*v = 0;
-	for (int i = 0; i < 4; i++) {
-		char c = p[i];
-
-		*v <<= 4;
-		if (c >= '0' && c <= '9')
-			*v |= (uint32_t)(c - '0');
-		else if (c >= 'a' && c <= 'f')
-			*v |= (uint32_t)(c - 'a' + 10);
-		else if (c >= 'A' && c <= 'F')
-			*v |= (uint32_t)(c - 'A' + 10);
-		else
-			return -1;
-	}
-	return 0;
-}
-
-/* A \u escape at p (at the 'u'): the code point, a surrogate pair
- * joined; the length of its text after the backslash, or 0 if invalid. */
-static size_t
-unicode_escape(const char *p, const char *end, uint32_t *cp)
-{
-	uint32_t lo;
-
-	if (end - p < 5 || hex4(p + 1, cp) < 0)
-		return 0;
-	if (*cp >= 0xdc00 && *cp <= 0xdfff)
-		return 0;
-	if (*cp < 0xd800 || *cp > 0xdbff)
-		return 5;
-	if (end - p < 11 || p[5] != '\\' || p[6] != 'u' ||
-	    hex4(p + 7, &lo) < 0 || lo < 0xdc00 || lo > 0xdfff)
-		return 0;
-	*cp = 0x10000 + ((*cp - 0xd800) << 10) + (lo - 0xdc00);
-	return 11;
-}
-
 /* Reads a string whose opening quote is just behind ps->p. */
 static int
 scan_string(struct parser *ps, struct span *sp)
@@ -375,7 +336,7 @@ scan_string(struct parser *ps, struct span *sp)
 		case 'r':
 		case 't': p++; break;
 		case 'u':
-			k = unicode_escape(p, end, &cp);
+			k = utf8_json_escape(p, end, &cp);
 			if (k == 0)
 				return -1;
 			if (cp == 0)
@@ -388,31 +349,6 @@ scan_string(struct parser *ps, struct span *sp)
 	sp->len = (size_t)(p - sp->p);
 	ps->p = p + 1;
 	return 0;
-}
-
-static size_t
-utf8_put(char *o, uint32_t cp)
-{
-	if (cp < 0x80) {
-		o[0] = (char)cp;
-		return 1;
-	}
-	if (cp < 0x800) {
-		o[0] = (char)(0xc0 | (cp >> 6));
-		o[1] = (char)(0x80 | (cp & 0x3f));
-		return 2;
-	}
-	if (cp < 0x10000) {
-		o[0] = (char)(0xe0 | (cp >> 12));
-		o[1] = (char)(0x80 | ((cp >> 6) & 0x3f));
-		o[2] = (char)(0x80 | (cp & 0x3f));
-		return 3;
-	}
-	o[0] = (char)(0xf0 | (cp >> 18));
-	o[1] = (char)(0x80 | ((cp >> 12) & 0x3f));
-	o[2] = (char)(0x80 | ((cp >> 6) & 0x3f));
-	o[3] = (char)(0x80 | (cp & 0x3f));
-	return 4;
 }
 
 /* Writes the value of a checked string (at most sp->len bytes) and a NUL
@@ -447,8 +383,8 @@ span_unescape(const struct span *sp, char *o)
 		case 'r': *o++ = '\r'; break;
 		case 't': *o++ = '\t'; break;
 		case 'u':
-			p += unicode_escape(p, end, &cp) - 1;
-			o += utf8_put(o, cp);
+			p += utf8_json_escape(p, end, &cp) - 1;
+			o += utf8_encode(o, cp);
 			break;
 		default: *o++ = *p; break;
 		}

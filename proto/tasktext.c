@@ -81,53 +81,6 @@ eat(struct rd *r, unsigned char c)
 	return 0;
 }
 
-static int
-hex4(const unsigned char *p, unsigned *out)
-{
-	unsigned v = 0;
-
-	for (int i = 0; i < 4; i++) {
-		unsigned char c = p[i];
-
-		v <<= 4;
-		if (c >= '0' && c <= '9')
-			v |= c - '0';
-		else if (c >= 'a' && c <= 'f')
-			v |= c - 'a' + 10;
-		else if (c >= 'A' && c <= 'F')
-			v |= c - 'A' + 10;
-		else
-			return -1;
-	}
-	*out = v;
-	return 0;
-}
-
-static size_t
-put_utf8(char *o, unsigned cp)
-{
-	if (cp < 0x80) {
-		o[0] = (char)cp;
-		return 1;
-	}
-	if (cp < 0x800) {
-		o[0] = (char)(0xc0 | (cp >> 6));
-		o[1] = (char)(0x80 | (cp & 0x3f));
-		return 2;
-	}
-	if (cp < 0x10000) {
-		o[0] = (char)(0xe0 | (cp >> 12));
-		o[1] = (char)(0x80 | ((cp >> 6) & 0x3f));
-		o[2] = (char)(0x80 | (cp & 0x3f));
-		return 3;
-	}
-	o[0] = (char)(0xf0 | (cp >> 18));
-	o[1] = (char)(0x80 | ((cp >> 12) & 0x3f));
-	o[2] = (char)(0x80 | ((cp >> 6) & 0x3f));
-	o[3] = (char)(0x80 | (cp & 0x3f));
-	return 4;
-}
-
 /* The escapes of a string whose raw text is [p, q) (q at the closing
  * quote), decoded into s->owned; U+0000 only if allow_nul. */
 static int
@@ -136,7 +89,7 @@ unescape(const unsigned char *p, const unsigned char *q, int allow_nul,
 {
 	char *o = xmalloc((size_t)(q - p) + 1);
 	size_t n = 0, k;
-	unsigned cp, lo;
+	uint32_t cp;
 
 	while (p < q) {
 		if (*p < 0x80 && *p != '\\') {
@@ -160,24 +113,13 @@ unescape(const unsigned char *p, const unsigned char *q, int allow_nul,
 		case 'r': o[n++] = '\r'; break;
 		case 't': o[n++] = '\t'; break;
 		case 'u':
-			if (q - p < 6 || hex4(p + 2, &cp) < 0)
+			k = utf8_json_escape((const char *)p + 1,
+					     (const char *)q, &cp);
+			if (k == 0 || (cp == 0 && !allow_nul))
 				goto bad;
-			if (cp >= 0xdc00 && cp <= 0xdfff)
-				goto bad;
-			if (cp >= 0xd800 && cp <= 0xdbff) {
-				if (q - p < 12 || p[6] != '\\' || p[7] != 'u' ||
-				    hex4(p + 8, &lo) < 0 || lo < 0xdc00 ||
-				    lo > 0xdfff)
-					goto bad;
-				cp = 0x10000 + ((cp - 0xd800) << 10) +
-				     (lo - 0xdc00);
-				p += 6;
-			}
-			if (cp == 0 && !allow_nul)
-				goto bad;
-			n += put_utf8(o + n, cp);
-			p += 4;
-			break;
+			n += utf8_encode(o + n, cp);
+			p += 1 + k;
+			continue;
 		default: goto bad;
 		}
 		p += 2;

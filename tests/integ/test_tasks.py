@@ -3,6 +3,7 @@
 (manager + 2 workers), with a Kafka ledger: a cancel answered 200 is never
 published, a rescheduled task fires at its new time, never before."""
 
+import contextlib
 import json
 import os
 import subprocess
@@ -35,6 +36,29 @@ def submit(**kw):
     r = API.post("/v1/tasks", task)
     h.check(r.status in (200, 201), "submit %r -> %r" % (task, r))
     return r.json
+
+
+@contextlib.contextmanager
+def workers_with(args):
+    """The workers restarted with extra arguments until the block ends
+    (then restarted as they were), every slot owned again first."""
+    saved = [list(w.argv) for w in C.workers]
+    for w in C.workers:
+        w.stop()
+        w.argv = w.argv + args
+    try:
+        C.start_workers()
+
+        def settled():
+            return sum(h.metrics(w.addr).get("prophet_slots_owned", 0)
+                       for w in C.workers) == 16
+        h.wait_until(settled, 40, 0.1, "every slot owned by a new worker")
+        yield
+    finally:
+        for w, argv in zip(C.workers, saved):
+            w.stop()
+            w.argv = argv
+        C.start_workers()
 
 
 def published(tid):
@@ -193,17 +217,7 @@ def test_claimed_ahead_published_on_time():
     """worker.claim_ahead_ms: a task is claimed that long before it is due
     (in flight in Redis, a cancel or reschedule then answers 409) and
     published at its due millisecond, never before."""
-    ahead = ["--set", "worker.claim_ahead_ms=1000"]
-    saved = [list(w.argv) for w in C.workers]
-    for w in C.workers:
-        w.stop()
-        w.argv = w.argv + ahead
-    try:
-        C.start_workers()
-        def settled():
-            return sum(h.metrics(w.addr).get("prophet_slots_owned", 0)
-                       for w in C.workers) == 16
-        h.wait_until(settled, 40, 0.1, "every slot owned by a new worker")
+    with workers_with(["--set", "worker.claim_ahead_ms=1000"]):
         due = h.now_ms() + 2500
         for tid in ("ahead-1", "ahead-2"):
             submit(id=tid, due_at=due)
@@ -233,11 +247,6 @@ def test_claimed_ahead_published_on_time():
             h.check(fired >= due and ms[0].recv_ms >= due,
                     "%s published before due (fired %d, due %d)"
                     % (tid, fired, due))
-    finally:
-        for w, argv in zip(C.workers, saved):
-            w.stop()
-            w.argv = argv
-        C.start_workers()
 
 
 def test_claims_grouped():
@@ -246,18 +255,7 @@ def test_claims_grouped():
     own millisecond, never before. 48 tasks a millisecond apart, in one
     100 ms group: a claim call per slot they fall in (with groups of 1 ms,
     about one a task)."""
-    group = ["--set", "worker.claim_group_ms=100"]
-    saved = [list(w.argv) for w in C.workers]
-    for w in C.workers:
-        w.stop()
-        w.argv = w.argv + group
-    try:
-        C.start_workers()
-
-        def settled():
-            return sum(h.metrics(w.addr).get("prophet_slots_owned", 0)
-                       for w in C.workers) == 16
-        h.wait_until(settled, 40, 0.1, "every slot owned by a new worker")
+    with workers_with(["--set", "worker.claim_group_ms=100"]):
         # A group starts where due - claim_ahead_ms (10) is a multiple of
         # 100: the 48 due times [base, base + 48) lie in one group.
         base = h.now_ms() + 3000
@@ -287,11 +285,6 @@ def test_claims_grouped():
             h.check(fired >= base + i and ms[0].recv_ms >= base + i,
                     "%s published before due (fired %d, due %d)"
                     % (tid, fired, base + i))
-    finally:
-        for w, argv in zip(C.workers, saved):
-            w.stop()
-            w.argv = argv
-        C.start_workers()
 
 
 def test_list_filters_and_pages():

@@ -5,6 +5,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#ifdef __SSE2__
+#include <emmintrin.h>
+#endif
 
 #include "utf8.h"
 #include "xmalloc.h"
@@ -120,6 +123,129 @@ utf8_json_escape(const char *p, const char *end, uint32_t *cp)
 		return 0;
 	*cp = 0x10000 + ((*cp - 0xd800) << 10) + (lo - 0xdc00);
 	return 11;
+}
+
+/* The first byte in [p, end) that ends a JSON string's run of plain
+ * characters ('"', '\\', a control character, the first byte of a
+ * multi-byte character), or end: sixteen bytes a step where SSE2 is
+ * there (a task's body is most of its text). */
+static const unsigned char *
+json_plain_run(const unsigned char *p, const unsigned char *end)
+{
+#ifdef __SSE2__
+	const __m128i quote = _mm_set1_epi8('"'), bslash = _mm_set1_epi8('\\'),
+		      space = _mm_set1_epi8(0x20);
+
+	while (end - p >= 16) {
+		__m128i v = _mm_loadu_si128((const __m128i *)(const void *)p);
+		/* Signed: bytes from 0x80 up are negative, below 0x20 too. */
+		__m128i m =
+			_mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(v, quote),
+						  _mm_cmpeq_epi8(v, bslash)),
+				     _mm_cmplt_epi8(v, space));
+		int mask = _mm_movemask_epi8(m);
+
+		if (mask != 0)
+			return p + __builtin_ctz((unsigned)mask);
+		p += 16;
+	}
+#endif
+	while (p < end && *p != '"' && *p != '\\' && *p >= 0x20 && *p < 0x80)
+		p++;
+	return p;
+}
+
+const char *
+utf8_json_scan(const char *start, const char *end, struct utf8_json_span *sp)
+{
+	const unsigned char *p = (const unsigned char *)start;
+	const unsigned char *e = (const unsigned char *)end;
+	uint32_t cp;
+	size_t k;
+
+	sp->p = start;
+	sp->esc = 0;
+	sp->nul = 0;
+	for (;;) {
+		p = json_plain_run(p, e);
+		if (p == e)
+			return NULL;
+		if (*p == '"')
+			break;
+		if (*p >= 0x80) {
+			k = utf8_char_len((const char *)p, (size_t)(e - p));
+			if (k == 0)
+				return NULL;
+			p += k;
+			continue;
+		}
+		if (*p != '\\' || e - p < 2)
+			return NULL; /* a control character */
+		sp->esc = 1;
+		p++;
+		switch (*p) {
+		case '"':
+		case '\\':
+		case '/':
+		case 'b':
+		case 'f':
+		case 'n':
+		case 'r':
+		case 't': p++; break;
+		case 'u':
+			k = utf8_json_escape((const char *)p, end, &cp);
+			if (k == 0)
+				return NULL;
+			if (cp == 0)
+				sp->nul = 1;
+			p += k;
+			break;
+		default: return NULL;
+		}
+	}
+	sp->len = (size_t)((const char *)p - start);
+	return (const char *)p + 1;
+}
+
+size_t
+utf8_json_unescape(const struct utf8_json_span *sp, char *o)
+{
+	const char *p = sp->p;
+	const char *end = p + sp->len;
+	char *start = o;
+	uint32_t cp;
+
+	if (!sp->esc) {
+		memcpy(o, p, sp->len);
+		o[sp->len] = '\0';
+		return sp->len;
+	}
+	while (p < end) {
+		const char *q = memchr(p, '\\', (size_t)(end - p));
+		size_t n = q ? (size_t)(q - p) : (size_t)(end - p);
+
+		memcpy(o, p, n);
+		o += n;
+		p += n;
+		if (p == end)
+			break;
+		p++;
+		switch (*p) {
+		case 'b': *o++ = '\b'; break;
+		case 'f': *o++ = '\f'; break;
+		case 'n': *o++ = '\n'; break;
+		case 'r': *o++ = '\r'; break;
+		case 't': *o++ = '\t'; break;
+		case 'u':
+			p += utf8_json_escape(p, end, &cp) - 1;
+			o += utf8_encode(o, cp);
+			break;
+		default: *o++ = *p; break; /* '"', '\\', '/' */
+		}
+		p++;
+	}
+	*o = '\0';
+	return (size_t)(o - start);
 }
 
 size_t

@@ -32,6 +32,25 @@ size_t utf8_encode(char *out, uint32_t cp);
  * one (bad hex digits, a lone or reversed surrogate, cut short).
  */
 size_t utf8_json_escape(const char *p, const char *end, uint32_t *cp);
+
+/* A JSON string's text between its quotes, as utf8_json_scan found it. */
+struct utf8_json_span {
+	const char *p;
+	size_t len;
+	int esc; /* has escapes to undo */
+	int nul; /* one of them is \u0000 */
+};
+/*
+ * Reads the JSON string whose opening quote is just before p (end: where
+ * the text ends) as jansson does: strict UTF-8, no control characters,
+ * only RFC 8259's escapes, surrogates in pairs. Returns the byte after
+ * the closing quote with *sp filled, or NULL if it is not a string.
+ */
+const char *utf8_json_scan(const char *p, const char *end,
+			   struct utf8_json_span *sp);
+/* Writes the value of a span utf8_json_scan accepted (at most sp->len
+ * bytes) and a NUL to o; returns the value's length. */
+size_t utf8_json_unescape(const struct utf8_json_span *sp, char *o);
 /*
  * Copies s[0..n) into dst (cap >= 1 bytes with its NUL): invalid bytes and
  * NUL bytes become U+FFFD; stops before a character that does not fit.

@@ -37,42 +37,6 @@ ob_reserve(struct obuf *b, size_t n)
 	b->p = xrealloc(b->p, b->cap);
 }
 
-/* The length of the strict UTF-8 sequence (no overlong forms, no
- * surrogates, nothing above U+10FFFF) starting at p, or 0. */
-static size_t
-utf8_seq(const unsigned char *p, size_t n)
-{
-	unsigned c = p[0];
-	size_t len;
-	uint32_t v;
-
-	if (c < 0x80)
-		return 1;
-	if (c >= 0xc2 && c <= 0xdf) {
-		len = 2;
-		v = c & 0x1f;
-	} else if (c >= 0xe0 && c <= 0xef) {
-		len = 3;
-		v = c & 0x0f;
-	} else if (c >= 0xf0 && c <= 0xf4) {
-		len = 4;
-		v = c & 0x07;
-	} else {
-		return 0;
-	}
-	if (len > n)
-		return 0;
-	for (size_t i = 1; i < len; i++) {
-		if ((p[i] & 0xc0) != 0x80)
-			return 0;
-		v = (v << 6) | (p[i] & 0x3f);
-	}
-	if (v > 0x10ffff || (v >= 0xd800 && v <= 0xdfff) ||
-	    (len == 3 && v < 0x800) || (len == 4 && v < 0x10000))
-		return 0;
-	return len;
-}
-
 /* 1 for the bytes a JSON string holds as they are: not '"', '\\', a
  * control character or part of a UTF-8 sequence. */
 static const unsigned char str_plain[256] = {
@@ -121,7 +85,7 @@ ob_str(struct obuf *b, const char *s, size_t n)
 			break;
 		c = *p;
 		if (c >= 0x80) {
-			k = utf8_seq(p, (size_t)(end - p));
+			k = utf8_char_len((const char *)p, (size_t)(end - p));
 			if (k == 0)
 				return -1;
 			memcpy(o, p, k);
@@ -259,19 +223,12 @@ payload_encode(const struct task *t, size_t *lenp)
 /* Decoder ------------------------------------------------------------ */
 
 /* The raw text of a string between its quotes. */
-struct span {
-	const char *p;
-	size_t len;
-	int esc; /* has escapes to undo */
-	int nul; /* one of them is \u0000 */
-};
-
 enum vtype { V_ABSENT, V_STR, V_INT, V_OBJ, V_OTHER };
 
 /* The last value of one key (jansson kept the last of duplicates). */
 struct member {
 	enum vtype type;
-	struct span s;
+	struct utf8_json_span s;
 	int64_t i;
 	json_t *j; /* V_OBJ */
 };
@@ -297,108 +254,21 @@ skip_ws(struct parser *ps)
 
 /* Reads a string whose opening quote is just behind ps->p. */
 static int
-scan_string(struct parser *ps, struct span *sp)
+scan_string(struct parser *ps, struct utf8_json_span *sp)
 {
-	const char *p = ps->p;
-	const char *end = ps->end;
-	uint32_t cp;
-	size_t k;
+	const char *q = utf8_json_scan(ps->p, ps->end, sp);
 
-	sp->p = p;
-	sp->esc = 0;
-	sp->nul = 0;
-	for (;;) {
-		while (p < end && str_plain[(unsigned char)*p])
-			p++;
-		if (p == end)
-			return -1;
-		if (*p == '"')
-			break;
-		if ((unsigned char)*p >= 0x80) {
-			k = utf8_seq((const unsigned char *)p,
-				     (size_t)(end - p));
-			if (k == 0)
-				return -1;
-			p += k;
-			continue;
-		}
-		if (*p != '\\' || end - p < 2)
-			return -1; /* a control character */
-		sp->esc = 1;
-		p++;
-		switch (*p) {
-		case '"':
-		case '\\':
-		case '/':
-		case 'b':
-		case 'f':
-		case 'n':
-		case 'r':
-		case 't': p++; break;
-		case 'u':
-			k = utf8_json_escape(p, end, &cp);
-			if (k == 0)
-				return -1;
-			if (cp == 0)
-				sp->nul = 1;
-			p += k;
-			break;
-		default: return -1;
-		}
-	}
-	sp->len = (size_t)(p - sp->p);
-	ps->p = p + 1;
+	if (q == NULL)
+		return -1;
+	ps->p = q;
 	return 0;
 }
 
-/* Writes the value of a checked string (at most sp->len bytes) and a NUL
- * to o; returns the value's length. */
-static size_t
-span_unescape(const struct span *sp, char *o)
-{
-	const char *p = sp->p;
-	const char *end = p + sp->len;
-	char *start = o;
-	uint32_t cp;
-
-	if (!sp->esc) {
-		memcpy(o, p, sp->len);
-		o[sp->len] = '\0';
-		return sp->len;
-	}
-	while (p < end) {
-		const char *q = memchr(p, '\\', (size_t)(end - p));
-		size_t n = q ? (size_t)(q - p) : (size_t)(end - p);
-
-		memcpy(o, p, n);
-		o += n;
-		p += n;
-		if (p == end)
-			break;
-		p++;
-		switch (*p) {
-		case 'b': *o++ = '\b'; break;
-		case 'f': *o++ = '\f'; break;
-		case 'n': *o++ = '\n'; break;
-		case 'r': *o++ = '\r'; break;
-		case 't': *o++ = '\t'; break;
-		case 'u':
-			p += utf8_json_escape(p, end, &cp) - 1;
-			o += utf8_encode(o, cp);
-			break;
-		default: *o++ = *p; break;
-		}
-		p++;
-	}
-	*o = '\0';
-	return (size_t)(o - start);
-}
-
 static char *
-span_dup(const struct span *sp, size_t *lenp)
+span_dup(const struct utf8_json_span *sp, size_t *lenp)
 {
 	char *s = xmalloc(sp->len + 1);
-	size_t n = span_unescape(sp, s);
+	size_t n = utf8_json_unescape(sp, s);
 
 	if (lenp != NULL)
 		*lenp = n;
@@ -407,7 +277,7 @@ span_dup(const struct span *sp, size_t *lenp)
 
 /* Which member a key names, or -1. */
 static int
-member_index(const struct span *key)
+member_index(const struct utf8_json_span *key)
 {
 	char buf[16];
 	const char *k;
@@ -418,7 +288,7 @@ member_index(const struct span *key)
 		k = key->p;
 	} else {
 		/* One character is at most a 12-byte surrogate pair. */
-		if (key->len > 12 || span_unescape(key, buf) != 1)
+		if (key->len > 12 || utf8_json_unescape(key, buf) != 1)
 			return -1;
 		k = buf;
 	}
@@ -557,7 +427,7 @@ static int
 scan_object(struct parser *ps, struct member *m)
 {
 	struct member other = {0};
-	struct span key;
+	struct utf8_json_span key;
 	int k, rc = -1;
 
 	skip_ws(ps);

@@ -4,9 +4,6 @@
 
 #include <stdlib.h>
 #include <string.h>
-#ifdef __SSE2__
-#include <emmintrin.h>
-#endif
 
 #include "task.h"
 #include "utf8.h"
@@ -81,135 +78,32 @@ eat(struct rd *r, unsigned char c)
 	return 0;
 }
 
-/* The escapes of a string whose raw text is [p, q) (q at the closing
- * quote), decoded into s->owned; U+0000 only if allow_nul. */
-static int
-unescape(const unsigned char *p, const unsigned char *q, int allow_nul,
-	 struct str *s)
-{
-	char *o = xmalloc((size_t)(q - p) + 1);
-	size_t n = 0, k;
-	uint32_t cp;
-
-	while (p < q) {
-		if (*p < 0x80 && *p != '\\') {
-			o[n++] = (char)*p++;
-			continue;
-		}
-		if (*p != '\\') {
-			k = utf8_char_len((const char *)p, (size_t)(q - p));
-			memcpy(o + n, p, k); /* k > 0: checked by the scan */
-			n += k;
-			p += k;
-			continue;
-		}
-		switch (p[1]) {
-		case '"':
-		case '\\':
-		case '/': o[n++] = (char)p[1]; break;
-		case 'b': o[n++] = '\b'; break;
-		case 'f': o[n++] = '\f'; break;
-		case 'n': o[n++] = '\n'; break;
-		case 'r': o[n++] = '\r'; break;
-		case 't': o[n++] = '\t'; break;
-		case 'u':
-			k = utf8_json_escape((const char *)p + 1,
-					     (const char *)q, &cp);
-			if (k == 0 || (cp == 0 && !allow_nul))
-				goto bad;
-			n += utf8_encode(o + n, cp);
-			p += 1 + k;
-			continue;
-		default: goto bad;
-		}
-		p += 2;
-	}
-	o[n] = '\0';
-	s->owned = o;
-	s->s = o;
-	s->n = n;
-	return 0;
-bad:
-	xfree(o);
-	return -1;
-}
-
-/* Whether a byte ends a string's run of plain characters: '"', '\\', a
- * control character or the first byte of a multi-byte character. */
-static int
-special(unsigned char c)
-{
-	return c == '"' || c == '\\' || c < 0x20 || c >= 0x80;
-}
-
-/* The first special byte in [p, end), or end: sixteen bytes a step where
- * SSE2 is there (a body is most of a task's text). */
-static const unsigned char *
-plain_run(const unsigned char *p, const unsigned char *end)
-{
-#ifdef __SSE2__
-	const __m128i quote = _mm_set1_epi8('"'), bslash = _mm_set1_epi8('\\'),
-		      space = _mm_set1_epi8(0x20);
-
-	while (end - p >= 16) {
-		__m128i v = _mm_loadu_si128((const __m128i *)(const void *)p);
-		/* Signed: bytes from 0x80 up are negative, below 0x20 too. */
-		__m128i m =
-			_mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(v, quote),
-						  _mm_cmpeq_epi8(v, bslash)),
-				     _mm_cmplt_epi8(v, space));
-		int mask = _mm_movemask_epi8(m);
-
-		if (mask != 0)
-			return p + __builtin_ctz((unsigned)mask);
-		p += 16;
-	}
-#endif
-	while (p < end && !special(*p))
-		p++;
-	return p;
-}
-
 /*
- * A string at r->p (after white space). Escapes are decoded only when
- * escapes is set (the body); elsewhere they are declined, as are control
- * characters and bytes that are not UTF-8 (jansson refuses those).
+ * A string at r->p (after white space), read as jansson would. Escapes
+ * are decoded only when escapes is set (the body, where \u0000 is
+ * allowed too); elsewhere a string with escapes is declined.
  */
 static int
 string(struct rd *r, int escapes, struct str *s)
 {
-	const unsigned char *p, *start;
-	int escaped = 0;
-	size_t k;
+	struct utf8_json_span sp;
+	const char *q;
 
 	if (!eat(r, '"'))
 		return -1;
-	start = p = r->p;
-	for (;;) {
-		p = plain_run(p, r->end);
-		if (p >= r->end || *p < 0x20)
-			return -1;
-		if (*p == '"')
-			break;
-		if (*p == '\\') {
-			if (!escapes || r->end - p < 2)
-				return -1;
-			escaped = 1;
-			p += 2;
-		} else {
-			k = utf8_char_len((const char *)p,
-					  (size_t)(r->end - p));
-			if (k == 0)
-				return -1;
-			p += k;
-		}
-	}
-	r->p = p + 1;
+	q = utf8_json_scan((const char *)r->p, (const char *)r->end, &sp);
+	if (q == NULL || (sp.esc && !escapes))
+		return -1;
+	r->p = (const unsigned char *)q;
 	s->owned = NULL;
-	if (escaped)
-		return unescape(start, p, 1, s);
-	s->s = (const char *)start;
-	s->n = (size_t)(p - start);
+	if (sp.esc) {
+		s->owned = xmalloc(sp.len + 1);
+		s->n = utf8_json_unescape(&sp, s->owned);
+		s->s = s->owned;
+	} else {
+		s->s = sp.p;
+		s->n = sp.len;
+	}
 	return 0;
 }
 

@@ -151,6 +151,84 @@ test_task_error_renders(void **state)
 	}
 }
 
+/* One JSON string body (without its quotes) through utf8_json_scan and
+ * utf8_json_unescape, held against jansson on the same text. */
+static void
+check_json_string(const char *body, size_t n)
+{
+	char *doc = malloc(n + 4), *val = malloc(n + 1);
+	struct utf8_json_span sp;
+	json_error_t err;
+	const char *q;
+	json_t *j;
+
+	doc[0] = '[';
+	doc[1] = '"';
+	memcpy(doc + 2, body, n);
+	/* The scan must stop at the string's own closing quote. */
+	doc[n + 2] = '"';
+	doc[n + 3] = ']';
+	j = json_loadb(doc, n + 4, JSON_ALLOW_NUL, &err);
+	q = utf8_json_scan(doc + 2, doc + n + 4, &sp);
+	if (j == NULL) {
+		/* jansson refused: either the scan refuses, or the string
+		 * ended early at a quote of its own and what follows is not
+		 * the array's end. */
+		assert_true(q == NULL || q != doc + n + 3);
+	} else {
+		json_t *s = json_array_get(j, 0);
+		size_t len;
+
+		assert_ptr_equal(q, doc + n + 3);
+		assert_int_equal(sp.len, n);
+		len = utf8_json_unescape(&sp, val);
+		assert_int_equal(len, json_string_length(s));
+		assert_memory_equal(val, json_string_value(s), len);
+		assert_int_equal(val[len], '\0');
+		/* A NUL in the value can only come from \u0000. */
+		assert_int_equal(sp.nul, memchr(val, '\0', len) != NULL);
+		json_decref(j);
+	}
+	free(doc);
+	free(val);
+}
+
+static void
+test_json_scan_against_jansson(void **state)
+{
+	static const char *const table[] = {
+		"", "plain", "a longer plain run of more than sixteen bytes",
+		"tab\\tnew\\nline", "\\\"quoted\\\"", "\\/\\b\\f\\r\\\\",
+		"\\u0041\\u00e9\\u65e5", "\\ud83d\\ude80", "\\u0000nul",
+		"h\xc3\xa9llo world, and then some more", "\xf0\x9f\x9a\x80",
+		/* refused */
+		"\\x", "\\u12", "\\ud83d", "\\ude80", "\\ud83d\\u0041", "\x01",
+		"0123456789abcdef\x1f", "\xc0\xaf", "\xed\xa0\x80",
+		"\xf4\x90\x80\x80", "0123456789abcde\xe6\x97", "\\", "a\"b",
+		NULL};
+	static const char alphabet[] = "ab\\\"/u0dDfF9\x01\x7f\xc3\xa9\xe6\x97"
+				       "\xa5\xf0\x9f\xed\xa0 ";
+	char buf[64];
+
+	(void)state;
+	for (size_t i = 0; table[i] != NULL; i++)
+		check_json_string(table[i], strlen(table[i]));
+	srand(7);
+	for (int i = 0; i < 200000; i++) {
+		size_t n = (size_t)rand() % sizeof(buf);
+
+		for (size_t k = 0; k < n; k++) {
+			/* Mostly plain runs, so the 16-byte steps are met. */
+			if (rand() % 4 != 0)
+				buf[k] = (char)('a' + rand() % 26);
+			else
+				buf[k] = alphabet[(size_t)rand() %
+						  (sizeof(alphabet) - 1)];
+		}
+		check_json_string(buf, n);
+	}
+}
+
 int
 main(void)
 {
@@ -161,6 +239,7 @@ main(void)
 		cmocka_unit_test(test_format),
 		cmocka_unit_test(test_json_never_null),
 		cmocka_unit_test(test_task_error_renders),
+		cmocka_unit_test(test_json_scan_against_jansson),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

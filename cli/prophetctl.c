@@ -240,7 +240,9 @@ usage(FILE *fp)
 	fprintf(fp, "\nThe API address is http.listen of the configuration "
 		    "(default /etc/prophet/prophet.conf)\nunless --url is "
 		    "given; the token is --token, else PROPHET_TOKEN, else\n"
-		    "http.token. It is HTTPS when http.tls_cert is set; the "
+		    "http.token_file's or http.token (a [http@prophetctl] "
+		    "section may set them).\nIt is HTTPS when http.tls_cert "
+		    "is set; the "
 		    "server's certificate is\nchecked against --cacert, else "
 		    "http.tls_ca, else the system's CAs (--insecure:\nnot at "
 		    "all). --json prints the server's answers as JSON.\n"
@@ -268,9 +270,22 @@ main(int argc, char **argv)
 		 cfg_str(c.cfg, CFG_HTTP_LISTEN));
 	snprintf(c.cacert, sizeof(c.cacert), "%s",
 		 cfg_str(c.cfg, CFG_HTTP_TLS_CA));
-	snprintf(c.token, sizeof(c.token), "%s",
-		 getenv("PROPHET_TOKEN") ? getenv("PROPHET_TOKEN")
-					 : cfg_str(c.cfg, CFG_HTTP_TOKEN));
+	if (getenv("PROPHET_TOKEN") != NULL) {
+		snprintf(c.token, sizeof(c.token), "%s",
+			 getenv("PROPHET_TOKEN"));
+	} else {
+		/* http.token, or http.token_file (e.g. in [http@prophetctl]) */
+		char err[512], *tok = cfg_http_token(c.cfg, err, sizeof(err));
+
+		if (tok == NULL) {
+			fprintf(stderr, "prophetctl: %s\n", err);
+			cfg_destroy(c.cfg);
+			return 2;
+		}
+		snprintf(c.token, sizeof(c.token), "%s", tok);
+		explicit_bzero(tok, strlen(tok));
+		xfree(tok);
+	}
 	/* --json may come before or after the command. */
 	for (i = 1; i < argc;) {
 		if (!strcmp(argv[i], "--json")) {

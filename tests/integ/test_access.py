@@ -213,6 +213,31 @@ def test_prophetctl_token():
     p = subprocess.run(base + ["get", "20"], capture_output=True, text=True,
                        timeout=30, env=env)
     h.check_eq(p.returncode, 0, "with PROPHET_TOKEN: %s" % p.stderr)
+    # http.token_file, in prophetctl's own section of the cluster's file
+    # (as scripts/devcluster up --secure writes it): it was ignored once.
+    tag = h.rand_tag()
+    tok = os.path.join(tempfile.gettempdir(), "prophet-ctl-token-" + tag)
+    conf = os.path.join(tempfile.gettempdir(), "prophet-ctl-%s.conf" % tag)
+    try:
+        write_private(tok, TOKENS["read"] + "\n")
+        with open(C.conf_path) as f:
+            text = f.read()
+        write_private(conf, text + "\n[http@prophetctl]\ntoken_file = %s\n"
+                      % tok)
+        p = subprocess.run([ctl, "-c", conf, "get", "20"],
+                           capture_output=True, text=True, timeout=30)
+        h.check_eq(p.returncode, 0, "with [http@prophetctl] token_file: %s"
+                   % p.stderr)
+        os.chmod(tok, 0o644)
+        p = subprocess.run([ctl, "-c", conf, "get", "20"],
+                           capture_output=True, text=True, timeout=30)
+        h.check(p.returncode == 2 and "http.token_file" in p.stderr,
+                "a token file others may read is refused, naming the key: "
+                "%r" % (p,))
+    finally:
+        for f in (tok, conf):
+            if os.path.exists(f):
+                os.unlink(f)
 
 
 def test_hashed_token():

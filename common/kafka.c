@@ -23,6 +23,9 @@
 #include "xmalloc.h"
 
 #define KAFKA_CLOSE_MS 5000
+/* How long offsets to commit are gathered before one request sends them
+ * all (kafka_consumer_commit). */
+#define KAFKA_COMMIT_MS 100
 /* How long creating a client waits for a broker's first answer. */
 #define KAFKA_PROBE_MS 10000
 #define KAFKA_PROBE_DOWN_MS 1500
@@ -721,6 +724,9 @@ struct kafka_consumer {
 	char **props; /* key, value, ..., NULL */
 	int fatal;    /* librdkafka said so: made again on the next poll */
 	struct event *remake_ev;
+	/* Offsets to commit, gathered for KAFKA_COMMIT_MS (commit_flush). */
+	rd_kafka_topic_partition_list_t *to_commit;
+	struct event *commit_ev;
 };
 
 static void
@@ -837,6 +843,35 @@ rebalance_apply(rd_kafka_t *rk, rd_kafka_resp_err_t err,
 	}
 }
 
+/*
+ * Sends the gathered offsets, every partition in one OffsetCommit
+ * (asynchronous, as each commit was). One request a commit, sent as
+ * messages were done, queued thousands deep on the coordinator's
+ * connection when a consumer caught up with a backlog: the broker answers
+ * a connection's requests one at a time, so the heartbeats behind them
+ * went unanswered past the session timeout, the static member was fenced,
+ * its commits refused, and it read the backlog again, forever (the
+ * notifier on a dev cluster with 8,700 old messages).
+ */
+static void
+commit_flush(struct kafka_consumer *c)
+{
+	if (c->to_commit == NULL)
+		return;
+	if (c->rk != NULL && c->to_commit->cnt > 0)
+		rd_kafka_commit(c->rk, c->to_commit, 1);
+	rd_kafka_topic_partition_list_destroy(c->to_commit);
+	c->to_commit = NULL;
+}
+
+static void
+commit_timer_cb(evutil_socket_t fd, short what, void *arg)
+{
+	(void)fd;
+	(void)what;
+	commit_flush(arg);
+}
+
 /* Served by rd_kafka_consumer_poll, hence on the loop. */
 static void
 rebalance_cb(rd_kafka_t *rk, rd_kafka_resp_err_t err,
@@ -847,6 +882,11 @@ rebalance_cb(rd_kafka_t *rk, rd_kafka_resp_err_t err,
 
 	if (!assigned && c->rebalance_cb != NULL)
 		c->rebalance_cb(l, 0, c->arg);
+	/* What was done with the partitions going away (the callback may
+	 * just have added to it) is committed before they go: the request
+	 * reaches the coordinator ahead of the next JoinGroup. */
+	if (!assigned)
+		commit_flush(c);
 	rebalance_apply(rk, err, l);
 	if (assigned) {
 		if (c->paused)
@@ -968,6 +1008,7 @@ consumer_open(struct kafka_consumer *c, struct event_base *base, int probe,
 				  consumer_wake_cb, c);
 		event_add(c->ev, NULL);
 		c->remake_ev = evtimer_new(base, consumer_remake_cb, c);
+		c->commit_ev = evtimer_new(base, commit_timer_cb, c);
 	}
 	c->q = rd_kafka_queue_get_consumer(c->rk);
 	rd_kafka_queue_io_event_enable(c->q, c->pipefd[1], "1", 1);
@@ -1057,6 +1098,12 @@ consumer_remake(struct kafka_consumer *c)
 			c->rebalance_cb(mine, 0, c->arg);
 		rd_kafka_topic_partition_list_destroy(mine);
 	}
+	/* Commits of the fenced member would be refused: its successor
+	 * reads from the last committed offsets (at-least-once). */
+	if (c->to_commit != NULL) {
+		rd_kafka_topic_partition_list_destroy(c->to_commit);
+		c->to_commit = NULL;
+	}
 	rd_kafka_queue_io_event_enable(c->q, -1, NULL, 0);
 	rd_kafka_queue_destroy(c->q);
 	c->q = NULL;
@@ -1138,15 +1185,21 @@ kafka_consumer_commit(struct kafka_consumer *c, const char *topic,
 		      int32_t partition, int64_t next_offset)
 {
 	rd_kafka_topic_partition_list_t *l;
+	rd_kafka_topic_partition_t *e;
+
+	struct timeval tv = {0, KAFKA_COMMIT_MS * 1000};
 
 	if (c->rk == NULL) /* being made again: its next member reads on */
 		return;
-	l = rd_kafka_topic_partition_list_new(1);
-
-	rd_kafka_topic_partition_list_add(l, topic, partition)->offset =
-		next_offset;
-	rd_kafka_commit(c->rk, l, 1);
-	rd_kafka_topic_partition_list_destroy(l);
+	if (c->to_commit == NULL)
+		c->to_commit = rd_kafka_topic_partition_list_new(8);
+	l = c->to_commit;
+	e = rd_kafka_topic_partition_list_find(l, topic, partition);
+	if (e == NULL)
+		e = rd_kafka_topic_partition_list_add(l, topic, partition);
+	e->offset = next_offset; /* the latest call's, as when each was sent */
+	if (!evtimer_pending(c->commit_ev, NULL))
+		evtimer_add(c->commit_ev, &tv);
 }
 
 /*
@@ -1202,6 +1255,8 @@ consumer_close(rd_kafka_t *rk)
 static void
 consumer_detach(struct kafka_consumer *c)
 {
+	/* Sent before the close (which leaves the group after it). */
+	commit_flush(c);
 	c->rebalance_cb = NULL;
 	if (c->q != NULL) {
 		rd_kafka_queue_io_event_enable(c->q, -1, NULL, 0);
@@ -1210,6 +1265,7 @@ consumer_detach(struct kafka_consumer *c)
 	}
 	event_free(c->ev);
 	event_free(c->remake_ev);
+	event_free(c->commit_ev);
 }
 
 static void

@@ -173,7 +173,9 @@ void kafka_consumer_pause(struct kafka_consumer *c, int paused);
 /* The last high watermark seen for a partition, or -1. */
 int64_t kafka_consumer_high_watermark(struct kafka_consumer *c,
 				      const char *topic, int32_t partition);
-/* Marks (topic, partition, offset) handled; commits asynchronously. */
+/* Marks (topic, partition, offset) handled; commits asynchronously, the
+ * offsets of 100 ms in one request (and at once when partitions are
+ * revoked or the consumer is destroyed). */
 void kafka_consumer_commit(struct kafka_consumer *c, const char *topic,
 			   int32_t partition, int64_t next_offset);
 

@@ -850,8 +850,8 @@ rebalance_apply(rd_kafka_t *rk, rd_kafka_resp_err_t err,
  * connection when a consumer caught up with a backlog: the broker answers
  * a connection's requests one at a time, so the heartbeats behind them
  * went unanswered past the session timeout, the static member was fenced,
- * its commits refused, and it read the backlog again, forever (the
- * notifier on a dev cluster with 8,700 old messages).
+ * its commits refused, and it read the backlog again (the notifier on a dev
+ * cluster with 8,700 old messages).
  */
 static void
 commit_flush(struct kafka_consumer *c)

@@ -5,6 +5,7 @@
 #include <ctype.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <regex.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -727,6 +728,9 @@ struct kafka_consumer {
 	/* Offsets to commit, gathered for KAFKA_COMMIT_MS (commit_flush). */
 	rd_kafka_topic_partition_list_t *to_commit;
 	struct event *commit_ev;
+	int is_static;	      /* a static member (group.instance.id) */
+	int sub_checked;      /* this handle's first assignment was checked */
+	struct event *sub_ev; /* sub_check_cb */
 };
 
 static void
@@ -872,6 +876,117 @@ commit_timer_cb(evutil_socket_t fd, short what, void *arg)
 	commit_flush(arg);
 }
 
+/* The subscription as librdkafka takes it: a topic each comma-separated
+ * name (a regular expression when it starts with '^'). */
+static rd_kafka_topic_partition_list_t *
+subscription_list(const char *topic)
+{
+	rd_kafka_topic_partition_list_t *l =
+		rd_kafka_topic_partition_list_new(1);
+
+	for (const char *p = topic; *p;) {
+		size_t k = strcspn(p, ",");
+		char *one = xstrndup(p, k);
+
+		if (k > 0)
+			rd_kafka_topic_partition_list_add(
+				l, one, RD_KAFKA_PARTITION_UA);
+		xfree(one);
+		p += k + (p[k] == ',');
+	}
+	return l;
+}
+
+/* Whether a topic's name is one the subscription names. */
+static int
+subscribed(const rd_kafka_topic_partition_list_t *sub, const regex_t *re,
+	   const char *name)
+{
+	for (int i = 0; i < sub->cnt; i++) {
+		if (sub->elems[i].topic[0] == '^') {
+			if (regexec(&re[i], name, 0, NULL, 0) == 0)
+				return 1;
+		} else if (!strcmp(sub->elems[i].topic, name)) {
+			return 1;
+		}
+	}
+	return 0;
+}
+
+/*
+ * A static member that rejoins under its name gets its old assignment
+ * without a rebalance (Kafka), even when its regular expression now
+ * matches a topic created while it was away (or a topic it names came to
+ * be); librdkafka 2.0.2 (no KIP-814
+ * skipAssignment) does not ask for one, and the topic stayed unread until
+ * the group's next rebalance. So, once a handle has its first assignment:
+ * a subscribed topic the brokers have and none of whose partitions came
+ * to this member (with the range assignor every member gets some of each
+ * topic that has as many partitions as there are members) makes it
+ * subscribe again, which rejoins with its member id: the coordinator
+ * rebalances on the leader's rejoin, and every member's new subscription
+ * counts. At worst one rebalance more after a start. The metadata request
+ * waits for the brokers for 1 s at most, once per handle.
+ */
+static void
+sub_check_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct kafka_consumer *c = arg;
+	const struct rd_kafka_metadata *md = NULL;
+	rd_kafka_topic_partition_list_t *mine = NULL, *sub;
+	regex_t *re;
+	const char *missing = NULL;
+	int nmissing = 0, ok = 1;
+
+	(void)fd;
+	(void)what;
+	if (c->rk == NULL)
+		return;
+	sub = subscription_list(c->topic);
+	re = xcalloc((size_t)sub->cnt + 1, sizeof(*re));
+	for (int i = 0; i < sub->cnt; i++)
+		if (sub->elems[i].topic[0] == '^' &&
+		    regcomp(&re[i], sub->elems[i].topic,
+			    REG_EXTENDED | REG_NOSUB) != 0)
+			ok = 0; /* librdkafka's syntax, not POSIX's: leave it */
+	if (ok && rd_kafka_assignment(c->rk, &mine) == 0 &&
+	    rd_kafka_metadata(c->rk, 1, NULL, &md, 1000) == 0) {
+		for (int t = 0; t < md->topic_cnt; t++) {
+			const struct rd_kafka_metadata_topic *mt =
+				&md->topics[t];
+			int have = 0;
+
+			if (mt->err != 0 || mt->partition_cnt == 0 ||
+			    !subscribed(sub, re, mt->topic))
+				continue;
+			for (int i = 0; i < mine->cnt && !have; i++)
+				have = !strcmp(mine->elems[i].topic, mt->topic);
+			if (!have && nmissing++ == 0)
+				missing = mt->topic;
+		}
+		if (nmissing > 0) {
+			log_info("kafka consumer: subscribed topics not in its "
+				 "assignment, asking for a rebalance",
+				 "group=%s topics=%d first=%s", c->group,
+				 nmissing, missing);
+			if (rd_kafka_subscribe(c->rk, sub) !=
+			    RD_KAFKA_RESP_ERR_NO_ERROR)
+				log_warn("kafka consumer: subscribing again "
+					 "failed",
+					 "group=%s", c->group);
+		}
+	}
+	if (md != NULL)
+		rd_kafka_metadata_destroy(md);
+	if (mine != NULL)
+		rd_kafka_topic_partition_list_destroy(mine);
+	for (int i = 0; i < sub->cnt; i++)
+		if (sub->elems[i].topic[0] == '^' && ok)
+			regfree(&re[i]);
+	xfree(re);
+	rd_kafka_topic_partition_list_destroy(sub);
+}
+
 /* Served by rd_kafka_consumer_poll, hence on the loop. */
 static void
 rebalance_cb(rd_kafka_t *rk, rd_kafka_resp_err_t err,
@@ -893,6 +1008,12 @@ rebalance_cb(rd_kafka_t *rk, rd_kafka_resp_err_t err,
 			pause_parts(c, l, 1);
 		if (c->rebalance_cb != NULL)
 			c->rebalance_cb(l, 1, c->arg);
+		if (c->is_static && !c->sub_checked) {
+			struct timeval tv = {1, 0};
+
+			c->sub_checked = 1;
+			evtimer_add(c->sub_ev, &tv);
+		}
 	}
 }
 
@@ -960,7 +1081,9 @@ consumer_open(struct kafka_consumer *c, struct event_base *base, int probe,
 				  c->listen ? c->listen : "");
 		if (set(conf, "group.instance.id", instance, err, errlen))
 			goto fail;
+		c->is_static = 1;
 	}
+	c->sub_checked = 0; /* a handle made again is checked again */
 	if (set_section(conf, cfg, "kafka.consumer", err, errlen) < 0)
 		goto fail;
 	for (char **p = c->props; p && p[0]; p += 2)
@@ -969,8 +1092,10 @@ consumer_open(struct kafka_consumer *c, struct event_base *base, int probe,
 	rd_kafka_conf_set_opaque(conf, c);
 	rd_kafka_conf_set_error_cb(conf, consumer_error_cb);
 	rd_kafka_conf_set_log_cb(conf, log_cb);
-	if (c->rebalance_cb != NULL)
-		rd_kafka_conf_set_rebalance_cb(conf, rebalance_cb);
+	/* Always ours (rebalance_apply assigns): gathered offsets go before
+	 * a revocation, and a static member's first assignment is checked
+	 * (sub_check_cb), whether the caller listens or not. */
+	rd_kafka_conf_set_rebalance_cb(conf, rebalance_cb);
 	c->rk = rd_kafka_new(RD_KAFKA_CONSUMER, conf, err, errlen);
 	if (c->rk == NULL)
 		return -1;
@@ -982,17 +1107,7 @@ consumer_open(struct kafka_consumer *c, struct event_base *base, int probe,
 		return -1;
 	}
 	rd_kafka_poll_set_consumer(c->rk);
-	topics = rd_kafka_topic_partition_list_new(1);
-	for (const char *p = c->topic; *p;) {
-		size_t k = strcspn(p, ",");
-		char *one = xstrndup(p, k);
-
-		if (k > 0)
-			rd_kafka_topic_partition_list_add(
-				topics, one, RD_KAFKA_PARTITION_UA);
-		xfree(one);
-		p += k + (p[k] == ',');
-	}
+	topics = subscription_list(c->topic);
 	if (rd_kafka_subscribe(c->rk, topics) != RD_KAFKA_RESP_ERR_NO_ERROR) {
 		snprintf(err, errlen, "cannot subscribe to %s", c->topic);
 		rd_kafka_topic_partition_list_destroy(topics);
@@ -1009,6 +1124,7 @@ consumer_open(struct kafka_consumer *c, struct event_base *base, int probe,
 		event_add(c->ev, NULL);
 		c->remake_ev = evtimer_new(base, consumer_remake_cb, c);
 		c->commit_ev = evtimer_new(base, commit_timer_cb, c);
+		c->sub_ev = evtimer_new(base, sub_check_cb, c);
 	}
 	c->q = rd_kafka_queue_get_consumer(c->rk);
 	rd_kafka_queue_io_event_enable(c->q, c->pipefd[1], "1", 1);
@@ -1104,6 +1220,7 @@ consumer_remake(struct kafka_consumer *c)
 		rd_kafka_topic_partition_list_destroy(c->to_commit);
 		c->to_commit = NULL;
 	}
+	evtimer_del(c->sub_ev); /* the new handle's first assignment is */
 	rd_kafka_queue_io_event_enable(c->q, -1, NULL, 0);
 	rd_kafka_queue_destroy(c->q);
 	c->q = NULL;
@@ -1266,6 +1383,7 @@ consumer_detach(struct kafka_consumer *c)
 	event_free(c->ev);
 	event_free(c->remake_ev);
 	event_free(c->commit_ev);
+	event_free(c->sub_ev);
 }
 
 static void

@@ -18,7 +18,8 @@ origins for the notifier's flow control):
   6. kill -9 of the notifier mid-stream: after its restart every callback
      was made at least once (duplicates counted) and recorded ok.
   7. A backlog of 20,000 messages read through without the group session
-     running out, and committed (see the test's own docstring).
+     running out, and committed; a topic created while a static member was
+     away is read when it comes back (see the tests' own docstrings).
 """
 
 import http.server
@@ -588,6 +589,54 @@ def test_own_topics_created_at_start():
         h.log("FIGURES own topics: retries %d and %d ms after the first "
               "call" % (calls[1]["ms"] - calls[0]["ms"],
                         calls[2]["ms"] - calls[0]["ms"]))
+    finally:
+        other.stop()
+
+
+def test_topic_made_while_static_member_away():
+    """A topic created while a notifier (a static member, default
+    subscription: a pattern) was stopped is read once it is started again
+    under its name: Kafka hands the member its old assignment without a
+    rebalance, so the notifier checks its first assignment against the
+    brokers' topics and asks for one (on the old code the callback waited
+    for the group's next rebalance: none within a minute)."""
+    tag = h.rand_tag()
+    port = h.free_port()
+    other = C.notifier(port, args=[
+        "--set", "notifier.http_listen=127.0.0.1:%d" % port,
+        "--set", "notifier.group=pattern-" + tag,
+        "--set", "notifier.topics="])
+    other.name = "notifier-pattern"
+    other.log_path = os.path.join(C.dir, "notifier4.log")
+    C.workers.append(other)
+    other.start()
+    try:
+        C._wait_http(other, other.addr, "/readyz", 60)
+        # Its group formed (the broker's initial delay is 3 s): a callback
+        # of a topic that only it reads.
+        first = "pat1-" + tag
+        submit([{"id": first, "topic": first, "delay_ms": 0, "body": "p",
+                 "callback": {"url": FAST.url("ok", first)}}])
+        h.check(not FAST.wait_ids([first], 60), "first callback not made")
+        other.signal(15)
+        h.check(other.wait(30) == 0, "notifier did not stop on SIGTERM")
+        tid = "pat2-" + tag
+        submit([{"id": tid, "topic": tid, "delay_ms": 0, "body": "p",
+                 "callback": {"url": FAST.url("ok", tid)}}])
+
+        def delivered():
+            return get_task(tid)["status"] == "delivered"
+        h.wait_until(delivered, 30, 0.2, "the new topic's task published")
+        t0 = time.time()
+        other.start()
+        C._wait_http(other, other.addr, "/readyz", 60)
+        h.check(not FAST.wait_ids([tid], 30),
+                "the callback of a topic made while the notifier was away "
+                "was not made within 30 s")
+        h.check(other.grep("asking for a rebalance"),
+                "no 'asking for a rebalance' line")
+        h.log("FIGURES topic made while a static notifier was away: "
+              "called %.1f s after its start" % (time.time() - t0))
     finally:
         other.stop()
 

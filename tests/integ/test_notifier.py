@@ -542,27 +542,37 @@ def test_fenced_static_member_made_again():
         kc.wait()
 
 
+def extra_notifier(name, log, settings):
+    """A notifier of its own beside NOTIFIER, on a free port, with settings
+    ((key, value) pairs), its log in C.dir/log; started, ready, stopped
+    with the cluster."""
+    port = h.free_port()
+    args = ["--set", "notifier.http_listen=127.0.0.1:%d" % port]
+    for k, v in settings:
+        args += ["--set", "%s=%s" % (k, v)]
+    n = C.notifier(port, args=args)
+    n.name = name
+    n.log_path = os.path.join(C.dir, log)
+    C.workers.append(n)
+    n.start()
+    C._wait_http(n, n.addr, "/readyz", 60)
+    return n
+
+
 def test_own_topics_created_at_start():
     """A notifier whose retry and dead-letter topics do not exist makes them
     at start (Admin API, kafka.topic_partitions 3 where the broker's
     auto-creation would give 4), before it subscribes: its first retry is
     consumed at once, not at a metadata refresh."""
     tag = h.rand_tag()
-    port = h.free_port()
     retry, dead = "retry-" + tag, "dead-" + tag
-    other = C.notifier(port, args=[
-        "--set", "notifier.http_listen=127.0.0.1:%d" % port,
-        "--set", "notifier.group=own-topics-" + tag,
-        "--set", "notifier.topics=own-" + tag,
-        "--set", "notifier.retry_topic=" + retry,
-        "--set", "notifier.dead_letter_topic=" + dead,
-        "--set", "kafka.topic_partitions=3"])
-    other.name = "notifier-own-topics"
-    other.log_path = os.path.join(C.dir, "notifier3.log")
-    C.workers.append(other)
-    other.start()
+    other = extra_notifier("notifier-own-topics", "notifier3.log", [
+        ("notifier.group", "own-topics-" + tag),
+        ("notifier.topics", "own-" + tag),
+        ("notifier.retry_topic", retry),
+        ("notifier.dead_letter_topic", dead),
+        ("kafka.topic_partitions", "3")])
     try:
-        C._wait_http(other, other.addr, "/readyz", 60)
         for t in (retry, dead):
             kt = C.topic(t)
             h.check(other.grep('msg="kafka topic created" topic=%s ' % kt),
@@ -601,17 +611,9 @@ def test_topic_made_while_static_member_away():
     brokers' topics and asks for one (on the old code the callback waited
     for the group's next rebalance: none within a minute)."""
     tag = h.rand_tag()
-    port = h.free_port()
-    other = C.notifier(port, args=[
-        "--set", "notifier.http_listen=127.0.0.1:%d" % port,
-        "--set", "notifier.group=pattern-" + tag,
-        "--set", "notifier.topics="])
-    other.name = "notifier-pattern"
-    other.log_path = os.path.join(C.dir, "notifier4.log")
-    C.workers.append(other)
-    other.start()
+    other = extra_notifier("notifier-pattern", "notifier4.log", [
+        ("notifier.group", "pattern-" + tag), ("notifier.topics", "")])
     try:
-        C._wait_http(other, other.addr, "/readyz", 60)
         # Its group formed (the broker's initial delay is 3 s): a callback
         # of a topic that only it reads.
         first = "pat1-" + tag

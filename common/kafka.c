@@ -858,14 +858,19 @@ rebalance_apply(rd_kafka_t *rk, rd_kafka_resp_err_t err,
  * cluster with 8,700 old messages).
  */
 static void
+commit_drop(struct kafka_consumer *c)
+{
+	if (c->to_commit != NULL)
+		rd_kafka_topic_partition_list_destroy(c->to_commit);
+	c->to_commit = NULL;
+}
+
+static void
 commit_flush(struct kafka_consumer *c)
 {
-	if (c->to_commit == NULL)
-		return;
-	if (c->rk != NULL && c->to_commit->cnt > 0)
+	if (c->to_commit != NULL && c->rk != NULL && c->to_commit->cnt > 0)
 		rd_kafka_commit(c->rk, c->to_commit, 1);
-	rd_kafka_topic_partition_list_destroy(c->to_commit);
-	c->to_commit = NULL;
+	commit_drop(c);
 }
 
 static void
@@ -936,7 +941,7 @@ sub_check_cb(evutil_socket_t fd, short what, void *arg)
 	rd_kafka_topic_partition_list_t *mine = NULL, *sub;
 	regex_t *re;
 	const char *missing = NULL;
-	int nmissing = 0, ok = 1;
+	int nmissing = 0, ncomp;
 
 	(void)fd;
 	(void)what;
@@ -944,12 +949,14 @@ sub_check_cb(evutil_socket_t fd, short what, void *arg)
 		return;
 	sub = subscription_list(c->topic);
 	re = xcalloc((size_t)sub->cnt + 1, sizeof(*re));
-	for (int i = 0; i < sub->cnt; i++)
-		if (sub->elems[i].topic[0] == '^' &&
-		    regcomp(&re[i], sub->elems[i].topic,
+	/* Up to the first pattern POSIX cannot compile (librdkafka's
+	 * syntax is not quite POSIX's): then no check. */
+	for (ncomp = 0; ncomp < sub->cnt; ncomp++)
+		if (sub->elems[ncomp].topic[0] == '^' &&
+		    regcomp(&re[ncomp], sub->elems[ncomp].topic,
 			    REG_EXTENDED | REG_NOSUB) != 0)
-			ok = 0; /* librdkafka's syntax, not POSIX's: leave it */
-	if (ok && rd_kafka_assignment(c->rk, &mine) == 0 &&
+			break;
+	if (ncomp == sub->cnt && rd_kafka_assignment(c->rk, &mine) == 0 &&
 	    rd_kafka_metadata(c->rk, 1, NULL, &md, 1000) == 0) {
 		for (int t = 0; t < md->topic_cnt; t++) {
 			const struct rd_kafka_metadata_topic *mt =
@@ -980,8 +987,8 @@ sub_check_cb(evutil_socket_t fd, short what, void *arg)
 		rd_kafka_metadata_destroy(md);
 	if (mine != NULL)
 		rd_kafka_topic_partition_list_destroy(mine);
-	for (int i = 0; i < sub->cnt; i++)
-		if (sub->elems[i].topic[0] == '^' && ok)
+	for (int i = 0; i < ncomp; i++)
+		if (sub->elems[i].topic[0] == '^')
 			regfree(&re[i]);
 	xfree(re);
 	rd_kafka_topic_partition_list_destroy(sub);
@@ -1216,10 +1223,7 @@ consumer_remake(struct kafka_consumer *c)
 	}
 	/* Commits of the fenced member would be refused: its successor
 	 * reads from the last committed offsets (at-least-once). */
-	if (c->to_commit != NULL) {
-		rd_kafka_topic_partition_list_destroy(c->to_commit);
-		c->to_commit = NULL;
-	}
+	commit_drop(c);
 	evtimer_del(c->sub_ev); /* the new handle's first assignment is */
 	rd_kafka_queue_io_event_enable(c->q, -1, NULL, 0);
 	rd_kafka_queue_destroy(c->q);
@@ -1303,7 +1307,6 @@ kafka_consumer_commit(struct kafka_consumer *c, const char *topic,
 {
 	rd_kafka_topic_partition_list_t *l;
 	rd_kafka_topic_partition_t *e;
-
 	struct timeval tv = {0, KAFKA_COMMIT_MS * 1000};
 
 	if (c->rk == NULL) /* being made again: its next member reads on */

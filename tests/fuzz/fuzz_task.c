@@ -25,6 +25,7 @@
 #include "payload_ref.h"
 #include "slot.h"
 #include "task.h"
+#include "task_same.h"
 #include "tz.h"
 #include "url.h"
 #include "zknode.h"
@@ -119,14 +120,7 @@ check_hot_path(const uint8_t *data, size_t size,
 		json_object_set_new(in, "id", json_string("fz:1"));
 	if (task_from_json(in, lim, 1796040000000LL, &b, &err) != 0)
 		abort();
-	if (strcmp(a.id, b.id) || strcmp(a.topic, b.topic) ||
-	    a.body_len != b.body_len ||
-	    memcmp(a.body, b.body, a.body_len + 1) || a.due_at != b.due_at ||
-	    a.delay_ms != b.delay_ms || (a.key == NULL) != (b.key == NULL) ||
-	    (a.key != NULL && strcmp(a.key, b.key)) ||
-	    a.max_attempts != b.max_attempts || a.ttl_ms != b.ttl_ms ||
-	    a.content_hash != b.content_hash || b.headers != NULL ||
-	    b.callback != NULL || b.cron != NULL)
+	if (strcmp(a.id, b.id) || !task_same_fields(&a, &b))
 		abort();
 	task_clear(&a);
 	task_clear(&b);

@@ -39,6 +39,7 @@ ar rcs "$out/libfuzz.a" "$out/obj/"*.o
 # shellcheck disable=SC2046,SC2086
 clang $flags $incs $(pkg-config --cflags jansson libcurl) \
 	"$src/tests/fuzz/fuzz_task.c" "$src/tests/unit/payload_ref.c" \
+	"$src/tests/unit/task_same.c" \
 	"$out/libfuzz.a" $(pkg-config --libs jansson libcrypto libcurl) \
 	-lpthread -lm \
 	-o "$out/fuzz_task"

@@ -15,6 +15,7 @@
 #include <jansson.h>
 
 #include "task.h"
+#include "task_same.h"
 #include "tz.h"
 #include "xmalloc.h"
 
@@ -52,37 +53,13 @@ reference(const char *text, size_t len, const char *default_id, struct task *t)
 	return rc;
 }
 
-static int
-str_eq(const char *a, const char *b)
-{
-	return (a == NULL && b == NULL) ||
-	       (a != NULL && b != NULL && !strcmp(a, b));
-}
-
 /* Every field of two parsed tasks (the id only if either was given). */
 static void
 assert_same(const struct task *a, const struct task *b, const char *doc)
 {
-	int ok = 1;
-
 	if (a->id_given != b->id_given ||
 	    (a->id_given && strcmp(a->id, b->id)) ||
-	    strlen(a->id) != strlen(b->id))
-		ok = 0;
-	if (!str_eq(a->topic, b->topic) || a->body_len != b->body_len ||
-	    memcmp(a->body, b->body, a->body_len + 1) ||
-	    a->due_at != b->due_at || a->delay_ms != b->delay_ms ||
-	    !str_eq(a->key, b->key) || a->max_attempts != b->max_attempts ||
-	    a->ttl_ms != b->ttl_ms || a->content_hash != b->content_hash ||
-	    a->status != b->status || a->created_at != b->created_at ||
-	    a->updated_at != b->updated_at)
-		ok = 0;
-	if (a->headers != NULL || b->headers != NULL || a->callback != NULL ||
-	    b->callback != NULL || a->cron != NULL || b->cron != NULL ||
-	    a->timezone != NULL || b->timezone != NULL ||
-	    a->misfire != b->misfire)
-		ok = 0;
-	if (!ok)
+	    strlen(a->id) != strlen(b->id) || !task_same_fields(a, b))
 		fail_msg("hot path and jansson differ on: %s", doc);
 }
 

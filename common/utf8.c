@@ -248,6 +248,17 @@ utf8_json_unescape(const struct utf8_json_span *sp, char *o)
 	return (size_t)(o - start);
 }
 
+char *
+utf8_json_dup(const struct utf8_json_span *sp, size_t *lenp)
+{
+	char *s = xmalloc(sp->len + 1);
+	size_t n = utf8_json_unescape(sp, s);
+
+	if (lenp != NULL)
+		*lenp = n;
+	return s;
+}
+
 size_t
 utf8_copy(char *dst, size_t cap, const char *s, size_t n)
 {

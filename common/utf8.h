@@ -51,6 +51,9 @@ const char *utf8_json_scan(const char *p, const char *end,
 /* Writes the value of a span utf8_json_scan accepted (at most sp->len
  * bytes) and a NUL to o; returns the value's length. */
 size_t utf8_json_unescape(const struct utf8_json_span *sp, char *o);
+/* The value of such a span in a new NUL-terminated string (the caller's);
+ * its length in *lenp unless lenp is NULL. */
+char *utf8_json_dup(const struct utf8_json_span *sp, size_t *lenp);
 /*
  * Copies s[0..n) into dst (cap >= 1 bytes with its NUL): invalid bytes and
  * NUL bytes become U+FFFD; stops before a character that does not fit.

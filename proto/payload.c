@@ -264,17 +264,6 @@ scan_string(struct parser *ps, struct utf8_json_span *sp)
 	return 0;
 }
 
-static char *
-span_dup(const struct utf8_json_span *sp, size_t *lenp)
-{
-	char *s = xmalloc(sp->len + 1);
-	size_t n = utf8_json_unescape(sp, s);
-
-	if (lenp != NULL)
-		*lenp = n;
-	return s;
-}
-
 /* Which member a key names, or -1. */
 static int
 member_index(const struct utf8_json_span *key)
@@ -530,18 +519,18 @@ members_task(struct member *m, struct task *t)
 	    m[K_D].type != V_INT)
 		return -1;
 	if (m[K_M].type == V_STR) {
-		char *s = span_dup(&m[K_M].s, NULL);
+		char *s = utf8_json_dup(&m[K_M].s, NULL);
 		int rc = task_misfire_parse(s, &t->misfire);
 
 		xfree(s);
 		if (rc < 0)
 			return -1;
 	}
-	t->topic = span_dup(&m[K_T].s, NULL);
-	t->body = span_dup(&m[K_B].s, &t->body_len);
+	t->topic = utf8_json_dup(&m[K_T].s, NULL);
+	t->body = utf8_json_dup(&m[K_B].s, &t->body_len);
 	t->due_at = m[K_D].i;
 	if (m[K_K].type == V_STR)
-		t->key = span_dup(&m[K_K].s, NULL);
+		t->key = utf8_json_dup(&m[K_K].s, NULL);
 	if (m[K_H].type == V_OBJ) {
 		t->headers = m[K_H].j;
 		m[K_H].j = NULL;

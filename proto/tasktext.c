@@ -97,8 +97,7 @@ string(struct rd *r, int escapes, struct str *s)
 	r->p = (const unsigned char *)q;
 	s->owned = NULL;
 	if (sp.esc) {
-		s->owned = xmalloc(sp.len + 1);
-		s->n = utf8_json_unescape(&sp, s->owned);
+		s->owned = utf8_json_dup(&sp, &s->n);
 		s->s = s->owned;
 	} else {
 		s->s = sp.p;

@@ -14,6 +14,7 @@
 
 #include <ini.h>
 
+#include "auth.h"
 #include "cfg.h"
 #include "kafka.h"
 #include "log.h"
@@ -58,7 +59,8 @@ static const struct {
 	const char *what;
 	const char *programs;
 } cfg_secret_files[] = {
-	{CFG_ZK_AUTH_FILE, "ZooKeeper credentials", ",manager,worker,"},
+	{CFG_ZK_AUTH_FILE, "ZooKeeper credentials",
+	 ",manager,worker,notifier,"},
 	{CFG_REDIS_PASSWORD_FILE, "a password", ",manager,worker,"},
 	{CFG_DB_PASSWORD_FILE, "a password", ",manager,worker,notifier,"},
 	{CFG_KAFKA_SASL_PASSWORD_FILE, "a password",
@@ -1340,12 +1342,39 @@ cfg_validate(const struct cfg *cfg, char *err, size_t errlen)
 	return validate_links(cfg, err, errlen);
 }
 
+/* --check-config: a sasl_* protocol needs this program's principal when
+ * it makes a Kafka client at start (the manager for the task topic check,
+ * ingest or the archive), as the start would find. */
+static int
+check_kafka_principal(const struct cfg *cfg, char *err, size_t errlen)
+{
+	const char *prog = cfg->prog ? cfg->prog : "";
+	int uses = !strcmp(prog, "worker") || !strcmp(prog, "notifier");
+
+	if (!strcmp(prog, "manager"))
+		uses = cfg->num[CFG_KAFKA_CHECK_TASK_TOPICS] ||
+		       cfg->str[CFG_KAFKA_INGEST_TOPIC][0] != '\0' ||
+		       cfg->str[CFG_TASK_ARCHIVE_TOPIC][0] != '\0';
+	if (!uses ||
+	    strncasecmp(cfg->str[CFG_KAFKA_SECURITY_PROTOCOL], "sasl_", 5) ||
+	    (cfg->str[CFG_KAFKA_SASL_USERNAME][0] != '\0' &&
+	     cfg->str[CFG_KAFKA_SASL_PASSWORD_FILE][0] != '\0'))
+		return 0;
+	snprintf(err, errlen,
+		 "kafka.security_protocol is %s: kafka.sasl_username and "
+		 "kafka.sasl_password_file are needed by the %s (in [kafka], "
+		 "or [kafka@%s])",
+		 cfg->str[CFG_KAFKA_SECURITY_PROTOCOL], prog, prog);
+	return -1;
+}
+
 /* --check-config: the secret files this program reads can be read, and
- * only by their owner. */
+ * only by their owner; the manager's tokens file loads. */
 static int
 check_secret_files(const struct cfg *cfg, char *err, size_t errlen)
 {
-	char want[32];
+	char want[32], why[512];
+	struct auth *a;
 
 	snprintf(want, sizeof(want), ",%s,", cfg->prog ? cfg->prog : "");
 	for (size_t i = 0;
@@ -1359,7 +1388,15 @@ check_secret_files(const struct cfg *cfg, char *err, size_t errlen)
 			return -1;
 		secret_free(s);
 	}
-	return 0;
+	if (cfg->prog == NULL || strcmp(cfg->prog, "manager"))
+		return check_kafka_principal(cfg, err, errlen);
+	a = auth_load(cfg->str[CFG_HTTP_TOKENS_FILE], why, sizeof(why));
+	if (a == NULL) {
+		snprintf(err, errlen, "http.tokens_file: %s", why);
+		return -1;
+	}
+	auth_destroy(a);
+	return check_kafka_principal(cfg, err, errlen);
 }
 
 static void

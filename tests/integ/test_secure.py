@@ -451,6 +451,44 @@ def test_wrong_credentials_fail_at_start():
     p.raise_if_any("start with a wrong secret or certificate")
 
 
+def loose_copy(key, mode):
+    """A copy of the file conf's key names, with mode."""
+    path = os.path.join(C.dir, "loose-" + key)
+    with open(C.conf_dict()[key]) as src, open(path, "w") as f:
+        f.write(src.read())
+    os.chmod(path, mode)
+    return path
+
+
+def test_check_config_refuses_what_start_refuses():
+    """--check-config passed configurations the daemon then refused at
+    start: a tokens file others may read (the manager's), the notifier's
+    ZooKeeper credentials (it announces itself in the tree), a sasl_ssl
+    manager without its principal."""
+    cases = [
+        (h.MANAGER_BIN, {"http.tokens_file":
+                         loose_copy("http.tokens_file", 0o640)},
+         "http.tokens_file"),
+        (NOTIFIER_BIN, {"zookeeper.auth_file":
+                        loose_copy("zookeeper.auth_file", 0o644)},
+         "zookeeper.auth_file"),
+        (h.MANAGER_BIN, {"kafka@manager.sasl_username": ""},
+         "kafka.sasl_username"),
+    ]
+    p = h.Problems()
+    for i, (binary, over, key) in enumerate(cases):
+        conf = C.conf_dict()
+        conf.update(over)
+        path = os.path.join(C.dir, "check-%d.conf" % i)
+        C.write_conf(path, conf)
+        r = run([binary, "-c", path, "--check-config"])
+        p.check(r.returncode != 0 and key in r.stderr,
+                "%s --check-config with %r: exit %d, %r"
+                % (os.path.basename(binary), over, r.returncode,
+                   (r.stdout + r.stderr).strip()))
+    p.raise_if_any("--check-config")
+
+
 if HTTPS:
     def test_plain_http_to_https():
         """A plain HTTP client on the HTTPS listener: no answer of the

@@ -23,6 +23,7 @@
 #include <event2/listener.h>
 #include <openssl/err.h>
 #include <openssl/ssl.h>
+#include <openssl/x509.h>
 
 #include "daemon.h"
 #include "http.h"
@@ -875,6 +876,35 @@ tls_context(const SSL_METHOD *method, char *err, size_t errlen)
 	return ctx;
 }
 
+/* A certificate outside its validity would be served all the same, and
+ * every client refuse it: refused where it is loaded (at start, and on
+ * SIGHUP, which keeps the running one), not found by the clients. */
+static int
+tls_cert_current(SSL_CTX *ctx, const char *path, char *err, size_t errlen)
+{
+	X509 *x = SSL_CTX_get0_certificate(ctx);
+	const ASN1_TIME *t;
+	const char *what;
+	char when[32] = "?";
+	struct tm tm;
+
+	if (x == NULL)
+		return 0;
+	if (X509_cmp_current_time(X509_get0_notAfter(x)) < 0) {
+		t = X509_get0_notAfter(x);
+		what = "expired on";
+	} else if (X509_cmp_current_time(X509_get0_notBefore(x)) > 0) {
+		t = X509_get0_notBefore(x);
+		what = "is not valid before";
+	} else {
+		return 0;
+	}
+	if (ASN1_TIME_to_tm(t, &tm) == 1)
+		strftime(when, sizeof(when), "%Y-%m-%d %H:%M:%S UTC", &tm);
+	snprintf(err, errlen, "the certificate %s %s %s", path, what, when);
+	return -1;
+}
+
 /* The server context of cert, key and client CA; NULL with err filled. */
 static SSL_CTX *
 tls_server_context(const char *cert, const char *key, const char *ca, char *err,
@@ -900,6 +930,8 @@ tls_server_context(const char *cert, const char *key, const char *ca, char *err,
 		tls_error(err, errlen, "the private key does not match", cert);
 		goto fail;
 	}
+	if (tls_cert_current(ctx, cert, err, errlen) < 0)
+		goto fail;
 	if (ca != NULL && ca[0] != '\0') {
 		STACK_OF(X509_NAME) *names = SSL_load_client_CA_file(ca);
 

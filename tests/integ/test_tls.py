@@ -12,7 +12,8 @@ openssl CLI. One cluster (manager, worker, notifier) serving HTTPS only:
      through TLS;
   5. the manager reads the worker's metrics over HTTPS (its lateness view);
   6. the notifier submits its retry tasks to the HTTPS API;
-  7. SIGHUP makes new connections get a replaced certificate;
+  7. SIGHUP makes new connections get a replaced certificate (a broken
+     or expired one is refused, the running one kept);
   8. with http.tls_client_ca, clients without a certificate of that CA are
      refused (mutual TLS);
   9. a client offering its last session resumes it, over TLS 1.2 and 1.3,
@@ -67,8 +68,9 @@ class Pki:
                  name + ".key", "-out", name + ".pem")
         return self.path(name + ".pem")
 
-    def issue(self, name, ca="ca", server=True):
-        """A certificate for 127.0.0.1/localhost (server) or a client."""
+    def issue(self, name, ca="ca", server=True, days=2):
+        """A certificate for 127.0.0.1/localhost (server) or a client,
+        valid for days from now (-1: expired yesterday)."""
         ext = self.path(name + ".ext")
         with open(ext, "w") as f:
             if server:
@@ -80,7 +82,7 @@ class Pki:
                  "/CN=%s" % name, "-keyout", name + ".key", "-out",
                  name + ".csr")
         self.run("x509", "-req", "-in", name + ".csr", "-CA", ca + ".pem",
-                 "-CAkey", ca + ".key", "-CAcreateserial", "-days", "2",
+                 "-CAkey", ca + ".key", "-CAcreateserial", "-days", str(days),
                  "-extfile", name + ".ext", "-out", name + ".pem")
         os.chmod(self.path(name + ".key"), 0o600)
         return self.path(name + ".pem"), self.path(name + ".key")
@@ -361,6 +363,15 @@ def test_certificate_reloaded_on_sighup():
     C.manager.signal(signal.SIGHUP)
     h.wait_until(lambda: C.manager.grep("TLS reload failed"), 10,
                  what="the broken reload logged")
+    h.check_eq(serial_of(C.manager_addr), now, "the running one kept")
+    # So is an expired one (it loaded and was served, every client then
+    # refusing it).
+    ecert, ekey = PKI.issue("expired", days=-1)
+    os.replace(ecert, cert)
+    os.replace(ekey, key)
+    C.manager.signal(signal.SIGHUP)
+    h.wait_until(lambda: C.manager.grep("expired on"), 10,
+                 what="the expired certificate refused")
     h.check_eq(serial_of(C.manager_addr), now, "the running one kept")
     h.check_eq(C.api().get("/healthz").status, 200, "still serving")
 

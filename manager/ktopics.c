@@ -141,8 +141,9 @@ refusal(const struct kt_entry *e, struct task_error *err)
 			       e->name, e->why);
 	else
 		task_error_set(err, 422, "topic_unknown", "topic",
-			       "Kafka topic '%s' does not exist (the brokers "
-			       "do not create topics: create it first)",
+			       "Kafka topic '%s' does not exist: create it "
+			       "first (or let the manager create it: "
+			       "kafka.create_task_topics)",
 			       e->name);
 }
 

@@ -99,6 +99,10 @@ def test_missing_topic_refused_and_not_created():
     e = check_unknown(r, "submit to a missing topic")
     h.check(C.topic(topic) in e["message"], "message names the Kafka "
             "topic: %r" % e["message"])
+    # Not "the brokers do not create topics": the check refuses whatever
+    # the brokers' auto.create.topics.enable, and the key changes it.
+    h.check("kafka.create_task_topics" in e["message"], "message names "
+            "kafka.create_task_topics: %r" % e["message"])
     # Asked again within the cache time: refused from the cache.
     t0 = time.monotonic()
     check_unknown(submit(API, topic, delay_ms=0), "second submission")

@@ -42,12 +42,35 @@ retry_later(struct notifier *n)
 	evtimer_add(n->announce_ev, &tv);
 }
 
+/* The tree's ACL refuses our identity: once a session, which key to fix
+ * (an ACL set right by hand meanwhile lets a retry through). */
+static void
+refused(struct notifier *n, struct zk *z)
+{
+	char err[512];
+
+	if (n->refused_session == zk_session_id(z))
+		return;
+	n->refused_session = zk_session_id(z);
+	if (zk_check_access(z, cfg_str(n->cfg, CFG_CLUSTER_ROOT), err,
+			    sizeof(err)) == 0)
+		snprintf(err, sizeof(err), "zookeeper: %s", zerror(ZNOAUTH));
+	log_error("cannot announce the notifier in zookeeper: the managers "
+		  "count its topics as covered by no notifier; retrying",
+		  "error=\"%s\"", err);
+}
+
 static void
 created_cb(struct zk *z, int rc, const char *value, void *arg)
 {
 	struct notifier *n = arg;
 
 	n->announcing = 0;
+	if (rc == ZNOAUTH) {
+		refused(n, z);
+		retry_later(n);
+		return;
+	}
 	if (rc != ZOK) {
 		log_warn("cannot announce the notifier in zookeeper; retrying",
 			 "error=\"%s\"", zerror(rc));

@@ -189,6 +189,7 @@ struct notifier {
 	struct event *announce_ev;
 	int announcing;
 	int64_t announced_session; /* the session that holds our node */
+	int64_t refused_session;   /* the session told why it may not */
 	int stopping;		   /* 1: draining, 2: tearing down */
 	int64_t stop_deadline_ms;
 	struct event *stop_ev;

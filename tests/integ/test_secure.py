@@ -451,6 +451,26 @@ def test_wrong_credentials_fail_at_start():
     p.raise_if_any("start with a wrong secret or certificate")
 
 
+def test_notifier_without_zk_credentials_says_so():
+    """A notifier without zookeeper.auth_file runs (ZooKeeper is not
+    needed for callbacks) but cannot announce itself in the protected
+    tree: it names the key, where it logged 'not authenticated' every 2 s."""
+    conf = C.conf_dict()
+    conf["zookeeper.auth_file"] = ""
+    conf["notifier.http_listen"] = "127.0.0.1:%d" % h.free_port()
+    path = os.path.join(C.dir, "notifier-nozk.conf")
+    C.write_conf(path, conf)
+    proc = h.Proc("notifier-nozk", [NOTIFIER_BIN, "-c", path],
+                  os.path.join(C.dir, "notifier-nozk.log"))
+    LOGS.append(proc.log_path)
+    proc.start()
+    try:
+        h.wait_until(lambda: proc.grep("set zookeeper.auth_file"), 30,
+                     what="the notifier naming zookeeper.auth_file")
+    finally:
+        proc.stop()
+
+
 def loose_copy(key, mode):
     """A copy of the file conf's key names, with mode."""
     path = os.path.join(C.dir, "loose-" + key)

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include <netdb.h>
 #include <sys/socket.h>
@@ -288,6 +289,18 @@ hreq_free(struct hreq *r)
 	h->running--;
 }
 
+/* An HTTPS listener closes on a plain request without a word (curl:
+ * "Empty reply from server"): worth a hint when the URL is http://. */
+static int
+plain_http(struct hreq *r)
+{
+	char *scheme = NULL;
+
+	return curl_easy_getinfo(r->easy, CURLINFO_SCHEME, &scheme) ==
+		       CURLE_OK &&
+	       scheme != NULL && strcasecmp(scheme, "http") == 0;
+}
+
 /* What became of r, which curl finished with rc; res->body points into
  * r. */
 static void
@@ -314,6 +327,11 @@ hreq_result(struct hreq *r, CURLcode rc, struct httpcli_result *res)
 		if (r->blocked)
 			snprintf(res->error, sizeof(res->error),
 				 "address %s not allowed", r->blocked_ip);
+		else if (rc == CURLE_GOT_NOTHING && plain_http(r))
+			snprintf(res->error, sizeof(res->error),
+				 "%.200s (an HTTPS port? this URL is http://)",
+				 r->errbuf[0] ? r->errbuf
+					      : curl_easy_strerror(rc));
 		else
 			snprintf(res->error, sizeof(res->error), "%s",
 				 r->errbuf[0] ? r->errbuf

@@ -243,6 +243,11 @@ def test_prophetctl_https():
             "the message says why: %r" % p.stdout)
     p = prophetctl("--cacert", PKI.other_ca, "--insecure", "cluster")
     h.check_eq(p.returncode, 0, "--insecure: %s" % p.stdout)
+    # http:// to the HTTPS port: curl's "Empty reply from server" alone
+    # did not say why.
+    p = prophetctl("--url", "http://" + C.manager_addr, "cluster")
+    h.check(p.returncode == 1 and "HTTPS port?" in p.stdout,
+            "plain http:// to the HTTPS port: %r" % p.stdout)
 
 
 def test_plain_http_gets_nothing():

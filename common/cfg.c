@@ -16,6 +16,7 @@
 
 #include "auth.h"
 #include "cfg.h"
+#include "http.h"
 #include "kafka.h"
 #include "log.h"
 #include "netguard.h"
@@ -1368,6 +1369,39 @@ check_kafka_principal(const struct cfg *cfg, char *err, size_t errlen)
 	return -1;
 }
 
+/* --check-config: this program's HTTPS listener would load its
+ * certificate, key and client CA, as at start. */
+static int
+check_listener_tls(const struct cfg *cfg, char *err, size_t errlen)
+{
+	static const struct {
+		const char *prog;
+		enum cfg_id cert, key, ca;
+	} l[] = {
+		{"manager", CFG_HTTP_TLS_CERT, CFG_HTTP_TLS_KEY,
+		 CFG_HTTP_TLS_CLIENT_CA},
+		{"worker", CFG_WORKER_HTTP_TLS_CERT, CFG_WORKER_HTTP_TLS_KEY,
+		 CFG_WORKER_HTTP_TLS_CLIENT_CA},
+		{"notifier", CFG_NOTIFIER_HTTP_TLS_CERT,
+		 CFG_NOTIFIER_HTTP_TLS_KEY, CFG_NOTIFIER_HTTP_TLS_CLIENT_CA},
+	};
+	char why[512];
+
+	for (size_t i = 0; i < sizeof(l) / sizeof(l[0]); i++) {
+		if (cfg->prog == NULL || strcmp(cfg->prog, l[i].prog) ||
+		    cfg->str[l[i].cert][0] == '\0')
+			continue;
+		if (http_tls_check(cfg->str[l[i].cert], cfg->str[l[i].key],
+				   cfg->str[l[i].ca], why, sizeof(why)) < 0) {
+			snprintf(err, errlen, "%s.%s: %s",
+				 cfg_defs[l[i].cert].section,
+				 cfg_defs[l[i].cert].key, why);
+			return -1;
+		}
+	}
+	return 0;
+}
+
 /* --check-config: the secret files this program reads can be read, and
  * only by their owner; the manager's tokens file loads. */
 static int
@@ -1484,7 +1518,8 @@ cfg_from_args(int *argcp, char **argv, const char *prog, const char *summary)
 		fprintf(stderr, "%s: config: %s\n", prog, err);
 		exit(1);
 	}
-	if (check && check_secret_files(cfg, err, sizeof(err)) < 0) {
+	if (check && (check_secret_files(cfg, err, sizeof(err)) < 0 ||
+		      check_listener_tls(cfg, err, sizeof(err)) < 0)) {
 		fprintf(stderr, "%s: config: %s\n", prog, err);
 		exit(1);
 	}

@@ -972,6 +972,18 @@ http_tls_client_context(const char *ca_file, char *err, size_t errlen)
 	return ctx;
 }
 
+int
+http_tls_check(const char *cert, const char *key, const char *client_ca,
+	       char *err, size_t errlen)
+{
+	SSL_CTX *ctx = tls_server_context(cert, key, client_ca, err, errlen);
+
+	if (ctx == NULL)
+		return -1;
+	SSL_CTX_free(ctx);
+	return 0;
+}
+
 void
 http_server_reload_tls(struct evhttp *h)
 {

@@ -40,6 +40,10 @@ void http_server_free(struct evhttp *h);
  * old ones stay. Nothing for a plain server.
  */
 void http_server_reload_tls(struct evhttp *h);
+/* --check-config: 0 when a server would load cert, key and client CA
+ * (a current certificate, its key), else -1 with err. */
+int http_tls_check(const char *cert, const char *key, const char *client_ca,
+		   char *err, size_t errlen);
 /*
  * A client context for Prophet's own HTTPS calls: TLS 1.2 or newer, peers
  * verified against ca_file (NULL or "": the system's store). NULL with err

@@ -452,6 +452,17 @@ def test_config_errors_name_the_key():
         h.check(p.returncode != 0, "%r started" % conf)
         h.check(key in p.stdout, "%r: the error names %s: %r"
                 % (conf, key, p.stdout[-300:]))
+    # --check-config loads them as the start does: an expired
+    # certificate passed it, then stopped the manager at start.
+    ecert, ekey = PKI.issue("expired-check", days=-1)
+    p = subprocess.run([h.MANAGER_BIN, "-c", C.conf_path, "--set",
+                        "http.tls_cert=" + ecert, "--set",
+                        "http.tls_key=" + ekey, "--check-config"],
+                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                       text=True, timeout=30)
+    h.check(p.returncode != 0 and "http.tls_cert" in p.stdout and
+            "expired" in p.stdout, "--check-config with an expired "
+            "certificate: exit %d, %r" % (p.returncode, p.stdout))
 
 
 def cleanup(failed):

@@ -15,9 +15,9 @@ a file of mode 600.
      daemon at start with a message naming the link;
   6. no secret in any daemon log.
 
-HTTPS for the API: set HTTPS = True below once the manager has the
-http.tls_cert / http.tls_key keys; the e2e check then runs over HTTPS and
-test_plain_http_to_https is added.
+The API is served over HTTPS (http.tls_cert, http.tls_key: HTTPS below),
+so the e2e check, the notifier's retries and the clients use it, and a
+plain-HTTP client gets no answer (test_plain_http_to_https).
 """
 
 import http.server
@@ -35,9 +35,10 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness as h  # noqa: E402
 import test_e2e as e2e  # noqa: E402
 
-# HTTPS for the manager's API (http.tls_cert, http.tls_key): switch on
-# when those keys exist. harness.https_conf has the keys it sets.
-HTTPS = False
+# HTTPS for the manager's API (harness.https_conf has the keys it sets);
+# it was off until the manager had http.tls_cert, and nothing had turned
+# it on since.
+HTTPS = True
 
 NOTIFIER_BIN = os.path.join(h.BUILDDIR, "prophet-notifier")
 ZKCLI = "/usr/share/zookeeper/bin/zkCli.sh"

@@ -47,6 +47,7 @@
 
 #define COORD_TICK_MS 500
 #define REBALANCE_DELAY_US 20000
+#define NOAUTH_RETRY_S 1
 #define RELEASE_TIMEOUT_MS 15000
 
 /* Coordination's own state: nothing outside this file reads it (the rest
@@ -71,6 +72,7 @@ struct coord {
 	int nmembers;
 	int members_known;
 	int multi_inflight;
+	int multi_noauth; /* the last assignment write met the tree's ACL */
 	int64_t rebalance_started_ms;
 	struct event *rebalance_ev;
 	struct event *coord_ev;
@@ -577,6 +579,29 @@ multi_free(struct multi_call *m)
 	xfree(m);
 }
 
+/* The slot nodes' ACL no longer names our identity (a password rotated
+ * in the tree before this worker got it): no re-read makes the write
+ * pass, so say which key once and try again each second, not at once. */
+static void
+assign_noauth(struct worker *w, struct zk *z)
+{
+	struct timeval tv = {NOAUTH_RETRY_S, 0};
+	char err[512];
+
+	if (!w->co->multi_noauth) {
+		w->co->multi_noauth = 1;
+		if (zk_check_access(z, w->root, err, sizeof(err)) == 0)
+			snprintf(err, sizeof(err),
+				 "zookeeper: %s (zookeeper.auth_file)",
+				 zerror(ZNOAUTH));
+		log_error("assignment write refused by the tree's ACL; "
+			  "retrying every second",
+			  "error=\"%s\"", err);
+	}
+	evtimer_del(w->co->rebalance_ev);
+	evtimer_add(w->co->rebalance_ev, &tv);
+}
+
 static void
 multi_done_cb(struct zk *z, int rc, void *arg)
 {
@@ -586,8 +611,11 @@ multi_done_cb(struct zk *z, int rc, void *arg)
 	w->co->multi_inflight = 0;
 	if (rc == ZOK) {
 		zk_ok(w);
+		w->co->multi_noauth = 0;
 		metric_inc(w->m.rebalances);
 		log_info("assignment written", "changes=%d", m->n - 1);
+	} else if (rc == ZNOAUTH) {
+		assign_noauth(w, z);
 	} else {
 		/* A version moved under us (a handover completed) or we are
 		 * no longer master: re-read and let the watches decide. */

@@ -20,6 +20,8 @@ so the e2e check, the notifier's retries and the clients use it, and a
 plain-HTTP client gets no answer (test_plain_http_to_https).
 """
 
+import base64
+import hashlib
 import http.server
 import json
 import os
@@ -338,6 +340,43 @@ def test_manager_repairs_zk_acls():
     p.check(C.manager.grep("zookeeper ACLs repaired"),
             "no 'zookeeper ACLs repaired' in the manager's log")
     p.raise_if_any("ACL repair")
+
+
+def test_master_refused_by_rotated_acl_says_so():
+    """operations.md's ZooKeeper password rotation gives the tree another
+    identity while workers still run with the old one: the master's
+    assignment writes are refused. It logged 'assignment write refused,
+    retrying' about 45 times a second; now one error naming the
+    credentials, retried each second, and through once the ACL is back."""
+    def acl(auth):
+        d = hashlib.sha1(auth.encode()).digest()
+        return [(31, "digest", "prophet:" + base64.b64encode(d).decode()),
+                (1, "world", "anyone")]
+
+    z = C.zk()
+    root = C.zk_root + "/work_slot"
+    slots = [root + "/" + n for n in z.children(root)]
+    for n in slots:
+        h.check_eq(z.set_acl(n, acl("prophet:rotated-" + C.tag)), 0,
+                   "setAcl " + n)
+    w = C.add_worker()
+    C.start_worker(w, wait=False)  # a member more: the master rebalances
+    try:
+        h.wait_until(lambda: any(p.grep("assignment write refused by the "
+                                        "tree's ACL") for p in C.workers),
+                     30, what="the master naming the refusal")
+        h.check(any(p.grep("zookeeper.auth_file") for p in C.workers),
+                "the refusal names zookeeper.auth_file")
+    finally:
+        ours = acl(h.read_secret(C.conf_dict()["zookeeper.auth_file"]))
+        for n in slots:
+            h.check_eq(z.set_acl(n, ours), 0, "setAcl back " + n)
+        z.close()
+    # The next try (within a second) writes the assignment.
+    C._wait_http(w, w.addr, "/readyz", 60)
+    h.wait_until(lambda: w.grep("slot gained"), 30,
+                 what="the new worker given slots")
+    w.stop()
 
 
 def start_fails(prog, overrides, want, name):

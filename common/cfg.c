@@ -1347,16 +1347,23 @@ cfg_validate(const struct cfg *cfg, char *err, size_t errlen)
  * it makes a Kafka client at start (the manager for the task topic check,
  * ingest or the archive), as the start would find. */
 static int
+kafka_at_start(const struct cfg *cfg)
+{
+	const char *prog = cfg->prog ? cfg->prog : "";
+
+	if (!strcmp(prog, "manager"))
+		return cfg->num[CFG_KAFKA_CHECK_TASK_TOPICS] ||
+		       cfg->str[CFG_KAFKA_INGEST_TOPIC][0] != '\0' ||
+		       cfg->str[CFG_TASK_ARCHIVE_TOPIC][0] != '\0';
+	return !strcmp(prog, "worker") || !strcmp(prog, "notifier");
+}
+
+static int
 check_kafka_principal(const struct cfg *cfg, char *err, size_t errlen)
 {
 	const char *prog = cfg->prog ? cfg->prog : "";
-	int uses = !strcmp(prog, "worker") || !strcmp(prog, "notifier");
 
-	if (!strcmp(prog, "manager"))
-		uses = cfg->num[CFG_KAFKA_CHECK_TASK_TOPICS] ||
-		       cfg->str[CFG_KAFKA_INGEST_TOPIC][0] != '\0' ||
-		       cfg->str[CFG_TASK_ARCHIVE_TOPIC][0] != '\0';
-	if (!uses ||
+	if (!kafka_at_start(cfg) ||
 	    strncasecmp(cfg->str[CFG_KAFKA_SECURITY_PROTOCOL], "sasl_", 5) ||
 	    (cfg->str[CFG_KAFKA_SASL_USERNAME][0] != '\0' &&
 	     cfg->str[CFG_KAFKA_SASL_PASSWORD_FILE][0] != '\0'))
@@ -1367,6 +1374,65 @@ check_kafka_principal(const struct cfg *cfg, char *err, size_t errlen)
 		 "or [kafka@%s])",
 		 cfg->str[CFG_KAFKA_SECURITY_PROTOCOL], prog, prog);
 	return -1;
+}
+
+/* The CA, certificate and key files of the links this program opens can
+ * be read: a missing one was 'TLS/SSL error: No such file or directory'
+ * from MariaDB, 'ssl.ca.location failed' from librdkafka, neither naming
+ * the key or the file. */
+static int
+check_tls_files(const struct cfg *cfg, char *err, size_t errlen)
+{
+	static const struct {
+		enum cfg_id id;
+		const char *programs;
+	} f[] = {
+		{CFG_KAFKA_TLS_CA, ",kafka,"},
+		{CFG_KAFKA_TLS_CERT, ",kafka,"},
+		{CFG_KAFKA_TLS_KEY, ",kafka,"},
+		{CFG_REDIS_TLS_CA, ",manager,worker,"},
+		{CFG_REDIS_TLS_CERT, ",manager,worker,"},
+		{CFG_REDIS_TLS_KEY, ",manager,worker,"},
+		{CFG_HTTP_TLS_CA, ",manager,notifier,prophetctl,"},
+	};
+	const char *prog = cfg->prog ? cfg->prog : "";
+	struct cfg_db_tls t;
+	const char *db[3];
+	char want[32];
+	int rc = 0;
+
+	snprintf(want, sizeof(want), ",%s,", prog);
+	for (size_t i = 0; i < sizeof(f) / sizeof(f[0]); i++) {
+		const char *path = cfg->str[f[i].id];
+		int used = strcmp(f[i].programs, ",kafka,")
+				   ? strstr(f[i].programs, want) != NULL
+				   : kafka_at_start(cfg);
+
+		if (used && path[0] != '\0' && access(path, R_OK) < 0) {
+			snprintf(err, errlen, "%s.%s: %s: %s",
+				 cfg_defs[f[i].id].section,
+				 cfg_defs[f[i].id].key, path, strerror(errno));
+			return -1;
+		}
+	}
+	if (strstr(",manager,worker,notifier,", want) == NULL ||
+	    cfg_db_tls(cfg, &t, err, errlen) < 0)
+		return 0;
+	db[0] = t.ca;
+	db[1] = t.cert;
+	db[2] = t.key;
+	for (int i = 0; i < 3 && rc == 0; i++) {
+		static const char *const key[] = {"tls_ca", "tls_cert",
+						  "tls_key"};
+
+		if (db[i] != NULL && access(db[i], R_OK) < 0) {
+			snprintf(err, errlen, "db.%s: %s: %s", key[i], db[i],
+				 strerror(errno));
+			rc = -1;
+		}
+	}
+	cfg_db_tls_clear(&t);
+	return rc;
 }
 
 /* --check-config: this program's HTTPS listener would load its
@@ -1515,6 +1581,10 @@ cfg_from_args(int *argcp, char **argv, const char *prog, const char *summary)
 	}
 	xfree(sets);
 	if (cfg_validate(cfg, err, sizeof(err)) < 0) {
+		fprintf(stderr, "%s: config: %s\n", prog, err);
+		exit(1);
+	}
+	if (check_tls_files(cfg, err, sizeof(err)) < 0) {
 		fprintf(stderr, "%s: config: %s\n", prog, err);
 		exit(1);
 	}

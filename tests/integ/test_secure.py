@@ -524,7 +524,7 @@ def test_check_config_refuses_what_start_refuses():
     """--check-config passed configurations the daemon then refused at
     start: a tokens file others may read (the manager's), the notifier's
     ZooKeeper credentials (it announces itself in the tree), a sasl_ssl
-    manager without its principal."""
+    manager without its principal, a CA file that does not exist."""
     cases = [
         (h.MANAGER_BIN, {"http.tokens_file":
                          loose_copy("http.tokens_file", 0o640)},
@@ -534,6 +534,11 @@ def test_check_config_refuses_what_start_refuses():
          "zookeeper.auth_file"),
         (h.MANAGER_BIN, {"kafka@manager.sasl_username": ""},
          "kafka.sasl_username"),
+        # and at start too, naming the key: a CA file that is not there
+        (h.WORKER_BIN, {"kafka.tls_ca": C.dir + "/no-such-ca.pem"},
+         "kafka.tls_ca: " + C.dir + "/no-such-ca.pem"),
+        (NOTIFIER_BIN, {"db.tls_ca": C.dir + "/no-such-ca.pem"},
+         "db.tls_ca: " + C.dir + "/no-such-ca.pem"),
     ]
     p = h.Problems()
     for i, (binary, over, key) in enumerate(cases):

@@ -80,8 +80,12 @@ cmd_get(struct cli *c, int argc, char **argv)
 	}
 	for (int k = 0; fields[k]; k++)
 		print_field(ans, fields[k]);
-	json_array_foreach (json_object_get(ans, "log"), i, e)
-		printf("%-16s %s  %s -> %s  by %s epoch %lld attempt %lld\n",
+	json_array_foreach (json_object_get(ans, "log"), i, e) {
+		const char *note =
+			json_string_value(json_object_get(e, "note"));
+
+		printf("%-16s %s  %s -> %s  by %s epoch %lld attempt "
+		       "%lld%s%s\n",
 		       i == 0 ? "log" : "",
 		       cli_time(json_integer_value(json_object_get(e, "at")),
 				when, sizeof(when)),
@@ -91,7 +95,9 @@ cmd_get(struct cli *c, int argc, char **argv)
 		       (long long)json_integer_value(
 			       json_object_get(e, "epoch")),
 		       (long long)json_integer_value(
-			       json_object_get(e, "attempt")));
+			       json_object_get(e, "attempt")),
+		       note != NULL ? ": " : "", note != NULL ? note : "");
+	}
 	json_decref(ans);
 	return 0;
 }

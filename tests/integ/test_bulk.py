@@ -413,6 +413,11 @@ def test_cli_bulk_and_jobs():
     h.check(rc == 0 and ("%6d set_due" % j["job"]) in out, "jobs: %s" % out)
     rc, out, err = ctl("jobs", str(j["job"]))
     h.check(rc == 0 and "250 changed" in out, "jobs ID: %s" % out)
+    # The task's log shows each row's note: which job changed it, and how.
+    rc, out, err = ctl("get", "cli-00000", "--log")
+    h.check(rc == 0 and ("by bulk epoch 0 attempt 0: bulk job %d by "
+                         "anonymous: set_due" % j["job"]) in out,
+            "get --log: %s %s" % (out, err))
 
 
 def cleanup(failed=False):

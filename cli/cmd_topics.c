@@ -33,7 +33,7 @@ cmd_topics(struct cli *c, int argc, char **argv)
 		return 0;
 	}
 	list = json_object_get(ans, "topics");
-	printf("%-32s %-8s %10s %10s %-14s %-14s %8s\n", "TOPIC", "STATE",
+	printf("%-32s %-8s %10s %10s %-23s %-23s %8s\n", "TOPIC", "STATE",
 	       "PENDING", "OVERDUE", "NEXT DUE", "PAUSED SINCE", "FIRED/1m");
 	json_array_foreach (list, i, t) {
 		int paused = json_is_true(json_object_get(t, "paused"));
@@ -43,7 +43,7 @@ cmd_topics(struct cli *c, int argc, char **argv)
 		if (paused)
 			cli_time(cli_num(t, "paused_since"), since,
 				 sizeof(since));
-		printf("%-32s %-8s %10lld %10lld %-14s %-14s %8lld\n",
+		printf("%-32s %-8s %10lld %10lld %-23s %-23s %8lld\n",
 		       json_string_value(json_object_get(t, "topic")),
 		       paused ? "paused" : "active", cli_num(t, "pending"),
 		       cli_num(t, "overdue"),

@@ -325,6 +325,10 @@ def test_prophetctl():
     h.check(p.returncode == 0 and line and "paused" in line[0],
             "topics: %r" % (p,))
     h.check_eq(line[0].split()[2:4], ["3", "3"], "pending, overdue")
+    # Times are dates and times: the columns stay under their headings.
+    rows = p.stdout.splitlines()
+    h.check(all(len(x) == len(rows[0]) for x in rows[1:]),
+            "topics: columns not aligned: %r" % p.stdout)
     p = run("--json", "topics")
     t = {x["topic"]: x for x in json.loads(p.stdout)["topics"]}
     h.check(t["pz-f"]["paused"], "topics --json")

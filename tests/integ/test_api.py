@@ -313,6 +313,25 @@ def test_check_config():
                        text=True, timeout=30)
     h.check(p.returncode != 0 and "scan_interval_ms" in p.stdout,
             "bad file value: exit %d, %r" % (p.returncode, p.stdout.strip()))
+    # The manager's tokens file is read as at start: a file others may
+    # read, or a line that is not a token and roles, fails the check.
+    tokens = os.path.join(C.dir, "check.tokens")
+    for text, mode, why in (("a" * 24 + " read\n", 0o640, "mode 0640"),
+                            ("short read\n", 0o600, ":1: expected"),
+                            (None, 0, "No such file")):
+        if os.path.exists(tokens):
+            os.unlink(tokens)
+        if text is not None:
+            with open(tokens, "w") as f:
+                f.write(text)
+            os.chmod(tokens, mode)
+        p = subprocess.run([h.MANAGER_BIN, "-c", C.conf_path, "--set",
+                            "http.tokens_file=" + tokens, "--check-config"],
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                           text=True, timeout=30)
+        h.check(p.returncode != 0 and "http.tokens_file" in p.stdout and
+                why in p.stdout, "tokens file (%s): exit %d, %r"
+                % (why, p.returncode, p.stdout.strip()))
 
 
 def test_priority_refused():

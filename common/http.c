@@ -1691,6 +1691,41 @@ http_query_get(struct evhttp_request *req, const char *name, size_t *lenp)
 	return NULL;
 }
 
+int
+http_query_known(struct evhttp_request *req, const char *const *known)
+{
+	const char *q =
+		evhttp_uri_get_query(evhttp_request_get_evhttp_uri(req));
+	char list[256] = "";
+
+	while (q != NULL && *q != '\0') {
+		const char *amp = strchr(q, '&');
+		size_t len = amp ? (size_t)(amp - q) : strlen(q);
+		size_t nl = strcspn(q, "=&");
+		int found = nl == 0;
+
+		for (int i = 0; !found && known[i] != NULL; i++)
+			found = strlen(known[i]) == nl &&
+				!strncmp(q, known[i], nl);
+		if (!found) {
+			char name[65];
+
+			snprintf(name, sizeof(name), "%.*s",
+				 (int)(nl < 64 ? nl : 64), q);
+			for (int i = 0; known[i] != NULL; i++)
+				snprintf(list + strlen(list),
+					 sizeof(list) - strlen(list), "%s%s",
+					 i ? ", " : "", known[i]);
+			http_reply_error(req, 400, "unknown_field", name,
+					 "unknown query parameter '%s' (%s)",
+					 name, list);
+			return -1;
+		}
+		q = amp ? amp + 1 : q + len;
+	}
+	return 0;
+}
+
 void
 http_route_metrics(void *ctx, struct evhttp_request *req, const char *a,
 		   size_t n)

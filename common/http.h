@@ -111,6 +111,12 @@ char *http_body(struct evhttp_request *req, size_t *lenp);
  */
 char *http_query_get(struct evhttp_request *req, const char *name,
 		     size_t *lenp);
+/*
+ * 0 if the name of every query parameter is in known (NULL-terminated);
+ * else answers 400 unknown_field naming the first other one and returns
+ * -1: a misspelt filter or option must not be dropped silently.
+ */
+int http_query_known(struct evhttp_request *req, const char *const *known);
 /* Route handlers every daemon has: GET /metrics and GET /healthz. */
 void http_route_metrics(void *ctx, struct evhttp_request *req, const char *a,
 			size_t n);

@@ -1158,6 +1158,9 @@ refuse_stopping(struct pull *p, struct evhttp_request *req)
 	return 1;
 }
 
+static const char *const next_params[] = {"group", "max", "wait_ms",
+					  "visibility_ms", NULL};
+
 void
 pull_next(struct manager *mg, struct evhttp_request *req, const char *topic,
 	  size_t tlen)
@@ -1167,7 +1170,8 @@ pull_next(struct manager *mg, struct evhttp_request *req, const char *topic,
 	size_t glen;
 	char *group;
 
-	if (!topic_ok(p, req, topic, tlen))
+	if (!topic_ok(p, req, topic, tlen) ||
+	    http_query_known(req, next_params) < 0)
 		return;
 	group = http_query_get(req, "group", &glen);
 	if (group == NULL) {

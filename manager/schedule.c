@@ -396,7 +396,6 @@ sched_parse(struct sched *s, struct evhttp_request *req)
 	const char *q =
 		evhttp_uri_get_query(evhttp_request_get_evhttp_uri(req));
 	struct evkeyvalq kv;
-	struct evkeyval *e;
 	const char *v, *bad = NULL, *why = NULL;
 	int64_t range;
 
@@ -411,18 +410,9 @@ sched_parse(struct sched *s, struct evhttp_request *req)
 		evhttp_clear_headers(&kv);
 		return -1;
 	}
-	TAILQ_FOREACH (e, &kv, next) {
-		int known = 0;
-
-		for (int i = 0; known_params[i]; i++)
-			known |= !strcmp(e->key, known_params[i]);
-		if (!known) {
-			http_reply_error(req, 400, "unknown_field", NULL,
-					 "unknown query parameter (from, to, "
-					 "step, topic, by)");
-			evhttp_clear_headers(&kv);
-			return -1;
-		}
+	if (http_query_known(req, known_params) < 0) {
+		evhttp_clear_headers(&kv);
+		return -1;
 	}
 	if ((v = evhttp_find_header(&kv, "from")) != NULL &&
 	    param_int(v, &s->from) < 0)

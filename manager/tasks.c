@@ -689,6 +689,9 @@ query_int(const char *s, int64_t *out)
 	return *end == '\0' ? 0 : -1;
 }
 
+static const char *const list_params[] = {
+	"topic", "status", "due_from", "due_to", "limit", "cursor", NULL};
+
 void
 tasks_list(struct manager *mg, struct evhttp_request *req)
 {
@@ -712,6 +715,8 @@ tasks_list(struct manager *mg, struct evhttp_request *req)
 				 "malformed query string");
 		goto bad;
 	}
+	if (http_query_known(req, list_params) < 0)
+		goto bad;
 	/* Decoded values are C strings: an encoded NUL would cut a filter
 	 * short (topic=a%00b listing topic a) instead of being refused. */
 	if (q != NULL && strstr(q, "%00") != NULL) {

@@ -739,6 +739,8 @@ def test_bad_requests():
          "invalid_value", "wait_ms"),
         ("GET", "/v1/topics/%s/next?group=g&visibility_ms=5" % topic, None,
          "invalid_value", "visibility_ms"),
+        ("GET", "/v1/topics/%s/next?group=g&visibilty_ms=60000" % topic,
+         None, "unknown_field", "visibilty_ms"),
         ("GET", "/v1/topics/a%%00b/next?group=g", None, "invalid_value",
          "topic"),
         ("POST", "/v1/topics/%s/ack" % topic, {"receipts": []},

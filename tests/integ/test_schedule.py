@@ -201,7 +201,8 @@ def test_bad_parameters_400():
         h.check_eq((r.status, (r.json or {}).get("error", {}).get("field")),
                    (400, field), "GET /v1/schedule?%s: %s" % (q, r.text))
     r = get("frm=1")
-    h.check_eq(r.status, 400, "unknown parameter")
+    h.check_eq((r.status, (r.json or {}).get("error", {}).get("field")),
+               (400, "frm"), "unknown parameter: %s" % r.text)
     # the largest allowed request is answered
     j = counts("from=%d&to=%d&step=1000" % (T0 + MIN,
                                              T0 + MIN + 10000 * 1000))

@@ -307,6 +307,11 @@ def test_list_filters_and_pages():
                 "topic=a/b", "due_from=x"):
         r = API.get("/v1/tasks?" + bad)
         h.check_eq(r.status, 400, "list ?%s" % bad)
+    # A misspelt filter is refused, not dropped (which listed every topic).
+    r = API.get("/v1/tasks?topc=listing&limit=3")
+    h.check(r.status == 400 and r.json["error"]["code"] == "unknown_field"
+            and r.json["error"].get("field") == "topc",
+            "list with a misspelt filter: %r" % r)
 
 
 def test_prophetctl():

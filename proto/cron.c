@@ -44,8 +44,10 @@ fail(struct cron_error *err, int f, const char *fmt, const char *item)
 {
 	snprintf(err->field, sizeof(err->field), "%s",
 		 f < 0 ? "cron" : fields[f].name);
+	/* Callers quote the message after "cron ": "cron minute: ...",
+	 * "cron expression: ...". */
 	snprintf(err->message, sizeof(err->message), fmt,
-		 f < 0 ? "cron" : fields[f].name, item);
+		 f < 0 ? "expression" : fields[f].name, item);
 	return -1;
 }
 

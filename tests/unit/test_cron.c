@@ -177,6 +177,7 @@ test_reject(void **state)
 	for (size_t i = 0; i < sizeof(bad_cases) / sizeof(bad_cases[0]); i++) {
 		struct cron c;
 		struct cron_error e;
+		const char *want;
 
 		if (cron_parse(bad_cases[i].expr, &c, &e) == 0)
 			fail_msg("'%s' was accepted", bad_cases[i].expr);
@@ -185,6 +186,13 @@ test_reject(void **state)
 				 bad_cases[i].expr, e.field, bad_cases[i].field,
 				 e.message);
 		assert_true(strlen(e.message) > 0);
+		/* Quoted after "cron ": the message names the part once
+		 * ("cron expression: ...", not "cron cron: ..."). */
+		want = strcmp(e.field, "cron") ? e.field : "expression";
+		if (strncmp(e.message, want, strlen(want)) != 0 ||
+		    e.message[strlen(want)] != ':')
+			fail_msg("'%s': message %s", bad_cases[i].expr,
+				 e.message);
 	}
 }
 

@@ -33,6 +33,11 @@ int cli_fail(long status, const json_t *answer, const char *errmsg);
 void cli_print_json(const json_t *j);
 /* "1500" (ms), "1500ms", "30s", "5m", "2h", "1d" -> ms; -1 if invalid. */
 long long cli_duration_ms(const char *s);
+/* A whole decimal integer into *v: 0, or -1 for anything else ("", "x",
+ * "2026-12-07", which strtoll would take as 2026). */
+int cli_int(const char *s, long long *v);
+/* cli_int for the value of option opt, saying what is wrong on stderr. */
+int cli_int_opt(const char *opt, const char *s, long long *v);
 /* "12:41:29.335" local time from ms since the epoch. */
 const char *cli_time(long long ms, char *buf, size_t len);
 

@@ -80,15 +80,6 @@ follow(struct cli *c, long long id)
 	return 0;
 }
 
-static int
-int_arg(const char *s, long long *v)
-{
-	char *end;
-
-	*v = strtoll(s, &end, 10);
-	return *s != '\0' && *end == '\0' ? 0 : -1;
-}
-
 /* prophetctl bulk ACTION [filter...]: a bulk cancel or reschedule. */
 int
 cmd_bulk(struct cli *c, int argc, char **argv)
@@ -146,7 +137,7 @@ cmd_bulk(struct cli *c, int argc, char **argv)
 					       ? f
 					       : req;
 
-			if (int_arg(val, &v) < 0)
+			if (cli_int_opt(a, val, &v) < 0)
 				goto bad;
 			for (size_t n = 0; n < 4; n++)
 				if (!strcmp(a, names[n][0]))
@@ -199,7 +190,7 @@ cmd_jobs(struct cli *c, int argc, char **argv)
 	long code;
 
 	if (argc >= 2) {
-		if (int_arg(argv[1], &id) < 0 || id < 1) {
+		if (cli_int(argv[1], &id) < 0 || id < 1) {
 			fprintf(stderr,
 				"usage: prophetctl jobs [ID [--wait]]\n");
 			return 2;

@@ -74,9 +74,20 @@ cmd_push(struct cli *c, int argc, char **argv)
 		    !strcmp(a, "--misfire") || !strcmp(a, "--traceparent") ||
 		    !strcmp(a, "--tracestate")) {
 			json_object_set_new(task, a + 2, json_string(v));
-		} else if (!strcmp(a, "--max-occurrences")) {
-			json_object_set_new(task, "max_occurrences",
-					    json_integer(strtoll(v, NULL, 10)));
+		} else if (!strcmp(a, "--max-occurrences") ||
+			   !strcmp(a, "--due-at") ||
+			   !strcmp(a, "--max-attempts")) {
+			if (cli_int_opt(a, v, &ms) < 0) {
+				json_decref(task);
+				json_decref(headers);
+				return 2;
+			}
+			json_object_set_new(task,
+					    !strcmp(a, "--due-at") ? "due_at"
+					    : !strcmp(a, "--max-attempts")
+						    ? "max_attempts"
+						    : "max_occurrences",
+					    json_integer(ms));
 		} else if (!strcmp(a, "--delay") || !strcmp(a, "--ttl")) {
 			if ((ms = cli_duration_ms(v)) < 0) {
 				fprintf(stderr,
@@ -90,13 +101,6 @@ cmd_push(struct cli *c, int argc, char **argv)
 					    !strcmp(a, "--delay") ? "delay_ms"
 								  : "ttl_ms",
 					    json_integer(ms));
-		} else if (!strcmp(a, "--due-at") ||
-			   !strcmp(a, "--max-attempts")) {
-			json_object_set_new(task,
-					    !strcmp(a, "--due-at")
-						    ? "due_at"
-						    : "max_attempts",
-					    json_integer(strtoll(v, NULL, 10)));
 		} else if (!strcmp(a, "--header") && strchr(v, '=')) {
 			const char *eq = strchr(v, '=');
 			char name[256];

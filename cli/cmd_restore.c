@@ -57,8 +57,14 @@ cmd_restore(struct cli *c, int argc, char **argv)
 		if (!strcmp(argv[k], "--expired")) {
 			json_object_set_new(req, "expired", json_true());
 		} else if (!strcmp(argv[k], "--slot") && k + 1 < argc) {
-			json_object_set_new(req, "slot",
-					    json_integer(atoi(argv[++k])));
+			long long slot;
+
+			if (cli_int_opt(argv[k], argv[k + 1], &slot) < 0) {
+				json_decref(req);
+				return 2;
+			}
+			json_object_set_new(req, "slot", json_integer(slot));
+			k++;
 		} else if (!strcmp(argv[k], "--id") && k + 1 < argc) {
 			json_decref(req);
 			return restore_one_task(c, argv[k + 1]);

@@ -60,10 +60,14 @@ cmd_reschedule(struct cli *c, int argc, char **argv)
 				"--due-at MS)\n");
 		return 2;
 	}
-	v = !strcmp(argv[2], "--delay") ? cli_duration_ms(argv[3])
-					: strtoll(argv[3], NULL, 10);
-	if (v < 0) {
-		fprintf(stderr, "prophetctl: bad time '%s'\n", argv[3]);
+	if (!strcmp(argv[2], "--due-at")) {
+		if (cli_int_opt(argv[2], argv[3], &v) < 0)
+			return 2;
+	} else if ((v = cli_duration_ms(argv[3])) < 0) {
+		fprintf(stderr,
+			"prophetctl: --delay: bad duration '%s' (e.g. "
+			"1500, 30s, 5m)\n",
+			argv[3]);
 		return 2;
 	}
 	snprintf(body, sizeof(body), "{\"%s\":%lld}",

@@ -2,6 +2,7 @@
 #include "config.h"
 #endif
 
+#include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -146,6 +147,26 @@ cli_print_json(const json_t *j)
 {
 	json_dumpf(j, stdout, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
 	fputc('\n', stdout);
+}
+
+int
+cli_int(const char *s, long long *v)
+{
+	char *end;
+
+	errno = 0;
+	*v = strtoll(s, &end, 10);
+	return *s != '\0' && *end == '\0' && errno == 0 ? 0 : -1;
+}
+
+int
+cli_int_opt(const char *opt, const char *s, long long *v)
+{
+	if (cli_int(s, v) == 0)
+		return 0;
+	fprintf(stderr, "prophetctl: %s: '%s' is not an integer%s\n", opt, s,
+		!strncmp(opt, "--due", 5) ? " (ms since the epoch)" : "");
+	return -1;
 }
 
 long long

@@ -328,6 +328,21 @@ def test_prophetctl():
     h.check_eq(json.loads(p.stdout)["status"], "scheduled", "get --json")
     p = run("reschedule", "ctl-1", "--delay", "2h")
     h.check_eq(p.returncode, 0, "reschedule: %s" % p.stderr)
+    # A date where ms are wanted is refused, not read as its first number
+    # (--due-at 2026-12-07 was due_at 2026: the task fired at once).
+    p = run("reschedule", "ctl-1", "--due-at", "2026-12-07")
+    h.check(p.returncode == 2 and "not an integer" in p.stderr,
+            "reschedule --due-at DATE: %r" % (p,))
+    p = run("push", "--topic", TOPIC, "--body", "x", "--id", "ctl-date",
+            "--due-at", "2026-12-07")
+    h.check(p.returncode == 2 and "--due-at: '2026-12-07' is not an "
+            "integer" in p.stderr, "push --due-at DATE: %r" % (p,))
+    h.check_eq(API.get("/v1/tasks/ctl-date").status, 404,
+               "nothing stored for push --due-at DATE")
+    p = run("push", "--topic", TOPIC, "--body", "x", "--delay", "1h",
+            "--max-attempts", "three")
+    h.check(p.returncode == 2 and "--max-attempts" in p.stderr,
+            "push --max-attempts three: %r" % (p,))
     p = run("list", "--topic", TOPIC, "--status", "scheduled")
     h.check("ctl-1" in p.stdout, "list shows the task: %r" % p.stdout)
     p = run("cancel", "ctl-1")

@@ -75,6 +75,10 @@ static const struct cli_cmd commands[] = {
 
 #define NCOMMANDS (sizeof(commands) / sizeof(commands[0]))
 
+/* Whether the last request carried a token: a 401 without one says where
+ * prophetctl takes it from. */
+static int token_sent;
+
 long
 cli_request(const struct cli *c, const char *method, const char *path,
 	    const char *body, json_t **out, char *errmsg, size_t errlen)
@@ -101,7 +105,8 @@ cli_request(const struct cli *c, const char *method, const char *path,
 	snprintf(url, sizeof(url), "%s%s", c->url, path);
 	if (body != NULL)
 		hdrs[nh++] = "Content-Type: application/json";
-	if (c->token[0] != '\0') {
+	token_sent = c->token[0] != '\0';
+	if (token_sent) {
 		snprintf(auth, sizeof(auth), "Authorization: Bearer %s",
 			 c->token);
 		hdrs[nh++] = auth;
@@ -139,6 +144,10 @@ cli_fail(long status, const json_t *answer, const char *errmsg)
 		fprintf(stderr, " (field %s)",
 			json_string_value(json_object_get(e, "field")));
 	fputc('\n', stderr);
+	if (status == 401 && !token_sent)
+		fprintf(stderr, "prophetctl: no token was sent: give --token, "
+				"PROPHET_TOKEN, or http.token_file in the "
+				"configuration (e.g. in [http@prophetctl])\n");
 	return 1;
 }
 

@@ -204,8 +204,14 @@ def test_prophetctl_token():
     base = [ctl, "--url", "http://" + C.manager_addr]
     p = subprocess.run(base + ["get", "20"], capture_output=True, text=True,
                        timeout=30)
-    h.check(p.returncode == 1 and "401" in p.stderr,
+    h.check(p.returncode == 1 and "401" in p.stderr and
+            "no token was sent: give --token" in p.stderr,
             "without a token: %r" % (p,))
+    p = subprocess.run(base + ["--token", "x" * 20, "get", "20"],
+                       capture_output=True, text=True, timeout=30)
+    h.check(p.returncode == 1 and "401" in p.stderr and
+            "no token was sent" not in p.stderr,
+            "with an unknown token: %r" % (p,))
     p = subprocess.run(base + ["--token", TOKENS["read"], "get", "20"],
                        capture_output=True, text=True, timeout=30)
     h.check_eq(p.returncode, 0, "with --token: %s" % p.stderr)

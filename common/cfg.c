@@ -80,6 +80,8 @@ struct cfg {
 	int64_t num[CFG__COUNT];
 	struct cfg_extra *extra;
 	size_t n_extra;
+	char **sets; /* --set arguments: applied again after a reload */
+	size_t n_sets;
 	char *path;
 	char *prog; /* whose [section@program] keys apply; NULL: nobody's */
 };
@@ -267,6 +269,9 @@ cfg_destroy(struct cfg *cfg)
 		xfree(cfg->extra[i].value);
 	}
 	xfree(cfg->extra);
+	for (size_t i = 0; i < cfg->n_sets; i++)
+		xfree(cfg->sets[i]);
+	xfree(cfg->sets);
 	xfree(cfg->path);
 	xfree(cfg->prog);
 	xfree(cfg);
@@ -401,7 +406,11 @@ cfg_set_arg(struct cfg *cfg, const char *arg, char *err, size_t errlen)
 	section[slen] = '\0';
 	memcpy(key, dot + 1, (size_t)(eq - dot - 1));
 	key[eq - dot - 1] = '\0';
-	return cfg_set(cfg, section, key, eq + 1, err, errlen);
+	if (cfg_set(cfg, section, key, eq + 1, err, errlen) < 0)
+		return -1;
+	cfg->sets = xrealloc(cfg->sets, (cfg->n_sets + 1) * sizeof(char *));
+	cfg->sets[cfg->n_sets++] = xstrdup(arg);
+	return 0;
 }
 
 struct ini_ctx {
@@ -615,6 +624,14 @@ cfg_reload(struct cfg *cfg, char *err, size_t errlen)
 		snprintf(err, errlen, "%s", why);
 		cfg_destroy(fresh);
 		return -1;
+	}
+	/* The command line outranks the file, as at start. */
+	for (size_t i = 0; i < cfg->n_sets; i++) {
+		if (cfg_set_arg(fresh, cfg->sets[i], why, sizeof(why)) < 0) {
+			snprintf(err, errlen, "%s", why);
+			cfg_destroy(fresh);
+			return -1;
+		}
 	}
 	for (int i = 0; i < CFG__COUNT; i++) {
 		if (!cfg_defs[i].reload || !strcmp(cfg->str[i], fresh->str[i]))

@@ -545,7 +545,8 @@ char *cfg_secret(const struct cfg *cfg, enum cfg_id file_id, char *err,
  * http.token ("" if none); free it with secret_free. */
 char *cfg_http_token(const struct cfg *cfg, char *err, size_t errlen);
 
-/* Re-reads the file and applies the keys marked reloadable. */
+/* Re-reads the file, with the --set arguments (cfg_set_arg) over it as at
+ * start, and applies the keys marked reloadable. */
 int cfg_reload(struct cfg *cfg, char *err, size_t errlen);
 
 /* Writes an example file documenting every key with its default. */

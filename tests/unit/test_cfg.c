@@ -324,6 +324,35 @@ test_set_arg(void **state)
 	cfg_destroy(cfg);
 }
 
+/* A --set outranks the file on SIGHUP as at start: reloads dropped it, so
+ * a manager given http.tokens_file with --set turned its tokens off. */
+static void
+test_reload_keeps_set(void **state)
+{
+	struct cfg *cfg = cfg_create();
+	struct tmpconf tc;
+	char err[512] = "";
+	FILE *fp;
+
+	(void)state;
+	tmpconf_write(&tc, "[http]\ntokens_file = /etc/prophet/a\n");
+	assert_int_equal(cfg_load_file(cfg, tc.path, err, sizeof(err)), 0);
+	assert_int_equal(cfg_set_arg(cfg, "http.tokens_file=/etc/prophet/b",
+				     err, sizeof(err)),
+			 0);
+	fp = fopen(tc.path, "w");
+	assert_non_null(fp);
+	fputs("[http]\ntokens_file = /etc/prophet/c\n[log]\nlevel = debug\n",
+	      fp);
+	assert_int_equal(fclose(fp), 0);
+	assert_int_equal(cfg_reload(cfg, err, sizeof(err)), 0);
+	assert_string_equal(cfg_str(cfg, CFG_HTTP_TOKENS_FILE),
+			    "/etc/prophet/b");
+	assert_string_equal(cfg_str(cfg, CFG_LOG_LEVEL), "debug");
+	tmpconf_remove(&tc);
+	cfg_destroy(cfg);
+}
+
 static void
 test_load_file(void **state)
 {
@@ -1275,6 +1304,7 @@ main(void)
 		cmocka_unit_test(test_durations),
 		cmocka_unit_test(test_set_arg),
 		cmocka_unit_test(test_load_file),
+		cmocka_unit_test(test_reload_keeps_set),
 		cmocka_unit_test(test_load_errors),
 		cmocka_unit_test(test_load_syntax_then_bad_value),
 		cmocka_unit_test(test_check_urls),

@@ -1339,6 +1339,32 @@ got_lock(struct pruner *p)
 	kick(p);
 }
 
+/* The holder prunes with its own retention: a manager with others would
+ * show dry runs and settings that no pass follows. */
+static void
+warn_other_retention(const struct pruner *p, const char *data, int len)
+{
+	json_t *j =
+		data && len > 0 ? json_loadb(data, (size_t)len, 0, NULL) : NULL;
+	const json_t *r = json_object_get(j, "retention_ms");
+	const json_t *lr = json_object_get(j, "log_retention_ms");
+
+	if (json_is_integer(r) && json_is_integer(lr) &&
+	    (json_integer_value(r) != p->retention_ms ||
+	     json_integer_value(lr) != p->log_retention_ms))
+		log_warn(
+			"pruner lock held by a manager with another "
+			"task.retention or task.log_retention: the holder's "
+			"are used; give every manager the same",
+			"holder_retention_ms=%lld holder_log_retention_ms=%lld "
+			"retention_ms=%lld log_retention_ms=%lld",
+			(long long)json_integer_value(r),
+			(long long)json_integer_value(lr),
+			(long long)p->retention_ms,
+			(long long)p->log_retention_ms);
+	json_decref(j);
+}
+
 static void
 get_cb(struct zk *z, int rc, const char *data, int len, const struct Stat *st,
        void *arg)
@@ -1350,10 +1376,12 @@ get_cb(struct zk *z, int rc, const char *data, int len, const struct Stat *st,
 		/* Our create went through; its answer was lost. */
 		got_lock(p);
 	} else if (rc == ZOK) {
-		if (!p->waiting)
+		if (!p->waiting) {
 			log_info("pruner lock held by another manager",
 				 "holder=%.*s", len > 0 ? len : 0,
 				 data ? data : "");
+			warn_other_retention(p, data, len);
+		}
 		p->waiting = 1;
 	} else if (rc == ZNONODE) {
 		acquire(p);
@@ -1390,6 +1418,9 @@ holder_json(const struct pruner *p)
 		utf8_json_str(cfg_str(p->mg->cfg, CFG_HTTP_LISTEN)));
 	json_object_set_new(j, "pid", json_integer(getpid()));
 	json_object_set_new(j, "since", json_integer(clock_now_ms()));
+	json_object_set_new(j, "retention_ms", json_integer(p->retention_ms));
+	json_object_set_new(j, "log_retention_ms",
+			    json_integer(p->log_retention_ms));
 	s = json_dumps(j, JSON_COMPACT | JSON_PRESERVE_ORDER);
 	json_decref(j);
 	if (s == NULL)

@@ -158,6 +158,23 @@ def setup():
 
 # ------------------------------------------------------------------ tests --
 
+def test_other_retention_is_logged():
+    """A manager whose retention differs from the holder's says so: the
+    holder's values are the ones passes follow, not those its dry runs and
+    settings show."""
+    warn = "pruner lock held by a manager with another task.retention"
+    h.check(not M2.grep(warn), "same values, yet: %r" % M2.grep(warn))
+    m3 = manager_proc(A, "manager3", h.free_port(), ["task.retention=1h"])
+    try:
+        start_manager_proc(A, m3)
+        h.wait_until(lambda: m3.grep(warn), 10, 0.2, "the warning")
+        line = m3.grep(warn)[0]
+        h.check("holder_retention_ms=%d " % RETENTION_MS in line and
+                " retention_ms=3600000 " in line, "the warning: %s" % line)
+    finally:
+        m3.stop()
+
+
 def test_finished_go_young_and_live_stay():
     now = h.now_ms()
     delivered = ["fin-d-%03d" % i for i in range(60)]

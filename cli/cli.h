@@ -38,7 +38,7 @@ long long cli_duration_ms(const char *s);
 int cli_int(const char *s, long long *v);
 /* cli_int for the value of option opt, saying what is wrong on stderr. */
 int cli_int_opt(const char *opt, const char *s, long long *v);
-/* "12:41:29.335" local time from ms since the epoch. */
+/* "2026-11-30 12:41:29.335", local time, from ms since the epoch. */
 const char *cli_time(long long ms, char *buf, size_t len);
 
 /* An integer field of an answer (0 if absent). */

@@ -115,6 +115,10 @@ cmd_bulk(struct cli *c, int argc, char **argv)
 		} else if (!strcmp(a, "--all")) {
 			json_object_set_new(f, "all", json_true());
 		} else if (val == NULL) {
+			fprintf(stderr,
+				"prophetctl: bulk: '%s': unknown option, or "
+				"its value is missing\n",
+				a);
 			goto bad;
 		} else if (!strcmp(a, "--topic") || !strcmp(a, "--status") ||
 			   !strcmp(a, "--id-prefix") || !strcmp(a, "--key")) {
@@ -145,6 +149,8 @@ cmd_bulk(struct cli *c, int argc, char **argv)
 							    json_integer(v));
 			k++;
 		} else {
+			fprintf(stderr,
+				"prophetctl: bulk: unknown option '%s'\n", a);
 			goto bad;
 		}
 	}

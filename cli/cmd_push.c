@@ -63,8 +63,15 @@ cmd_push(struct cli *c, int argc, char **argv)
 			k++;
 			continue;
 		}
-		if (v == NULL)
+		if (v == NULL) {
+			fprintf(stderr,
+				"prophetctl: push: '%s': unknown option, or "
+				"its value is missing\n",
+				a);
+			json_decref(task);
+			json_decref(headers);
 			return push_usage();
+		}
 		if (task == NULL)
 			task = json_object();
 		k++;
@@ -112,6 +119,16 @@ cmd_push(struct cli *c, int argc, char **argv)
 			}
 			json_object_set_new(headers, name, json_string(eq + 1));
 		} else {
+			if (!strcmp(a, "--header"))
+				fprintf(stderr,
+					"prophetctl: --header: '%s' is not "
+					"NAME=VALUE\n",
+					v);
+			else
+				fprintf(stderr,
+					"prophetctl: push: unknown option "
+					"'%s'\n",
+					a);
 			json_decref(task);
 			json_decref(headers);
 			return push_usage();

@@ -343,6 +343,16 @@ def test_prophetctl():
             "--max-attempts", "three")
     h.check(p.returncode == 2 and "--max-attempts" in p.stderr,
             "push --max-attempts three: %r" % (p,))
+    # A usage error names what was wrong before the usage.
+    for args, why in ((["push", "--topic", TOPIC, "--body", "x", "--delay",
+                        "1h", "--hedaer", "a=b"], "unknown option '--hedaer'"),
+                      (["push", "--topic", TOPIC, "--body", "x", "--delay",
+                        "1h", "--header", "ab"], "'ab' is not NAME=VALUE"),
+                      (["bulk", "cancel", "--topik", TOPIC],
+                       "unknown option '--topik'")):
+        p = run(*args)
+        h.check(p.returncode == 2 and why in p.stderr and "usage" in
+                p.stderr, "%s: %r" % (" ".join(args), p))
     p = run("list", "--topic", TOPIC, "--status", "scheduled")
     h.check("ctl-1" in p.stdout, "list shows the task: %r" % p.stdout)
     p = run("cancel", "ctl-1")

@@ -108,6 +108,14 @@ parse_roles(char *s, int *roles)
 	return *roles ? 0 : -1;
 }
 
+const char *
+auth_role_name(int role)
+{
+	return role == AUTH_SUBMIT ? "submit"
+	       : role == AUTH_READ ? "read"
+				   : "admin";
+}
+
 struct auth *
 auth_load(const char *path, char *err, size_t errlen)
 {

@@ -28,6 +28,8 @@ struct auth;
 struct auth *auth_load(const char *path, char *err, size_t errlen);
 void auth_destroy(struct auth *a);
 int auth_enabled(const struct auth *a);
+/* "submit", "read" or "admin": the role a call needs, for messages. */
+const char *auth_role_name(int role);
 /*
  * Checks an Authorization header value against the role a call needs.
  * Returns 0 (allowed), 401 (no or unknown token) or 403 (token lacks the

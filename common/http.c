@@ -25,6 +25,7 @@
 #include <openssl/ssl.h>
 #include <openssl/x509.h>
 
+#include "auth.h"
 #include "daemon.h"
 #include "http.h"
 #include "httpgate.h"
@@ -513,12 +514,17 @@ conn_head(struct http_conn *c, const char *buf, size_t len)
 		rc = s->authorize(s->ctx, h.authorization.s ? authz : NULL,
 				  r->role);
 		if (rc != 0) {
+			char msg[128];
+
+			snprintf(msg, sizeof(msg),
+				 "this token's roles do not allow this call: "
+				 "it needs the %s role",
+				 auth_role_name(r->role));
 			conn_refuse(c, c->shape, rc,
 				    rc == 401 ? "unauthorized" : "forbidden",
 				    rc == 401
 					    ? "a valid bearer token is required"
-					    : "this token's roles do not allow "
-					      "this call",
+					    : msg,
 				    0);
 			return -1;
 		}
@@ -1336,7 +1342,8 @@ dispatch_cb(struct evhttp_request *req, void *arg)
 		if (rc != 0) {
 			http_reply_error(req, 403, "forbidden", NULL,
 					 "this token's roles do not allow "
-					 "this call");
+					 "this call: it needs the %s role",
+					 auth_role_name(r->role));
 			return;
 		}
 	}

@@ -23,6 +23,8 @@
 #include "url.h"
 #include "xmalloc.h"
 
+#define REDIS_RUN_ID_MAX 41 /* 40 hex digits */
+
 struct redis {
 	struct event_base *base;
 	redisAsyncContext *ac;
@@ -65,9 +67,13 @@ struct redis {
 	/* Sentinel mode (redis.sentinels): host/port are the primary's,
 	 * looked up before every connect; ROLE must say "master" before
 	 * the connection is used. sac subscribes to +switch-master on one
-	 * Sentinel (s_sub, rotating when it fails). last_host/last_port:
-	 * the primary of the last usable connection; a different one (or a
-	 * +switch-master since) is a failover, told to failover_cb. */
+	 * Sentinel (s_sub, rotating when it fails). last_host/last_port/
+	 * last_run: the primary of the last usable connection; a different
+	 * one, the same address served by a restarted process (another
+	 * run_id: it came back empty or from an old snapshot before the
+	 * Sentinels noticed), or a +switch-master since is a failover, told
+	 * to failover_cb. run_id: the node's, read (INFO) before it is used;
+	 * empty when INFO is refused. */
 	int nsentinels;
 	char **s_host;
 	int *s_port;
@@ -80,8 +86,11 @@ struct redis {
 	int lookup_failing; /* said once until a lookup succeeds */
 	char *last_host;
 	int last_port;
+	char last_run[REDIS_RUN_ID_MAX];
+	char run_id[REDIS_RUN_ID_MAX];
 	int switched;
 	int role_refused; /* ROLE not allowed: Sentinel's word is taken */
+	int info_refused; /* INFO not allowed: no run_id */
 	unsigned long failovers;
 	redis_state_fn failover_cb;
 	void *failover_arg;
@@ -389,12 +398,15 @@ redis_ready(struct redis *r)
 	r->backoff_ms = 50;
 	moved = r->last_host != NULL &&
 		(r->switched || strcmp(r->last_host, r->host) != 0 ||
-		 r->last_port != r->port);
+		 r->last_port != r->port ||
+		 (r->last_run[0] != '\0' && r->run_id[0] != '\0' &&
+		  strcmp(r->last_run, r->run_id) != 0));
 	if (r->last_host == NULL || strcmp(r->last_host, r->host) != 0) {
 		xfree(r->last_host);
 		r->last_host = xstrdup(r->host);
 	}
 	r->last_port = r->port;
+	memcpy(r->last_run, r->run_id, sizeof(r->last_run));
 	r->switched = 0;
 	if (r->sub_channel != NULL)
 		redisAsyncCommand(r->ac, sub_cb, r, "SUBSCRIBE %s",
@@ -414,6 +426,29 @@ redis_ready(struct redis *r)
 			r->failover_cb(r, 1, r->failover_arg);
 	}
 	redis_set_state(r, 1);
+}
+
+/* The primary's run_id: a restart at the same address changes it. */
+static void
+run_id_cb(redisAsyncContext *ac, void *reply, void *privdata)
+{
+	struct redis *r = privdata;
+	redisReply *rep = reply;
+	const char *p;
+
+	if (rep == NULL || ac != r->ac)
+		return;
+	r->run_id[0] = '\0';
+	if (rep->type != REDIS_REPLY_STRING) {
+		r->info_refused = 1;
+		log_warn("redis refused INFO: a restarted primary is not told "
+			 "from the same one",
+			 "host=%s port=%d error=\"%s\"", r->host, r->port,
+			 rep->type == REDIS_REPLY_ERROR ? rep->str
+							: "unexpected");
+	} else if ((p = strstr(rep->str, "run_id:")) != NULL)
+		sscanf(p + 7, "%40[0-9a-f]", r->run_id);
+	redis_ready(r);
 }
 
 static void
@@ -437,7 +472,10 @@ role_cb(redisAsyncContext *ac, void *reply, void *privdata)
 	if (rep->type == REDIS_REPLY_ARRAY && rep->elements >= 1 &&
 	    rep->element[0]->type == REDIS_REPLY_STRING &&
 	    strcmp(rep->element[0]->str, "master") == 0) {
-		redis_ready(r);
+		if (r->info_refused)
+			redis_ready(r);
+		else
+			redisAsyncCommand(ac, run_id_cb, r, "INFO server");
 		return;
 	}
 	log_warn("redis node is not the primary: looking it up again",

@@ -29,6 +29,11 @@ cluster on them; MariaDB and Kafka stay the shared dev cluster's.
                      replica resumed: the burst is absent from the new
                      primary's index while its "built" markers survived, yet
                      every task fires (from the failover rebuild), on time
+  restarted_primary  a SAVE on the primary, a burst indexed after it, the
+                     primary kill -9ed and started again at once from that
+                     snapshot (markers kept, burst absent) before the
+                     Sentinels notice: the daemons must take the new run_id
+                     for a failover, and the burst fire on time
   sentinel_names_replica  the Sentinels made to name the replica (REMOVE +
                      MONITOR), the daemons' connections killed: each reconnect
                      finds ROLE slave, leaves, looks again; no write reaches
@@ -591,6 +596,74 @@ def test_lagging_replica():
         ha.close(failed)
 
 
+def test_restarted_primary():
+    """The primary kill -9ed and started again at once, from a snapshot
+    taken before a burst was indexed (a replica's dump.rdb, persistence
+    that lags): the Sentinels never notice, the daemons come back to the
+    same address, the burst is absent from its index while its "built"
+    markers are. The restarted process (another run_id) must count
+    as a failover: every slot rebuilt, the burst fired on time (the
+    sweeper alone would be seconds late)."""
+    ha = RedisHA()
+    c = None
+    failed = True
+    try:
+        ha.wait_synced()
+        c = sentinel_cluster("ha-rst", ha)
+        p = h.Problems()
+        port = ha.primary.port
+        led = d.Ledger("restarted_primary", c)
+        st = d.Stream(led, "rs", rate=50, delay_lo=1000,
+                      delay_hi=3000).start()
+        time.sleep(3.0)
+        kept = markers(c, port)
+        p.check(kept == c.slots, "the snapshot holds %d of %d built markers"
+                % (kept, c.slots))
+        r = ha.primary.client()
+        try:
+            r.cmd("SAVE")
+        finally:
+            r.close()
+        t_cut = h.now_ms()
+        burst = [d.task("rb-%04d" % i, t_cut + 6000 + (i % 40) * 100)
+                 for i in range(200)]
+        led.post_all(burst)
+        ids = [t["id"] for t in burst]
+        p.check(len(in_index_soon(c, port, ids)) == len(ids),
+                "the burst is not in the primary's index")
+        t_kill = h.now_ms()
+        ha.primary.kill()
+        ha.primary.start()
+        time.sleep(3.0)
+        st.stop()
+        p.check(ha.master_port() == port, "the Sentinels failed over: the "
+                "restart was not quick enough to test a restart")
+        led.check_all_fired(p, grace_s=15)
+        led.check_output(p)
+        msgs = led.messages()
+        blate = [min(m.recv_ms for m in msgs[i]) - led.accepted[i]
+                 for i in ids if msgs[i]]
+        p.check(blate and h.percentile(blate, 99) < 3000,
+                "burst lateness p99 %s ms: not fired from the rebuild"
+                % (h.percentile(blate, 99) if blate else None))
+        for pr in procs(c):
+            p.check(d.log_lines(c, "redis failover: a new primary", t_kill,
+                                [pr]), "%s did not take the restarted "
+                    "primary for a failover" % pr.name)
+        rb = rebuild_ms(c, t_kill)
+        p.check(rb, "no 'slot index rebuilt' after the restart")
+        report(led, p, "primary restarted from an older snapshot at the same "
+               "address; burst of %d tasks fired with lateness p50=%d "
+               "p99=%d max=%d ms; %d slot rebuilds"
+               % (len(ids), h.percentile(blate, 50), h.percentile(blate, 99),
+                  max(blate), len(rb)))
+        failed = False
+    finally:
+        if c is not None:
+            close(c, failed)
+        ha.close(failed)
+
+
 def sentinels_monitor(ha, port, down_after_ms):
     """Every Sentinel forgets MASTER and monitors port under its name."""
     for x in ha.sentinels:
@@ -824,7 +897,8 @@ def test_zk_leader_killed():
 
 
 tests = [test_sentinel_failover, test_lagging_failover, test_lagging_replica,
-         test_sentinel_names_replica, test_zk_leader_killed]
+         test_restarted_primary, test_sentinel_names_replica,
+         test_zk_leader_killed]
 
 
 def main():

@@ -381,13 +381,17 @@ recovery_rebuild(struct worker *w, int slot)
 void
 recovery_failover(struct worker *w)
 {
-	int n = 0;
+	int n = 0, db = 0;
 
 	for (int i = 0; i < w->nslots; i++) {
 		struct wslot *s = &w->slots[i];
 
-		if (!slot_owned(w, i) || s->mode == SM_DB)
+		if (!slot_owned(w, i))
 			continue;
+		if (s->mode == SM_DB) {
+			db++;
+			continue;
+		}
 		if (s->mode == SM_REBUILD) /* recovery_rebuild starts anew */
 			wslot_set_mode(&w->slots[i], SM_REDIS);
 		recovery_rebuild(w, i);
@@ -395,7 +399,7 @@ recovery_failover(struct worker *w)
 	}
 	log_warn("redis failover: rebuilding every owned slot from the "
 		 "database",
-		 "slots=%d", n);
+		 "slots=%d db_mode=%d", n, db);
 }
 
 void

@@ -569,10 +569,12 @@ sentinel_lookup(struct redis *r)
 			continue;
 		}
 		redisSetTimeout(c, tv);
-		if (sentinel_auth(r, c, i) == 0)
-			rep = redisCommand(
-				c, "SENTINEL get-master-addr-by-name %s",
-				r->master_name);
+		if (sentinel_auth(r, c, i) < 0) { /* said why */
+			redisFree(c);
+			continue;
+		}
+		rep = redisCommand(c, "SENTINEL get-master-addr-by-name %s",
+				   r->master_name);
 		if (rep != NULL && rep->type == REDIS_REPLY_ARRAY &&
 		    rep->elements == 2 &&
 		    rep->element[0]->type == REDIS_REPLY_STRING &&

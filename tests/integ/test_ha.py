@@ -14,7 +14,9 @@ cluster on them; MariaDB and Kafka stay the shared dev cluster's.
                      `SENTINEL FAILOVER` moves the primary: every accepted
                      task fires, none early, duplicates counted; every
                      daemon logs the switch, the workers rebuild their slots,
-                     and no daemon keeps a connection to the demoted node
+                     and no daemon keeps a connection to the demoted node; a
+                     manager given a wrong Sentinel password says AUTH was
+                     refused, not that the Sentinels lack the primary
   lagging_failover   the first Sentinel is killed (the daemons' first choice
                      for lookups and the subscription); the replica is cut off while both nodes stay up (the
                      primary refuses new connections, its replica link is
@@ -393,6 +395,7 @@ def test_sentinel_failover():
         left = daemon_clients(old)
         p.check(not left, "daemons still connected to the demoted node: %s"
                 % left[:3])
+        wrong_sentinel_password(c, p)
         late = led.lateness_between(t_fo - 1000, t_sw + 3000)
         report(led, p, "SENTINEL FAILOVER to sentinels naming the new "
                "primary %d ms; daemons on it after %s ms; %d slot rebuilds, "
@@ -407,6 +410,34 @@ def test_sentinel_failover():
         if c is not None:
             close(c, failed)
         ha.close(failed)
+
+
+def wrong_sentinel_password(c, p):
+    """A manager given a wrong redis.sentinel_password_file says that the
+    Sentinels refused AUTH, and nothing about a primary they were never
+    asked for ('does not know the primary' sent operators to the
+    Sentinels' monitoring config)."""
+    pw = os.path.join(c.dir, "wrong-sentinel.pass")
+    with open(pw, "w") as f:
+        f.write("wrong-%s\n" % h.rand_tag(8))
+    os.chmod(pw, 0o600)
+    m = h.Proc("manager-badpass", [
+        h.MANAGER_BIN, "-c", c.conf_path,
+        "--set", "http.listen=127.0.0.1:%d" % h.free_port(),
+        "--set", "redis.sentinel_password_file=" + pw],
+        os.path.join(c.dir, "manager-badpass.log"))
+    m.start()
+    try:
+        h.wait_until(lambda: m.grep("redis primary not found"), 20, 0.1,
+                     "the manager with a wrong Sentinel password to give up "
+                     "a lookup")
+    finally:
+        m.stop()
+    p.check(len(m.grep("redis sentinel refused AUTH")) >= 3,
+            "the wrong Sentinel password not reported per Sentinel")
+    bad = m.grep("does not know the primary")
+    p.check(not bad, "a refused AUTH reported as a Sentinel that does not "
+            "know the primary: %s" % bad[:1])
 
 
 def test_lagging_failover():

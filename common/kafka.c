@@ -1497,6 +1497,16 @@ topic_spec(const struct cfg *cfg)
 	};
 }
 
+/* A topic setting for the log: 0 is the brokers' default, not zero. */
+static const char *
+or_default(char *buf, size_t len, int v)
+{
+	if (v <= 0)
+		return "default";
+	snprintf(buf, len, "%d", v);
+	return buf;
+}
+
 /* CreateTopics through rk's connections; a topic that exists is no
  * error. */
 static int
@@ -1511,7 +1521,7 @@ create_topics(rd_kafka_t *rk, struct topic_spec sp, const char *const *topics,
 	const rd_kafka_CreateTopics_result_t *res;
 	const rd_kafka_topic_result_t **tr;
 	size_t ntr = 0;
-	char num[16], es[256];
+	char num[16], es[256], dp[16], dr[16], di[16];
 	int rc = 0;
 
 	err[0] = '\0';
@@ -1560,11 +1570,13 @@ create_topics(rd_kafka_t *rk, struct topic_spec sp, const char *const *topics,
 			const char *name = rd_kafka_topic_result_name(tr[i]);
 
 			if (e == RD_KAFKA_RESP_ERR_NO_ERROR) {
-				log_info(
-					"kafka topic created",
-					"topic=%s partitions=%d replication=%d "
-					"min_insync=%d",
-					name, parts, repl, isr);
+				log_info("kafka topic created",
+					 "topic=%s partitions=%s "
+					 "replication=%s min_insync=%s",
+					 name,
+					 or_default(dp, sizeof(dp), parts),
+					 or_default(dr, sizeof(dr), repl),
+					 or_default(di, sizeof(di), isr));
 			} else if (e !=
 				   RD_KAFKA_RESP_ERR_TOPIC_ALREADY_EXISTS) {
 				snprintf(err, errlen, "%s: %s", name,

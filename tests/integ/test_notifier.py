@@ -575,8 +575,11 @@ def test_own_topics_created_at_start():
     try:
         for t in (retry, dead):
             kt = C.topic(t)
-            h.check(other.grep('msg="kafka topic created" topic=%s ' % kt),
-                    "no 'kafka topic created' line for %s" % kt)
+            h.check(other.grep('msg="kafka topic created" topic=%s '
+                               'partitions=3 replication=default' % kt),
+                    "no 'kafka topic created' line for %s with partitions=3 "
+                    "replication=default (0 is the brokers' default, and "
+                    "was logged as 0)" % kt)
             p = subprocess.run(["kcat", "-L", "-b", C.brokers, "-t", kt],
                                capture_output=True, text=True, timeout=30)
             h.check(" 3 partitions:" in p.stdout,

@@ -114,7 +114,12 @@ cli_request(const struct cli *c, const char *method, const char *path,
 	httpcli_request_blocking(NULL, &rq, &res);
 	explicit_bzero(auth, sizeof(auth));
 	if (res.transport) {
-		snprintf(errmsg, errlen, "%s: %s", url, res.error);
+		snprintf(errmsg, errlen, "%s: %s%s", url, res.error,
+			 res.cls == HTTPCLI_TLS && !c->insecure
+				 ? " (check the CA, --cacert or http.tls_ca, "
+				   "and that the server's certificate names "
+				   "this host)"
+				 : "");
 	} else {
 		status = res.status;
 		if (res.body_len > 0)

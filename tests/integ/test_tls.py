@@ -241,6 +241,8 @@ def test_prophetctl_https():
     h.check_eq(p.returncode, 1, "an untrusted certificate refused")
     h.check("certificate" in p.stdout.lower() or "ssl" in p.stdout.lower(),
             "the message says why: %r" % p.stdout)
+    h.check("--cacert or http.tls_ca" in p.stdout,
+            "the message names what to check: %r" % p.stdout)
     p = prophetctl("--cacert", PKI.other_ca, "--insecure", "cluster")
     h.check_eq(p.returncode, 0, "--insecure: %s" % p.stdout)
     # http:// to the HTTPS port: curl's "Empty reply from server" alone

@@ -22,6 +22,7 @@ openssl CLI. One cluster (manager, worker, notifier) serving HTTPS only:
 
 import json
 import os
+import shutil
 import signal
 import socket
 import ssl
@@ -476,6 +477,9 @@ def cleanup(failed):
         C.close(failed=failed)
     if SINK is not None:
         SINK.close()
+    # The CAs' and servers' private keys: kept only to look at a failure.
+    if PKI is not None and not failed:
+        shutil.rmtree(PKI.dir, ignore_errors=True)
 
 
 def main():

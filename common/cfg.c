@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
+#include <regex.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -1173,6 +1174,51 @@ int
 cfg_check_topic_or_empty(const char *v, char *err, size_t errlen)
 {
 	return *v == '\0' ? 0 : cfg_check_topic(v, err, errlen);
+}
+
+/* Comma (or space) separated topics, and with regexes "^..." regular
+ * expressions on topic names (POSIX extended, as the managers' coverage
+ * check compiles them): refused here rather than when a daemon starts. */
+static int
+check_topic_list(const char *v, int regexes, char *err, size_t errlen)
+{
+	char *copy = xstrdup(v), *save = NULL;
+	int rc = 0;
+
+	for (char *t = strtok_r(copy, ", ", &save); t != NULL && rc == 0;
+	     t = strtok_r(NULL, ", ", &save)) {
+		regex_t re;
+		char why[128];
+		int e;
+
+		if (!regexes || t[0] != '^') {
+			rc = cfg_check_topic(t, err, errlen);
+			continue;
+		}
+		e = regcomp(&re, t, REG_EXTENDED | REG_NOSUB);
+		if (e == 0) {
+			regfree(&re);
+			continue;
+		}
+		regerror(e, &re, why, sizeof(why));
+		snprintf(err, errlen, "'%s' is not a regular expression: %s", t,
+			 why);
+		rc = -1;
+	}
+	xfree(copy);
+	return rc;
+}
+
+int
+cfg_check_topic_list(const char *v, char *err, size_t errlen)
+{
+	return check_topic_list(v, 0, err, errlen);
+}
+
+int
+cfg_check_topics_or_regexes(const char *v, char *err, size_t errlen)
+{
+	return check_topic_list(v, 1, err, errlen);
 }
 
 int

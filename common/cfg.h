@@ -232,7 +232,7 @@
 	  "file holding http.token (one line, mode 600), instead of the "      \
 	  "token in this file")                                                \
 	X(HTTP_TOPICS_ALLOWED, "http", "topics_allowed", CFG_STR, "", 0, 0,    \
-	  NULL, 1,                                                             \
+	  cfg_check_topic_list, 1,                                             \
 	  "comma-separated topics tasks may use; empty: any valid topic")      \
 	X(HTTP_TIMEOUT_S, "http", "timeout_s", CFG_INT, "30", 1, 3600, NULL,   \
 	  0,                                                                   \
@@ -407,7 +407,8 @@
 	  "as http.tls_client_ca, for notifier.http_listen")                   \
 	X(NOTIFIER_GROUP, "notifier", "group", CFG_STR, "prophet-notifier", 0, \
 	  0, cfg_check_nonempty, 0, "Kafka consumer group of the notifiers")   \
-	X(NOTIFIER_TOPICS, "notifier", "topics", CFG_STR, "", 0, 0, NULL, 0,   \
+	X(NOTIFIER_TOPICS, "notifier", "topics", CFG_STR, "", 0, 0,            \
+	  cfg_check_topics_or_regexes, 0,                                      \
 	  "comma-separated task topics to consume (the topic prefix is "       \
 	  "added); an entry starting with ^ is a regular expression on the "   \
 	  "Kafka topic names; empty: every task topic (^<topic_prefix>.*)")    \
@@ -575,6 +576,10 @@ int cfg_check_level(const char *v, char *err, size_t errlen);
 int cfg_check_topic(const char *v, char *err, size_t errlen);
 /* The same, or empty (an optional topic). */
 int cfg_check_topic_or_empty(const char *v, char *err, size_t errlen);
+/* Comma-separated topics (http.topics_allowed). */
+int cfg_check_topic_list(const char *v, char *err, size_t errlen);
+/* Comma-separated topics or "^" regular expressions (notifier.topics). */
+int cfg_check_topics_or_regexes(const char *v, char *err, size_t errlen);
 /* CIDRs separated by commas or spaces (common/netguard.h). */
 int cfg_check_cidr_list(const char *v, char *err, size_t errlen);
 /* "" or DISABLED, REQUIRED, VERIFY_CA, VERIFY_IDENTITY (any case). */

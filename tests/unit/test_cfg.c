@@ -252,6 +252,15 @@ test_durations(void **state)
 	set_ok("task", "archive_topic", "");
 	set_ok("task", "archive_topic", "prophet.archive");
 	set_bad("task", "archive_topic", "a b");
+	/* Lists the daemons parse at start: refused by --check-config too
+	 * (they passed it, then the manager or notifier stopped at start). */
+	set_ok("http", "topics_allowed", "");
+	set_ok("http", "topics_allowed", "orders, billing.eu,x_y");
+	set_bad("http", "topics_allowed", "orders,bad!topic");
+	set_bad("http", "topics_allowed", "^orders");
+	set_ok("notifier", "topics", "orders, ^prod\\..*");
+	set_bad("notifier", "topics", "^[bad");
+	set_bad("notifier", "topics", "orders,bad!topic");
 }
 
 static void

@@ -154,6 +154,12 @@ cmd_bulk(struct cli *c, int argc, char **argv)
 			goto bad;
 		}
 	}
+	if (json_object_size(f) == 0) {
+		fprintf(stderr, "prophetctl: bulk: give a filter (--topic, "
+				"--due-from, --due-to, --status, --id-prefix, "
+				"--key), or --all for every scheduled task\n");
+		goto bad;
+	}
 	json_object_set_new(req, "filter", f);
 	if (dry)
 		json_object_set_new(req, "dry_run", json_true());

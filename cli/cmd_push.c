@@ -137,6 +137,15 @@ cmd_push(struct cli *c, int argc, char **argv)
 	json_decref(headers);
 	if (task == NULL)
 		return push_usage();
+	if (json_object_get(task, "due_at") == NULL &&
+	    json_object_get(task, "delay_ms") == NULL &&
+	    json_object_get(task, "cron") == NULL) {
+		fprintf(stderr,
+			"prophetctl: push: when? give --delay, --due-at "
+			"or --cron\n");
+		json_decref(task);
+		return push_usage();
+	}
 	body = json_dumps(task, JSON_COMPACT);
 	json_decref(task);
 	st = cli_request(c, "POST", "/v1/tasks", body, &ans, err, sizeof(err));

@@ -349,7 +349,11 @@ def test_prophetctl():
                       (["push", "--topic", TOPIC, "--body", "x", "--delay",
                         "1h", "--header", "ab"], "'ab' is not NAME=VALUE"),
                       (["bulk", "cancel", "--topik", TOPIC],
-                       "unknown option '--topik'")):
+                       "unknown option '--topik'"),
+                      (["push", "--topic", TOPIC, "--body", "x"],
+                       "give --delay, --due-at or --cron"),
+                      (["bulk", "cancel", "--dry-run"],
+                       "give a filter (--topic")):
         p = run(*args)
         h.check(p.returncode == 2 and why in p.stderr and "usage" in
                 p.stderr, "%s: %r" % (" ".join(args), p))

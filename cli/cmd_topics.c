@@ -95,7 +95,7 @@ cmd_resume(struct cli *c, int argc, char **argv)
 {
 	json_t *ans, *body;
 	const char *policy = NULL, *topic = NULL;
-	char err[512], path[300], *doc;
+	char err[512], path[300], until[32], *doc;
 	long long rate = 0;
 	long code;
 
@@ -141,8 +141,10 @@ cmd_resume(struct cli *c, int argc, char **argv)
 		       topic, cli_num(ans, "skipped"));
 	else if (rate > 0)
 		printf("%s resumed: %lld overdue tasks fire oldest first at "
-		       "%lld/s\n",
-		       topic, cli_num(ans, "backlog"), rate);
+		       "%lld/s, until about %s\n",
+		       topic, cli_num(ans, "backlog"), rate,
+		       cli_time(cli_num(ans, "drain_until"), until,
+				sizeof(until)));
 	else
 		printf("%s resumed: %lld overdue tasks fire now, oldest "
 		       "first\n",

@@ -341,7 +341,8 @@ def test_prophetctl():
     h.check(p.returncode != 0 and "usage" in p.stderr, "no policy: %r"
             % (p,))
     p = run("resume", "pz-f", "--policy", "fire", "--rate", "50")
-    h.check(p.returncode == 0 and "3 overdue tasks fire" in p.stdout,
+    h.check(p.returncode == 0 and "3 overdue tasks fire" in p.stdout and
+            "at 50/s, until about 20" in p.stdout,
             "resume: %r" % (p,))
     h.check(not READER.wait_for(ids, 10), "published after resume")
     p = run("resume", "pz-f", "--policy", "fire")

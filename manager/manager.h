@@ -87,7 +87,7 @@ struct coverage;
 	  "Duration of the last prune pass")                                \
 	X(prune_oldest, GAUGE, "prophet_prune_oldest_finished_seconds",     \
 	  "Age (since its last change) of the oldest finished task left "   \
-	  "after the last pass")                                            \
+	  "after the last pass, except those a retrying callback keeps")    \
 	X(pruner, GAUGE, "prophet_pruner",                                  \
 	  "1 while this manager holds the pruner lock")                     \
 	X(prune_retention, GAUGE, "prophet_prune_retention_seconds",        \

@@ -461,7 +461,13 @@ enum sql_prune_col {
 #define SQL_PRUNE_HELD                                                      \
 	"SELECT COUNT(*) FROM tasks FORCE INDEX (by_status_updated) WHERE " \
 	"status = ? AND updated_at < ? AND callback_status = 'retrying'"
-#define SQL_PRUNE_OLDEST "SELECT MIN(updated_at) FROM tasks WHERE status = ?"
+/* The oldest finished task a pass could delete (status): one a retrying
+ * callback keeps is not the pruner's backlog. In index order, it stops at
+ * the first row that is not retrying. */
+#define SQL_PRUNE_OLDEST                                                \
+	"SELECT updated_at FROM tasks FORCE INDEX (by_status_updated) " \
+	"WHERE status = ? AND callback_status <> 'retrying' ORDER BY "  \
+	"updated_at LIMIT 1"
 /* The lock of a chunk re-checks what made its rows candidates; rows
  * someone else holds are left for the next pass. */
 #define SQL_PRUNE_LOCK_IDS                                                 \

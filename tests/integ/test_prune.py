@@ -314,6 +314,33 @@ def test_retrying_callback_keeps_its_task():
     h.check_eq(len(SINK.calls_of(tid)), 3, "calls")
 
 
+def test_kept_task_is_not_the_pruners_backlog():
+    """A task whose retries were stopped (its pending retry task cancelled,
+    as operations.md shows) stays retrying and kept; the oldest finished
+    task the metric reports is one a pass could delete, so
+    ProphetPruneFallingBehind does not fire for ever."""
+    tid = "cbk-2"
+    submit(A, [{"id": tid, "topic": CB_TOPIC, "body": "cb", "delay_ms": 0,
+                "max_attempts": 3,
+                "callback": {"url": SINK.url("fail", tid)}}])
+    api = api_of(A.manager_addr)
+    try:
+        h.wait_until(lambda: api.get("/v1/tasks/cbr:%s:2" % tid).status ==
+                     200, 30, 0.2, "the retry task")
+        r = api.request("DELETE", "/v1/tasks/cbr:%s:2" % tid)
+        h.check_eq(r.status, 200, "cancel the retry task: %r" % r)
+    finally:
+        api.close()
+    time.sleep(RETENTION_MS / 1000.0 + 2.5)
+    h.check_eq(A.mysql("SELECT callback_status FROM tasks WHERE id = '%s'"
+                       % tid), [["retrying"]], "the kept task")
+    oldest = h.metrics(A.manager_addr).get(
+        "prophet_prune_oldest_finished_seconds", 0)
+    h.check(oldest < RETENTION_MS / 1000.0 + 1,
+            "prophet_prune_oldest_finished_seconds %.1f counts the task a "
+            "retrying callback keeps" % oldest)
+
+
 def holds(addr):
     try:
         return prune_state(addr, 1)["this_manager"]["holds_lock"]

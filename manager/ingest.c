@@ -484,6 +484,16 @@ index_lost(struct manager *mg, int slot)
  * sweepers index them once overdue, if Redis takes the write).
  */
 static void
+index_writes_back(struct manager *mg)
+{
+	log_info("redis takes index writes again", "refused=%ld",
+		 mg->index_refusals);
+	mg->index_refused = 0;
+	mg->index_refusals = 0;
+	ingest_redis_up(mg);
+}
+
+static void
 index_reply_cb(struct redis *r, redisReply *reply, void *arg)
 {
 	struct index_slot *is = arg;
@@ -497,14 +507,40 @@ index_reply_cb(struct redis *r, redisReply *reply, void *arg)
 		mg->index_refused = 1;
 		mg->index_refusals++;
 	} else if (reply != NULL && mg->index_refused) {
-		log_info("redis takes index writes again", "refused=%ld",
-			 mg->index_refusals);
-		mg->index_refused = 0;
-		mg->index_refusals = 0;
-		ingest_redis_up(mg);
+		index_writes_back(mg);
 	}
 	if (reply == NULL || reply->type == REDIS_REPLY_ERROR)
 		index_lost(mg, is->slot);
+}
+
+static void
+index_probe_cb(struct redis *r, redisReply *reply, void *arg)
+{
+	struct manager *mg = arg;
+
+	mg->index_probing = 0;
+	if (reply != NULL && reply->type != REDIS_REPLY_ERROR &&
+	    mg->index_refused)
+		index_writes_back(mg);
+}
+
+/*
+ * While Redis refuses index writes, a write of its own (SET, refused for
+ * the same reasons: OOM, NOREPLICAS) tells when it takes them again;
+ * otherwise the slots that lost some would wait for the next submission,
+ * or for their owners' sweepers once their tasks are overdue.
+ */
+void
+ingest_index_probe(struct manager *mg)
+{
+	char key[RKEY_MAX];
+
+	if (!mg->index_refused || mg->index_probing)
+		return;
+	rkey_slot(key, sizeof(key), 0, "probe");
+	if (redis_commandl(mg->redis, index_probe_cb, mg, "SET", key, "1", "PX",
+			   "10000", NULL) == 0)
+		mg->index_probing = 1;
 }
 
 void

@@ -93,6 +93,7 @@ gauges_cb(evutil_socket_t fd, short what, void *arg)
 	struct manager *mg = arg;
 
 	metric_set(mg->m.db_up, db_pool_connected(mg->db));
+	ingest_index_probe(mg);
 }
 
 /* Waits for requests already handed to the database to be answered. */

@@ -137,6 +137,7 @@ struct manager {
 	char *index_dirty;   /* per slot: an index write was lost */
 	int index_refused;   /* Redis answers index writes with errors */
 	long index_refusals; /* since it began */
+	int index_probing;   /* ingest_index_probe's write in flight */
 	struct index_slot *index_slots;
 	struct kingest *kingest;
 	struct pruner *prune; /* NULL: retention off */
@@ -226,6 +227,9 @@ void ingest_unplug(struct ingest *ing);
 /* Redis is back: slots that lost index writes get their markers dropped,
  * so their owners rebuild them from the DB. */
 void ingest_redis_up(struct manager *mg);
+/* Each second: while Redis refuses index writes, asks whether it takes
+ * them again. */
+void ingest_index_probe(struct manager *mg);
 /* Tells the owner of slot to scan it now (a task due very soon). */
 void ingest_wake(struct manager *mg, int slot);
 /* Submissions waiting or in flight. */

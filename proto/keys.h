@@ -20,6 +20,9 @@
  *                         indexing it again (trimmed after an hour)
  *   {prophet:N}:built     STRING set when the slot's index was (re)built from
  *                         the DB; its absence means Redis lost the slot
+ *   {prophet:0}:probe     STRING written (10 s TTL) by a manager while Redis
+ *                         refuses its index writes, to learn when it takes
+ *                         them again (manager/ingest.c)
  * Tasks due later than the near window (task.bucket_near_ms) wait in
  * buckets of task.bucket_ms of due time, which cost about half as much as
  * the due/task pair (docs/architecture.md, "Buckets"):

@@ -1108,8 +1108,9 @@ def test_redis_full():
     tasks come in, and one of the two workers SIGKILLed as it fills: Redis
     refuses the manager's index writes with an OOM error, but the API
     still accepts every task (the DB has it); the manager logs the
-    refusal once, not per write, and when Redis takes writes again hands
-    the slots that lost some to their owners for a rebuild. The survivor
+    refusal once, not per write, and when Redis takes writes again (found
+    by its own probe: no task is submitted after the room comes back)
+    hands the slots that lost some to their owners for a rebuild. The survivor
     gains the dead worker's slots while Redis is full: their fence write is
     refused (said once per slot, retried) and they start once Redis has
     room. Every task fires, none early."""
@@ -1136,10 +1137,12 @@ def test_redis_full():
                 procs=[c.workers[0]]), timeout=30,
                 what="the survivor's first refused fence")
             time.sleep(max(1.0, FULL_S - (h.now_ms() - t_full) / 1000.0))
+            # No submission from here on: the manager must find out by
+            # itself that Redis takes writes again (not at the next one).
+            st.stop()
             r.cmd("CONFIG", "SET", "maxmemory", 0)
             t_back = h.now_ms()
             time.sleep(3.0)
-            st.stop()
             p = h.Problems()
             led.check_no_refusals(p, "submissions while Redis was full")
             led.check_all_fired(p, grace_s=25)

@@ -20,9 +20,10 @@
  *                         indexing it again (trimmed after an hour)
  *   {prophet:N}:built     STRING set when the slot's index was (re)built from
  *                         the DB; its absence means Redis lost the slot
- *   {prophet:0}:probe     STRING written (10 s TTL) by a manager while Redis
- *                         refuses its index writes, to learn when it takes
- *                         them again (manager/ingest.c)
+ *   {prophet:0}:probe     STRING written (10 s TTL) by a manager or a worker
+ *                         while Redis refuses its writes, to learn when it
+ *                         takes them again (manager/ingest.c,
+ *                         worker/recovery.c)
  * Tasks due later than the near window (task.bucket_near_ms) wait in
  * buckets of task.bucket_ms of due time, which cost about half as much as
  * the due/task pair (docs/architecture.md, "Buckets"):

@@ -46,6 +46,11 @@ struct recovery {
 	int64_t redis_down_since_ms; /* monotonic; 0: up or unknown */
 	int64_t redis_up_since_ms;
 	int db_mode_logged;
+	/* The primary refuses writes (NOREPLICAS: fewer good replicas than
+	 * its min-replicas-to-write): claims fail, so Redis counts as down
+	 * until a probe write goes through. */
+	int refused;
+	int probing;
 	struct event *recovery_ev;
 };
 
@@ -443,15 +448,56 @@ marker_cb(struct redis *r, redisReply *reply, void *arg)
 	xfree(mc);
 }
 
+void
+recovery_write_refused(struct worker *w, const char *err)
+{
+	if (w->rec == NULL || w->rec->refused ||
+	    strncmp(err, "NOREPLICAS", 10) != 0)
+		return;
+	w->rec->refused = 1;
+	log_warn("redis refuses writes: taken as down", "error=\"%s\"", err);
+}
+
+static void
+probe_cb(struct redis *r, redisReply *reply, void *arg)
+{
+	struct worker *w = arg;
+
+	if (w->rec == NULL)
+		return;
+	w->rec->probing = 0;
+	if (reply != NULL && reply->type != REDIS_REPLY_ERROR &&
+	    w->rec->refused) {
+		w->rec->refused = 0;
+		log_info("redis takes writes again", "");
+	}
+}
+
+/* While writes are refused, a write of its own tells when they are not. */
+static void
+probe_writes(struct worker *w)
+{
+	char key[RKEY_MAX];
+
+	if (!w->rec->refused || w->rec->probing || !redis_up(w->redis))
+		return;
+	rkey_slot(key, sizeof(key), 0, "probe");
+	if (redis_commandl(w->redis, probe_cb, w, "SET", key, "1", "PX",
+			   "10000", NULL) == 0)
+		w->rec->probing = 1;
+}
+
 static void
 recovery_tick_cb(evutil_socket_t fd, short what, void *arg)
 {
 	struct worker *w = arg;
 	int64_t mono = clock_mono_ms();
-	int up = redis_up(w->redis);
+	int up;
 
 	if (w->stopping)
 		return;
+	probe_writes(w);
+	up = redis_up(w->redis) && !w->rec->refused;
 	if (up) {
 		w->rec->redis_down_since_ms = 0;
 		if (w->rec->redis_up_since_ms == 0)

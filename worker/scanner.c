@@ -238,6 +238,8 @@ claim_reply_cb(struct redis *r, redisReply *reply, void *arg)
 		 * only a lease later). */
 		log_warn("claim failed", "slot=%d error=\"%s\"", c->slot,
 			 reply ? reply->str : "disconnected");
+		if (reply != NULL)
+			recovery_write_refused(w, reply->str);
 		for (size_t i = 0; i < c->n; i++) {
 			if (reply == NULL)
 				limbo_add(w, c->tasks[i]);

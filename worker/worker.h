@@ -415,6 +415,9 @@ void recovery_rebuild(struct worker *w, int slot);
 /* A Redis failover (Sentinel): every owned slot's index may lack writes,
  * so each is rebuilt from the DB (one under way starts again). */
 void recovery_failover(struct worker *w);
+/* A write failed with err: NOREPLICAS makes Redis count as down (the
+ * slots fire from the DB) until a probe write goes through. */
+void recovery_write_refused(struct worker *w, const char *err);
 /* Ids of tasks a rebuild or reaper must not re-index: we hold them. */
 int recovery_held(struct worker *w, const char *id);
 

@@ -36,6 +36,10 @@ cluster on them; MariaDB and Kafka stay the shared dev cluster's.
                      snapshot (markers kept, burst absent) before the
                      Sentinels notice: the daemons must take the new run_id
                      for a failover, and the burst fire on time
+  noreplicas         min-replicas-to-write 1 on the primary, its replica
+                     killed for 6 s: every write refused (NOREPLICAS); the
+                     workers fire from the DB meanwhile (p99 < 3 s) and go
+                     back to Redis once a write goes through
   sentinel_names_replica  the Sentinels made to name the replica (REMOVE +
                      MONITOR), the daemons' connections killed: each reconnect
                      finds ROLE slave, leaves, looks again; no write reaches
@@ -695,6 +699,61 @@ def test_restarted_primary():
         ha.close(failed)
 
 
+def test_noreplicas():
+    """min-replicas-to-write 1 on the primary and its only replica
+    killed: the primary refuses every write (NOREPLICAS), claims
+    included. The workers must take Redis as down and fire from the DB
+    (before: nothing fired until the replica was back), and go back to
+    Redis once a write goes through again."""
+    ha = RedisHA()
+    c = None
+    failed = True
+    try:
+        ha.wait_synced()
+        c = sentinel_cluster("ha-norep", ha)
+        p = h.Problems()
+        led = d.Ledger("noreplicas", c)
+        st = d.Stream(led, "nr", rate=50, delay_lo=1000,
+                      delay_hi=3000).start()
+        time.sleep(3.0)
+        r = ha.primary.client()
+        try:
+            r.cmd("CONFIG", "SET", "min-replicas-to-write", "1")
+        finally:
+            r.close()
+        t_kill = h.now_ms()
+        ha.replica.kill()
+        time.sleep(6.0)
+        t_back = h.now_ms()
+        ha.replica.start()
+        ha.wait_synced_offset()
+        time.sleep(3.0)
+        st.stop()
+        led.check_all_fired(p, grace_s=15)
+        led.check_output(p)
+        late = led.lateness_between(t_kill, t_back)
+        p.check(late and h.percentile(late, 99) < 3000,
+                "lateness of tasks due while writes were refused p99 %s ms: "
+                "not fired from the DB" % (h.percentile(late, 99)
+                                           if late else None))
+        for w in c.workers:
+            p.check(d.log_lines(c, "redis refuses writes", t_kill, [w]),
+                    "%s did not take the refusal for Redis down" % w.name)
+            p.check(d.log_lines(c, "redis takes writes again", t_back, [w]),
+                    "%s did not find Redis writable again" % w.name)
+        report(led, p, "replica killed under min-replicas-to-write 1 for "
+               "%d ms; tasks due meanwhile p50=%s p99=%s max=%s ms (%d)"
+               % (t_back - t_kill,
+                  d.fmt(h.percentile(late, 50) if late else None),
+                  d.fmt(h.percentile(late, 99) if late else None),
+                  d.fmt(max(late) if late else None), len(late)))
+        failed = False
+    finally:
+        if c is not None:
+            close(c, failed)
+        ha.close(failed)
+
+
 def sentinels_monitor(ha, port, down_after_ms):
     """Every Sentinel forgets MASTER and monitors port under its name."""
     for x in ha.sentinels:
@@ -928,8 +987,8 @@ def test_zk_leader_killed():
 
 
 tests = [test_sentinel_failover, test_lagging_failover, test_lagging_replica,
-         test_restarted_primary, test_sentinel_names_replica,
-         test_zk_leader_killed]
+         test_restarted_primary, test_noreplicas,
+         test_sentinel_names_replica, test_zk_leader_killed]
 
 
 def main():

@@ -14,6 +14,7 @@
 #include "kafka.h"
 #include "log.h"
 #include "manager.h"
+#include "marker.h"
 #include "schema.h"
 #include "xmalloc.h"
 
@@ -68,6 +69,22 @@ retry_signed(const struct manager *mg, const struct task *t)
 	return ok;
 }
 
+/* Whether topic is where exactly-once workers write their markers: a
+ * task there would be read as one (a forged "published" for any id). */
+static int
+is_marker_topic(const struct manager *mg, const char *topic)
+{
+	const char *prefix = cfg_str(mg->cfg, CFG_KAFKA_TOPIC_PREFIX);
+	char name[KAFKA_TOPIC_NAME_MAX + 2];
+	size_t n = strlen(prefix);
+
+	if (marker_topic(name, sizeof(name),
+			 cfg_str(mg->cfg, CFG_KAFKA_EOS_TOPIC), prefix,
+			 cfg_str(mg->cfg, CFG_CLUSTER_ROOT)) < 0)
+		return 0;
+	return !strncmp(name, prefix, n) && !strcmp(name + n, topic);
+}
+
 int
 guard_submission(const struct manager *mg, const struct task *t,
 		 struct task_error *err)
@@ -89,6 +106,11 @@ guard_submission(const struct manager *mg, const struct task *t,
 		return task_error_set(err, 400, "reserved_topic", "topic",
 				      "topic '%s' is the notifier's "
 				      "dead-letter topic",
+				      t->topic);
+	if (is_marker_topic(mg, t->topic))
+		return task_error_set(err, 400, "reserved_topic", "topic",
+				      "topic '%s' is the exactly-once marker "
+				      "topic",
 				      t->topic);
 	if (!strcmp(t->topic, cfg_str(mg->cfg, CFG_NOTIFIER_RETRY_TOPIC)) &&
 	    !retry_signed(mg, t))

@@ -74,3 +74,40 @@ marker_decode(const char *key, size_t keylen, const char *value,
 	m->misfired = (flags & 2) != 0;
 	return 0;
 }
+
+void
+marker_kafka_name(char *buf, size_t len, const char *s)
+{
+	size_t j = 0;
+
+	while (*s == '/')
+		s++;
+	for (; *s != '\0' && j + 1 < len; s++) {
+		char ch = *s;
+
+		if (ch == '/')
+			ch = '.';
+		else if (!((ch >= 'a' && ch <= 'z') ||
+			   (ch >= 'A' && ch <= 'Z') ||
+			   (ch >= '0' && ch <= '9') || ch == '.' || ch == '_' ||
+			   ch == '-'))
+			ch = '_';
+		buf[j++] = ch;
+	}
+	buf[j] = '\0';
+}
+
+int
+marker_topic(char *buf, size_t len, const char *eos_topic, const char *prefix,
+	     const char *root)
+{
+	char name[256];
+
+	if (eos_topic[0] != '\0')
+		return snprintf(buf, len, "%s", eos_topic) < (int)len ? 0 : -1;
+	marker_kafka_name(name, sizeof(name), root);
+	return snprintf(buf, len, "%s%s.fired", prefix,
+			name[0] != '\0' ? name : "prophet") < (int)len
+		       ? 0
+		       : -1;
+}

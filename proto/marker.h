@@ -37,5 +37,13 @@ size_t marker_encode(const struct marker *m, char *buf);
 /* 0 when key and value make a marker; -1 otherwise (m undefined). */
 int marker_decode(const char *key, size_t keylen, const char *value,
 		  size_t valuelen, struct marker *m);
+/* s in the characters Kafka allows in names (others become '_'), '/' as
+ * '.', leading '/' dropped, cut to len. */
+void marker_kafka_name(char *buf, size_t len, const char *s);
+/* The marker topic's Kafka name: eos_topic (kafka.eos_topic) when set, else
+ * <prefix><root>.fired (root as marker_kafka_name makes it, "prophet" when
+ * that is empty); -1 when it does not fit in len. */
+int marker_topic(char *buf, size_t len, const char *eos_topic,
+		 const char *prefix, const char *root);
 
 #endif

@@ -1272,30 +1272,6 @@ eos_enabled(const struct worker *w)
 	return w->eos != NULL;
 }
 
-/* s in the characters Kafka allows in names (others become '_'), '/' as
- * '.', leading '/' dropped. */
-static void
-kafka_name(char *buf, size_t len, const char *s)
-{
-	size_t j = 0;
-
-	while (*s == '/')
-		s++;
-	for (; *s != '\0' && j + 1 < len; s++) {
-		char ch = *s;
-
-		if (ch == '/')
-			ch = '.';
-		else if (!((ch >= 'a' && ch <= 'z') ||
-			   (ch >= 'A' && ch <= 'Z') ||
-			   (ch >= '0' && ch <= '9') || ch == '.' || ch == '_' ||
-			   ch == '-'))
-			ch = '_';
-		buf[j++] = ch;
-	}
-	buf[j] = '\0';
-}
-
 void
 eos_start(struct worker *w)
 {
@@ -1308,19 +1284,18 @@ eos_start(struct worker *w)
 	e = xcalloc(1, sizeof(*e));
 	e->w = w;
 	e->cfg = w->cfg;
-	kafka_name(root, sizeof(root), cfg_str(w->cfg, CFG_CLUSTER_ROOT));
+	marker_kafka_name(root, sizeof(root),
+			  cfg_str(w->cfg, CFG_CLUSTER_ROOT));
 	if (root[0] == '\0')
 		snprintf(root, sizeof(root), "prophet");
-	kafka_name(id, sizeof(id), w->id);
+	marker_kafka_name(id, sizeof(id), w->id);
 	/* Unique to this process: a restarted worker of the same id is not
 	 * fenced by the next owner of a slot its predecessor held. */
 	snprintf(e->txn_id, sizeof(e->txn_id), "%s.worker.%s.%llx", root, id,
 		 (unsigned long long)clock_now_ms());
-	if (cfg_str(w->cfg, CFG_KAFKA_EOS_TOPIC)[0] != '\0')
-		snprintf(e->topic, sizeof(e->topic), "%s",
-			 cfg_str(w->cfg, CFG_KAFKA_EOS_TOPIC));
-	else if (snprintf(e->topic, sizeof(e->topic), "%s%s.fired",
-			  w->topic_prefix, root) >= (int)sizeof(e->topic))
+	if (marker_topic(e->topic, sizeof(e->topic),
+			 cfg_str(w->cfg, CFG_KAFKA_EOS_TOPIC), w->topic_prefix,
+			 cfg_str(w->cfg, CFG_CLUSTER_ROOT)) < 0)
 		log_fatal("exactly-once: the marker topic's name is too long "
 			  "(name kafka.eos_topic)",
 			  "prefix=%s root=%s", w->topic_prefix, root);

@@ -3,7 +3,8 @@
 
 One isolated cluster (manager with Kafka ingest, worker, notifier) whose
 topic prefix is 61 characters long, and an HTTP sink on loopback:
-  1. the dead-letter topic is refused at submit (400 reserved_topic);
+  1. the dead-letter topic and the exactly-once marker topic are refused
+     at submit (400 reserved_topic);
   2. the retry topic takes a task only with a valid notifier signature
      (403 invalid_signature on headers), over the API (single and batch)
      and over Kafka ingest (the errors topic gets the reason);
@@ -148,7 +149,16 @@ def test_dead_letter_topic_reserved():
     check_batch(p, post("/v1/tasks/batch", {"tasks": [t]}), 400,
                 "reserved_topic", "topic", "dead-letter topic")
     p.check(stored("rs-dead") == 0, "rs-dead stored")
-    p.raise_if_any("dead-letter topic")
+    # the exactly-once marker topic (<prefix><root>.fired): a task there
+    # would be read as a marker, a forged "published" for any task id
+    m = {"id": "rs-marker", "topic": C.zk_root.lstrip("/") + ".fired",
+         "key": "victim", "body": "1 1 1 1 1 0", "delay_ms": 0}
+    check_refused(p, post("/v1/tasks", m), 400, "reserved_topic", "topic",
+                  "marker topic")
+    check_batch(p, post("/v1/tasks/batch", {"tasks": [m]}), 400,
+                "reserved_topic", "topic", "marker topic")
+    p.check(stored("rs-marker") == 0, "rs-marker stored")
+    p.raise_if_any("reserved topics")
 
 
 def test_retry_topic_needs_signature():

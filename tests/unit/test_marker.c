@@ -83,12 +83,33 @@ test_refused(void **state)
 	assert_int_equal(strlen(d.id), TASK_ID_MAX);
 }
 
+/* The worker writes markers there and the manager refuses tasks for it:
+ * both name it through marker_topic. */
+static void
+test_topic(void **state)
+{
+	char buf[64];
+
+	(void)state;
+	assert_int_equal(marker_topic(buf, sizeof(buf), "", "ha.", "/prophet"),
+			 0);
+	assert_string_equal(buf, "ha.prophet.fired");
+	assert_int_equal(marker_topic(buf, sizeof(buf), "", "", "/a/b c"), 0);
+	assert_string_equal(buf, "a.b_c.fired");
+	assert_int_equal(marker_topic(buf, sizeof(buf), "", "x.", "/"), 0);
+	assert_string_equal(buf, "x.prophet.fired");
+	assert_int_equal(marker_topic(buf, sizeof(buf), "own", "x.", "/r"), 0);
+	assert_string_equal(buf, "own");
+	assert_int_equal(marker_topic(buf, 8, "", "ha.", "/prophet"), -1);
+}
+
 int
 main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_round_trip),
 		cmocka_unit_test(test_refused),
+		cmocka_unit_test(test_topic),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

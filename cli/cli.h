@@ -12,6 +12,8 @@ struct cli {
 	char token[300];  /* --token, PROPHET_TOKEN or http.token */
 	char cacert[512]; /* --cacert or http.tls_ca; "": the system's */
 	int insecure;	  /* --insecure: no certificate check */
+	char cert[512];	  /* --client-cert or http.tls_client_cert; "": none */
+	char key[512];	  /* --client-key or http.tls_client_key */
 };
 
 struct cli_cmd {

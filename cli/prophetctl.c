@@ -95,6 +95,8 @@ cli_request(const struct cli *c, const char *method, const char *path,
 		.ca_file = c->cacert,
 		.whole_body = 1,
 		.insecure = c->insecure,
+		.cert_file = c->cert,
+		.key_file = c->key,
 		.user_agent = "prophetctl/" VERSION,
 	};
 	struct httpcli_result res;
@@ -114,11 +116,16 @@ cli_request(const struct cli *c, const char *method, const char *path,
 	httpcli_request_blocking(NULL, &rq, &res);
 	explicit_bzero(auth, sizeof(auth));
 	if (res.transport) {
-		snprintf(errmsg, errlen, "%s: %s%s", url, res.error,
+		snprintf(errmsg, errlen, "%s: %s%s%s", url, res.error,
 			 res.cls == HTTPCLI_TLS && !c->insecure
 				 ? " (check the CA, --cacert or http.tls_ca, "
 				   "and that the server's certificate names "
 				   "this host)"
+				 : "",
+			 !strncmp(url, "https:", 6) && c->cert[0] == '\0'
+				 ? " (a server with http.tls_client_ca also "
+				   "wants a client certificate: --client-cert "
+				   "and --client-key, or http.tls_client_cert)"
 				 : "");
 	} else {
 		status = res.status;
@@ -267,21 +274,27 @@ static void
 usage(FILE *fp)
 {
 	fprintf(fp, "usage: prophetctl [-c FILE] [--set K=V] [--url URL] "
-		    "[--token T] [--cacert FILE] [--insecure] [--json]\n"
+		    "[--token T] [--cacert FILE] [--insecure]\n"
+		    "                  [--client-cert FILE --client-key FILE] "
+		    "[--json]\n"
 		    "                  COMMAND [ARGS]\n\ncommands:\n");
 	for (size_t i = 0; i < NCOMMANDS; i++)
 		fprintf(fp, "  %-58s %s\n", commands[i].usage,
 			commands[i].help);
-	fprintf(fp, "\nThe API address is http.listen of the configuration "
-		    "(default /etc/prophet/prophet.conf)\nunless --url is "
-		    "given; the token is --token, else PROPHET_TOKEN, else\n"
-		    "http.token_file's or http.token (a [http@prophetctl] "
-		    "section may set them).\nIt is HTTPS when http.tls_cert "
-		    "is set; the "
-		    "server's certificate is\nchecked against --cacert, else "
-		    "http.tls_ca, else the system's CAs (--insecure:\nnot at "
-		    "all). --json prints the server's answers as JSON.\n"
-		    "Exit status: 0 done, 1 refused or failed, 2 usage.\n");
+	fprintf(fp,
+		"\nThe API address is http.listen of the configuration "
+		"(default /etc/prophet/prophet.conf)\nunless --url is "
+		"given; the token is --token, else PROPHET_TOKEN, else\n"
+		"http.token_file's or http.token (a [http@prophetctl] "
+		"section may set them).\nIt is HTTPS when http.tls_cert "
+		"is set; the "
+		"server's certificate is\nchecked against --cacert, else "
+		"http.tls_ca, else the system's CAs (--insecure:\nnot at "
+		"all). A server asking for a client certificate gets "
+		"--client-cert and --client-key, else\nhttp.tls_client_cert "
+		"and http.tls_client_key. --json prints the server's\n"
+		"answers as JSON.\n"
+		"Exit status: 0 done, 1 refused or failed, 2 usage.\n");
 }
 
 int
@@ -305,6 +318,10 @@ main(int argc, char **argv)
 		 cfg_str(c.cfg, CFG_HTTP_LISTEN));
 	snprintf(c.cacert, sizeof(c.cacert), "%s",
 		 cfg_str(c.cfg, CFG_HTTP_TLS_CA));
+	snprintf(c.cert, sizeof(c.cert), "%s",
+		 cfg_str(c.cfg, CFG_HTTP_TLS_CLIENT_CERT));
+	snprintf(c.key, sizeof(c.key), "%s",
+		 cfg_str(c.cfg, CFG_HTTP_TLS_CLIENT_KEY));
 	if (getenv("PROPHET_TOKEN") != NULL) {
 		snprintf(c.token, sizeof(c.token), "%s",
 			 getenv("PROPHET_TOKEN"));
@@ -341,6 +358,10 @@ main(int argc, char **argv)
 			snprintf(c.cacert, sizeof(c.cacert), "%s", argv[++i]);
 		} else if (!strcmp(argv[i], "--insecure")) {
 			c.insecure = 1;
+		} else if (!strcmp(argv[i], "--client-cert") && i + 1 < argc) {
+			snprintf(c.cert, sizeof(c.cert), "%s", argv[++i]);
+		} else if (!strcmp(argv[i], "--client-key") && i + 1 < argc) {
+			snprintf(c.key, sizeof(c.key), "%s", argv[++i]);
 		} else if (!strcmp(argv[i], "--url") && i + 1 < argc) {
 			snprintf(c.url, sizeof(c.url), "%s", argv[++i]);
 			if (c.url[0] && c.url[strlen(c.url) - 1] == '/')

@@ -1341,6 +1341,9 @@ validate_links(const struct cfg *cfg, char *err, size_t errlen)
 	if (cert_with_key(cfg, CFG_KAFKA_TLS_CERT, CFG_KAFKA_TLS_KEY, err,
 			  errlen) < 0)
 		return -1;
+	if (cert_with_key(cfg, CFG_HTTP_TLS_CLIENT_CERT,
+			  CFG_HTTP_TLS_CLIENT_KEY, err, errlen) < 0)
+		return -1;
 	if (cfg->str[CFG_HTTP_TOKEN][0] != '\0' &&
 	    cfg->str[CFG_HTTP_TOKEN_FILE][0] != '\0') {
 		snprintf(err, errlen,
@@ -1457,6 +1460,8 @@ check_tls_files(const struct cfg *cfg, char *err, size_t errlen)
 		{CFG_REDIS_TLS_CERT, ",manager,worker,"},
 		{CFG_REDIS_TLS_KEY, ",manager,worker,"},
 		{CFG_HTTP_TLS_CA, ",manager,notifier,prophetctl,"},
+		{CFG_HTTP_TLS_CLIENT_CERT, ",manager,notifier,prophetctl,"},
+		{CFG_HTTP_TLS_CLIENT_KEY, ",manager,notifier,prophetctl,"},
 	};
 	const char *prog = cfg->prog ? cfg->prog : "";
 	struct cfg_db_tls t;

@@ -259,6 +259,15 @@
 	  "PEM CA bundle Prophet's own HTTPS clients trust (prophetctl, the "  \
 	  "notifier's retry submissions, the manager reading worker "          \
 	  "metrics); empty: the system's")                                     \
+	X(HTTP_TLS_CLIENT_CERT, "http", "tls_client_cert", CFG_STR, "", 0, 0,  \
+	  NULL, 0,                                                             \
+	  "PEM certificate chain Prophet's own HTTPS clients present when a "  \
+	  "server asks for one (mutual TLS: http.tls_client_ca, "              \
+	  "worker.http_tls_client_ca); empty: none")                           \
+	X(HTTP_TLS_CLIENT_KEY, "http", "tls_client_key", CFG_STR, "", 0, 0,    \
+	  NULL, 0,                                                             \
+	  "PEM private key of http.tls_client_cert (readable by the service "  \
+	  "only)")                                                             \
 	X(HTTP_CALLBACK_HOSTS_ALLOWED, "http", "callback_hosts_allowed",       \
 	  CFG_STR, "", 0, 0, NULL, 0,                                          \
 	  "comma-separated hosts callback URLs may name ('.example.com' "      \

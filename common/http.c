@@ -960,7 +960,8 @@ fail:
 }
 
 SSL_CTX *
-http_tls_client_context(const char *ca_file, char *err, size_t errlen)
+http_tls_client_context(const char *ca_file, const char *cert_file,
+			const char *key_file, char *err, size_t errlen)
 {
 	SSL_CTX *ctx = tls_context(TLS_client_method(), err, errlen);
 
@@ -975,7 +976,23 @@ http_tls_client_context(const char *ca_file, char *err, size_t errlen)
 		return NULL;
 	}
 	SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER, NULL);
-	return ctx;
+	if (cert_file == NULL || cert_file[0] == '\0')
+		return ctx;
+	if (SSL_CTX_use_certificate_chain_file(ctx, cert_file) != 1) {
+		tls_error(err, errlen, "cannot load the client certificate",
+			  cert_file);
+	} else if (SSL_CTX_use_PrivateKey_file(ctx, key_file ? key_file : "",
+					       SSL_FILETYPE_PEM) != 1) {
+		tls_error(err, errlen, "cannot load the client key",
+			  key_file ? key_file : "");
+	} else if (SSL_CTX_check_private_key(ctx) != 1) {
+		tls_error(err, errlen, "the client key does not match",
+			  cert_file);
+	} else {
+		return ctx;
+	}
+	SSL_CTX_free(ctx);
+	return NULL;
 }
 
 int

@@ -46,10 +46,14 @@ int http_tls_check(const char *cert, const char *key, const char *client_ca,
 		   char *err, size_t errlen);
 /*
  * A client context for Prophet's own HTTPS calls: TLS 1.2 or newer, peers
- * verified against ca_file (NULL or "": the system's store). NULL with err
- * filled if ca_file cannot be read.
+ * verified against ca_file (NULL or "": the system's store), presenting
+ * cert_file with key_file where a server asks (NULL or "": none). NULL
+ * with err filled if a file cannot be read or the key is not the
+ * certificate's.
  */
-SSL_CTX *http_tls_client_context(const char *ca_file, char *err, size_t errlen);
+SSL_CTX *http_tls_client_context(const char *ca_file, const char *cert_file,
+				 const char *key_file, char *err,
+				 size_t errlen);
 
 /* The shape of a route's answers: the contract's JSON, or mykit-delay's
  * {"success","data"|"message","code"}. */

@@ -439,6 +439,10 @@ hreq_new(struct httpcli *h, const struct httpcli_req *rq)
 	curl_easy_setopt(e, CURLOPT_USERAGENT,
 			 rq->user_agent ? rq->user_agent : "prophet/" VERSION);
 	curl_easy_setopt(e, CURLOPT_SSLVERSION, (long)CURL_SSLVERSION_TLSv1_2);
+	if (rq->cert_file != NULL && rq->cert_file[0] != '\0') {
+		curl_easy_setopt(e, CURLOPT_SSLCERT, rq->cert_file);
+		curl_easy_setopt(e, CURLOPT_SSLKEY, rq->key_file);
+	}
 	if (rq->insecure) {
 		curl_easy_setopt(e, CURLOPT_SSL_VERIFYPEER, 0L);
 		curl_easy_setopt(e, CURLOPT_SSL_VERIFYHOST, 0L);

@@ -26,6 +26,10 @@ struct httpcli_req {
 	long timeout_ms;
 	long max_redirects;  /* 0: redirects are not followed */
 	const char *ca_file; /* https peers verified by it; NULL/"": system's */
+	/* PEM certificate chain and key presented to an https server that
+	 * asks for one (mutual TLS); NULL/"": none. */
+	const char *cert_file;
+	const char *key_file;
 	/*
 	 * NULL: any address. Else every connection, new or reused, first
 	 * or after a redirect, must be to an address it allows, and no

@@ -190,6 +190,8 @@ scrape(struct late_worker *w, const char *addr, int tls)
 		.max_response_bytes = SCRAPE_MAX_BYTES,
 		.whole_body = 1,
 		.ca_file = cfg_str(mg->cfg, CFG_HTTP_TLS_CA),
+		.cert_file = cfg_str(mg->cfg, CFG_HTTP_TLS_CLIENT_CERT),
+		.key_file = cfg_str(mg->cfg, CFG_HTTP_TLS_CLIENT_KEY),
 		.user_agent = "prophet-manager/" VERSION,
 	};
 
@@ -316,13 +318,21 @@ void
 lateness_start(struct manager *mg)
 {
 	char err[512];
-	/* The CA must load now, not at the first read of a worker's
-	 * metrics. */
+	/* The CA and the client certificate must load now, not at the
+	 * first read of a worker's metrics. */
 	SSL_CTX *ca = http_tls_client_context(cfg_str(mg->cfg, CFG_HTTP_TLS_CA),
-					      err, sizeof(err));
+					      NULL, NULL, err, sizeof(err));
 
 	if (ca == NULL)
 		log_fatal("bad config", "key=http.tls_ca error=\"%s\"", err);
+	SSL_CTX_free(ca);
+	ca = http_tls_client_context(cfg_str(mg->cfg, CFG_HTTP_TLS_CA),
+				     cfg_str(mg->cfg, CFG_HTTP_TLS_CLIENT_CERT),
+				     cfg_str(mg->cfg, CFG_HTTP_TLS_CLIENT_KEY),
+				     err, sizeof(err));
+	if (ca == NULL)
+		log_fatal("bad config", "key=http.tls_client_cert error=\"%s\"",
+			  err);
 	SSL_CTX_free(ca);
 	mg->httpc = httpcli_create(mg->base);
 }

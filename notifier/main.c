@@ -212,14 +212,17 @@ check_manager(struct notifier *n)
 	char url[1024], auth[600];
 	char *hdrs[3] = {"Content-Type: application/json", NULL, NULL};
 	const char *mu = cfg_str(n->cfg, CFG_NOTIFIER_MANAGER_URL);
-	struct httpcli_req rq = {.method = "POST",
-				 .url = url,
-				 .headers = hdrs,
-				 .body = body,
-				 .body_len = sizeof(body) - 1,
-				 .timeout_ms = 5000,
-				 .ca_file = cfg_str(n->cfg, CFG_HTTP_TLS_CA),
-				 .user_agent = "prophet-notifier/" VERSION};
+	struct httpcli_req rq = {
+		.method = "POST",
+		.url = url,
+		.headers = hdrs,
+		.body = body,
+		.body_len = sizeof(body) - 1,
+		.timeout_ms = 5000,
+		.ca_file = cfg_str(n->cfg, CFG_HTTP_TLS_CA),
+		.cert_file = cfg_str(n->cfg, CFG_HTTP_TLS_CLIENT_CERT),
+		.key_file = cfg_str(n->cfg, CFG_HTTP_TLS_CLIENT_KEY),
+		.user_agent = "prophet-notifier/" VERSION};
 	struct httpcli_result r;
 	char masked[512];
 
@@ -233,9 +236,14 @@ check_manager(struct notifier *n)
 	explicit_bzero(auth, sizeof(auth));
 	log_mask_url(mu, masked, sizeof(masked));
 	if (r.cls == HTTPCLI_TLS)
-		log_fatal("the manager's TLS certificate is not trusted",
+		log_fatal(strstr(r.error, "certificate problem") != NULL
+				  ? "the manager's TLS certificate is not "
+				    "trusted"
+				  : "TLS with the manager failed",
 			  "manager=%s error=\"%s\" hint=\"check "
-			  "http.tls_ca\"",
+			  "http.tls_ca, and http.tls_client_cert and "
+			  "tls_client_key if the manager asks for client "
+			  "certificates\"",
 			  masked, r.error);
 	if (r.status == 401 || r.status == 403)
 		log_fatal("the manager refuses the notifier's token",
@@ -245,7 +253,13 @@ check_manager(struct notifier *n)
 	if (r.transport || r.status >= 500)
 		log_warn("manager not answering at start; retry tasks wait "
 			 "for it",
-			 "manager=%s error=\"%s\"", masked, r.error);
+			 "manager=%s error=\"%s\"%s", masked, r.error,
+			 !strncmp(mu, "https:", 6) &&
+					 !cfg_str(n->cfg,
+						  CFG_HTTP_TLS_CLIENT_CERT)[0]
+				 ? " hint=\"a manager with http.tls_client_ca "
+				   "needs http.tls_client_cert here\""
+				 : "");
 	httpcli_result_clear(&r);
 }
 

@@ -448,6 +448,8 @@ submit_retry(struct nmsg *m)
 			.timeout_ms = 10000,
 			.max_redirects = 0,
 			.ca_file = cfg_str(n->cfg, CFG_HTTP_TLS_CA),
+			.cert_file = cfg_str(n->cfg, CFG_HTTP_TLS_CLIENT_CERT),
+			.key_file = cfg_str(n->cfg, CFG_HTTP_TLS_CLIENT_KEY),
 			.user_agent = "prophet-notifier/" VERSION};
 
 		httpcli_request(n->httpc, &rq, submit_done_cb, m);

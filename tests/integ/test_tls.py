@@ -15,7 +15,8 @@ openssl CLI. One cluster (manager, worker, notifier) serving HTTPS only:
   7. SIGHUP makes new connections get a replaced certificate (a broken
      or expired one is refused, the running one kept);
   8. with http.tls_client_ca, clients without a certificate of that CA are
-     refused (mutual TLS);
+     refused (mutual TLS); Prophet's own clients (prophetctl, the manager
+     reading worker metrics) present http.tls_client_cert;
   9. a client offering its last session resumes it, over TLS 1.2 and 1.3,
      with a client certificate too.
 """
@@ -410,13 +411,51 @@ def test_mutual_tls():
     cert, key = PKI.issue("mtls-server")
     client = PKI.issue("client-1", server=False)
     other = PKI.issue("client-2", ca="other-ca", server=False)
-    with h.Cluster(workers=0, name="mtls", conf={
+    wcert, wkey = PKI.issue("mtls-worker")
+    with h.Cluster(workers=1, name="mtls", conf={
             "http.tls_cert": cert, "http.tls_key": key,
-            "http.tls_client_ca": PKI.ca}) as m:
+            "http.tls_client_ca": PKI.ca, "http.tls_ca": PKI.ca,
+            "http.tls_client_cert": client[0],
+            "http.tls_client_key": client[1],
+            "worker.http_tls_cert": wcert, "worker.http_tls_key": wkey,
+            "worker.http_tls_client_ca": PKI.ca}) as m:
         m.tls_ca = PKI.ca
         m.tls_client = client
         m.start_manager()
         h.check_eq(m.api().get("/healthz").status, 200, "with a client cert")
+        # Prophet's own clients present http.tls_client_cert: the
+        # manager reading a worker's metrics, prophetctl (they had no
+        # such key: a server asking for client certificates shut them
+        # out).
+        w = m.workers[0]
+        w.start()
+        wapi = h.Api(w.addr, timeout=2, cafile=PKI.ca, cert=client)
+        h.wait_until(lambda: w.running() and wapi.get("/readyz").status
+                     == 200, 60, what="the worker over mutual TLS")
+        wapi.close()
+        h.wait_until(
+            lambda: (lambda j: j and j["workers"] and
+                     all(x["ok"] for x in j["workers"]))(
+                m.api().get("/v1/cluster/lateness").json), 20,
+            what="the manager reads the worker's metrics with its client "
+                 "certificate")
+        ctl = [PROPHETCTL, "-c", m.conf_path]
+        p = subprocess.run(ctl + ["cluster"], stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT, text=True, timeout=60)
+        h.check_eq(p.returncode, 0, "prophetctl with http.tls_client_cert: "
+                   "%s" % p.stdout)
+        bare = ctl + ["--set", "http.tls_client_cert=", "--set",
+                      "http.tls_client_key="]
+        p = subprocess.run(bare + ["cluster"], stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT, text=True, timeout=60)
+        h.check(p.returncode == 1 and "--client-cert" in p.stdout,
+                "prophetctl without a client certificate: %r" % p.stdout)
+        p = subprocess.run(bare + ["--client-cert", client[0],
+                                   "--client-key", client[1], "cluster"],
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                           text=True, timeout=60)
+        h.check_eq(p.returncode, 0, "prophetctl --client-cert: %s"
+                   % p.stdout)
         # A server that verifies client certificates needs a session id
         # context, or every handshake offering a session fails.
         for v in (ssl.TLSVersion.TLSv1_2, ssl.TLSVersion.TLSv1_3):

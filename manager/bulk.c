@@ -563,6 +563,7 @@ struct runner_job {
 	char *firing_text;
 	int64_t horizon_edge;
 	int64_t max_due;
+	char retry_topic[TASK_TOPIC_MAX + 1]; /* notifier.retry_topic */
 	struct item *items; /* RJ_READ fills, RJ_WRITE decides */
 	size_t nitems;
 	/* results */
@@ -973,6 +974,11 @@ write_run(struct db_conn *c, struct runner_job *j)
 			 n, SQL_TASK_LOG_INSERT_NCOLS, bind_log_row, &logc,
 			 NULL) < 0)
 		goto fail;
+	for (size_t k = 0; s->action == BA_CANCEL && k < n; k++)
+		if (!strcmp(j->items[idx[k]].topic, j->retry_topic) &&
+		    tasks_retry_cancelled(c, j->items[idx[k]].id, "bulk", now) <
+			    0)
+			goto fail;
 	j->write_us[2] = clock_mono_us() - t;
 	t = clock_mono_us();
 	for (size_t i = 0; i < j->nitems; i++)
@@ -1070,6 +1076,8 @@ rjob_new(struct bulk_runner *p, enum rjob_kind kind)
 	j->job.run = runner_run;
 	j->job.done_cb = runner_done_cb;
 	snprintf(j->owner, sizeof(j->owner), "%s", p->id);
+	snprintf(j->retry_topic, sizeof(j->retry_topic), "%s",
+		 cfg_str(p->mg->cfg, CFG_NOTIFIER_RETRY_TOPIC));
 	if (p->job != NULL) {
 		j->job_id = p->job->id;
 		j->epoch = p->job->epoch;

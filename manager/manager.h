@@ -304,6 +304,13 @@ void tasks_list(struct manager *mg, struct evhttp_request *req);
  * caller wakes the slot's owner: it may be below what its scans read. */
 void tasks_uncancel(struct manager *mg, int slot, const char *id,
 		    int64_t score);
+/* In the transaction that cancelled retry_id, a task of the notifier's
+ * retry topic: if it is "cbr:<id>:<n>", the callback of <id> stops
+ * retrying and has failed (callback_status retrying -> failed, with a log
+ * row by actor). On a pool thread; 0, or -1 on a DB error. */
+struct db_conn;
+int tasks_retry_cancelled(struct db_conn *conn, const char *retry_id,
+			  const char *actor, int64_t now);
 /* GET /v1/schedule, and the gauge of the next minute (schedule.c). */
 void schedule_get(struct manager *mg, struct evhttp_request *req);
 void schedule_start(struct manager *mg);

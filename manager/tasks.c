@@ -53,6 +53,7 @@ struct change {
 	int phase; /* 0: read, 1: write */
 	char id[TASK_ID_MAX + 1];
 	char topic[TASK_TOPIC_MAX + 1]; /* its held set while paused */
+	int retry_task; /* cancel: a notifier retry task (cbr:<id>:<n>) */
 	int slot;
 	int64_t new_due;
 	int64_t old_due;       /* the DB's due time before the change */
@@ -91,6 +92,63 @@ bind_log(struct db_params *p, const struct change *c, const char *to,
 	db_params_int(p, 0);
 	db_params_int(p, c->now);
 	db_params_str(p, note);
+}
+
+/* The id a notifier retry task "cbr:<id>:<n>" retries into out, or "". */
+static void
+retry_origin(const char *id, char *out, size_t len)
+{
+	const char *end = strrchr(id, ':');
+	size_t n;
+
+	out[0] = '\0';
+	if (strncmp(id, "cbr:", 4) != 0 || end == NULL || end <= id + 4)
+		return;
+	n = (size_t)(end - (id + 4));
+	if (n < len) {
+		memcpy(out, id + 4, n);
+		out[n] = '\0';
+	}
+}
+
+int
+tasks_retry_cancelled(struct db_conn *conn, const char *retry_id,
+		      const char *actor, int64_t now)
+{
+	struct db_params p;
+	unsigned long long n = 0;
+	char origin[TASK_ID_MAX + 1], note[255];
+	int rc;
+
+	retry_origin(retry_id, origin, sizeof(origin));
+	if (origin[0] == '\0')
+		return 0;
+	db_params_init(&p, 8);
+	db_params_int(&p, now);
+	db_params_str(&p, origin);
+	rc = db_exec(conn,
+		     "UPDATE tasks SET callback_status = 'failed', "
+		     "updated_at = ? WHERE id = ? AND callback_status = "
+		     "'retrying'",
+		     &p, &n);
+	if (rc == 0 && n > 0) {
+		p.n = 0;
+		snprintf(note, sizeof(note), "retries cancelled (%s)",
+			 retry_id);
+		db_params_str(&p, origin);
+		db_params_str(&p, "callback");
+		db_params_str(&p, "failed");
+		db_params_str(&p, actor);
+		db_params_int(&p, 0);
+		db_params_int(&p, 0);
+		db_params_int(&p, now);
+		db_params_str(&p, note);
+		rc = db_exec(conn,
+			     SQL_TASK_LOG_INSERT_PREFIX SQL_TASK_LOG_INSERT_ROW,
+			     &p, NULL);
+	}
+	db_params_free(&p);
+	return rc;
 }
 
 static int
@@ -151,6 +209,9 @@ change_run(struct db_conn *conn, struct db_job *job)
 		if (db_exec(conn,
 			    SQL_TASK_LOG_INSERT_PREFIX SQL_TASK_LOG_INSERT_ROW,
 			    &p, NULL) < 0)
+			goto fail;
+		if (c->op == OP_CANCEL && c->retry_task &&
+		    tasks_retry_cancelled(conn, c->id, "api", c->now) < 0)
 			goto fail;
 	}
 	db_params_free(&p);
@@ -413,6 +474,8 @@ change_done_cb(struct db_job *job, int status, const char *err)
 	c->old_due = db_rows_int(&c->rows, 0, PC_DUE_AT);
 	snprintf(c->topic, sizeof(c->topic), "%s",
 		 db_rows_get(&c->rows, 0, PC_TOPIC, NULL));
+	c->retry_task =
+		!strcmp(c->topic, cfg_str(mg->cfg, CFG_NOTIFIER_RETRY_TOPIC));
 	if (c->op == OP_CANCEL) {
 		struct slot_eval ev;
 

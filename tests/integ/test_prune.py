@@ -314,11 +314,12 @@ def test_retrying_callback_keeps_its_task():
     h.check_eq(len(SINK.calls_of(tid)), 3, "calls")
 
 
-def test_kept_task_is_not_the_pruners_backlog():
-    """A task whose retries were stopped (its pending retry task cancelled,
-    as operations.md shows) stays retrying and kept; the oldest finished
-    task the metric reports is one a pass could delete, so
-    ProphetPruneFallingBehind does not fire for ever."""
+def test_cancelled_retry_fails_the_callback():
+    """Cancelling a callback's pending retry task (as operations.md shows)
+    stops its retries: the callback has failed, in the same transaction
+    (it stayed retrying, and its task kept, for ever), with a log row
+    saying why; the task then goes a retention later, and the oldest
+    finished task the metric reports stays one a pass may delete."""
     tid = "cbk-2"
     submit(A, [{"id": tid, "topic": CB_TOPIC, "body": "cb", "delay_ms": 0,
                 "max_attempts": 3,
@@ -329,16 +330,50 @@ def test_kept_task_is_not_the_pruners_backlog():
                      200, 30, 0.2, "the retry task")
         r = api.request("DELETE", "/v1/tasks/cbr:%s:2" % tid)
         h.check_eq(r.status, 200, "cancel the retry task: %r" % r)
+        h.check_eq(A.mysql("SELECT callback_status FROM tasks WHERE id = "
+                           "'%s'" % tid), [["failed"]],
+                   "the callback failed with the cancel")
+        log = api.get("/v1/tasks/%s?log=1" % tid).json["log"]
+        h.check(any(e["to"] == "failed" and e["actor"] == "api" and
+                    "retries cancelled (cbr:%s:2)" % tid in
+                    (e.get("note") or "") for e in log),
+                "the log row of the cancelled retries: %r" % log)
     finally:
         api.close()
-    time.sleep(RETENTION_MS / 1000.0 + 2.5)
-    h.check_eq(A.mysql("SELECT callback_status FROM tasks WHERE id = '%s'"
-                       % tid), [["retrying"]], "the kept task")
+    # The same through a bulk cancel of the retry topic's tasks.
+    bid = "cbk-3"
+    submit(A, [{"id": bid, "topic": CB_TOPIC, "body": "cb", "delay_ms": 0,
+                "max_attempts": 3,
+                "callback": {"url": SINK.url("fail", bid)}}])
+    api = api_of(A.manager_addr)
+    try:
+        h.wait_until(lambda: api.get("/v1/tasks/cbr:%s:2" % bid).status ==
+                     200, 30, 0.2, "the retry task")
+        r = api.post("/v1/tasks/bulk", {
+            "filter": {"topic": "prophet.callback-retry",
+                       "id_prefix": "cbr:%s:" % bid},
+            "action": "cancel"})
+        h.check_eq(r.status, 202, "bulk cancel of the retry task: %r" % r)
+        job = r.json["job"]
+        h.wait_until(lambda: api.get("/v1/admin/jobs/%d" % job).json[
+            "done"], 30, 0.2, "the bulk job")
+        h.check_eq(api.get("/v1/admin/jobs/%d" % job).json["changed"], 1,
+                   "the bulk job's changed count")
+        h.check_eq(A.mysql("SELECT callback_status FROM tasks WHERE id = "
+                           "'%s'" % bid), [["failed"]],
+                   "the callback failed with the bulk cancel")
+        log = api.get("/v1/tasks/%s?log=1" % bid).json["log"]
+        h.check(any(e["to"] == "failed" and e["actor"] == "bulk"
+                    for e in log), "the bulk's log row: %r" % log)
+    finally:
+        api.close()
+    wait_gone(A, [tid, bid], RETENTION_MS / 1000.0 + 20,
+              "the tasks to go a retention after their retries were "
+              "cancelled")
     oldest = h.metrics(A.manager_addr).get(
         "prophet_prune_oldest_finished_seconds", 0)
     h.check(oldest < RETENTION_MS / 1000.0 + 1,
-            "prophet_prune_oldest_finished_seconds %.1f counts the task a "
-            "retrying callback keeps" % oldest)
+            "prophet_prune_oldest_finished_seconds %.1f" % oldest)
 
 
 def holds(addr):

@@ -430,8 +430,15 @@ def test_mutual_tls():
         w = m.workers[0]
         w.start()
         wapi = h.Api(w.addr, timeout=2, cafile=PKI.ca, cert=client)
-        h.wait_until(lambda: w.running() and wapi.get("/readyz").status
-                     == 200, 60, what="the worker over mutual TLS")
+
+        def ready():
+            h.check(w.running(), "the worker exited during startup")
+            try:
+                return wapi.get("/readyz").status == 200
+            except (OSError, ssl.SSLError):
+                wapi.close()
+                return False
+        h.wait_until(ready, 60, 0.1, "the worker over mutual TLS")
         wapi.close()
         h.wait_until(
             lambda: (lambda j: j and j["workers"] and

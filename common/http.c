@@ -1619,7 +1619,10 @@ http_reply_json(struct evhttp_request *req, int code, json_t *body)
 	if (body != NULL && c != NULL && c->shape == HTTP_SHAPE_MYKIT)
 		body = to_mykit(&code, body);
 	if (body != NULL)
-		s = json_dumps(body, JSON_COMPACT | JSON_ENCODE_ANY);
+		/* Reals with 15 significant digits: 0.0025, not the
+		 * 0.0025000000000000001 of jansson's 17. */
+		s = json_dumps(body, JSON_COMPACT | JSON_ENCODE_ANY |
+					     JSON_REAL_PRECISION(15));
 	json_decref(body);
 	b = evbuffer_new();
 	if (s != NULL) {

@@ -160,7 +160,11 @@ def test_lateness_chart():
                ".innerText)", 20, "a p99 line in the chart")
     # The manager's sum is the workers' own histograms added up: every
     # task of this cluster was fired once (no faults, no duplicates).
-    lat = call("GET", "/v1/cluster/lateness").json
+    r = call("GET", "/v1/cluster/lateness")
+    lat = r.json
+    # Bounds as written, not jansson's 17 digits (0.0025000000000000001).
+    h.check(",0.0025," in r.text and "0000000000000" not in r.text,
+            "bounds: %r" % lat["lateness"]["le"])
     h.check_eq(lat["lateness"]["count"], len(FIRED), "lateness count")
     h.check_eq(sorted(w["id"] for w in lat["workers"] if w["ok"]),
                sorted(w.wid for w in C.workers), "workers scraped")

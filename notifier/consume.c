@@ -425,6 +425,16 @@ subscription(struct notifier *n, char *err, size_t errlen)
 		char *all = cover_default_pattern(n->topic_prefix);
 
 		json_array_append_new(n->sub_patterns, json_string(all));
+		if (n->topic_prefix[0] == '\0')
+			log_info(
+				"the notifier reads every topic of the "
+				"brokers (no kafka.topic_prefix, no "
+				"notifier.topics): it makes the callbacks of "
+				"any Prophet's tasks on them",
+				"pattern=\"%s\" hint=\"set kafka.topic_prefix, "
+				"or notifier.topics, where the brokers serve "
+				"other clusters too\"",
+				all);
 		xfree(all);
 	}
 	json_array_append_new(n->sub_topics, json_string(n->retry_ktopic));

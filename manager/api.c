@@ -18,6 +18,7 @@
 #include "daemon.h"
 #include "db.h"
 #include "http.h"
+#include "keys.h"
 #include "log.h"
 #include "manager.h"
 #include "metrics.h"
@@ -552,6 +553,7 @@ struct get_ctx {
 	int with_log;
 	struct db_rows task;
 	struct db_rows log;
+	json_t *out; /* the answer, while Redis is asked */
 };
 
 static int
@@ -736,10 +738,34 @@ api_task_json(const struct db_rows *task, size_t row, const struct db_rows *log,
 }
 
 static void
+get_free(struct get_ctx *g)
+{
+	db_rows_free(&g->task);
+	db_rows_free(&g->log);
+	g->mg->inflight--;
+	xfree(g);
+}
+
+/* A task the DB has as scheduled that a worker claimed in Redis is being
+ * published (a cancel answers 409 "firing"): shown as firing. */
+static void
+get_inflight_cb(struct redis *r, redisReply *reply, void *arg)
+{
+	struct get_ctx *g = arg;
+
+	(void)r;
+	if (reply != NULL && reply->type == REDIS_REPLY_STRING)
+		json_object_set_new(g->out, "status", json_string("firing"));
+	http_reply_json(g->http, 200, g->out);
+	get_free(g);
+}
+
+static void
 get_done_cb(struct db_job *job, int status, const char *err)
 {
 	struct get_ctx *g = (struct get_ctx *)job;
-	json_t *out;
+	const char *st;
+	char key[RKEY_MAX];
 
 	if (status < 0) {
 		http_reply_error(g->http, 503, "unavailable", NULL,
@@ -748,14 +774,19 @@ get_done_cb(struct db_job *job, int status, const char *err)
 		http_reply_error(g->http, 404, "not_found", "id",
 				 "no task '%s'", g->id);
 	} else {
-		out = api_task_json(&g->task, 0, g->with_log ? &g->log : NULL,
-				    0, g->log.nrows, 0);
-		http_reply_json(g->http, 200, out);
+		g->out = api_task_json(&g->task, 0,
+				       g->with_log ? &g->log : NULL, 0,
+				       g->log.nrows, 0);
+		st = json_string_value(json_object_get(g->out, "status"));
+		rkey_inflight(key, sizeof(key),
+			      slot_of(g->id, strlen(g->id), g->mg->nslots));
+		if (st != NULL && !strcmp(st, "scheduled") &&
+		    redis_commandl(g->mg->redis, get_inflight_cb, g, "ZSCORE",
+				   key, g->id, NULL) == 0)
+			return;
+		http_reply_json(g->http, 200, g->out);
 	}
-	db_rows_free(&g->task);
-	db_rows_free(&g->log);
-	g->mg->inflight--;
-	xfree(g);
+	get_free(g);
 }
 
 static void

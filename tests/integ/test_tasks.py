@@ -233,6 +233,10 @@ def test_claimed_ahead_published_on_time():
         h.check(h.now_ms() < due, "the check came too late to mean anything")
         h.check(held is not None, "ahead-1 not claimed 0.6 s before due")
         h.check(not published("ahead-1"), "ahead-1 published before due")
+        # The DB still has it scheduled; the claim is Redis's: shown as
+        # firing, as the cancel's 409 below says (it showed 'scheduled').
+        r = API.get("/v1/tasks/ahead-1")
+        h.check_eq(r.json["status"], "firing", "GET of a claimed task")
         r = API.request("DELETE", "/v1/tasks/ahead-1")
         h.check_eq(r.status, 409, "cancel of a task claimed ahead (%r)" % r)
         r = API.request("PATCH", "/v1/tasks/ahead-2", {"delay_ms": 60000})

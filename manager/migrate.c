@@ -116,7 +116,7 @@ migrate_apply(const struct db_dsn *dsn, int wait_s, long long copy_max,
 {
 	struct db_conn *c = NULL;
 	struct db_rows rows;
-	int version, refused, r, rc = -1;
+	int version, known, refused, r, rc = -1;
 
 	for (int i = 0; i <= wait_s; i++) {
 		c = db_conn_open(dsn, &refused, err, errlen);
@@ -149,6 +149,12 @@ migrate_apply(const struct db_dsn *dsn, int wait_s, long long copy_max,
 			break; /* versions apply in order */
 		version = m->version;
 	}
+	known = schema_migrations[schema_migration_count - 1].version;
+	if (version > known)
+		log_warn("database schema newer than this manager: a later "
+			 "version migrated it (a downgrade, or a manager not "
+			 "upgraded yet); upgrade this manager",
+			 "version=%d known=%d", version, known);
 	log_info("database schema ready", "version=%d", version);
 	rc = 0;
 out:

@@ -782,6 +782,27 @@ def test_enum_migration_deferred_on_a_large_table():
     h.check_eq(schema_version(), latest, "schema version, recorded")
 
 
+def test_newer_schema_warned():
+    """A manager older than the schema (a downgrade, or one not upgraded
+    yet) says so at start, and still serves."""
+    latest = schema_version()
+    B.manager.stop()
+    B.mysql("INSERT INTO prophet_schema (version, name, applied_at) VALUES "
+            "(%d, 'from a later version', 0)" % (latest + 1))
+    try:
+        B.start_manager()
+        lines = B.manager.grep("database schema newer than this manager")
+        h.check_eq(len(lines), 1, "newer schema warned")
+        h.check("version=%d known=%d" % (latest + 1, latest) in lines[0],
+                "warning line: %r" % lines[0])
+    finally:
+        B.manager.stop()
+        B.mysql("DELETE FROM prophet_schema WHERE version > %d" % latest)
+        B.start_manager()
+    h.check_eq(len(B.manager.grep("database schema newer than this "
+                                  "manager")), 1, "not warned once upgraded")
+
+
 MIGRATION_5 = ("ALTER TABLE tasks MODIFY status ENUM('scheduled', 'firing', "
                "'delivered', 'cancelled', 'expired') CHARACTER SET ascii NOT "
                "NULL, MODIFY callback_status ENUM('none', 'ok', 'retrying', "

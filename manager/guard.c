@@ -21,10 +21,11 @@
 /*
  * What a valid task may still not do: use a topic outside
  * http.topics_allowed, name a Kafka topic longer than Kafka allows (it
- * would be accepted, then never published), land on the notifier's
- * dead-letter topic, or pose as one of the notifier's retry tasks (which
- * make it call a URL, with the attempt and original id of someone else's
- * task). Retry tasks carry an HMAC under the cluster secret.
+ * would be accepted, then never published), land on one of Kafka's
+ * internal topics (likewise) or on the notifier's dead-letter topic, or
+ * pose as one of the notifier's retry tasks (which make it call a URL,
+ * with the attempt and original id of someone else's task). Retry tasks
+ * carry an HMAC under the cluster secret.
  */
 
 static const char *
@@ -85,12 +86,30 @@ is_marker_topic(const struct manager *mg, const char *topic)
 	return !strncmp(name, prefix, n) && !strcmp(name + n, topic);
 }
 
+/* Whether prefix + topic is one of Kafka's own topics: the brokers take
+ * no record there from a producer ("Invalid topic"), so a task on it
+ * would be accepted and then never published. */
+static int
+is_kafka_internal(const char *prefix, const char *topic)
+{
+	static const char *const internal[] = {
+		"__consumer_offsets", "__transaction_state",
+		"__share_group_state", "__cluster_metadata", NULL};
+	size_t n = strlen(prefix);
+
+	for (int i = 0; internal[i] != NULL; i++)
+		if (!strncmp(internal[i], prefix, n) &&
+		    !strcmp(internal[i] + n, topic))
+			return 1;
+	return 0;
+}
+
 int
 guard_submission(const struct manager *mg, const struct task *t,
 		 struct task_error *err)
 {
-	size_t n = strlen(cfg_str(mg->cfg, CFG_KAFKA_TOPIC_PREFIX)) +
-		   strlen(t->topic);
+	const char *prefix = cfg_str(mg->cfg, CFG_KAFKA_TOPIC_PREFIX);
+	size_t n = strlen(prefix) + strlen(t->topic);
 
 	if (!api_topic_allowed(mg, t->topic))
 		return task_error_set(err, 400, "invalid_value", "topic",
@@ -107,6 +126,11 @@ guard_submission(const struct manager *mg, const struct task *t,
 				      "topic '%s' is the notifier's "
 				      "dead-letter topic",
 				      t->topic);
+	if (is_kafka_internal(prefix, t->topic))
+		return task_error_set(err, 400, "reserved_topic", "topic",
+				      "Kafka topic '%s%s' is internal to "
+				      "Kafka: it takes no tasks",
+				      prefix, t->topic);
 	if (is_marker_topic(mg, t->topic))
 		return task_error_set(err, 400, "reserved_topic", "topic",
 				      "topic '%s' is the exactly-once marker "

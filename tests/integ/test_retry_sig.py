@@ -16,7 +16,9 @@ topic prefix is 61 characters long, and an HTTP sink on loopback:
      one is a duplicate and called like one;
   5. <prefix><topic> longer than Kafka's 249 characters is refused at
      submit (API and ingest), 249 is published; a config whose retry or
-     dead-letter topic would be too long is refused at start.
+     dead-letter topic would be too long is refused at start;
+  6. <prefix><topic> naming one of Kafka's internal topics is refused at
+     submit (400 reserved_topic).
 """
 
 import json
@@ -359,6 +361,33 @@ def test_config_topic_length_checked_at_start():
     p.check(r.returncode != 0 and "notifier.dead_letter_topic" in r.stderr,
             "the same retry and dead-letter topic: %r" % r.stderr.strip())
     p.raise_if_any("topic length at start")
+
+
+def test_kafka_internal_topics_reserved():
+    """Kafka takes no record from a producer on its own topics: a task on
+    __consumer_offsets was accepted (201), then every publish failed
+    ("Broker: Invalid topic") after each lease, forever. A manager whose
+    prefix is "_" refuses "_consumer_offsets" and the other internal
+    names (its ingest off: it must not join the cluster's group)."""
+    m = C.add_manager("manager-internal", args=[
+        "--set", "kafka.topic_prefix=_", "--set", "kafka.ingest_topic="])
+    api = h.Api(m.addr)
+    p = h.Problems()
+    try:
+        for name in ("_consumer_offsets", "_transaction_state",
+                     "_share_group_state", "_cluster_metadata"):
+            t = {"id": "int" + name, "topic": name, "body": "b",
+                 "delay_ms": 0}
+            check_refused(p, api.post("/v1/tasks", t), 400,
+                          "reserved_topic", "topic", "_" + name)
+            check_batch(p, api.post("/v1/tasks/batch", {"tasks": [t]}),
+                        400, "reserved_topic", "topic", "_" + name)
+            p.check(stored(t["id"]) == 0, "%s stored" % t["id"])
+    finally:
+        api.close()
+        m.stop()
+        C.workers.remove(m)
+    p.raise_if_any("Kafka's internal topics")
 
 
 def cleanup(failed):

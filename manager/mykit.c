@@ -59,10 +59,10 @@ job_id(struct evhttp_request *req, size_t *lenp)
 
 /* Maps a mykit-delay job onto a Prophet task; NULL with *why on error. */
 static json_t *
-map_push(json_t *in, int64_t now, const char **why)
+map_push(json_t *in, const char **why)
 {
 	json_t *t = json_object(), *v, *headers = NULL;
-	int64_t created = now, delay = 0;
+	int64_t created = 0, delay = 0;
 
 	*why = NULL;
 	if (!json_is_object(in)) {
@@ -103,7 +103,13 @@ map_push(json_t *in, int64_t now, const char **why)
 		json_decref(t);
 		return NULL;
 	}
-	json_object_set_new(t, "due_at", json_integer(created + delay));
+	/* Without createTime the job is due delay from now: as delay_ms,
+	 * so that a client's retry of the same push is a replay (the
+	 * content is the delay, not the time it resolved to). */
+	if (created > 0)
+		json_object_set_new(t, "due_at", json_integer(created + delay));
+	else
+		json_object_set_new(t, "delay_ms", json_integer(delay));
 	if ((v = json_object_get(in, "ttl")) != NULL && json_is_integer(v) &&
 	    json_integer_value(v) > 0)
 		json_object_set(t, "ttl_ms", v);
@@ -135,7 +141,7 @@ mykit_push(void *ctx, struct evhttp_request *req, const char *a, size_t n)
 	(void)n;
 	if ((in = api_body_json(mg, req)) == NULL)
 		return;
-	task = map_push(in, manager_due_now(mg), &why);
+	task = map_push(in, &why);
 	json_decref(in);
 	if (task == NULL)
 		http_reply_error(req, 400, "invalid_value", NULL, "%s", why);

@@ -131,6 +131,18 @@ def test_mykit_delay_endpoints():
     r = call("POST", "/push", {"body": "b", "delay": 5000, "id": 21,
                                "topic": "ces", "bizKey": "order-7"}, tok)
     h.check_eq(r.json["data"], "21", "numeric id taken as text")
+    # A client's retry of the same push (no createTime: due delay from
+    # now) is a replay, not a conflict: it used to be refused, its due
+    # time, now + delay, being a few ms later than the first one's.
+    time.sleep(0.01)
+    r = call("POST", "/push", {"body": "b", "delay": 5000, "id": 21,
+                               "topic": "ces", "bizKey": "order-7"}, tok)
+    h.check_eq(r.json, {"success": True, "data": "21", "code": 200},
+               "the same push again")
+    r = call("POST", "/push", {"body": "c", "delay": 5000, "id": 21,
+                               "topic": "ces", "bizKey": "order-7"}, tok)
+    h.check_eq((r.json["success"], r.json["code"]), (False, 500),
+               "the same id with another body")
     r = call("GET", "/delete?JobId=21", None, tok)
     h.check_eq(r.json, {"success": True, "data": "21", "code": 200},
                "delete (JobId spelling)")

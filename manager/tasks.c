@@ -587,6 +587,33 @@ reschedule_cron(struct manager *mg, struct evhttp_request *req, const char *id,
 	db_pool_submit(mg->db, &c->job);
 }
 
+/* A member PATCH does not know (a misspelt due_at) answered 400
+ * unknown_field naming it, as a submission's; -1 then. */
+static int
+reschedule_unknown(struct evhttp_request *req, json_t *in)
+{
+	static const char *const known[] = {"due_at", "delay_ms", "cron",
+					    "timezone", NULL};
+	const char *k;
+	json_t *v;
+
+	json_object_foreach (in, k, v) {
+		int i;
+
+		for (i = 0; known[i] != NULL && strcmp(k, known[i]); i++)
+			;
+		if (known[i] == NULL) {
+			http_reply_error(req, 400, "unknown_field", k,
+					 "'%s' is not a reschedule field "
+					 "(due_at, delay_ms, or cron and "
+					 "timezone)",
+					 k);
+			return -1;
+		}
+	}
+	return 0;
+}
+
 void
 tasks_reschedule(struct manager *mg, struct evhttp_request *req, const char *id,
 		 size_t idlen)
@@ -605,6 +632,10 @@ tasks_reschedule(struct manager *mg, struct evhttp_request *req, const char *id,
 		http_reply_error(
 			req, 400, "invalid_json", NULL,
 			"expected {\"due_at\":ms} or {\"delay_ms\":n}");
+		return;
+	}
+	if (reschedule_unknown(req, in) < 0) {
+		json_decref(in);
 		return;
 	}
 	if (json_object_get(in, "cron") != NULL) {
@@ -630,10 +661,11 @@ tasks_reschedule(struct manager *mg, struct evhttp_request *req, const char *id,
 	v = json_integer_value(due ? due : delay);
 	json_decref(in);
 	if (v < 0 || v > (due ? now : 0) + mg->limits.max_delay_ms) {
-		http_reply_error(req, 400, "invalid_value",
-				 due ? "due_at" : "delay_ms",
-				 "must be between now and %lld ms ahead",
-				 (long long)mg->limits.max_delay_ms);
+		http_reply_error(
+			req, 400, "invalid_value", due ? "due_at" : "delay_ms",
+			"%s must be 0 to %s%lld ms",
+			due ? "due_at" : "delay_ms", due ? "now + " : "",
+			(long long)mg->limits.max_delay_ms);
 		return;
 	}
 	c = change_new(mg, req, OP_RESCHEDULE, id, idlen);

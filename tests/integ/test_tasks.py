@@ -129,6 +129,15 @@ def test_cancel_and_reschedule():
         r = API.request("PATCH", "/v1/tasks/res-late", bad)
         h.check_eq(r.status, 400, "bad reschedule %r" % bad)
         h.check_eq(r.json["error"]["field"], field, "field of %r" % bad)
+    # A misspelt member is named, as in a submission (it was "give exactly
+    # one of due_at and delay_ms", field due_at).
+    for bad, field in (({"delay_ms": 5, "dealy_ms": 1}, "dealy_ms"),
+                       ({"due": 5}, "due")):
+        r = API.request("PATCH", "/v1/tasks/res-late", bad)
+        h.check(r.status == 400 and
+                r.json["error"]["code"] == "unknown_field" and
+                r.json["error"]["field"] == field,
+                "reschedule %r: %r" % (bad, r))
     missing = READER.wait_for(["res-early", "res-late"], 20)
     h.check(not missing, "rescheduled tasks not published: %s" % missing)
     for tid, due in (("res-early", early_due), ("res-late", late_due)):

@@ -316,6 +316,13 @@ def test_list_filters_and_pages():
         if not cursor:
             break
     h.check_eq(seen, ["lst-%d" % i for i in range(7)], "pages in due order")
+    # due_from is included, due_to excluded (the description said "at or
+    # before").
+    due = API.get("/v1/tasks/lst-3").json["due_at"]
+    for q, want in (("due_from=%d&due_to=%d" % (due, due), []),
+                    ("due_from=%d&due_to=%d" % (due, due + 1), ["lst-3"])):
+        r = API.get("/v1/tasks?topic=listing&" + q)
+        h.check_eq([t["id"] for t in r.json["tasks"]], want, "list ?" + q)
     for bad in ("status=nope", "limit=0", "limit=5000", "cursor=xyz",
                 "topic=a/b", "due_from=x"):
         r = API.get("/v1/tasks?" + bad)

@@ -332,6 +332,11 @@ def test_answers_match_schemas():
     rec("rescheduleTask", "PATCH", "/v1/tasks/" + cron,
         {"cron": "0 30 9 * * MON-FRI", "timezone": "UTC"}, 200)
     rec("rescheduleTask", "PATCH", "/v1/tasks/" + cron, {"delay_ms": 5}, 400)
+    r = rec("rescheduleTask", "PATCH", "/v1/tasks/" + one,
+            {"delay_ms": 5, "dealy_ms": 5}, 400)
+    h.check(is_error_shape(r.json, "unknown_field") and
+            r.json["error"].get("field") == "dealy_ms",
+            "PATCH with an unknown member: %r" % r)
     rec("restoreTask", "POST", "/v1/tasks/%s/restore" % one, None, 200)
     rec("cancelTask", "DELETE", "/v1/tasks/" + one, None, 200)
     rec("cancelTask", "DELETE", "/v1/tasks/" + one, None, 200)

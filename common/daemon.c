@@ -67,6 +67,36 @@ clock_mono_us(void)
 }
 
 static void
+teardown_exit(int sig)
+{
+	static const char term[] =
+		"level=error msg=\"stop requested again during teardown: "
+		"exiting now\"\n";
+	static const char late[] =
+		"level=error msg=\"teardown did not finish in time: "
+		"exiting now\"\n";
+	const char *s = sig == SIGALRM ? late : term;
+	ssize_t r = write(2, s, strlen(s));
+
+	(void)r;
+	_exit(1);
+}
+
+void
+daemon_teardown(int seconds)
+{
+	struct sigaction sa;
+
+	memset(&sa, 0, sizeof(sa));
+	sa.sa_handler = teardown_exit;
+	sigemptyset(&sa.sa_mask);
+	sigaction(SIGTERM, &sa, NULL);
+	sigaction(SIGINT, &sa, NULL);
+	sigaction(SIGALRM, &sa, NULL);
+	alarm((unsigned)seconds);
+}
+
+static void
 signal_cb(evutil_socket_t sig, short what, void *arg)
 {
 	struct daemon *d = arg;
@@ -191,6 +221,7 @@ daemon_destroy(struct daemon *d)
 {
 	if (d == NULL)
 		return;
+	alarm(0); /* the teardown's deadline (daemon_teardown): done */
 	event_free(d->term_ev);
 	event_free(d->int_ev);
 	event_free(d->hup_ev);

@@ -774,9 +774,9 @@ get_done_cb(struct db_job *job, int status, const char *err)
 		http_reply_error(g->http, 404, "not_found", "id",
 				 "no task '%s'", g->id);
 	} else {
-		g->out = api_task_json(&g->task, 0,
-				       g->with_log ? &g->log : NULL, 0,
-				       g->log.nrows, 0);
+		g->out =
+			api_task_json(&g->task, 0, g->with_log ? &g->log : NULL,
+				      0, g->log.nrows, 0);
 		st = json_string_value(json_object_get(g->out, "status"));
 		rkey_inflight(key, sizeof(key),
 			      slot_of(g->id, strlen(g->id), g->mg->nslots));

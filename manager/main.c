@@ -336,6 +336,7 @@ main(int argc, char **argv)
 		 cfg_str(mg.cfg, CFG_HTTP_LISTEN), mg.nslots);
 	daemon_notify("READY=1");
 	event_base_dispatch(mg.base);
+	daemon_teardown(DAEMON_TEARDOWN_S);
 
 	log_info("stopping", "pending=%zu", mg.inflight);
 	if (mg.inflight > 0) {

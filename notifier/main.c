@@ -375,6 +375,7 @@ main(int argc, char **argv)
 		 cfg_str(n.cfg, CFG_NOTIFIER_HTTP_LISTEN), n.dlq_ktopic);
 	daemon_notify("READY=1");
 	event_base_dispatch(n.base);
+	daemon_teardown(DAEMON_TEARDOWN_S);
 
 	log_info("stopping", "running=%d recording=%zu pending=%zu", n.inflight,
 		 n.rec_n + (size_t)n.rec_jobs, n.pending);

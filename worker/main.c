@@ -5,11 +5,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <event2/event.h>
 #include <event2/thread.h>
 
 #include "cfg.h"
+#include "crashpoint.h"
 #include "daemon.h"
 #include "db.h"
 #include "hmap.h"
@@ -249,6 +251,9 @@ main(int argc, char **argv)
 		 cfg_str(w.cfg, CFG_WORKER_HTTP_LISTEN));
 	daemon_notify("READY=1");
 	event_base_dispatch(w.base);
+	daemon_teardown(DAEMON_TEARDOWN_S);
+	if (FAULTPOINT("teardown_hang"))
+		pause(); /* a library that does not return: a signal ends it */
 
 	log_info("stopping", "held=%zu publishing=%zu", hmap_count(w.tasks),
 		 firing_publishing(&w));

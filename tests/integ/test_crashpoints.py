@@ -469,6 +469,29 @@ def test_slow_election_answer_one_candidate():
     C.start_worker(w1)
 
 
+def test_second_stop_during_a_hung_teardown():
+    """A teardown that hangs (fault point teardown_hang, as librdkafka's
+    destroy once waited on a dead broker for good): the loop no longer
+    hears signals, so a second SIGTERM did nothing and only SIGKILL ended
+    the daemon. Now it exits at once, status 1, saying so."""
+    w0, w1 = C.workers
+    w0.stop()
+    start_env(C.start_worker, w0, "teardown_hang", var="PROPHET_FAULT_AT")
+    C._wait_http(w0, w0.addr, "/readyz", 60)
+    w0.signal(signal.SIGTERM)
+    h.wait_until(lambda: w0.grep("point=teardown_hang"), 30, 0.1,
+                 "the teardown hanging")
+    time.sleep(1.0)
+    h.check(w0.running(), "the hung teardown ended by itself")
+    w0.signal(signal.SIGTERM)
+    h.wait_until(lambda: not w0.running(), 5, 0.05,
+                 "the second SIGTERM ending it")
+    h.check_eq(w0.popen.returncode, 1, "exit status")
+    h.check(w0.grep("stop requested again during teardown"),
+            "the line saying why")
+    C.start_worker(w0)
+
+
 def metric_master(w):
     return h.metrics(w.addr).get("prophet_master", 0.0)
 

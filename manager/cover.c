@@ -24,16 +24,26 @@
  * says so when none of them consumes its topic: its callback would not be
  * made until one does. A counter, a warning at most every COVER_WARN_S,
  * and the last such task in GET /v1/cluster (the console shows it).
+ * A notifier gone for less than COVER_GRACE_S still covers what it
+ * consumed while no notifier of its Kafka group is there: a restart (an
+ * upgrade's) is not an uncovered callback, since it reads on from its
+ * group's offsets; once a member of the group is back, what the group
+ * consumes is what its members say.
  */
 
 #define COVER_POLL_S 2
 #define COVER_WARN_S 60
+#define COVER_GRACE_S 10
 
 struct coverage {
 	struct manager *mg;
 	struct event *tick;
 	struct cover **nodes; /* the last complete read */
 	size_t n;
+	/* notifiers no longer there, until their grace ends (mono ms) */
+	struct cover **gone;
+	int64_t *gone_until;
+	size_t ngone;
 	int known; /* one read completed */
 	/* the read in flight */
 	struct cover **next;
@@ -57,12 +67,64 @@ free_nodes(struct cover **v, size_t n)
 	xfree(v);
 }
 
+static const char *
+node_str(const struct cover *v, const char *key)
+{
+	const char *s = json_string_value(json_object_get(cover_json(v), key));
+
+	return s != NULL ? s : "";
+}
+
+/* Whether a node of now has v's key ("id", "group"). */
+static int
+node_in(const struct cover *v, const char *key, struct cover **now, size_t n)
+{
+	for (size_t j = 0; j < n; j++)
+		if (!strcmp(node_str(v, key), node_str(now[j], key)))
+			return 1;
+	return 0;
+}
+
+/* Nodes of the last read not in the new one start their grace; graces
+ * that ended are dropped. The last read's nodes are the caller's to
+ * free, except those kept here (set to NULL). */
+static void
+keep_gone(struct coverage *c, struct cover **old, size_t n, struct cover **now,
+	  size_t nn)
+{
+	int64_t t = clock_mono_ms();
+	size_t k = 0;
+
+	for (size_t i = 0; i < c->ngone; i++) {
+		if (c->gone_until[i] > t &&
+		    !node_in(c->gone[i], "group", now, nn)) {
+			c->gone[k] = c->gone[i];
+			c->gone_until[k++] = c->gone_until[i];
+		} else {
+			cover_free(c->gone[i]);
+		}
+	}
+	c->ngone = k;
+	for (size_t i = 0; i < n; i++) {
+		if (node_in(old[i], "id", now, nn) ||
+		    node_in(old[i], "group", now, nn))
+			continue;
+		c->gone = xrealloc(c->gone, (c->ngone + 1) * sizeof(*c->gone));
+		c->gone_until = xrealloc(
+			c->gone_until, (c->ngone + 1) * sizeof(*c->gone_until));
+		c->gone[c->ngone] = old[i];
+		c->gone_until[c->ngone++] = t + COVER_GRACE_S * 1000;
+		old[i] = NULL;
+	}
+}
+
 static void
 read_done(struct coverage *c)
 {
 	if (--c->outstanding > 0)
 		return;
 	if (!c->failed) {
+		keep_gone(c, c->nodes, c->n, c->next, c->next_n);
 		free_nodes(c->nodes, c->n);
 		c->nodes = c->next;
 		c->n = c->next_n;
@@ -164,6 +226,8 @@ cover_destroy(struct coverage *c)
 	event_free(c->tick);
 	free_nodes(c->nodes, c->n);
 	free_nodes(c->next, c->next_n);
+	free_nodes(c->gone, c->ngone);
+	xfree(c->gone_until);
 	xfree(c);
 }
 
@@ -180,6 +244,10 @@ cover_check(struct manager *mg, const struct task *t)
 		 cfg_str(mg->cfg, CFG_KAFKA_TOPIC_PREFIX), t->topic);
 	for (size_t i = 0; i < c->n; i++)
 		if (cover_covers(c->nodes[i], ktopic))
+			return;
+	now = clock_mono_ms();
+	for (size_t i = 0; i < c->ngone; i++)
+		if (c->gone_until[i] > now && cover_covers(c->gone[i], ktopic))
 			return;
 	metric_inc(mg->m.cb_uncovered);
 	c->uncovered++;

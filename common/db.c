@@ -907,8 +907,8 @@ pool_thread(void *arg)
 		j->err[0] = '\0';
 		if (!c->up) {
 			j->status = -1;
-			snprintf(j->err, sizeof(j->err),
-				 "database unavailable: %.200s", c->err);
+			/* The caller says "database unavailable" itself. */
+			snprintf(j->err, sizeof(j->err), "%.200s", c->err);
 		} else {
 			j->status = j->run(c, j);
 			if (j->status < 0)

@@ -314,6 +314,18 @@ def test_retrying_callback_keeps_its_task():
     h.check_eq(len(SINK.calls_of(tid)), 3, "calls")
 
 
+def retry_pending(tid):
+    """A task whose callback fails, once its retry task cbr:<tid>:2 is
+    there: an API client for A (the caller's to close)."""
+    submit(A, [{"id": tid, "topic": CB_TOPIC, "body": "cb", "delay_ms": 0,
+                "max_attempts": 3,
+                "callback": {"url": SINK.url("fail", tid)}}])
+    api = api_of(A.manager_addr)
+    h.wait_until(lambda: api.get("/v1/tasks/cbr:%s:2" % tid).status == 200,
+                 30, 0.2, "the retry task")
+    return api
+
+
 def test_cancelled_retry_fails_the_callback():
     """Cancelling a callback's pending retry task (as operations.md shows)
     stops its retries: the callback has failed, in the same transaction
@@ -321,13 +333,8 @@ def test_cancelled_retry_fails_the_callback():
     saying why; the task then goes a retention later, and the oldest
     finished task the metric reports stays one a pass may delete."""
     tid = "cbk-2"
-    submit(A, [{"id": tid, "topic": CB_TOPIC, "body": "cb", "delay_ms": 0,
-                "max_attempts": 3,
-                "callback": {"url": SINK.url("fail", tid)}}])
-    api = api_of(A.manager_addr)
+    api = retry_pending(tid)
     try:
-        h.wait_until(lambda: api.get("/v1/tasks/cbr:%s:2" % tid).status ==
-                     200, 30, 0.2, "the retry task")
         r = api.request("DELETE", "/v1/tasks/cbr:%s:2" % tid)
         h.check_eq(r.status, 200, "cancel the retry task: %r" % r)
         h.check_eq(A.mysql("SELECT callback_status FROM tasks WHERE id = "
@@ -342,13 +349,8 @@ def test_cancelled_retry_fails_the_callback():
         api.close()
     # The same through a bulk cancel of the retry topic's tasks.
     bid = "cbk-3"
-    submit(A, [{"id": bid, "topic": CB_TOPIC, "body": "cb", "delay_ms": 0,
-                "max_attempts": 3,
-                "callback": {"url": SINK.url("fail", bid)}}])
-    api = api_of(A.manager_addr)
+    api = retry_pending(bid)
     try:
-        h.wait_until(lambda: api.get("/v1/tasks/cbr:%s:2" % bid).status ==
-                     200, 30, 0.2, "the retry task")
         r = api.post("/v1/tasks/bulk", {
             "filter": {"topic": "prophet.callback-retry",
                        "id_prefix": "cbr:%s:" % bid},

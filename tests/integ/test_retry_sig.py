@@ -116,6 +116,14 @@ def stored(tid):
                        % tid)[0][0])
 
 
+def check_refused_both(p, t, status, code, field, what):
+    """t refused alone and in a batch, and not stored."""
+    check_refused(p, post("/v1/tasks", t), status, code, field, what)
+    check_batch(p, post("/v1/tasks/batch", {"tasks": [t]}), status, code,
+                field, what)
+    p.check(stored(t["id"]) == 0, "%s stored" % t["id"])
+
+
 def produce(topic, value, headers, key=b"k"):
     argv = [b"kcat", b"-P", b"-b", C.brokers.encode(), b"-t",
             topic.encode(), b"-k", key]
@@ -146,20 +154,14 @@ def read_errors(n, timeout=30):
 def test_dead_letter_topic_reserved():
     t = {"id": "rs-dead", "topic": DEAD_TOPIC, "body": "b", "delay_ms": 0}
     p = h.Problems()
-    check_refused(p, post("/v1/tasks", t), 400, "reserved_topic", "topic",
-                  "dead-letter topic")
-    check_batch(p, post("/v1/tasks/batch", {"tasks": [t]}), 400,
-                "reserved_topic", "topic", "dead-letter topic")
-    p.check(stored("rs-dead") == 0, "rs-dead stored")
+    check_refused_both(p, t, 400, "reserved_topic", "topic",
+                       "dead-letter topic")
     # the exactly-once marker topic (<prefix><root>.fired): a task there
     # would be read as a marker, a forged "published" for any task id
     m = {"id": "rs-marker", "topic": C.zk_root.lstrip("/") + ".fired",
          "key": "victim", "body": "1 1 1 1 1 0", "delay_ms": 0}
-    check_refused(p, post("/v1/tasks", m), 400, "reserved_topic", "topic",
-                  "marker topic")
-    check_batch(p, post("/v1/tasks/batch", {"tasks": [m]}), 400,
-                "reserved_topic", "topic", "marker topic")
-    p.check(stored("rs-marker") == 0, "rs-marker stored")
+    check_refused_both(p, m, 400, "reserved_topic", "topic",
+                       "marker topic")
     p.raise_if_any("reserved topics")
 
 
@@ -331,11 +333,8 @@ def test_topic_length_checked_at_submit():
     p.check(r.status == 201, "249 characters: %s %s" % (r.status,
                                                         r.text[:200]))
     t = {"id": "len-250", "topic": long_topic, "body": "b", "delay_ms": 0}
-    check_refused(p, post("/v1/tasks", t), 400, "invalid_value", "topic",
-                  "250 characters")
-    check_batch(p, post("/v1/tasks/batch", {"tasks": [t]}), 400,
-                "invalid_value", "topic", "250 characters")
-    p.check(stored("len-250") == 0, "len-250 stored")
+    check_refused_both(p, t, 400, "invalid_value", "topic",
+                       "250 characters")
     p.raise_if_any("topic length at submit")
     missing = reader.wait_for(["len-249"], 30)
     h.check(not missing, "the 249-character topic was not published")

@@ -780,7 +780,10 @@ get_done_cb(struct db_job *job, int status, const char *err)
 		st = json_string_value(json_object_get(g->out, "status"));
 		rkey_inflight(key, sizeof(key),
 			      slot_of(g->id, strlen(g->id), g->mg->nslots));
+		/* A series' occurrence in flight does not stop a cancel of
+		 * the series: it stays scheduled. */
 		if (st != NULL && !strcmp(st, "scheduled") &&
+		    json_object_get(g->out, "cron") == NULL &&
 		    redis_commandl(g->mg->redis, get_inflight_cb, g, "ZSCORE",
 				   key, g->id, NULL) == 0)
 			return;

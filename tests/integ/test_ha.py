@@ -613,12 +613,15 @@ def test_lagging_replica():
 
 def burst_lateness(p, led, ids, limit_ms):
     """Every task of the ledger fired, the burst ids with a p99 lateness
-    under limit_ms (from a rebuild, not the sweeper); their lateness."""
+    under limit_ms (from a rebuild, not the sweeper); their lateness. The
+    lateness is the scheduler's (prophet-fired-at - due): the test
+    consumer's own lag under a loaded CI (2.2 s once, the tasks fired
+    within 0.5 s) is not what is tested."""
     led.check_all_fired(p, grace_s=15)
     led.check_output(p)
     msgs = led.messages()
-    blate = [min(m.recv_ms for m in msgs[i]) - led.accepted[i]
-             for i in ids if msgs[i]]
+    blate = [min(int(m.hdr.get("prophet-fired-at", 0)) for m in msgs[i]) -
+             led.accepted[i] for i in ids if msgs[i]]
     p.check(blate and h.percentile(blate, 99) < limit_ms,
             "burst lateness p99 %s ms: not fired from the rebuild"
             % (h.percentile(blate, 99) if blate else None))

@@ -1446,6 +1446,19 @@ check_kafka_principal(const struct cfg *cfg, char *err, size_t errlen)
  * be read: a missing one was 'TLS/SSL error: No such file or directory'
  * from MariaDB, 'ssl.ca.location failed' from librdkafka, neither naming
  * the key or the file. */
+/* Whether path (NULL or "": none) is given and cannot be read; err then
+ * names the key section.key, the file and why. */
+static int
+unreadable(const char *section, const char *key, const char *path, char *err,
+	   size_t errlen)
+{
+	if (path == NULL || path[0] == '\0' || access(path, R_OK) == 0)
+		return 0;
+	snprintf(err, errlen, "%s.%s: %s: %s", section, key, path,
+		 strerror(errno));
+	return 1;
+}
+
 static int
 check_tls_files(const struct cfg *cfg, char *err, size_t errlen)
 {
@@ -1476,12 +1489,10 @@ check_tls_files(const struct cfg *cfg, char *err, size_t errlen)
 				   ? strstr(f[i].programs, want) != NULL
 				   : kafka_at_start(cfg);
 
-		if (used && path[0] != '\0' && access(path, R_OK) < 0) {
-			snprintf(err, errlen, "%s.%s: %s: %s",
-				 cfg_defs[f[i].id].section,
-				 cfg_defs[f[i].id].key, path, strerror(errno));
+		if (used &&
+		    unreadable(cfg_defs[f[i].id].section, cfg_defs[f[i].id].key,
+			       path, err, errlen))
 			return -1;
-		}
 	}
 	if (strstr(",manager,worker,notifier,", want) == NULL ||
 	    cfg_db_tls(cfg, &t, err, errlen) < 0)
@@ -1493,11 +1504,8 @@ check_tls_files(const struct cfg *cfg, char *err, size_t errlen)
 		static const char *const key[] = {"tls_ca", "tls_cert",
 						  "tls_key"};
 
-		if (db[i] != NULL && access(db[i], R_OK) < 0) {
-			snprintf(err, errlen, "db.%s: %s: %s", key[i], db[i],
-				 strerror(errno));
+		if (unreadable("db", key[i], db[i], err, errlen))
 			rc = -1;
-		}
 	}
 	cfg_db_tls_clear(&t);
 	return rc;

@@ -88,6 +88,9 @@ http_reason(int code)
 #define LINGER_MS 2000
 #define SWEEP_IDLE_MS 1000
 #define SWEEP_FULL_MS 20
+/* A 403: the token is known, its roles do not include the call's. */
+#define FORBIDDEN_FMT \
+	"this token's roles do not allow this call: it needs the %s role"
 #define EVICT_MIN_AGE_MS 100
 #define TLS_COALESCE_MAX 16384 /* a TLS record's payload */
 #define TLS_SID_CTX "prophet"
@@ -516,9 +519,7 @@ conn_head(struct http_conn *c, const char *buf, size_t len)
 		if (rc != 0) {
 			char msg[128];
 
-			snprintf(msg, sizeof(msg),
-				 "this token's roles do not allow this call: "
-				 "it needs the %s role",
+			snprintf(msg, sizeof(msg), FORBIDDEN_FMT,
 				 auth_role_name(r->role));
 			conn_refuse(c, c->shape, rc,
 				    rc == 401 ? "unauthorized" : "forbidden",
@@ -1358,8 +1359,7 @@ dispatch_cb(struct evhttp_request *req, void *arg)
 		}
 		if (rc != 0) {
 			http_reply_error(req, 403, "forbidden", NULL,
-					 "this token's roles do not allow "
-					 "this call: it needs the %s role",
+					 FORBIDDEN_FMT,
 					 auth_role_name(r->role));
 			return;
 		}

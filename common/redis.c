@@ -1212,6 +1212,13 @@ redis_commandl(struct redis *r, redis_reply_fn cb, void *arg, ...)
 	return redis_command_argv(r, cb, arg, argc, argv, len);
 }
 
+int
+redis_probe_write(struct redis *r, const char *key, redis_reply_fn cb,
+		  void *arg)
+{
+	return redis_commandl(r, cb, arg, "SET", key, "1", "PX", "10000", NULL);
+}
+
 /*
  * Queues a command in RESP, formatted here: hiredis's own formatter
  * (redisFormatSdsCommandArgv) spends about a thousand instructions an

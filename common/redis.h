@@ -44,6 +44,10 @@ size_t redis_pending(const struct redis *r);
 /* A command given as its arguments, each a NUL-terminated string, ended
  * by NULL: redis_commandl(r, cb, arg, "DEL", key, NULL). */
 #define REDIS_COMMANDL_MAX 16
+/* While Redis refuses writes (OOM, NOREPLICAS): a write of the caller's
+ * own (SET key, 10 s TTL) whose answer tells when it takes them again. */
+int redis_probe_write(struct redis *r, const char *key, redis_reply_fn cb,
+		      void *arg);
 int redis_commandl(struct redis *r, redis_reply_fn cb, void *arg, ...)
 	__attribute__((sentinel));
 int redis_command_argv(struct redis *r, redis_reply_fn cb, void *arg, int argc,

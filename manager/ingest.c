@@ -538,8 +538,7 @@ ingest_index_probe(struct manager *mg)
 	if (!mg->index_refused || mg->index_probing)
 		return;
 	rkey_slot(key, sizeof(key), 0, "probe");
-	if (redis_commandl(mg->redis, index_probe_cb, mg, "SET", key, "1", "PX",
-			   "10000", NULL) == 0)
+	if (redis_probe_write(mg->redis, key, index_probe_cb, mg) == 0)
 		mg->index_probing = 1;
 }
 

@@ -482,8 +482,7 @@ probe_writes(struct worker *w)
 	if (!w->rec->refused || w->rec->probing || !redis_up(w->redis))
 		return;
 	rkey_slot(key, sizeof(key), 0, "probe");
-	if (redis_commandl(w->redis, probe_cb, w, "SET", key, "1", "PX",
-			   "10000", NULL) == 0)
+	if (redis_probe_write(w->redis, key, probe_cb, w) == 0)
 		w->rec->probing = 1;
 }
 

@@ -72,8 +72,9 @@ struct redis {
 	 * one, the same address served by a restarted process (another
 	 * run_id: it came back empty or from an old snapshot before the
 	 * Sentinels noticed), or a +switch-master since is a failover, told
-	 * to failover_cb. run_id: the node's, read (INFO) before it is used;
-	 * empty when INFO is refused. */
+	 * to failover_cb (without Sentinels too: a restart). run_id: the
+	 * node's, read (INFO) before it is used; empty when INFO is refused,
+	 * and then every reconnection counts as a restart. */
 	int nsentinels;
 	char **s_host;
 	int *s_port;
@@ -359,6 +360,7 @@ auth_cb(redisAsyncContext *ac, void *reply, void *privdata)
 
 static void redis_ready(struct redis *r);
 static void role_cb(redisAsyncContext *ac, void *reply, void *privdata);
+static void run_id_cb(redisAsyncContext *ac, void *reply, void *privdata);
 
 static void
 setup_done_cb(redisAsyncContext *ac, void *reply, void *privdata)
@@ -385,22 +387,36 @@ setup_done_cb(redisAsyncContext *ac, void *reply, void *privdata)
 		redisAsyncCommand(ac, role_cb, r, "ROLE");
 		return;
 	}
+	if (!r->info_refused) {
+		/* Without Sentinels too: a Redis restarted at once (a
+		 * crash, systemd's Restart=) is told by its run_id. */
+		redisAsyncCommand(ac, run_id_cb, r, "INFO server");
+		return;
+	}
 	redis_ready(r);
 }
 
-/* The connection is usable: AUTH, SELECT (and ROLE) passed. */
+/* The connection is usable: AUTH, SELECT (and ROLE, INFO) passed.
+ * Another primary than the last usable connection's (an address, a
+ * +switch-master) is a failover; the same address served by another
+ * process (its run_id; any reconnection when INFO is refused, since a
+ * restart cannot be told then) is a restart: either may have lost the
+ * last writes, or come back with an old snapshot's index and markers. */
 static void
 redis_ready(struct redis *r)
 {
-	int moved;
+	int moved = 0, restarted = 0;
 
 	r->ready = 1;
 	r->backoff_ms = 50;
-	moved = r->last_host != NULL &&
-		(r->switched || strcmp(r->last_host, r->host) != 0 ||
-		 r->last_port != r->port ||
-		 (r->last_run[0] != '\0' && r->run_id[0] != '\0' &&
-		  strcmp(r->last_run, r->run_id) != 0));
+	if (r->last_host != NULL) {
+		moved = r->switched || strcmp(r->last_host, r->host) != 0 ||
+			r->last_port != r->port;
+		restarted = !moved &&
+			    (r->info_refused ||
+			     (r->last_run[0] != '\0' && r->run_id[0] != '\0' &&
+			      strcmp(r->last_run, r->run_id) != 0));
+	}
 	if (r->last_host == NULL || strcmp(r->last_host, r->host) != 0) {
 		xfree(r->last_host);
 		r->last_host = xstrdup(r->host);
@@ -414,12 +430,25 @@ redis_ready(struct redis *r)
 	else if (!r->policy_checked)
 		redisAsyncCommand(r->ac, policy_cb, r,
 				  "CONFIG GET maxmemory-policy");
-	if (moved) {
+	if (moved || restarted) {
 		r->failovers++;
-		log_warn("redis failover: a new primary; the index may lack "
-			 "the last writes",
-			 "master=%s primary=%s:%d failovers=%lu",
-			 r->master_name, r->host, r->port, r->failovers);
+		if (r->nsentinels > 0)
+			log_warn("redis failover: a new primary; the index may "
+				 "lack the last writes",
+				 "master=%s primary=%s:%d restart=%s "
+				 "failovers=%lu",
+				 r->master_name, r->host, r->port,
+				 restarted ? "yes" : "no", r->failovers);
+		else
+			log_warn("redis restarted: the index may lack the last "
+				 "writes",
+				 "host=%s port=%d seen=%s failovers=%lu",
+				 r->host, r->port,
+				 moved		   ? "another address"
+				 : r->info_refused ? "a reconnection (INFO "
+						     "refused)"
+						   : "another run_id",
+				 r->failovers);
 		/* Before the state change: the owner marks its slots for
 		 * a rebuild before anything claims from the new primary. */
 		if (r->failover_cb != NULL)
@@ -441,8 +470,9 @@ run_id_cb(redisAsyncContext *ac, void *reply, void *privdata)
 	r->run_id[0] = '\0';
 	if (rep->type != REDIS_REPLY_STRING) {
 		r->info_refused = 1;
-		log_warn("redis refused INFO: a restarted primary is not told "
-			 "from the same one",
+		log_warn("redis refused INFO: a restart cannot be told, so "
+			 "every reconnection rebuilds the index; grant the "
+			 "user +info",
 			 "host=%s port=%d error=\"%s\"", r->host, r->port,
 			 rep->type == REDIS_REPLY_ERROR ? rep->str
 							: "unexpected");

@@ -56,7 +56,7 @@ struct coverage;
 	  "Time from request to durable answer")                            \
 	X(redis_up, GAUGE, "prophet_redis_up", "1 when Redis is connected") \
 	X(redis_failovers, COUNTER, "prophet_redis_failovers_total",        \
-	  "Redis failovers seen (Sentinel named a new primary)")            \
+	  "Redis failovers and restarts (new primary/run_id)")              \
 	X(db_up, GAUGE, "prophet_db_connections",                           \
 	  "Database connections open (of db.pool_size)")                    \
 	X(zk_up, GAUGE, "prophet_zookeeper_up",                             \

@@ -36,6 +36,10 @@ cluster on them; MariaDB and Kafka stay the shared dev cluster's.
                      snapshot (markers kept, burst absent) before the
                      Sentinels notice: the daemons must take the new run_id
                      for a failover, and the burst fire on time
+  restarted_single   the same without Sentinel (one Redis, crashed and
+                     restarted at once by its service manager): the run_id
+                     tells the restart; restarted_single_acl: an ACL user
+                     without INFO, where every reconnection counts as one
   noreplicas         min-replicas-to-write 1 on the primary, its replica
                      killed for 6 s: every write refused (NOREPLICAS); the
                      workers fire from the DB meanwhile (p99 < 3 s) and go
@@ -699,6 +703,110 @@ def test_restarted_primary():
         ha.close(failed)
 
 
+class AclRedis(s.PrivateRedis):
+    """A private Redis (loads its dump.rdb at start, as any Redis with
+    persistence) whose user prophet has the ACL security.md gave before
+    +info: everything but @dangerous, so INFO (run_id) is refused. A
+    command-line directive, so a restart keeps the user."""
+
+    name = "redis-acl"
+    password = "prophet-acl-pw"
+
+    def _launch(self):
+        if self.proc is None:
+            self.proc = h.Proc(self.name, [
+                "redis-server", "--port", str(self.port), "--bind", s.HOST,
+                "--save", "", "--appendonly", "no", "--dir", self.dir,
+                "--protected-mode", "yes", "--daemonize", "no",
+                "--logfile", "", "--databases", "16",
+                "--user", "prophet", "on", ">" + self.password, "~*", "&*",
+                "+@all", "-@dangerous"],
+                os.path.join(self.dir, "redis.log"))
+        self.proc.start()
+
+
+def restarted_single(name, acl):
+    """One Redis, no Sentinel: SAVE, a burst indexed after it, kill -9
+    and an immediate start from that snapshot (a crash restarted by
+    systemd: markers there, the burst absent, delivered tasks back in
+    the index). With INFO allowed, the new run_id is a restart; with INFO
+    refused, the reconnection itself counts. Every slot must be rebuilt,
+    the burst fire on time and nothing twice."""
+    rd = (AclRedis() if acl else s.PrivateRedis()).start()
+    c = None
+    failed = True
+    try:
+        conf = {"redis.timeout_ms": 1000, "worker.lease_ms": 5000}
+        c = s.Cluster(workers=2, conf=conf, name=name, redis=rd).open()
+        CLUSTERS.append(c)
+        if acl:
+            pw = os.path.join(rd.dir, "prophet.pass")
+            with open(pw, "w") as f:
+                f.write(rd.password + "\n")
+            os.chmod(pw, 0o600)
+            c.extra_conf.update({
+                "redis.url": "redis://prophet@%s:%d/%d" % (
+                    s.HOST, rd.port, c.redis_db),
+                "redis.password_file": pw})
+            c.write_conf()
+        c.start()
+        h.create_topics(c.brokers, [c.topic(d.TOPIC)])
+        c.rd = c.reader([d.TOPIC])
+        d.warm_reader(c)
+        p = h.Problems()
+        port = rd.port
+        led = d.Ledger(name, c)
+        st = d.Stream(led, "rs", rate=50, delay_lo=1000,
+                      delay_hi=3000).start()
+        time.sleep(3.0)
+        p.check(markers(c, port) == c.slots, "the snapshot lacks markers")
+        r = rd.client()
+        try:
+            r.cmd("SAVE")
+        finally:
+            r.close()
+        t_cut = h.now_ms()
+        burst = [d.task("rb-%04d" % i, t_cut + 6000 + (i % 40) * 100)
+                 for i in range(200)]
+        led.post_all(burst)
+        ids = [t["id"] for t in burst]
+        p.check(len(in_index_soon(c, port, ids)) == len(ids),
+                "the burst is not in the index")
+        t_kill = h.now_ms()
+        rd.kill()
+        rd.start()
+        time.sleep(3.0)
+        st.stop()
+        blate = burst_lateness(p, led, ids, 3000)
+        seen = "a reconnection (INFO refused)" if acl else "another run_id"
+        for pr in procs(c):
+            got = d.log_lines(c, "redis restarted: the index may lack",
+                              t_kill, [pr])
+            p.check(got, "%s did not take the restart for one" % pr.name)
+            p.check(all(seen in line for _, line in got),
+                    "%s: not told by %s: %s" % (pr.name, seen, got[:1]))
+        rb = rebuild_ms(c, t_kill)
+        p.check(rb, "no 'slot index rebuilt' after the restart")
+        report(led, p, "single Redis restarted from an older snapshot (%s); "
+               "burst of %d tasks fired with lateness p50=%d p99=%d max=%d "
+               "ms; %d slot rebuilds" % (
+                   seen, len(ids), h.percentile(blate, 50),
+                   h.percentile(blate, 99), max(blate), len(rb)))
+        failed = False
+    finally:
+        if c is not None:
+            close(c, failed)
+        rd.close(failed=failed)
+
+
+def test_restarted_single():
+    restarted_single("ha-rsingle", acl=False)
+
+
+def test_restarted_single_acl():
+    restarted_single("ha-racl", acl=True)
+
+
 def test_noreplicas():
     """min-replicas-to-write 1 on the primary and its only replica
     killed: the primary refuses every write (NOREPLICAS), claims
@@ -987,7 +1095,8 @@ def test_zk_leader_killed():
 
 
 tests = [test_sentinel_failover, test_lagging_failover, test_lagging_replica,
-         test_restarted_primary, test_noreplicas,
+         test_restarted_primary, test_restarted_single,
+         test_restarted_single_acl, test_noreplicas,
          test_sentinel_names_replica, test_zk_leader_killed]
 
 

@@ -17,6 +17,7 @@
 
 #include "auth.h"
 #include "cfg.h"
+#include "commit.h"
 #include "http.h"
 #include "kafka.h"
 #include "log.h"
@@ -1623,7 +1624,8 @@ cfg_from_args(int *argcp, char **argv, const char *prog, const char *summary)
 			cfg_write_example(stdout);
 			exit(0);
 		} else if (!strcmp(a, "-V") || !strcmp(a, "--version")) {
-			printf("%s %s\n", prog, PACKAGE_VERSION);
+			printf("%s %s (commit %s)\n", prog, PACKAGE_VERSION,
+			       prophet_commit);
 			exit(0);
 		} else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
 			usage(prog, summary);

@@ -11,6 +11,7 @@
 
 #include "auth.h"
 #include "cfg.h"
+#include "commit.h"
 #include "daemon.h"
 #include "db.h"
 #include "http.h"
@@ -235,8 +236,8 @@ main(int argc, char **argv)
 	}
 	log_level_parse(cfg_str(mg.cfg, CFG_LOG_LEVEL), &lvl);
 	log_init("manager", lvl);
-	log_info("starting", "version=%s config=%s", PACKAGE_VERSION,
-		 cfg_path(mg.cfg));
+	log_info("starting", "version=%s commit=%s config=%s", PACKAGE_VERSION,
+		 prophet_commit, cfg_path(mg.cfg));
 	mg.nslots = (int)cfg_int(mg.cfg, CFG_CLUSTER_SLOTS);
 	mg.horizon_ms = cfg_int(mg.cfg, CFG_TASK_HORIZON_MS);
 	mg.index_margin_ms = cfg_int(mg.cfg, CFG_TASK_INDEX_MARGIN_MS);

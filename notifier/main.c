@@ -10,6 +10,7 @@
 #include <event2/thread.h>
 
 #include "cfg.h"
+#include "commit.h"
 #include "daemon.h"
 #include "db.h"
 #include "hmap.h"
@@ -303,8 +304,8 @@ main(int argc, char **argv)
 	n.token = cfg_http_token(n.cfg, err, sizeof(err));
 	if (n.token == NULL)
 		log_fatal("bad config", "error=\"%s\"", err);
-	log_info("starting", "version=%s id=%s config=%s manager=%s",
-		 PACKAGE_VERSION, n.id, cfg_path(n.cfg),
+	log_info("starting", "version=%s commit=%s id=%s config=%s manager=%s",
+		 PACKAGE_VERSION, prophet_commit, n.id, cfg_path(n.cfg),
 		 log_mask_url(cfg_str(n.cfg, CFG_NOTIFIER_MANAGER_URL), masked,
 			      sizeof(masked)));
 

@@ -11,6 +11,7 @@
 #include <event2/thread.h>
 
 #include "cfg.h"
+#include "commit.h"
 #include "crashpoint.h"
 #include "daemon.h"
 #include "db.h"
@@ -177,8 +178,8 @@ main(int argc, char **argv)
 			 cfg_str(w.cfg, CFG_WORKER_ID));
 	else
 		daemon_default_id(w.id, sizeof(w.id));
-	log_info("starting", "version=%s id=%s config=%s", PACKAGE_VERSION,
-		 w.id, cfg_path(w.cfg));
+	log_info("starting", "version=%s commit=%s id=%s config=%s",
+		 PACKAGE_VERSION, prophet_commit, w.id, cfg_path(w.cfg));
 	w.nslots = (int)cfg_int(w.cfg, CFG_CLUSTER_SLOTS);
 	w.slots = xcalloc((size_t)w.nslots, sizeof(*w.slots));
 	w.lookahead_ms = cfg_int(w.cfg, CFG_WORKER_LOOKAHEAD_MS);

@@ -23,3 +23,20 @@ if "$bin/prophet-worker" -c "$src/deploy/prophet.conf.example" \
 fi
 grep -q "worker.lease_ms" "$tmp"
 echo "ok 3 - bad value rejected with the key name: $(cat "$tmp")"
+# --version names the commit built (git describe of the source tree), so
+# that an operator can tell which build each host runs.
+want=unknown
+if [ -e "$src/.git" ]; then
+	want=$(cd "$src" && git describe --always --dirty --abbrev=12 2>/dev/null) || want=unknown
+fi
+for prog in prophet-manager prophet-worker prophet-notifier; do
+	got=$("$bin/$prog" --version)
+	case $got in
+	"$prog "*" (commit $want)") ;;
+	*)
+		echo "not ok 4 - $prog --version: '$got', want the commit $want" >&2
+		exit 1
+		;;
+	esac
+done
+echo "ok 4 - --version names the commit: $got"

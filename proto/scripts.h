@@ -19,6 +19,7 @@ extern const char SCRIPT_CLAIM[];
 extern const char SCRIPT_CRON_NEXT[];
 extern const char SCRIPT_FENCE[];
 extern const char SCRIPT_FORGET[];
+extern const char SCRIPT_GIVEBACK[];
 extern const char SCRIPT_HOLD[];
 extern const char SCRIPT_INDEX[];
 extern const char SCRIPT_LIFT[];

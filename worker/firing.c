@@ -116,8 +116,8 @@ is_unknown_topic(rd_kafka_resp_err_t err)
 
 /*
  * A task whose topic was deleted after it was accepted (or never made on
- * brokers that do not create topics): it stays in flight, its lease
- * brings it back, and it fires once the topic exists. Counted, and
+ * brokers that do not create topics): it goes back to due for a retry a
+ * lease later (give_back), and fires once the topic exists. Counted, and
  * warned about at most every UNKNOWN_WARN_MS (there may be many).
  */
 static void
@@ -138,6 +138,40 @@ unknown_topic(struct worker *w, const struct wtask *t, const char *topic)
 		 w->fi->unknown_unlogged);
 	w->fi->unknown_warned_ms = now;
 	w->fi->unknown_unlogged = 0;
+}
+
+/* Errors of a delivery report that say the message was not written. */
+static int
+not_written(rd_kafka_resp_err_t err)
+{
+	return is_unknown_topic(err) ||
+	       err == RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE ||
+	       err == RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED;
+}
+
+/*
+ * A publish that did not reach Kafka (the topic is gone, the producer
+ * refused it): the task waits for its retry, a lease from now as before,
+ * in due rather than in flight, so that a cancel or a reschedule takes it
+ * meanwhile (in flight they answer 409: a task whose topic never comes
+ * back could not be cancelled). Fenced by its claim's lease end (SCRIPT_
+ * GIVEBACK). Tasks claimed from the DB keep their lease there.
+ */
+static void
+give_back(struct worker *w, const struct wtask *t)
+{
+	struct slot_eval ev;
+
+	if (t->from_db || t->lease_until == 0)
+		return;
+	slot_eval_init(&ev, SCRIPT_GIVEBACK, t->slot, "di");
+	redis_args_addint(&ev.a, worker_now(w) + w->lease_ms);
+	redis_args_addstr(&ev.a, t->id);
+	redis_args_addint(&ev.a, t->lease_until);
+	if (redis_eval_args(w->redis, NULL, NULL, &ev.a) < 0)
+		log_debug("redis give-back skipped (disconnected)",
+			  "id=%s slot=%d", t->id, t->slot);
+	slot_eval_free(&ev);
 }
 
 /* prefix + topic in buf, cut to its size (snprintf's "%s%s" at a tenth of
@@ -219,8 +253,8 @@ firing_publish_task(struct worker *w, struct wtask *t, const struct task *pt)
 	t->ktopic = xstrdup(topic);
 	if (kafka_produce(w->kafka, topic, key, strlen(key), pt->body,
 			  pt->body_len, h, t, &err) < 0) {
-		/* Still in flight (Redis) or firing (DB): a lease reaper
-		 * re-fires it. */
+		/* Not written: back to due for a retry after a lease
+		 * (Redis), or firing until its lease ends (DB). */
 		if (is_unknown_topic(err))
 			unknown_topic(w, t, topic);
 		else
@@ -228,6 +262,7 @@ firing_publish_task(struct worker *w, struct wtask *t, const struct task *pt)
 				 "id=%s%s topic=%s error=\"%s\"", t->id,
 				 t->trace, topic, rd_kafka_err2str(err));
 		metric_inc(w->m.publish_errors);
+		give_back(w, t);
 		wtask_release(w, t);
 		return -1;
 	}
@@ -264,6 +299,8 @@ firing_dr_cb(void *opaque, rd_kafka_resp_err_t err, void *arg)
 			log_warn("delivery failed", "id=%s%s error=\"%s\"",
 				 t->id, t->trace, rd_kafka_err2str(err));
 		metric_inc(w->m.publish_errors);
+		if (not_written(err))
+			give_back(w, t);
 		wtask_release(w, t);
 		return;
 	}

@@ -44,9 +44,10 @@ struct slot_call {
 	/* For scans: from the start, and the highest score asked for. */
 	int full;
 	int64_t max;
-	/* For claims: the tasks sent, in order. */
+	/* For claims: the tasks sent, in order, and their lease's end. */
 	struct wtask **tasks;
 	size_t n;
+	int64_t lease_until;
 };
 
 static struct slot_call *
@@ -285,6 +286,7 @@ claim_reply_cb(struct redis *r, redisReply *reply, void *arg)
 			continue;
 		t->attempt = (int)attempt->integer;
 		t->epoch = c->epoch;
+		t->lease_until = c->lease_until;
 		if (firing_decode(w, t, payload->str, payload->len, &pt) < 0) {
 			c->tasks[j] = NULL; /* freed */
 			continue;
@@ -365,7 +367,8 @@ claim_slot(struct worker *w, int slot)
 	/* The latest due time a queued task can have (claim_at). */
 	redis_args_addint(&ev.a,
 			  now + w->claim_ahead_ms + w->claim_group_ms - 1);
-	redis_args_addint(&ev.a, now + w->lease_ms);
+	c->lease_until = now + w->lease_ms;
+	redis_args_addint(&ev.a, c->lease_until);
 	for (size_t i = 0; i < n; i++) {
 		struct wtask *t = s->claimq_head;
 

@@ -106,7 +106,7 @@ struct eos_batch;
 	  "1 while claiming is stopped because ZooKeeper is unreachable")      \
 	X(redis_up, GAUGE, "prophet_redis_up", "1 when Redis is connected")    \
 	X(redis_failovers, COUNTER, "prophet_redis_failovers_total",           \
-	  "Redis failovers seen (Sentinel named a new primary)")               \
+	  "Redis failovers and restarts (new primary/run_id)")                 \
 	X(db_up, GAUGE, "prophet_db_connections",                              \
 	  "Database connections open (of db.pool_size)")                       \
 	X(zk_up, GAUGE, "prophet_zookeeper_up",                                \
@@ -161,9 +161,10 @@ struct wtask {
 	int64_t epoch;
 	int attempt;
 	int64_t fired_at;
-	int expire;  /* ttl passed: mark expired, do not publish */
-	int from_db; /* claimed from the DB (status firing there) */
-	int counted; /* its attempt is recorded in Redis */
+	int expire;	     /* ttl passed: mark expired, do not publish */
+	int from_db;	     /* claimed from the DB (status firing there) */
+	int counted;	     /* its attempt is recorded in Redis */
+	int64_t lease_until; /* Redis: the in-flight deadline its claim set */
 	/* Recurring tasks: due_at is the occurrence being fired. */
 	int recurring;
 	int misfired;  /* fired later than the misfire threshold */

@@ -1,5 +1,6 @@
 #!/usr/bin/python3
-"""The fire path's Redis scripts (proto/lua: claim, attempted, forget) run
+"""The fire path's Redis scripts (proto/lua: claim, attempted, forget,
+giveback) run
 as the worker runs them, on the dev cluster's Redis, checked key by key:
 what is claimed and what is not (not due, no payload, unknown, sent twice,
 a stale epoch), the reply's positions, attempts counted once a publish
@@ -151,6 +152,32 @@ def test_forget_past_a_chunk():
                "in flight left")
     h.check_eq(R.cmd("HKEYS", K["task"]), [b"keep"], "payloads left")
     h.check_eq(R.cmd("HKEYS", K["attempt"]), [b"keep"], "attempts left")
+
+
+def test_giveback_fenced_by_the_lease():
+    """A failed publish gives its task back to due at the retry time, only
+    while it is in flight under its own claim's lease end: one claimed
+    again since (another lease end), one no longer in flight and one never
+    claimed stay as they are; the payload stays."""
+    reset()
+    add("a", NOW - 5)
+    add("b", NOW - 5)
+    h.check_eq(len(pairs(claim(1, ["a", "b"]))), 2, "claimed")
+    R.cmd("ZADD", K["inflight"], LEASE + 7, "b")  # claimed again since
+    add("c", NOW + 100)  # still due, never claimed
+    retry = NOW + 30_000
+    n = R.cmd("EVAL", script("giveback"), 2, K["due"], K["inflight"], retry,
+              "a", LEASE, "b", LEASE, "c", LEASE, "gone", LEASE)
+    h.check_eq(n, 1, "given back")
+    h.check_eq(R.cmd("ZSCORE", K["due"], "a"), str(retry).encode(),
+               "a due at the retry time")
+    h.check(R.cmd("ZSCORE", K["inflight"], "a") is None, "a still in flight")
+    h.check_eq(R.cmd("ZSCORE", K["inflight"], "b"), str(LEASE + 7).encode(),
+               "b's newer claim")
+    h.check(R.cmd("ZSCORE", K["due"], "b") is None, "b put in due")
+    h.check_eq(R.cmd("ZSCORE", K["due"], "c"), str(NOW + 100).encode(),
+               "c's due time")
+    h.check_eq(R.cmd("HGET", K["task"], "a"), b"payload-a", "a's payload")
 
 
 if __name__ == "__main__":

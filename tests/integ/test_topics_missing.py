@@ -14,7 +14,9 @@ topic and hide the problem):
   kafka.topic_partitions and the task fires;
 - a topic deleted after its tasks were accepted holds up no other topic's
   tasks, its task is counted (prophet_publish_unknown_topic_total), stays
-  unpublished but not lost, and fires once the topic is back.
+  unpublished but not lost, and fires once the topic is back; meanwhile a
+  task of that topic can be cancelled (it waits for its retry as
+  scheduled, not in flight) and then never fires.
 """
 
 import json
@@ -277,12 +279,18 @@ def test_deleted_topic_holds_up_nothing_and_fires_when_back():
     late = submit(API, gone, delay_ms=600000)
     h.check_eq(late.status, 201, "task of %s (%r)" % (gone, late))
     tid = late.json["id"]
+    # A second one, cancelled while its publishes fail (below).
+    stuck = submit(API, gone, delay_ms=600000)
+    h.check_eq(stuck.status, 201, "task of %s (%r)" % (gone, stuck))
+    sid = stuck.json["id"]
     kafka_topics("--delete", "--topic", C.topic(gone))
     h.wait_until(lambda: C.topic(gone) not in broker_topics(), 30,
                  0.2, "topic deleted")
     reader = C.reader([other])
     now = h.now_ms()
     r = API.request("PATCH", "/v1/tasks/%s" % tid, {"due_at": now + 3000})
+    h.check_eq(r.status, 200, "reschedule %r" % r)
+    r = API.request("PATCH", "/v1/tasks/%s" % sid, {"due_at": now + 3000})
     h.check_eq(r.status, 200, "reschedule %r" % r)
     # The other topic's tasks, due every 200 ms across the failed fires.
     others = []
@@ -317,6 +325,14 @@ def test_deleted_topic_holds_up_nothing_and_fires_when_back():
     st = API.get("/v1/tasks/%s" % tid).json
     h.check(st["status"] in ("scheduled", "firing"),
             "task of the deleted topic later: %r" % st["status"])
+    # Between its failed publishes a task waits for its retry as scheduled:
+    # it can be cancelled (it stayed in flight and answered 409 for as long
+    # as the topic was gone).
+    r = API.request("DELETE", "/v1/tasks/%s" % sid)
+    h.check_eq(r.status, 200, "cancel of a task whose publishes fail (%r)"
+               % r)
+    h.check_eq(API.get("/v1/tasks/%s" % sid).json["status"], "cancelled",
+               "status after the cancel")
     # Back: it fires within about a lease.
     kafka_topics("--create", "--topic", C.topic(gone), "--partitions", "2")
     back = time.monotonic()
@@ -327,6 +343,11 @@ def test_deleted_topic_holds_up_nothing_and_fires_when_back():
           % (time.monotonic() - back, LEASE_MS))
     h.wait_until(lambda: API.get("/v1/tasks/%s" % tid).json["status"] ==
                  "delivered", 30, 0.2, "delivered")
+    # The cancelled one never fires, not even a lease later.
+    time.sleep(LEASE_MS / 1000.0 + 1)
+    h.check(sid not in r1.by_id, "the cancelled task was published")
+    h.check_eq(API.get("/v1/tasks/%s" % sid).json["status"], "cancelled",
+               "status of the cancelled task at the end")
 
 
 def cleanup(failed):

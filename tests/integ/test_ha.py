@@ -647,6 +647,37 @@ def check_rebuilt(p, c, led, ids, t_kill, what):
     return blate, rb
 
 
+def burst_after_snapshot(c, node, name, p):
+    """A stream of tasks; a SAVE on the Redis node (every built marker in
+    it), a burst of 200 tasks indexed after it; then the node kill -9ed and
+    started again at once, from that snapshot. Returns the ledger, the
+    burst's ids and the time of the kill."""
+    led = d.Ledger(name, c)
+    st = d.Stream(led, "rs", rate=50, delay_lo=1000, delay_hi=3000).start()
+    time.sleep(3.0)
+    kept = markers(c, node.port)
+    p.check(kept == c.slots, "the snapshot holds %d of %d built markers"
+            % (kept, c.slots))
+    r = node.client()
+    try:
+        r.cmd("SAVE")
+    finally:
+        r.close()
+    t_cut = h.now_ms()
+    burst = [d.task("rb-%04d" % i, t_cut + 6000 + (i % 40) * 100)
+             for i in range(200)]
+    led.post_all(burst)
+    ids = [t["id"] for t in burst]
+    p.check(len(in_index_soon(c, node.port, ids)) == len(ids),
+            "the burst is not in the index")
+    t_kill = h.now_ms()
+    node.kill()
+    node.start()
+    time.sleep(3.0)
+    st.stop()
+    return led, ids, t_kill
+
+
 def test_restarted_primary():
     """The primary kill -9ed and started again at once, from a snapshot
     taken before a burst was indexed (a replica's dump.rdb, persistence
@@ -663,30 +694,8 @@ def test_restarted_primary():
         c = sentinel_cluster("ha-rst", ha)
         p = h.Problems()
         port = ha.primary.port
-        led = d.Ledger("restarted_primary", c)
-        st = d.Stream(led, "rs", rate=50, delay_lo=1000,
-                      delay_hi=3000).start()
-        time.sleep(3.0)
-        kept = markers(c, port)
-        p.check(kept == c.slots, "the snapshot holds %d of %d built markers"
-                % (kept, c.slots))
-        r = ha.primary.client()
-        try:
-            r.cmd("SAVE")
-        finally:
-            r.close()
-        t_cut = h.now_ms()
-        burst = [d.task("rb-%04d" % i, t_cut + 6000 + (i % 40) * 100)
-                 for i in range(200)]
-        led.post_all(burst)
-        ids = [t["id"] for t in burst]
-        p.check(len(in_index_soon(c, port, ids)) == len(ids),
-                "the burst is not in the primary's index")
-        t_kill = h.now_ms()
-        ha.primary.kill()
-        ha.primary.start()
-        time.sleep(3.0)
-        st.stop()
+        led, ids, t_kill = burst_after_snapshot(c, ha.primary,
+                                                "restarted_primary", p)
         p.check(ha.master_port() == port, "the Sentinels failed over: the "
                 "restart was not quick enough to test a restart")
         blate, rb = check_rebuilt(p, c, led, ids, t_kill,
@@ -754,29 +763,7 @@ def restarted_single(name, acl):
         c.rd = c.reader([d.TOPIC])
         d.warm_reader(c)
         p = h.Problems()
-        port = rd.port
-        led = d.Ledger(name, c)
-        st = d.Stream(led, "rs", rate=50, delay_lo=1000,
-                      delay_hi=3000).start()
-        time.sleep(3.0)
-        p.check(markers(c, port) == c.slots, "the snapshot lacks markers")
-        r = rd.client()
-        try:
-            r.cmd("SAVE")
-        finally:
-            r.close()
-        t_cut = h.now_ms()
-        burst = [d.task("rb-%04d" % i, t_cut + 6000 + (i % 40) * 100)
-                 for i in range(200)]
-        led.post_all(burst)
-        ids = [t["id"] for t in burst]
-        p.check(len(in_index_soon(c, port, ids)) == len(ids),
-                "the burst is not in the index")
-        t_kill = h.now_ms()
-        rd.kill()
-        rd.start()
-        time.sleep(3.0)
-        st.stop()
+        led, ids, t_kill = burst_after_snapshot(c, rd, name, p)
         blate = burst_lateness(p, led, ids, 3000)
         seen = "a reconnection (INFO refused)" if acl else "another run_id"
         for pr in procs(c):

@@ -321,7 +321,7 @@
 	X(TASK_HORIZON_MS, "task", "horizon_ms", CFG_INT, "1800000", 10000,    \
 	  86400000, NULL, 0,                                                   \
 	  "tasks due within this time are indexed in Redis, later ones only "  \
-	  "in the DB")                                                         \
+	  "in the DB; not larger on a worker than on the managers")            \
 	X(TASK_INDEX_MARGIN_MS, "task", "index_margin_ms", CFG_INT, "60000",   \
 	  10000, 3600000, NULL, 0,                                             \
 	  "a task submitted, rescheduled or recurring due before now + "       \

@@ -500,6 +500,7 @@ struct item {
 	int64_t score; /* cancel: what Redis removed (uncancel) */
 	int redis_changed;
 	int locked_cancelled; /* the row was cancelled by someone else */
+	int far;	      /* cancel: beyond every index, no Redis step */
 };
 
 struct job_state {
@@ -562,6 +563,7 @@ struct runner_job {
 	char note[200];
 	char *firing_text;
 	int64_t horizon_edge;
+	int64_t out_of_reach; /* cancel: tasks_out_of_reach() at the read */
 	int64_t max_due;
 	char retry_topic[TASK_TOPIC_MAX + 1]; /* notifier.retry_topic */
 	struct item *items; /* RJ_READ fills, RJ_WRITE decides */
@@ -798,8 +800,10 @@ read_run(struct db_conn *c, struct runner_job *j)
 		it->topic = xstrdup(
 			db_rows_get(&j->rows, i, cancel ? 4 : PC_TOPIC, NULL));
 		it->outcome = BO_PENDING;
-		if (s->action == BA_CANCEL)
+		if (s->action == BA_CANCEL) {
+			it->far = !it->series && it->old_due >= j->out_of_reach;
 			continue;
+		}
 		it->new_due = s->action == BA_SHIFT ? it->old_due + s->by_ms
 						    : s->due_at;
 		/* A series keeps its expression (PATCH its cron); a shift
@@ -1268,7 +1272,7 @@ redis_pass(struct bulk_runner *p, const struct item *items, size_t nitems,
 		int want = changed_only ? items[i].outcome == BO_CHANGED
 					: items[i].outcome == BO_PENDING;
 
-		if (want)
+		if (want && !items[i].far)
 			count[items[i].slot]++;
 	}
 	for (int s = 0; s < mg->nslots; s++) {
@@ -1293,7 +1297,7 @@ redis_pass(struct bulk_runner *p, const struct item *items, size_t nitems,
 		for (size_t i = 0; i < nitems; i++) {
 			const struct item *it = &items[i];
 
-			if (it->slot != s ||
+			if (it->slot != s || it->far ||
 			    (changed_only ? it->outcome != BO_CHANGED
 					  : it->outcome != BO_PENDING))
 				continue;
@@ -1390,6 +1394,7 @@ read_chunk(struct bulk_runner *p, const char *cursor)
 	if (cursor != NULL)
 		snprintf(j->cursor, sizeof(j->cursor), "%s", cursor);
 	j->horizon_edge = clock_now_ms() + mg->horizon_ms + 60000;
+	j->out_of_reach = tasks_out_of_reach(mg, clock_now_ms());
 	j->max_due = clock_now_ms() + mg->limits.max_delay_ms;
 	p->next = NX_READING;
 	rjob_submit(p, j);
@@ -1414,7 +1419,7 @@ chunk_written(struct bulk_runner *p, struct runner_job *j)
 			       (size_t)js->spec.action * BO__COUNT +
 				       it->outcome);
 		if (cancel && it->outcome == BO_CHANGED) {
-			hdel[it->slot]++;
+			hdel[it->slot] += !it->far;
 		} else if (cancel && it->redis_changed &&
 			   !it->locked_cancelled) {
 			/* Not scheduled any more: the cancel is undone, as
@@ -1443,6 +1448,7 @@ chunk_written(struct bulk_runner *p, struct runner_job *j)
 			redis_args_addstr(&a, key);
 			for (size_t i = 0; i < j->nitems; i++)
 				if (j->items[i].slot == sl &&
+				    !j->items[i].far &&
 				    j->items[i].outcome == BO_CHANGED)
 					redis_args_addstr(&a, j->items[i].id);
 			redis_command_argv(mg->redis, NULL, NULL, a.argc,

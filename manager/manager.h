@@ -302,6 +302,10 @@ void tasks_list(struct manager *mg, struct evhttp_request *req);
 /* Puts back in its slot's due set, at score, a task whose cancel took it
  * out of Redis but changed nothing in the DB (single and bulk cancel). The
  * caller wakes the slot's owner: it may be below what its scans read. */
+/* A one-shot task due at or after this is in no index (the manager's, the
+ * loader's, a rebuild's or a restore's window), nor can an indexer hold a
+ * read of it: its cancel needs neither Redis nor a tombstone. */
+int64_t tasks_out_of_reach(const struct manager *mg, int64_t now);
 void tasks_uncancel(struct manager *mg, int slot, const char *id,
 		    int64_t score);
 /* In the transaction that cancelled retry_id, a task of the notifier's

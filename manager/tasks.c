@@ -58,6 +58,7 @@ struct change {
 	int64_t new_due;
 	int64_t old_due;       /* the DB's due time before the change */
 	int64_t removed_score; /* cancel: score it had in Redis */
+	int far;	       /* cancel: beyond every index (no Redis) */
 	char *payload;	       /* reschedule: new payload, "" = unindex */
 	char *new_cron;	       /* reschedule of a recurring task */
 	char *new_tz;	       /* NULL: keep the stored zone */
@@ -257,6 +258,21 @@ reply_not_changeable(struct change *c, const char *status)
 						    : "rescheduled");
 }
 
+/*
+ * Beyond the horizon plus the manager's index margin no indexer writes a
+ * task (the manager's own window, the workers' loader and rebuilds, a
+ * restore: each reads at most a horizon ahead of its clock), and a minute
+ * more covers the clocks of the hosts and a read under way. A tombstone
+ * there would only take Redis memory until an hour after the due time
+ * (a month ahead: a month), and a cancel would wait for Redis for
+ * nothing.
+ */
+int64_t
+tasks_out_of_reach(const struct manager *mg, int64_t now)
+{
+	return now + mg->horizon_ms + mg->index_margin_ms + 60000;
+}
+
 void
 tasks_uncancel(struct manager *mg, int slot, const char *id, int64_t score)
 {
@@ -272,6 +288,8 @@ tasks_uncancel(struct manager *mg, int slot, const char *id, int64_t score)
 static void
 uncancel(struct change *c)
 {
+	if (c->far)
+		return;
 	tasks_uncancel(c->mg, c->slot, c->id, c->removed_score);
 	ingest_wake(c->mg, c->slot);
 }
@@ -299,13 +317,15 @@ written(struct change *c, int status, const char *err)
 		reply_not_changeable(c, st);
 		return;
 	}
-	if (c->op == OP_CANCEL) {
+	if (c->op == OP_CANCEL && !c->far) {
 		rkey_task(ktask, sizeof(ktask), c->slot);
 		rkey_attempt(katt, sizeof(katt), c->slot);
 		redis_commandl(c->mg->redis, NULL, NULL, "HDEL", ktask, c->id,
 			       NULL);
 		redis_commandl(c->mg->redis, NULL, NULL, "HDEL", katt, c->id,
 			       NULL);
+	}
+	if (c->op == OP_CANCEL) {
 		log_info("task cancelled", "id=%s%s recurring=%d", c->id,
 			 c->trace, c->recurring);
 		if (c->recurring)
@@ -476,6 +496,14 @@ change_done_cb(struct db_job *job, int status, const char *err)
 		 db_rows_get(&c->rows, 0, PC_TOPIC, NULL));
 	c->retry_task =
 		!strcmp(c->topic, cfg_str(mg->cfg, CFG_NOTIFIER_RETRY_TOPIC));
+	if (c->op == OP_CANCEL && !c->recurring &&
+	    c->old_due >= tasks_out_of_reach(mg, c->now)) {
+		/* In no index: nothing to decide against, no tombstone. */
+		c->far = 1;
+		c->phase = 1;
+		db_pool_submit(mg->db, &c->job);
+		return;
+	}
 	if (c->op == OP_CANCEL) {
 		struct slot_eval ev;
 

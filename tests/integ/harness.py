@@ -1638,6 +1638,17 @@ class Cluster:
         return sentinel_primary(self.env["PROPHET_REDIS_SENTINELS"],
                                 self.env["PROPHET_REDIS_MASTER_NAME"])
 
+    def tombstoned(self, ids):
+        """How many of ids have a cancel tombstone in their slot's
+        cancelled set (any slot's: the tests do not hash ids)."""
+        r = self.redis()
+        try:
+            return sum(any(r.cmd("ZSCORE", "{prophet:%d}:cancelled" % n,
+                                 tid) is not None
+                           for n in range(self.slots)) for tid in ids)
+        finally:
+            r.close()
+
     def redis(self):
         if self.ha:
             self.redis_host, self.redis_port = self.redis_primary()

@@ -179,6 +179,12 @@ def test_dry_run_count_equals_real_cancel():
     st.update(statuses("dryb"))
     h.check(all(v[0] == "cancelled" for k, v in st.items()
                 if k.startswith(("dryn", "dryb"))), "indexed tasks cancelled")
+    # Tombstones for the indexed ones, none for those beyond the reach of
+    # every index (2 h): they would take Redis memory until 3 h from now.
+    h.check_eq(C.tombstoned(n1 + n2), len(n1 + n2),
+               "indexed tasks' tombstones")
+    h.check_eq(C.tombstoned(["dry-%05d" % i for i in range(100)]), 0,
+               "tombstones of far tasks")
     h.check(all(v[0] == "scheduled" for v in statuses("dryk").values()),
             "another key untouched")
     h.check(all(v[0] == "scheduled" for v in statuses("dryo").values()),

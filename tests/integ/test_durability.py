@@ -892,6 +892,11 @@ def redis_outage(fault, hung, outage_s):
             led = Ledger(fault, c)
             st = Stream(led, "rs", rate=20, delay_lo=1000,
                         delay_hi=5000).start()
+            api = c.api()
+            for tid, delay in (("far-" + fault, 7200000),
+                               ("near-" + fault, 600000)):
+                h.check_eq(api.post("/v1/tasks", task(
+                    tid, h.now_ms() + delay)).status, 201, tid)
             time.sleep(5.0)
             t_down = h.now_ms()
             if hung:
@@ -903,6 +908,12 @@ def redis_outage(fault, hung, outage_s):
             fb_ms = wait_db_mode(c, want_zero=False, timeout=outage_s)
             h.log("%s: workers in DB mode %s ms after the fault"
                   % (fault, fmt(fb_ms)))
+            # A cancel is decided against claims in Redis (503 without
+            # it), but one of a task beyond every index's reach needs
+            # nothing of Redis.
+            far = api.request("DELETE", "/v1/tasks/far-" + fault)
+            near = api.request("DELETE", "/v1/tasks/near-" + fault)
+            api.close()
             time.sleep(max(0, (t_down + outage_s * 1000 - h.now_ms())
                            / 1000.0))
             if hung:
@@ -916,6 +927,10 @@ def redis_outage(fault, hung, outage_s):
             time.sleep(5.0)
             st.stop()
             p = h.Problems()
+            p.check(far.status == 200, "cancel of a task due in 2 h during "
+                    "the outage: %r" % far)
+            p.check(near.status == 503, "cancel of a task due in 10 min "
+                    "during the outage (it needs Redis): %r" % near)
             p.check(fb_ms is not None, "workers never switched to DB mode "
                     "(prophet_db_mode_slots stayed 0)")
             p.check(back_ms is not None, "prophet_db_mode_slots not back to "

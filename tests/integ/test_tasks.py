@@ -111,6 +111,11 @@ def test_cancel_and_reschedule():
     submit(id="can-far", delay_ms=7200000)
     h.check_eq(API.request("DELETE", "/v1/tasks/can-far").status, 200,
                "cancel a DB-only task")
+    # A tombstone where an indexer may hold a read of the task (can-1,
+    # due in 2 s) and none beyond every index's reach (can-far, 2 h: it
+    # would take Redis memory until an hour after its due time).
+    h.check_eq(C.tombstoned(["can-1"]), 1, "tombstone of can-1")
+    h.check_eq(C.tombstoned(["can-far"]), 0, "tombstone of can-far")
     # Rescheduled earlier and later.
     submit(id="res-early", delay_ms=3600000)
     submit(id="res-late", delay_ms=500)

@@ -241,7 +241,8 @@
 	X(HTTP_MAX_CONNECTIONS, "http", "max_connections", CFG_INT, "1024", 1, \
 	  1000000, NULL, 0,                                                    \
 	  "most open client connections; at the limit idle and slow ones "     \
-	  "make room, else more wait in the listen backlog")                   \
+	  "make room, else more wait in the listen backlog; lowered (with a "  \
+	  "warning) to fit the open-file limit less 512")                      \
 	X(HTTP_MAX_BODY_MEMORY_BYTES, "http", "max_body_memory_bytes",         \
 	  CFG_INT, "268435456", 0, 68719476736LL, NULL, 0,                     \
 	  "request bodies being received at once (their Content-Length); "     \

@@ -2,6 +2,7 @@
 #include "config.h"
 #endif
 
+#include <errno.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -11,6 +12,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <sys/queue.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <time.h>
 
@@ -92,6 +94,13 @@ http_reason(int code)
 #define FORBIDDEN_FMT \
 	"this token's roles do not allow this call: it needs the %s role"
 #define EVICT_MIN_AGE_MS 100
+/* File descriptors kept for everything but client connections (database
+ * pool, Kafka clients and pull groups, ZooKeeper, Redis, files). */
+#define HTTP_FD_RESERVE 512
+/* Out of file descriptors: accepting pauses this long, and is logged at
+ * most once per ACCEPT_LOG_MS. */
+#define ACCEPT_PAUSE_MS 100
+#define ACCEPT_LOG_MS 10000
 #define TLS_COALESCE_MAX 16384 /* a TLS record's payload */
 #define TLS_SID_CTX "prophet"
 
@@ -143,7 +152,11 @@ struct http_server {
 	size_t nbuckets;
 	uint64_t next_id;
 	int paused;
+	int starved; /* accept() ran out of file descriptors */
 	struct event *sweep;
+	struct event *unstarve;
+	uint64_t accept_errors;
+	int64_t accept_logged_ms;
 	size_t body_memory;
 	const struct http_route *routes;
 	size_t nroutes;
@@ -815,12 +828,12 @@ server_update(struct http_server *s)
 	int changed = 0;
 
 	metric_set(s->m_open, (double)s->nconns);
-	if (full && !s->paused) {
+	if ((full || s->starved) && !s->paused) {
 		evconnlistener_disable(s->listener);
 		s->paused = 1;
 		changed = 1;
 		metric_inc(s->m_paused);
-	} else if (!full && s->paused) {
+	} else if (!full && !s->starved && s->paused) {
 		evconnlistener_enable(s->listener);
 		s->paused = 0;
 		changed = 1;
@@ -839,6 +852,117 @@ sweep_cb(evutil_socket_t fd, short what, void *arg)
 	(void)what;
 	server_sweep(s);
 	server_update(s);
+}
+
+static void
+unstarve_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct http_server *s = arg;
+
+	(void)fd;
+	(void)what;
+	s->starved = 0;
+	server_update(s);
+}
+
+/*
+ * accept() failed. Out of file descriptors (EMFILE, ENFILE), the pending
+ * connection stays in the backlog and the listener would be woken at
+ * once, again and again: libevent's default logs a line each time, which
+ * spun a core and wrote hundreds of MB of log a minute. Accepting pauses
+ * instead, the oldest idle or slow connection makes room as at the
+ * connection limit, and a line is logged now and then.
+ */
+static void
+accept_error_cb(struct evconnlistener *lev, void *arg)
+{
+	struct http_server *s = NULL;
+	int err = EVUTIL_SOCKET_ERROR();
+	int64_t now = clock_mono_ms();
+	struct http_conn *v;
+
+	(void)arg;
+	for (size_t i = 0; i < HTTP_MAX_SERVERS && s == NULL; i++)
+		if (servers[i].evh != NULL && servers[i].listener == lev)
+			s = &servers[i];
+	if (s == NULL)
+		return;
+	s->accept_errors++;
+	if (s->accept_logged_ms == 0 ||
+	    now - s->accept_logged_ms >= ACCEPT_LOG_MS) {
+		log_warn("cannot accept connections",
+			 "error=\"%s\" times=%llu "
+			 "open=%zu hint=\"raise the open-file limit "
+			 "(LimitNOFILE) or lower http.max_connections\"",
+			 evutil_socket_error_to_string(err),
+			 (unsigned long long)s->accept_errors, s->nconns);
+		s->accept_logged_ms = now;
+		s->accept_errors = 0;
+	}
+	s->starved = 1;
+	if ((v = server_victim(s)) != NULL) {
+		metric_inc(s->m_evicted);
+		if (v->state == CS_HEAD && v->head_seen == 0)
+			conn_close(v);
+		else if (v->state != CS_REFUSED)
+			conn_refuse(v, v->shape, 408, "timeout",
+				    "the server is out of connections and "
+				    "this request was the slowest",
+				    1);
+		else
+			conn_close(v);
+	}
+	server_update(s);
+	timer_in(s->unstarve, ACCEPT_PAUSE_MS);
+}
+
+/*
+ * Connections need file descriptors: with fewer than max_connections plus
+ * the daemon's own, the connection limit (which makes room for honest
+ * clients) would never be reached before accept() fails. The soft limit is
+ * raised toward the hard one; if that is not enough, the connection limit
+ * is lowered to fit, with a warning.
+ */
+static void
+fit_fd_limit(struct http_server *s, const char *listen)
+{
+	struct rlimit rl;
+	rlim_t want;
+	long fit;
+
+	if (s->lim.max_connections <= 0 || getrlimit(RLIMIT_NOFILE, &rl) < 0)
+		return;
+	want = (rlim_t)s->lim.max_connections + HTTP_FD_RESERVE;
+	if (rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < want) {
+		struct rlimit up = rl;
+
+		up.rlim_cur = rl.rlim_max == RLIM_INFINITY || rl.rlim_max > want
+				      ? want
+				      : rl.rlim_max;
+		if (setrlimit(RLIMIT_NOFILE, &up) == 0)
+			rl = up;
+	}
+	if (rl.rlim_cur == RLIM_INFINITY || rl.rlim_cur >= want)
+		return;
+	fit = (long)rl.rlim_cur > 2 * HTTP_FD_RESERVE
+		      ? (long)rl.rlim_cur - HTTP_FD_RESERVE
+		      : (long)rl.rlim_cur / 2;
+	if (fit < 1)
+		fit = 1;
+	log_warn("connection limit lowered to fit the open-file limit",
+		 "listen=%s max_connections=%ld configured=%ld nofile=%llu "
+		 "hint=\"raise LimitNOFILE to %llu\"",
+		 listen, fit, s->lim.max_connections,
+		 (unsigned long long)rl.rlim_cur, (unsigned long long)want);
+	s->lim.max_connections = fit;
+}
+
+long
+http_server_max_connections(struct evhttp *h)
+{
+	struct http_server *s = server_of(h);
+
+	return s != NULL ? s->lim.max_connections : 0;
 }
 
 static void conn_kick_cb(evutil_socket_t fd, short what, void *arg);
@@ -1445,6 +1569,8 @@ http_server_create(struct event_base *base, const char *listen,
 	if (s->lim.max_headers == 0)
 		s->lim.max_headers = 16384;
 	s->listener = evhttp_bound_socket_get_listener(bound);
+	evconnlistener_set_error_cb(s->listener, accept_error_cb);
+	fit_fd_limit(s, listen);
 	/* Accepted sockets inherit it: an answer's TLS records (one per
 	 * buffer chunk) must not wait for the client's delayed ACK. */
 	{
@@ -1454,6 +1580,7 @@ http_server_create(struct event_base *base, const char *listen,
 			   TCP_NODELAY, &one, sizeof(one));
 	}
 	s->sweep = evtimer_new(base, sweep_cb, s);
+	s->unstarve = evtimer_new(base, unstarve_cb, s);
 	s->m_open = metrics_register(METRIC_GAUGE, "prophet_http_connections",
 				     "open HTTP connections", NULL, 0);
 	s->m_paused = metrics_register(
@@ -1506,6 +1633,7 @@ http_server_free(struct evhttp *h)
 	while (s->conns != NULL)
 		conn_free(s->conns);
 	event_free(s->sweep);
+	event_free(s->unstarve);
 	SSL_CTX_free(s->tls);
 	xfree(s->tls_cert);
 	xfree(s->tls_key);

@@ -32,6 +32,9 @@ struct http_limits {
 struct evhttp *http_server_create(struct event_base *base, const char *listen,
 				  const struct http_limits *lim, char *err,
 				  size_t errlen);
+/* The connection limit in force: max_connections, or less when the
+ * open-file limit could not be raised to hold that many. */
+long http_server_max_connections(struct evhttp *h);
 /* Instead of evhttp_free for servers made by http_server_create. */
 void http_server_free(struct evhttp *h);
 /*

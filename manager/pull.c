@@ -1313,7 +1313,7 @@ pull_create(struct manager *mg)
 {
 	struct pull *p = xcalloc(1, sizeof(*p));
 	const struct cfg *cfg = mg->cfg;
-	long maxconn = (long)cfg_int(cfg, CFG_HTTP_MAX_CONNECTIONS);
+	long maxconn = http_server_max_connections(mg->http);
 	struct timeval tick = {PULL_TICK_MS / 1000, 0};
 
 	p->mg = mg;

@@ -6,6 +6,7 @@ honest client next to it."""
 import json
 import os
 import socket
+import subprocess
 import sys
 import threading
 import time
@@ -601,6 +602,77 @@ def test_tokens_checked_before_the_body():
                                  "Bearer hostile-admin-0123456789"})
         h.check_eq(r.status, 404, "with the token")
         api.close()
+
+
+def served_beside(n, what, within):
+    """n honest /healthz clients, one after the other, each answered 200
+    within `within` seconds."""
+    host, port = C.manager_addr.split(":")
+    for i in range(n):
+        t0 = time.monotonic()
+        s = socket.create_connection((host, int(port)), timeout=within)
+        s.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        try:
+            resp = s.recv(1024)
+        except (socket.timeout, ConnectionResetError):
+            resp = b""
+        s.close()
+        h.check_eq(status_of(resp), 200, "client %d %s after %.1fs: %r"
+                   % (i, what, time.monotonic() - t0, resp[:60]))
+
+
+def test_open_file_limit():
+    """The open-file limit below http.max_connections (systemd's default
+    soft limit is 1,024, the default connection limit too): the manager
+    lowers its connection limit to fit, so slow clients are evicted before
+    accept() runs out of descriptors; and when it does run out all the
+    same, it pauses accepting and evicts instead of spinning on accept()
+    (which wrote libevent's "Error from accept() call" hundreds of
+    thousands of times a second, and served nobody)."""
+    nofile = 128  # the connection limit fits in 64
+    argv = C.manager.argv
+    C.manager.stop()
+    C.manager.argv = ["prlimit", "--nofile=%d:%d" % (nofile, nofile),
+                      "--"] + argv + ["--set", "http.max_connections=1024"]
+    try:
+        C.start_manager()
+        h.check(C.manager.grep("connection limit lowered"),
+                "the lowered connection limit is logged")
+        h.check(C.manager.grep("max_connections=64 "),
+                "lowered to 64: %r" % C.manager.grep("lowered"))
+        stop = threading.Event()
+        socks = []
+        hold(120, stop, socks)
+        time.sleep(1.5)
+        served_beside(3, "beside 120 slow ones, limit lowered", 8)
+        stop.set()
+        for held in socks:
+            held.close()
+        time.sleep(1)
+        # Out of descriptors all the same: fewer than the lowered limit
+        # needs (the limit of a running process, as prlimit sets it).
+        subprocess.run(["prlimit", "--pid", str(C.manager.popen.pid),
+                        "--nofile=90:90"], check=True)
+        size0 = os.path.getsize(C.manager.log_path)
+        stop = threading.Event()
+        socks = []
+        hold(110, stop, socks)
+        time.sleep(3)
+        served_beside(2, "beside 110 slow ones, out of descriptors", 15)
+        stop.set()
+        for held in socks:
+            held.close()
+        grown = os.path.getsize(C.manager.log_path) - size0
+        h.check(grown < 20000, "the log grew %d bytes while out of "
+                "descriptors" % grown)
+        h.check_eq(C.manager.grep("Error from accept"), [],
+                   "libevent's accept() error lines")
+        h.check(C.manager.grep("cannot accept connections"),
+                "running out of descriptors is logged")
+    finally:
+        C.manager.stop()
+        C.manager.argv = argv
+        C.start_manager()
 
 
 def test_nothing_stored_and_healthy():

@@ -701,16 +701,30 @@ log_add_delivered(json_t *task, json_t *log)
 	json_array_insert_new(log, pos, e);
 }
 
+/*
+ * A member given twice is refused whatever the flags: jansson would keep
+ * the last one, and a proxy or a log reading the first would see another
+ * call than the one served ({"dry_run":true,"dry_run":false} started a
+ * bulk cancel of every scheduled task).
+ */
 int
 api_body_object(struct evhttp_request *req, size_t flags, json_t **out)
 {
 	size_t len;
 	char *body = http_body(req, &len);
+	json_error_t jerr;
 
 	*out = NULL;
 	if (len > 0)
-		*out = json_loadb(body, len, flags, NULL);
+		*out = json_loadb(body, len, flags | JSON_REJECT_DUPLICATES,
+				  &jerr);
 	xfree(body);
+	if (len > 0 && *out == NULL) {
+		http_reply_error(req, 400, "invalid_json", NULL,
+				 "malformed JSON at line %d column %d: %s",
+				 jerr.line, jerr.column, jerr.text);
+		return -1;
+	}
 	if (len > 0 && !json_is_object(*out)) {
 		json_decref(*out);
 		*out = NULL;
@@ -719,6 +733,28 @@ api_body_object(struct evhttp_request *req, size_t flags, json_t **out)
 		return -1;
 	}
 	return 0;
+}
+
+int
+api_fields_known(struct evhttp_request *req, json_t *in,
+		 const char *const *names)
+{
+	const char *key;
+	json_t *v;
+
+	json_object_foreach (in, key, v) {
+		size_t i;
+
+		for (i = 0; names[i] != NULL; i++)
+			if (!strcmp(key, names[i]))
+				break;
+		if (names[i] == NULL) {
+			http_reply_error(req, 400, "unknown_field", key,
+					 "unknown field '%s'", key);
+			return 0;
+		}
+	}
+	return 1;
 }
 
 json_t *

@@ -402,6 +402,10 @@ json_t *api_body_json(struct manager *mg, struct evhttp_request *req);
 /* An optional JSON object body (none: *out NULL); -1 when it is not one,
  * after the 400 answer. */
 int api_body_object(struct evhttp_request *req, size_t flags, json_t **out);
+/* Only the fields named may be in the object: nothing is accepted and
+ * ignored (a misspelt member is not read as absent). 0 after the 400. */
+int api_fields_known(struct evhttp_request *req, json_t *in,
+		     const char *const *names);
 
 /* mykit.c: the mykit-delay compatible routes (http_handler_fn). */
 void mykit_push(void *ctx, struct evhttp_request *req, const char *a, size_t n);

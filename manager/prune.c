@@ -1840,11 +1840,17 @@ prune_get(struct manager *mg, struct evhttp_request *req)
 void
 prune_post(struct manager *mg, struct evhttp_request *req)
 {
+	static const char *const names[] = {"dry_run", NULL};
 	json_t *in, *v;
 	int dry = 0;
 
-	if (api_body_object(req, JSON_REJECT_DUPLICATES, &in) < 0)
+	if (api_body_object(req, 0, &in) < 0)
 		return;
+	/* {"dryrun":true} would prune now. */
+	if (!api_fields_known(req, in, names)) {
+		json_decref(in);
+		return;
+	}
 	v = json_object_get(in, "dry_run");
 	if (v != NULL && !json_is_boolean(v)) {
 		json_decref(in);

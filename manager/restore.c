@@ -252,11 +252,17 @@ find_job(int id)
 void
 restore_start(struct manager *mg, struct evhttp_request *req)
 {
+	static const char *const names[] = {"slot", "expired", NULL};
 	json_t *in, *v;
 	int slot = -1, expired = 0;
 
 	if (api_body_object(req, 0, &in) < 0)
 		return;
+	/* A misspelt member ("slots") would restore every slot. */
+	if (!api_fields_known(req, in, names)) {
+		json_decref(in);
+		return;
+	}
 	v = json_object_get(in, "slot");
 	if (v != NULL && !json_is_null(v)) {
 		if (!json_is_integer(v) || json_integer_value(v) < 0 ||

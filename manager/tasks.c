@@ -653,8 +653,14 @@ tasks_reschedule(struct manager *mg, struct evhttp_request *req, const char *id,
 	char *body = http_body(req, &len);
 	int64_t now = manager_due_now(mg), v;
 
-	in = json_loadb(body, len, 0, &jerr);
+	in = json_loadb(body, len, JSON_REJECT_DUPLICATES, &jerr);
 	xfree(body);
+	if (in == NULL) {
+		http_reply_error(req, 400, "invalid_json", NULL,
+				 "malformed JSON at line %d column %d: %s",
+				 jerr.line, jerr.column, jerr.text);
+		return;
+	}
 	if (!json_is_object(in)) {
 		json_decref(in);
 		http_reply_error(

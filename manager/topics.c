@@ -710,29 +710,6 @@ topic_ok(struct manager *mg, struct evhttp_request *req, const char *topic,
 	return 1;
 }
 
-/* Only the fields named may be in the body: nothing is accepted and
- * ignored. */
-static int
-fields_known(struct evhttp_request *req, json_t *in, const char *const *names)
-{
-	const char *key;
-	json_t *v;
-
-	json_object_foreach (in, key, v) {
-		size_t i;
-
-		for (i = 0; names[i] != NULL; i++)
-			if (!strcmp(key, names[i]))
-				break;
-		if (names[i] == NULL) {
-			http_reply_error(req, 400, "unknown_field", key,
-					 "unknown field '%s'", key);
-			return 0;
-		}
-	}
-	return 1;
-}
-
 void
 topics_pause(struct manager *mg, struct evhttp_request *req, const char *topic,
 	     size_t n)
@@ -743,7 +720,7 @@ topics_pause(struct manager *mg, struct evhttp_request *req, const char *topic,
 
 	if (!topic_ok(mg, req, topic, n) || api_body_object(req, 0, &in) < 0)
 		return;
-	if (in != NULL && !fields_known(req, in, none)) {
+	if (in != NULL && !api_fields_known(req, in, none)) {
 		json_decref(in);
 		return;
 	}
@@ -770,7 +747,7 @@ topics_resume(struct manager *mg, struct evhttp_request *req, const char *topic,
 				 "policy is required: \"fire\" or \"skip\"");
 		return;
 	}
-	if (!fields_known(req, in, names))
+	if (!api_fields_known(req, in, names))
 		goto out;
 	pol = json_object_get(in, "policy");
 	rate = json_object_get(in, "rate");

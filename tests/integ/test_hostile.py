@@ -534,6 +534,45 @@ def test_no_header_changes_reply_shape():
             "native shape kept: %r" % (r.json,))
 
 
+def test_duplicate_members_refused():
+    """A member given twice is refused on every JSON body, not read as the
+    last one: {"dry_run":true,"dry_run":false} started a real bulk cancel
+    of every scheduled task; and a misspelt member is not ignored (a
+    restore of every slot, a prune pass instead of its dry run)."""
+    cases = [
+        ("POST", "/v1/tasks/bulk", b'{"filter":{"all":true},"action":'
+         b'"cancel","dry_run":true,"dry_run":false}'),
+        ("POST", "/v1/tasks/bulk", b'{"filter":{"topic":"a","topic":"b"},'
+         b'"action":"cancel","dry_run":true}'),
+        ("POST", "/v1/topics/hostile/resume", b'{"policy":"skip",'
+         b'"policy":"fire"}'),
+        ("POST", "/v1/topics/hostile/pause", b'{"a":1,"a":2}'),
+        ("POST", "/v1/admin/restore", b'{"slot":1,"slot":2}'),
+        ("POST", "/v1/admin/prune", b'{"dry_run":true,"dry_run":false}'),
+        ("PATCH", "/v1/tasks/hostile-dup", b'{"delay_ms":1000,'
+         b'"delay_ms":2000}'),
+    ]
+    for method, path, body in cases:
+        r = API.request(method, path, body,
+                        headers={"Content-Type": "application/json"})
+        h.check_eq(r.status, 400, "%s %s %r" % (method, path, body))
+        err = (r.json or {}).get("error", {})
+        h.check_eq(err.get("code"), "invalid_json", "code for %r" % body)
+        h.check("duplicate" in err.get("message", ""),
+                "message names the duplicate: %r" % err)
+    for path, body, field in [("/v1/admin/restore", b'{"slots":3}', "slots"),
+                              ("/v1/admin/prune", b'{"dryrun":true}',
+                               "dryrun")]:
+        r = post(path, body)
+        h.check_eq(r.status, 400, "%s with a misspelt member" % path)
+        h.check_eq(((r.json or {}).get("error") or {}).get("field"), field,
+                   "field of the misspelt member")
+    jobs = API.get("/v1/admin/jobs").json
+    h.check_eq(jobs.get("jobs"), [], "no bulk job started")
+    h.check_eq(C.mysql("SELECT COUNT(*) FROM topic_pause WHERE "
+                       "paused = 1"), [["0"]], "no topic paused")
+
+
 def test_mykit_ids_and_times():
     ok = API.post("/v1/tasks", {"id": "mk-a", "topic": "t",
                                 "body": "honest mk",

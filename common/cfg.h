@@ -118,6 +118,10 @@
 	  "", 0, 0, NULL, 0,                                                   \
 	  "where refused submissions go, with the reason in headers; "         \
 	  "default <ingest_topic>.errors")                                     \
+	X(KAFKA_INGEST_MAX_PENDING_BYTES, "kafka", "ingest_max_pending_bytes", \
+	  CFG_INT, "67108864", 1048576, 68719476736LL, NULL, 0,                \
+	  "bytes of ingest messages held at once (read, not yet stored or "    \
+	  "sent to the errors topic); beyond it reading pauses")               \
 	X(KAFKA_LINGER_MS, "kafka", "linger_ms", CFG_INT, "2", 0, 1000, NULL,  \
 	  0, "producer linger.ms (batching delay)")                            \
 	X(KAFKA_QUEUE_MAX, "kafka", "queue_max", CFG_INT, "200000", 1000,      \

@@ -60,9 +60,12 @@ struct kingest {
 	char *errors_topic;
 	struct kpart *parts;
 	size_t pending;
+	int64_t pending_bytes; /* of the messages in hand */
+	int64_t max_pending_bytes;
 	int held;
 	struct metric *consumed;
 	struct metric *refused;
+	struct metric *held_total;
 };
 
 static void
@@ -104,15 +107,17 @@ part_advance(struct kingest *k, struct kpart *p)
 		p->head = m->next;
 		if (p->head == NULL)
 			p->tail = NULL;
-		kmsg_free(m);
 		k->pending--;
+		k->pending_bytes -= (int64_t)m->rawlen;
+		kmsg_free(m);
 	}
 	if (next >= 0 && next > p->committed) {
 		kafka_consumer_commit(k->consumer, k->topic, p->partition,
 				      next);
 		p->committed = next;
 	}
-	if (k->held && k->pending < KINGEST_MAX_PENDING / 2) {
+	if (k->held && k->pending < KINGEST_MAX_PENDING / 2 &&
+	    k->pending_bytes < k->max_pending_bytes / 2) {
 		k->held = 0;
 		kafka_consumer_hold(k->consumer, 0);
 	}
@@ -288,8 +293,14 @@ message_cb(const rd_kafka_message_t *km, void *arg)
 	else
 		m->part->head = m;
 	m->part->tail = m;
-	if (++k->pending >= KINGEST_MAX_PENDING && !k->held) {
+	k->pending_bytes += (int64_t)km->len;
+	/* Bounded in count and in bytes: messages in hand wait for the
+	 * database or for the errors topic, either of which may be slow. */
+	if ((++k->pending >= KINGEST_MAX_PENDING ||
+	     k->pending_bytes >= k->max_pending_bytes) &&
+	    !k->held) {
 		k->held = 1;
+		metric_inc(k->held_total);
 		kafka_consumer_hold(k->consumer, 1);
 	}
 	/* A task without an id takes one from where it was read, so that
@@ -355,6 +366,13 @@ kingest_create(struct manager *mg, char *err, size_t errlen)
 				 "Ingest submissions sent to the errors "
 				 "topic",
 				 NULL, 0);
+	k->held_total = metrics_register(
+		METRIC_COUNTER, "prophet_ingest_held_total",
+		"Times reading the ingest topic paused with too much in hand "
+		"(20,000 messages or kafka.ingest_max_pending_bytes)",
+		NULL, 0);
+	k->max_pending_bytes =
+		cfg_int(mg->cfg, CFG_KAFKA_INGEST_MAX_PENDING_BYTES);
 	k->producer = kafka_producer_create(mg->base, mg->cfg, error_dr_cb, k,
 					    err, errlen);
 	if (k->producer == NULL)

@@ -17,6 +17,7 @@ import harness as h  # noqa: E402
 C = None
 READER = None
 INGEST = None
+PENDING_BYTES = 1 << 20  # ingest messages in hand at once
 
 
 def setup():
@@ -25,7 +26,9 @@ def setup():
     INGEST = "ingest-" + tag
     C = h.Cluster(workers=1, name="ingest",
                   conf={"kafka.ingest_topic": INGEST,
-                        "kafka.ingest_group": "grp-" + tag}).open()
+                        "kafka.ingest_group": "grp-" + tag,
+                        "kafka.ingest_max_pending_bytes": PENDING_BYTES}
+                  ).open()
     h.create_topics(C.brokers, [INGEST, INGEST + ".errors",
                                 C.topic("viak")])
     C.start()
@@ -113,6 +116,29 @@ def test_refused_go_to_errors_topic():
                "a task with priority is not stored")
     payloads = [e["payload"] for e in errs]
     h.check("not json at all" in payloads, "original payload kept")
+
+
+def test_pending_bytes_bounded():
+    """Messages in hand (read, not yet stored) are bounded in bytes, not
+    only in number: 20,000 of up to a megabyte each (the broker's default
+    message size) waiting for a slow database or errors topic were 20 GB.
+    Twelve submissions of 360 KB each pause reading past 1 MiB, and all
+    of them are stored once it has drained."""
+    held0 = h.metrics(C.manager_addr).get("prophet_ingest_held_total")
+    h.check(held0 is not None, "prophet_ingest_held_total exported")
+    body = "\\u0001" * 60000  # 60,000 bytes, 360 KB as JSON
+    ids = ["kbig-%d" % i for i in range(12)]
+    produce(['{"id":"%s","topic":"viak","body":"%s","delay_ms":600000}'
+             % (t, body) for t in ids])
+    h.wait_until(lambda: C.mysql("SELECT COUNT(*) FROM tasks WHERE id LIKE "
+                                 "'kbig-%'") == [["12"]], 60,
+                 what="the 12 large submissions stored")
+    held = h.metrics(C.manager_addr).get("prophet_ingest_held_total")
+    h.check(held > held0, "reading paused at %d bytes in hand (held %r)"
+            % (PENDING_BYTES, held))
+    h.check_eq(C.mysql("SELECT COUNT(*) FROM tasks WHERE id LIKE 'kbig-%' "
+                       "AND LENGTH(body) = 60000"), [["12"]],
+               "bodies stored whole")
 
 
 def test_rolling_restart_two_managers():

@@ -424,15 +424,20 @@ check_callback(const json_t *cb, const struct task_limits *lim,
 					      "callback.url",
 					      "callback.url contains spaces or "
 					      "control characters");
-	if (lim->callback_hosts != NULL && lim->callback_hosts[0] != '\0') {
+	{
 		char origin[300], host[300];
 
+		/* As the notifier's libcurl will read it: a port out of range
+		 * or no host would fail every attempt, found only when due. */
 		if (callback_url_origin(u, origin, sizeof(origin), host,
 					sizeof(host)) < 0)
 			return task_error_set(err, 400, "invalid_value",
 					      "callback.url",
-					      "callback.url has no valid host");
-		if (!callback_host_allowed(lim->callback_hosts, host))
+					      "callback.url has no valid host "
+					      "and port (1-65535)");
+		if (lim->callback_hosts != NULL &&
+		    lim->callback_hosts[0] != '\0' &&
+		    !callback_host_allowed(lim->callback_hosts, host))
 			return task_error_set(
 				err, 400, "invalid_value", "callback.url",
 				"callback.url host '%.200s' is not in "

@@ -534,6 +534,26 @@ def test_notes_are_classes_not_client_texts():
     p.raise_if_any("outcome classes")
 
 
+def test_unusable_url_refused_at_submit():
+    """A callback URL the notifier's libcurl cannot use (a port out of
+    range or 0, no host) is refused at submit, not accepted and failed on
+    every attempt once due."""
+    api = C.api()
+    try:
+        p = h.Problems()
+        for url in ("http://127.0.0.1:99999/x", "http://127.0.0.1:0/x",
+                    "http://:8080/x", "https://[::1/x",
+                    "http://example.com:-1/"):
+            r = api.post("/v1/tasks", task("url-x", url))
+            err = (r.json or {}).get("error", {})
+            p.check(r.status == 400 and err.get("field") == "callback.url",
+                    "%r: %s %s" % (url, r.status, r.text[:200]))
+        p.check(not task_exists("url-x"), "url-x stored")
+        p.raise_if_any("unusable callback URLs at submit")
+    finally:
+        api.close()
+
+
 def test_framing_headers_refused_at_submit():
     api = C.api()
     try:

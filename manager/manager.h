@@ -155,6 +155,7 @@ struct manager {
 	int stopping;
 	int64_t stop_deadline_ms;
 	size_t inflight; /* requests waiting for the DB */
+	int listing;	 /* GET /v1/tasks queries at the DB (tasks.c) */
 	struct event *stop_ev;
 	struct event *sample_ev;       /* backlog gauges, cluster.c */
 	int sampling;		       /* backlog reads out */

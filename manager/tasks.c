@@ -712,6 +712,22 @@ tasks_reschedule(struct manager *mg, struct evhttp_request *req, const char *id,
 
 /* List ------------------------------------------------------------------ */
 
+/*
+ * Only a topic with a status is served by an index in due order (by_topic);
+ * a list by topic alone, by status alone or of everything sorts every
+ * matching row (11 s for a topic of a million tasks). So that read-role
+ * clients cannot take the database from submissions, a list statement is
+ * cut at LIST_DB_TIMEOUT_S (503: narrow it) and lists use at most half of
+ * the pool at once (503 busy beyond).
+ */
+#define LIST_DB_TIMEOUT_S 5
+#define LIST_STR_(x) #x
+#define LIST_STR(x) LIST_STR_(x)
+#define LIST_SQL_HEAD                                   \
+	"SET STATEMENT max_statement_time = " LIST_STR( \
+		LIST_DB_TIMEOUT_S) " FOR "
+#define ER_STATEMENT_TIMEOUT 1969
+
 struct list_job {
 	struct db_job job;
 	struct manager *mg;
@@ -721,6 +737,7 @@ struct list_job {
 	int64_t from, to, after_due;
 	char after_id[TASK_ID_MAX + 1];
 	int limit;
+	unsigned int db_errno;
 	struct db_rows rows;
 };
 
@@ -728,10 +745,12 @@ static int
 list_run(struct db_conn *c, struct db_job *job)
 {
 	static const char *const sql[4] = {
-		SQL_TASK_LIST_COLS SQL_TASK_LIST_ORDER,
-		SQL_TASK_LIST_COLS "AND topic = ?" SQL_TASK_LIST_ORDER,
-		SQL_TASK_LIST_COLS "AND status = ?" SQL_TASK_LIST_ORDER,
-		SQL_TASK_LIST_COLS
+		LIST_SQL_HEAD SQL_TASK_LIST_COLS SQL_TASK_LIST_ORDER,
+		LIST_SQL_HEAD SQL_TASK_LIST_COLS
+		"AND topic = ?" SQL_TASK_LIST_ORDER,
+		LIST_SQL_HEAD SQL_TASK_LIST_COLS
+		"AND status = ?" SQL_TASK_LIST_ORDER,
+		LIST_SQL_HEAD SQL_TASK_LIST_COLS
 		"AND topic = ? AND status = ?" SQL_TASK_LIST_ORDER};
 	struct list_job *l = (struct list_job *)job;
 	struct db_params p;
@@ -750,6 +769,8 @@ list_run(struct db_conn *c, struct db_job *job)
 	db_params_int(&p, l->limit + 1);
 	rc = db_query(c, sql[v], &p, &l->rows);
 	db_params_free(&p);
+	if (rc < 0)
+		l->db_errno = db_conn_errno(c);
 	return rc;
 }
 
@@ -760,7 +781,14 @@ list_done_cb(struct db_job *job, int status, const char *err)
 	json_t *tasks, *out;
 	size_t n = l->rows.nrows;
 
-	if (status < 0) {
+	l->mg->listing--;
+	if (status < 0 && l->db_errno == ER_STATEMENT_TIMEOUT) {
+		http_reply_error(l->req, 503, "unavailable", NULL,
+				 "listing took longer than %d s: give a topic "
+				 "with a status, or a narrower due_from and "
+				 "due_to",
+				 LIST_DB_TIMEOUT_S);
+	} else if (status < 0) {
 		http_reply_error(l->req, 503, "unavailable", NULL,
 				 "database unavailable: %s", err);
 	} else {
@@ -816,6 +844,14 @@ query_int(const char *s, int64_t *out)
 		return -1;
 	*out = strtoll(s, &end, 10);
 	return *end == '\0' ? 0 : -1;
+}
+
+static int
+max_listing(const struct manager *mg)
+{
+	int n = (int)cfg_int(mg->cfg, CFG_DB_POOL_SIZE) / 2;
+
+	return n > 0 ? n : 1;
 }
 
 static const char *const list_params[] = {
@@ -909,8 +945,17 @@ tasks_list(struct manager *mg, struct evhttp_request *req)
 		snprintf(l->after_id, sizeof(l->after_id), "%s", colon + 1);
 	}
 	evhttp_clear_headers(&kv);
+	if (mg->listing >= max_listing(mg)) {
+		http_reply_error(req, 503, "busy", NULL,
+				 "%d lists are already running (half of "
+				 "db.pool_size); try again",
+				 mg->listing);
+		xfree(l);
+		return;
+	}
 	l->job.run = list_run;
 	l->job.done_cb = list_done_cb;
+	mg->listing++;
 	mg->inflight++;
 	db_pool_submit(mg->db, &l->job);
 	return;

@@ -556,6 +556,14 @@ struct get_ctx {
 	json_t *out; /* the answer, while Redis is asked */
 };
 
+/*
+ * The log rows ?log=1 shows, the newest. A recurring task writes rows at
+ * every occurrence: one firing every second for the 7 days of
+ * task.log_retention has a million, which took the manager to 1.8 GB for
+ * one request (and a read token can ask for it again and again).
+ */
+#define GET_LOG_MAX 1000
+
 static int
 get_run(struct db_conn *c, struct db_job *job)
 {
@@ -563,9 +571,10 @@ get_run(struct db_conn *c, struct db_job *job)
 	struct db_params p;
 	int rc;
 
-	db_params_init(&p, 1);
+	db_params_init(&p, 2);
 	db_params_str(&p, g->id);
 	rc = db_query(c, SQL_TASK_GET, &p, &g->task);
+	db_params_int(&p, GET_LOG_MAX + 1); /* one more: cut or not */
 	if (rc == 0 && g->with_log && g->task.nrows == 1)
 		rc = db_query(c, SQL_TASK_LOG_GET, &p, &g->log);
 	db_params_free(&p);
@@ -810,9 +819,16 @@ get_done_cb(struct db_job *job, int status, const char *err)
 		http_reply_error(g->http, 404, "not_found", "id",
 				 "no task '%s'", g->id);
 	} else {
+		size_t cut = g->log.nrows > GET_LOG_MAX
+				     ? g->log.nrows - GET_LOG_MAX
+				     : 0;
+
 		g->out =
 			api_task_json(&g->task, 0, g->with_log ? &g->log : NULL,
-				      0, g->log.nrows, 0);
+				      cut, g->log.nrows - cut, 0);
+		if (g->with_log)
+			json_object_set_new(g->out, "log_truncated",
+					    json_boolean(cut > 0));
 		st = json_string_value(json_object_get(g->out, "status"));
 		rkey_inflight(key, sizeof(key),
 			      slot_of(g->id, strlen(g->id), g->mg->nslots));

@@ -85,9 +85,12 @@ enum sql_task_col {
 };
 #define SQL_TASK_GET "SELECT " SQL_TASK_COLUMNS " FROM tasks WHERE id = ?"
 
+/* The newest rows of a task's log, oldest first: (id, how many). */
 #define SQL_TASK_LOG_GET                                                  \
 	"SELECT from_status, to_status, actor, epoch, attempt, at, note " \
-	"FROM task_log WHERE task_id = ? ORDER BY seq"
+	"FROM (SELECT seq, from_status, to_status, actor, epoch, "        \
+	"attempt, at, note FROM task_log WHERE task_id = ? "              \
+	"ORDER BY seq DESC LIMIT ?) l ORDER BY seq"
 
 /*
  * Outbox rule: a task leaves scheduled/firing only from a delivery report

@@ -722,6 +722,30 @@ def test_nothing_stored_and_healthy():
     h.check(C.manager.running(), "manager still running")
 
 
+def test_task_log_bounded():
+    """A recurring task writes log rows at every occurrence (one a second
+    for the 7 days of task.log_retention is a million): GET ?log=1 read
+    them all, 1.8 GB of manager memory for one request of a read token.
+    It shows the newest 1,000, oldest first, and says it left some out."""
+    r = post("/v1/tasks", json.dumps({"id": "hostile-log", "topic":
+                                      "hostile", "body": "honest log",
+                                      "delay_ms": 3600000}))
+    h.check_eq(r.status, 201, "task submitted")
+    C.mysql("INSERT INTO task_log (task_id, from_status, to_status, actor, "
+            "epoch, attempt, at, note) SELECT 'hostile-log', 'firing', "
+            "'scheduled', 'worker-x', 1, 1, seq, NULL FROM "
+            "seq_1_to_65536")
+    r = API.get("/v1/tasks/hostile-log?log=1")
+    h.check_eq(r.status, 200, "GET ?log=1")
+    log = r.json.get("log") or []
+    h.check_eq(len(log), 1000, "log rows shown")
+    h.check_eq(r.json.get("log_truncated"), True, "log_truncated")
+    h.check_eq([log[0]["at"], log[-1]["at"]], [64537, 65536],
+               "the newest rows, oldest first")
+    r = API.get("/v1/tasks/hostile-log")
+    h.check("log_truncated" not in r.json, "no log asked, no flag")
+
+
 def test_lists_leave_the_database_to_submissions():
     """GET /v1/tasks by topic alone sorts every task of the topic (no index
     serves it in due order): six of them at once over a million tasks held

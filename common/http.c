@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <arpa/inet.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <sys/queue.h>
@@ -1396,6 +1397,55 @@ req_heads(struct evhttp_request *req, struct req_heads *h)
 	}
 }
 
+/* Whether a host (a name or an address literal) is this machine's
+ * loopback. */
+static int
+is_loopback(const char *name)
+{
+	struct in_addr a4;
+	struct in6_addr a6;
+	size_t n = strlen(name);
+
+	if (!strcasecmp(name, "localhost") ||
+	    (n > 10 && !strcasecmp(name + n - 10, ".localhost")))
+		return 1;
+	if (inet_pton(AF_INET, name, &a4) == 1)
+		return (ntohl(a4.s_addr) >> 24) == 127;
+	return inet_pton(AF_INET6, name, &a6) == 1 && IN6_IS_ADDR_LOOPBACK(&a6);
+}
+
+/*
+ * A Host header a browser would send for a page of another site whose
+ * name resolves to this loopback server (DNS rebinding): a DNS name with
+ * a dot that is not localhost's. Address literals name no site that could
+ * rebind, and single-label names would need the victim's own DNS.
+ */
+static int
+host_rebound(const char *v)
+{
+	char name[256];
+	const char *b = v, *e;
+	struct in6_addr a6;
+
+	if (v[0] == '[') {
+		b = v + 1;
+		e = strchr(b, ']');
+		if (e == NULL)
+			return 1;
+	} else {
+		e = b + strcspn(b, ":");
+	}
+	if ((size_t)(e - b) >= sizeof(name))
+		return 1;
+	memcpy(name, b, (size_t)(e - b));
+	name[e - b] = '\0';
+	if (v[0] == '[')
+		return inet_pton(AF_INET6, name, &a6) != 1;
+	if (is_loopback(name) || strchr(name, '.') == NULL)
+		return 0;
+	return strspn(name, "0123456789.") != strlen(name);
+}
+
 /* A state-changing call from a browser page of another origin. */
 static int
 cross_site(const struct req_heads *h)
@@ -1459,6 +1509,14 @@ dispatch_cb(struct evhttp_request *req, void *arg)
 	r = http_route_find(s->routes, s->nroutes, path, strlen(path), m, &any);
 	if (c != NULL)
 		c->shape = r ? r->shape : any ? any->shape : HTTP_SHAPE_NATIVE;
+	req_heads(req, &h);
+	if (s->lim.loopback_hosts_only && h.host != NULL &&
+	    host_rebound(h.host)) {
+		http_reply_error(req, 403, "host_not_allowed", NULL,
+				 "this server listens on loopback: the Host "
+				 "header must be localhost or an address");
+		return;
+	}
 	if (r == NULL && any == NULL) {
 		http_reply_error(req, 404, "not_found", NULL, "no route %s",
 				 path);
@@ -1469,7 +1527,6 @@ dispatch_cb(struct evhttp_request *req, void *arg)
 				 "this method is not served at %s", path);
 		return;
 	}
-	req_heads(req, &h);
 	if (r->role != 0 && s->authorize != NULL) {
 		int rc = s->authorize(s->ctx, h.authorization, r->role);
 
@@ -1566,6 +1623,8 @@ http_server_create(struct event_base *base, const char *listen,
 	s->base = base;
 	s->lim = *lim;
 	s->lim.tls_cert = s->lim.tls_key = s->lim.tls_client_ca = NULL;
+	s->lim.loopback_hosts_only =
+		lim->loopback_hosts_only && is_loopback(host);
 	if (s->lim.max_headers == 0)
 		s->lim.max_headers = 16384;
 	s->listener = evhttp_bound_socket_get_listener(bound);

@@ -27,6 +27,10 @@ struct http_limits {
 	const char *tls_cert;	/* PEM chain: HTTPS; NULL or "": plain HTTP */
 	const char *tls_key;	/* its PEM private key */
 	const char *tls_client_ca; /* clients must show a cert it signed */
+	/* Listening on loopback, refuse a Host that is a DNS name other than
+	 * localhost (DNS rebinding: a web page whose name resolves to
+	 * 127.0.0.1 is same-origin with this server for the browser). */
+	int loopback_hosts_only;
 };
 
 struct evhttp *http_server_create(struct event_base *base, const char *listen,

@@ -312,6 +312,7 @@ main(int argc, char **argv)
 			.tls_key = cfg_str(mg.cfg, CFG_HTTP_TLS_KEY),
 			.tls_client_ca =
 				cfg_str(mg.cfg, CFG_HTTP_TLS_CLIENT_CA),
+			.loopback_hosts_only = 1,
 		};
 
 		mg.http = http_server_create(mg.base,

@@ -525,6 +525,34 @@ def test_cross_site_requests_refused():
                "not cancelled")
 
 
+def test_dns_rebinding_refused():
+    """A web page on a name the attacker rebinds to 127.0.0.1 is, for the
+    browser, same-origin with a manager on loopback: its requests carry
+    Host and Origin of that name and Sec-Fetch-Site same-origin, passed
+    the cross-site check, and could read the answers. Without tokens (the
+    default) it could submit, cancel, clear and read everything. A manager
+    on loopback refuses a Host that is a DNS name other than localhost."""
+    port = C.manager_addr.split(":")[1]
+    site = "rebind.example:" + port
+    page = {"Host": site, "Origin": "http://" + site,
+            "Sec-Fetch-Site": "same-origin",
+            "Content-Type": "application/json"}
+    r = API.request("POST", "/v1/tasks", json.dumps(
+        {"id": "rebound", "topic": "t", "body": "honest rebound",
+         "delay_ms": 3600000}), headers=page)
+    h.check_eq(r.status, 403, "a submission from the rebound page")
+    h.check_eq(r.json["error"]["code"], "host_not_allowed", "code")
+    for path in ("/v1/tasks", "/v1/cluster", "/clearAll"):
+        r = API.request("GET", path, headers=page)
+        h.check_eq(r.status, 403, "GET %s from the rebound page" % path)
+    h.check_eq(C.mysql("SELECT COUNT(*) FROM tasks WHERE id = 'rebound'"),
+               [["0"]], "nothing stored")
+    for host in ("localhost:" + port, "127.0.0.1:" + port, "[::1]:" + port,
+                 "x"):
+        r = API.request("GET", "/v1/cluster", headers={"Host": host})
+        h.check_eq(r.status, 200, "Host: %s" % host)
+
+
 def test_no_header_changes_reply_shape():
     r = API.request("POST", "/v1/tasks", json.dumps({"topic": "t"}),
                     headers={"Content-Type": "application/json",

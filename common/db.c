@@ -11,6 +11,7 @@
 #include <time.h>
 
 #include <errmsg.h>
+#include <event2/event.h>
 #include <mysql.h>
 
 #include "cfg.h"
@@ -24,6 +25,9 @@
 
 #define DB_STMT_CACHE_MAX 32
 #define DB_RECONNECT_INTERVAL_MS 1000
+/* Jobs waiting this long without any of them finishing: the server hangs
+ * (stopped, its disk stuck) although the connections are up. */
+#define DB_STALL_MS 5000
 
 struct db_stmt_entry {
 	char *sql;
@@ -47,7 +51,8 @@ struct db_conn {
 	unsigned int errnum;
 	const struct db_dsn *dsn;
 	int64_t next_try_ms;
-	size_t max_packet; /* the server's max_allowed_packet */
+	size_t max_packet;     /* the server's max_allowed_packet */
+	unsigned long answers; /* statements the server answered */
 };
 
 /* Not a MySQL error number: the server offered no TLS. */
@@ -69,6 +74,14 @@ struct db_pool {
 	struct db_conn *conns;
 	int connected; /* only approximately current; a gauge */
 	char *name;
+	/* Under mu: jobs in run(); when the server last answered one (a job
+	 * done on a connection still up), or the pool went from idle to
+	 * busy; when it last answered. */
+	int running;
+	int64_t progress_ms;
+	int64_t answered_ms;
+	struct event *stall_ev; /* logs a hung server from the loop */
+	int64_t stalled_since_ms;
 };
 
 static int64_t
@@ -570,6 +583,7 @@ stmt_run(struct db_conn *c, const char *sql, struct db_params *params)
 		conn_fail(c, stmt);
 		return NULL;
 	}
+	c->answers++;
 	return stmt;
 }
 
@@ -703,6 +717,7 @@ db_simple(struct db_conn *c, const char *sql)
 	}
 	if (mysql_real_query(c->my, sql, strlen(sql)) != 0)
 		return conn_fail(c, NULL);
+	c->answers++;
 	return 0;
 }
 
@@ -737,6 +752,7 @@ db_commit(struct db_conn *c)
 	}
 	if (mysql_commit(c->my) != 0)
 		return conn_fail(c, NULL);
+	c->answers++;
 	return 0;
 }
 
@@ -872,6 +888,7 @@ pool_thread(void *arg)
 	struct db_pool *p = ((void **)arg)[0];
 	struct db_conn *c = ((void **)arg)[1];
 	struct db_job *j;
+	unsigned long answers;
 
 	xfree(arg);
 	mysql_thread_init();
@@ -888,6 +905,7 @@ pool_thread(void *arg)
 		if (p->queue_head == NULL)
 			p->queue_tail = NULL;
 		p->queued--;
+		p->running++;
 		pthread_mutex_unlock(&p->mu);
 
 		if (!c->up && mono_ms() >= c->next_try_ms) {
@@ -904,6 +922,7 @@ pool_thread(void *arg)
 						   __ATOMIC_RELAXED);
 			}
 		}
+		answers = c->answers;
 		j->err[0] = '\0';
 		if (!c->up) {
 			j->status = -1;
@@ -922,11 +941,61 @@ pool_thread(void *arg)
 				c->next_try_ms = 0;
 			}
 		}
+		/* Only a statement the server answered is progress: not a
+		 * connect that timed out, nor a job that had nothing to ask. */
+		pthread_mutex_lock(&p->mu);
+		p->running--;
+		if (c->up && c->answers != answers)
+			p->progress_ms = p->answered_ms = mono_ms();
+		pthread_mutex_unlock(&p->mu);
 		j->next = NULL;
 		mailbox_post(p->done, j);
 	}
 	mysql_thread_end();
 	return NULL;
+}
+
+/* How long jobs have waited with none finishing; 0 when idle. */
+static int64_t
+pool_stalled_ms(struct db_pool *p)
+{
+	int64_t d = 0;
+
+	pthread_mutex_lock(&p->mu);
+	if (p->running > 0 || p->queued > 0)
+		d = mono_ms() - p->progress_ms;
+	pthread_mutex_unlock(&p->mu);
+	return d > 0 ? d : 0;
+}
+
+/* Once a second on the loop: a hung server says nothing by itself (its
+ * connections stay up, every call waits for the read timeout), so the
+ * pool says it, once when it starts and once when it ends. */
+static void
+stall_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct db_pool *p = arg;
+	int64_t d = pool_stalled_ms(p), answered;
+	size_t queued;
+	int running;
+
+	(void)fd;
+	(void)what;
+	pthread_mutex_lock(&p->mu);
+	queued = p->queued;
+	running = p->running;
+	answered = p->answered_ms;
+	pthread_mutex_unlock(&p->mu);
+	if (p->stalled_since_ms == 0 && d >= DB_STALL_MS) {
+		p->stalled_since_ms = mono_ms() - d;
+		log_warn("database not answering",
+			 "pool=%s waited_ms=%lld running=%d queued=%zu",
+			 p->name, (long long)d, running, queued);
+	} else if (p->stalled_since_ms != 0 && answered > p->stalled_since_ms) {
+		log_info("database answering again", "pool=%s stalled_ms=%lld",
+			 p->name, (long long)(answered - p->stalled_since_ms));
+		p->stalled_since_ms = 0;
+	}
 }
 
 struct db_pool *
@@ -968,6 +1037,17 @@ db_pool_create(struct event_base *base, const struct db_dsn *dsn, int nconns,
 }
 
 void
+db_pool_watch(struct db_pool *p)
+{
+	struct timeval sec = {1, 0};
+
+	if (p->stall_ev != NULL)
+		return;
+	p->stall_ev = event_new(p->base, -1, EV_PERSIST, stall_cb, p);
+	event_add(p->stall_ev, &sec);
+}
+
+void
 db_pool_submit(struct db_pool *p, struct db_job *job)
 {
 	job->next = NULL;
@@ -977,6 +1057,8 @@ db_pool_submit(struct db_pool *p, struct db_job *job)
 	else
 		p->queue_head = job;
 	p->queue_tail = job;
+	if (p->queued == 0 && p->running == 0)
+		p->progress_ms = mono_ms();
 	p->queued++;
 	pthread_cond_signal(&p->cond);
 	pthread_mutex_unlock(&p->mu);
@@ -988,6 +1070,12 @@ db_pool_connected(const struct db_pool *p)
 	return __atomic_load_n(&p->connected, __ATOMIC_RELAXED);
 }
 
+int
+db_pool_ready(struct db_pool *p)
+{
+	return db_pool_connected(p) > 0 && pool_stalled_ms(p) < DB_STALL_MS;
+}
+
 /* Runs every queued job to completion (their done_cb included), then
  * stops the threads. */
 void
@@ -995,6 +1083,8 @@ db_pool_destroy(struct db_pool *p)
 {
 	if (p == NULL)
 		return;
+	if (p->stall_ev != NULL)
+		event_free(p->stall_ev);
 	pthread_mutex_lock(&p->mu);
 	p->stopping = 1;
 	pthread_cond_broadcast(&p->cond);

@@ -57,8 +57,14 @@ struct db_pool *db_pool_create(struct event_base *base,
 			       const char *name);
 void db_pool_destroy(struct db_pool *p);
 void db_pool_submit(struct db_pool *p, struct db_job *job);
-/* Connections currently up (a gauge for /readyz and metrics). */
+/* Connections currently up (a gauge for metrics). */
 int db_pool_connected(const struct db_pool *p);
+/* For /readyz: a connection is up and the server answers (jobs do not
+ * wait for 5 s with none finishing, as they do on a hung server). */
+int db_pool_ready(struct db_pool *p);
+/* Logs "database not answering" when jobs wait that long, and "database
+ * answering again" (for the pools whose jobs never wait on purpose). */
+void db_pool_watch(struct db_pool *p);
 
 /* A typed parameter list, built on the stack of run(). */
 struct db_params {

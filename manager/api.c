@@ -879,7 +879,7 @@ static void
 readyz(struct manager *mg, struct evhttp_request *req)
 {
 	int zk = zk_is_connected(mg->zk), redis = redis_up(mg->redis);
-	int db = db_pool_connected(mg->db) > 0;
+	int db = db_pool_ready(mg->db);
 	json_t *out = json_pack("{s:b, s:b, s:b}", "zookeeper", zk, "redis",
 				redis, "db", db);
 

@@ -288,6 +288,7 @@ main(int argc, char **argv)
 
 	mg.db = db_pool_create(mg.base, mg.dsn,
 			       (int)cfg_int(mg.cfg, CFG_DB_POOL_SIZE), "api");
+	db_pool_watch(mg.db);
 	mg.redis = redis_create(mg.base, mg.cfg, redis_state_cb, &mg);
 	redis_on_failover(mg.redis, redis_failover_cb, &mg);
 	mg.clock =

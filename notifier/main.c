@@ -117,7 +117,7 @@ static void
 r_readyz(void *ctx, struct evhttp_request *req, const char *a, size_t len)
 {
 	struct notifier *n = ctx;
-	int db = db_pool_connected(n->db) > 0;
+	int db = db_pool_ready(n->db);
 	int kafka = !kafka_brokers_down(n->dlq);
 	int ok = db && kafka && n->consumer != NULL && !n->stopping;
 
@@ -337,6 +337,7 @@ main(int argc, char **argv)
 	n.db = db_pool_create(n.base, n.dsn,
 			      (int)cfg_int(n.cfg, CFG_DB_POOL_SIZE),
 			      "notifier");
+	db_pool_watch(n.db);
 	n.httpc = httpcli_create(n.base);
 	check_manager(&n);
 	n.guard = netguard_create(

@@ -133,7 +133,7 @@ r_readyz(void *ctx, struct evhttp_request *req, const char *a, size_t len)
 {
 	struct worker *w = ctx;
 	int zk = zk_is_connected(w->zk), redis = redis_up(w->redis);
-	int db = db_pool_connected(w->db) > 0;
+	int db = db_pool_ready(w->db);
 	int kafka = !kafka_brokers_down(w->kafka);
 	int ok = zk && redis && db && kafka;
 
@@ -212,6 +212,7 @@ main(int argc, char **argv)
 		log_fatal("bad config", "error=\"%s\"", err);
 	w.db = db_pool_create(w.base, w.dsn,
 			      (int)cfg_int(w.cfg, CFG_DB_POOL_SIZE), "worker");
+	db_pool_watch(w.db);
 	w.redis = redis_create(w.base, w.cfg, redis_state_cb, &w);
 	redis_on_failover(w.redis, redis_failover_cb, &w);
 	w.redis_sub = redis_create(w.base, w.cfg, redis_sub_state_cb, &w);

@@ -27,6 +27,9 @@ never stopped; ZooKeeper and whatever is not faulted stay shared.
   kafka_outage_ttl  tasks with ttl_ms 5 s due during that outage: expired,
                     not published late
   mariadb_stopped   private MariaDB stopped for 20 s: API 503, nothing lost
+  mariadb_hung      private MariaDB SIGSTOPped for 12 s (a hung server, its
+                    connections stay up): /readyz 503 db:false and 'database
+                    not answering' within seconds, back after it, nothing lost
   restore           FLUSHDB + POST /v1/admin/restore; an expired task revived
                     with `prophetctl restore --id`; 409 for a delivered one
 
@@ -1385,6 +1388,97 @@ def test_mariadb_stopped():
                       worker_sum(c, "prophet_db_mark_failures_total"),
                       conv))
             finish(p, led, figs, "MariaDB stopped")
+            failed = False
+    finally:
+        db.close(failed=failed)
+        PRIVATE.pop("mariadb", None)
+
+
+DB_HUNG_S = 12.0
+DB_STALL_S = 5.0  # common/db.c DB_STALL_MS
+
+
+def readyz_db(addr):
+    """(status, the answer's "db") of addr's /readyz; (None, None) when it
+    does not answer within 2 s."""
+    api = h.Api(addr, timeout=2)
+    try:
+        r = api.get("/readyz")
+        return r.status, (r.json or {}).get("db")
+    except OSError:
+        return None, None
+    finally:
+        api.close()
+
+
+def wait_readyz_db(addrs, want, timeout):
+    """Seconds until every addr's /readyz says db=want (and 200 / 503 with
+    it), None after timeout."""
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < timeout:
+        got = [readyz_db(a) for a in addrs]
+        if all(g == ((200 if want else 503), want) for g in got):
+            return time.monotonic() - t0
+        time.sleep(0.2)
+    return None
+
+
+def test_mariadb_hung():
+    """Private MariaDB SIGSTOPped for DB_HUNG_S: its connections stay up and
+    nothing answers. The daemons must say so: /readyz of the manager and
+    the worker 503 with "db":false a few seconds after the hang began
+    (before: 200 and db:true all along, while submissions hung), the log
+    line 'database not answering', then 'database answering again' and
+    200 after SIGCONT. Nothing accepted is lost or early."""
+    db = private("mariadb")
+    failed = True
+    try:
+        with cluster_for("dur-dbhung", workers=1, db=db) as c:
+            led = Ledger("mariadb_hung", c)
+            # One client at a time: its submission hangs with the server,
+            # as a real client's would (timeout above the hang).
+            st = Stream(led, "dh", rate=20, delay_lo=1000, delay_hi=3000,
+                        timeout=DB_HUNG_S + 30).start()
+            addrs = [c.manager_addr, c.workers[0].addr]
+            time.sleep(3.0)
+            p = h.Problems()
+            p.check(wait_readyz_db(addrs, True, 10) is not None,
+                    "/readyz not 200 db:true before the hang")
+            t_down = h.now_ms()
+            db.pause()
+            took = wait_readyz_db(addrs, False, DB_HUNG_S - 1)
+            h.log("mariadb_hung: /readyz 503 db:false on manager and "
+                  "worker %s s after SIGSTOP" % (
+                      "%.1f" % took if took is not None else "never"))
+            p.check(took is not None and took <= DB_STALL_S + 3,
+                    "/readyz of the manager and the worker did not turn 503 "
+                    "db:false within %.0f s of the hang (took %s; now %s)"
+                    % (DB_STALL_S + 3, took, [readyz_db(a) for a in addrs]))
+            time.sleep(max(0, (t_down + DB_HUNG_S * 1000 - h.now_ms())
+                           / 1000.0))
+            db.resume()
+            t_back = h.now_ms()
+            back = wait_readyz_db(addrs, True, 15)
+            h.log("mariadb_hung: /readyz 200 again %s s after SIGCONT" % (
+                "%.1f" % back if back is not None else "never"))
+            p.check(back is not None, "/readyz not 200 db:true within 15 s "
+                    "after the server resumed")
+            time.sleep(3.0)
+            st.stop()
+            for pr, name in ((c.manager, "manager"), (c.workers[0],
+                                                      "worker")):
+                for needle in ("database not answering",
+                               "database answering again"):
+                    p.check(log_lines(c, needle, t_down, [pr]),
+                            "%s did not log '%s'" % (name, needle))
+            led.check_all_fired(p, 30)
+            led.check_output(p)
+            led.check_no_refusals(p, what="submissions not accepted "
+                                  "across a hang shorter than the client's "
+                                  "timeout")
+            led.wait_db_converged(60)
+            figs = led.figures(led.recovery_ms(t_back))
+            finish(p, led, figs, "MariaDB hung")
             failed = False
     finally:
         db.close(failed=failed)

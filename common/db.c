@@ -28,6 +28,7 @@
 /* Jobs waiting this long without any of them finishing: the server hangs
  * (stopped, its disk stuck) although the connections are up. */
 #define DB_STALL_MS 5000
+#define DB_FAIL_LOG_MS 10000
 
 struct db_stmt_entry {
 	char *sql;
@@ -51,8 +52,10 @@ struct db_conn {
 	unsigned int errnum;
 	const struct db_dsn *dsn;
 	int64_t next_try_ms;
-	size_t max_packet;     /* the server's max_allowed_packet */
-	unsigned long answers; /* statements the server answered */
+	size_t max_packet;	/* the server's max_allowed_packet */
+	unsigned long answers;	/* statements the server answered */
+	int64_t fail_logged_ms; /* last "database connect failed" line */
+	long fail_suppressed;
 };
 
 /* Not a MySQL error number: the server offered no TLS. */
@@ -882,6 +885,25 @@ job_done_cb(void *item, void *arg)
 	j->done_cb(j, j->status, j->err);
 }
 
+/* Each connection retries every second while the server is away: its
+ * first failure is logged, then one line per DB_FAIL_LOG_MS. */
+static void
+conn_fail_log(const struct db_pool *p, struct db_conn *c)
+{
+	int64_t now = mono_ms();
+
+	if (c->fail_logged_ms != 0 &&
+	    now - c->fail_logged_ms < DB_FAIL_LOG_MS) {
+		c->fail_suppressed++;
+		return;
+	}
+	log_warn("database connect failed",
+		 "pool=%s error=\"%s\" not_logged_since_last=%ld", p->name,
+		 c->err, c->fail_suppressed);
+	c->fail_logged_ms = now;
+	c->fail_suppressed = 0;
+}
+
 static void *
 pool_thread(void *arg)
 {
@@ -912,10 +934,10 @@ pool_thread(void *arg)
 			if (conn_connect(c) < 0) {
 				c->next_try_ms =
 					mono_ms() + DB_RECONNECT_INTERVAL_MS;
-				log_warn("database connect failed",
-					 "pool=%s error=\"%s\"", p->name,
-					 c->err);
+				conn_fail_log(p, c);
 			} else {
+				c->fail_logged_ms = 0;
+				c->fail_suppressed = 0;
 				log_info("database connected", "pool=%s",
 					 p->name);
 				__atomic_add_fetch(&p->connected, 1,

@@ -45,6 +45,8 @@ struct ingest {
 	struct event *timer;
 	int timer_armed;
 	int plugged; /* > 0: submissions only queue (ingest_plug) */
+	int64_t commit_warned_mono;
+	long commit_suppressed;
 };
 
 struct ingest_batch {
@@ -75,6 +77,9 @@ struct insert_ctx {
 /* The room a statement leaves beside its rows (command, statement id,
  * flags, NULL bitmap): generous. */
 #define PACKET_SLACK 4096
+/* A DB outage fails every group commit (hundreds a second under load):
+ * one line per this many ms, with the count of those not logged. */
+#define COMMIT_WARN_MS 5000
 
 /* What a row takes in a statement's packet, generously: its values and a
  * few bytes of framing (type, length) for each of its columns. */
@@ -863,6 +868,24 @@ dup_result(struct ingest_req *r, const struct ingest_req *o)
 }
 
 static void
+commit_failed_log(struct ingest *ing, const struct ingest_batch *b,
+		  const char *err)
+{
+	int64_t now = clock_mono_ms();
+
+	if (ing->commit_warned_mono != 0 &&
+	    now - ing->commit_warned_mono < COMMIT_WARN_MS) {
+		ing->commit_suppressed++;
+		return;
+	}
+	log_warn("group commit failed",
+		 "rows=%zu error=\"%s\" not_logged_since_last=%ld", b->n, err,
+		 ing->commit_suppressed);
+	ing->commit_warned_mono = now;
+	ing->commit_suppressed = 0;
+}
+
+static void
 batch_done_cb(struct db_job *job, int status, const char *err)
 {
 	struct ingest_batch *b = (struct ingest_batch *)job;
@@ -876,8 +899,7 @@ batch_done_cb(struct db_job *job, int status, const char *err)
 	if (status >= 0)
 		CRASHPOINT("ingest_after_commit_before_index");
 	if (status < 0)
-		log_warn("group commit failed", "rows=%zu error=\"%s\"", b->n,
-			 err);
+		commit_failed_log(ing, b, err);
 	for (size_t i = 0; i < b->n; i++) {
 		struct ingest_req *r = b->reqs[i];
 

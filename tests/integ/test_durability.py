@@ -1366,6 +1366,21 @@ def test_mariadb_stopped():
                      fmt(t_ok - t_back if t_ok else None)))
             p.check(t_ok is not None, "the API did not accept a task within "
                     "30 s after the DB returned")
+            # One line per failed group commit flooded the log (about 100
+            # here, 11,000 a minute at 200 submissions/s): at most one per
+            # 5 s, carrying the count it stands for.
+            gc = log_lines(c, "group commit failed", t_down, [c.manager])
+            dc = log_lines(c, "database connect failed", t_down,
+                           [c.manager] + c.workers)
+            h.log("mariadb_stopped: 'group commit failed' x%d (standing for "
+                  "%d), 'database connect failed' x%d" % (
+                      len(gc), len(gc) + sum(int(kv(x, "not_logged_since_"
+                                                    "last") or 0)
+                                             for _, x in gc), len(dc)))
+            p.check(len(gc) <= SHORT_OUTAGE_S / 5 + 3,
+                    "'group commit failed' logged %d times in a %.0f s "
+                    "outage (want one per 5 s at most)"
+                    % (len(gc), SHORT_OUTAGE_S))
             led.check_all_fired(p, 30, what="accepted task(s)")
             led.check_output(p)
             conv = led.wait_db_converged(60)

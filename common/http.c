@@ -87,6 +87,8 @@ http_reason(int code)
  * reference to each, so a sweep can see which have ended and drop them:
  * every SWEEP_IDLE_MS, every SWEEP_FULL_MS at the connection limit.
  */
+/* Seconds a client is told to wait after a 503 or a 429. */
+#define HTTP_RETRY_AFTER_S "1"
 #define HTTP_MAX_SERVERS 4
 #define LINGER_MS 2000
 #define SWEEP_IDLE_MS 1000
@@ -407,7 +409,10 @@ conn_refuse(struct http_conn *c, enum http_shape shape, int status,
 			    "%s"
 			    "Connection: close\r\n\r\n%s\n",
 			    status, http_reason(status), strlen(body) + 1,
-			    status == 401 ? "WWW-Authenticate: Bearer\r\n" : "",
+			    status == 401   ? "WWW-Authenticate: Bearer\r\n"
+			    : status == 503 ? "Retry-After: " HTTP_RETRY_AFTER_S
+					      "\r\n"
+					    : "",
 			    body);
 	free(body);
 	bufferevent_enable(c->bev, EV_WRITE);
@@ -1786,12 +1791,18 @@ http_send(struct evhttp_request *req, int code, struct evbuffer *body)
 	"{\"error\":{\"code\":\"internal\",\"message\":\"the answer could " \
 	"not be built\"}}\n"
 
-/* Sends b (a JSON answer and its newline) and frees it. */
+/* Sends b (a JSON answer and its newline) and frees it. A 503 (a server
+ * Prophet needs is away, the daemon is stopping) and a 429 tell the client
+ * when to try again, as HTTP has it (RFC 9110, 10.2.3). */
 static void
 send_json(struct evhttp_request *req, int code, struct evbuffer *b)
 {
-	evhttp_add_header(evhttp_request_get_output_headers(req),
-			  "Content-Type", "application/json");
+	struct evkeyvalq *h = evhttp_request_get_output_headers(req);
+
+	evhttp_add_header(h, "Content-Type", "application/json");
+	if ((code == 503 || code == 429) &&
+	    evhttp_find_header(h, "Retry-After") == NULL)
+		evhttp_add_header(h, "Retry-After", HTTP_RETRY_AFTER_S);
 	http_send(req, code, b);
 	evbuffer_free(b);
 }

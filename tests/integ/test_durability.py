@@ -1333,6 +1333,15 @@ def test_mariadb_stopped():
             h.log("mariadb stopped in %d ms" % (h.now_ms() - t_down))
             time.sleep(max(0, (t_down + SHORT_OUTAGE_S * 1000 - h.now_ms())
                            / 1000.0))
+            # What a client is told: 503 and when to try again.
+            api = c.api()
+            try:
+                r = api.post("/v1/tasks", task("retry-after-probe",
+                                               h.now_ms() + 600000))
+            finally:
+                api.close()
+            probe = (r.status, {k.lower(): v for k, v in
+                                r.headers.items()}.get("retry-after"))
             db.start()
             t_back = h.now_ms()
             h.log("mariadb back after %.1f s" % ((t_back - t_down) / 1000.0))
@@ -1352,6 +1361,9 @@ def test_mariadb_stopped():
             n503 = [a for a in during if a[1] == 503 and
                     a[2] == "unavailable"]
             acc_during = [a for a in during if a[1] in (200, 201)]
+            p.check(probe[0] == 503 and (probe[1] or "").isdigit(),
+                    "a submission during the outage: want 503 with a "
+                    "Retry-After of whole seconds, got %r" % (probe,))
             p.check(n503, "no 503 {\"code\":\"unavailable\"} during the DB "
                     "outage (answers: %s)" % sorted(set(
                         (a[1], a[2]) for a in during)))

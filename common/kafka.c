@@ -130,6 +130,10 @@ struct kafka_producer {
 	int ticking;
 	unsigned long tick_served;
 	int64_t tick_warned_ms;
+	/* When the brokers last acknowledged a message (a delivery report),
+	 * or the queue went from empty to not; when they stopped. */
+	int64_t acked_ms;
+	int64_t stalled_since_ms;
 };
 
 /* A refusal no retry will change: a password, a certificate. */
@@ -242,6 +246,12 @@ dr_msg_cb(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaque)
 
 	if (p->ticking)
 		p->tick_served++;
+	p->acked_ms = clock_mono_ms();
+	if (p->stalled_since_ms != 0) {
+		log_info("kafka acknowledging again", "stalled_ms=%lld",
+			 (long long)(p->acked_ms - p->stalled_since_ms));
+		p->stalled_since_ms = 0;
+	}
 	p->dr_cb(m->_private, m->err, p->arg);
 }
 
@@ -345,6 +355,32 @@ wake_cb(evutil_socket_t fd, short what, void *arg)
 	rd_kafka_poll(p->rk, 0);
 }
 
+/* Messages queued and no delivery report for this long: the brokers hang
+ * (a stopped process, a stuck disk) while the connections stay up, which
+ * librdkafka reports only at its request timeout. */
+#define KAFKA_STALL_MS 5000
+
+static int64_t
+stalled_ms(const struct kafka_producer *p)
+{
+	if (p->rk == NULL || rd_kafka_outq_len(p->rk) == 0)
+		return 0;
+	return clock_mono_ms() - p->acked_ms;
+}
+
+static void
+stall_check(struct kafka_producer *p)
+{
+	int64_t d = stalled_ms(p);
+
+	/* Brokers known down say so themselves ("kafka brokers down"). */
+	if (d < KAFKA_STALL_MS || p->stalled_since_ms != 0 || p->all_down)
+		return;
+	p->stalled_since_ms = clock_mono_ms() - d;
+	log_warn("kafka not acknowledging", "waited_ms=%lld outq=%d",
+		 (long long)d, rd_kafka_outq_len(p->rk));
+}
+
 /*
  * The main queue wakes the loop through the pipe only when it turns
  * non-empty. A chaos run once had a worker, woken from SIGSTOP, with 84
@@ -362,6 +398,7 @@ tick_cb(evutil_socket_t fd, short what, void *arg)
 	(void)what;
 	if (p->rk == NULL || rd_kafka_outq_len(p->rk) == 0)
 		return;
+	stall_check(p);
 	announced = pipe_drain(p->pipefd[0]) > 0;
 	p->ticking = 1;
 	p->tick_served = 0;
@@ -673,6 +710,8 @@ kafka_produce(struct kafka_producer *p, const char *topic, const void *key,
 		*errp = RD_KAFKA_RESP_ERR__FATAL;
 		return -1;
 	}
+	if (rd_kafka_outq_len(p->rk) == 0)
+		p->acked_ms = clock_mono_ms();
 	e = rd_kafka_producev(p->rk, RD_KAFKA_V_TOPIC(topic),
 			      RD_KAFKA_V_KEY(key, keylen),
 			      RD_KAFKA_V_VALUE((void *)value, valuelen),
@@ -698,6 +737,12 @@ kafka_purge_queued(struct kafka_producer *p)
 {
 	if (p->rk != NULL)
 		rd_kafka_purge(p->rk, RD_KAFKA_PURGE_F_QUEUE);
+}
+
+int
+kafka_stalled(const struct kafka_producer *p)
+{
+	return stalled_ms(p) >= KAFKA_STALL_MS;
 }
 
 int

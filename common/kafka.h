@@ -109,6 +109,9 @@ void kafka_purge_queued(struct kafka_producer *p);
 /* All brokers down (librdkafka said so, and its statistics have not shown
  * one up since). */
 int kafka_brokers_down(const struct kafka_producer *p);
+/* Messages have waited 5 s without a delivery report: the brokers hang
+ * (for /readyz; logged as "kafka not acknowledging"). */
+int kafka_stalled(const struct kafka_producer *p);
 
 /*
  * A consumer (group member) on a topic, or on several separated by commas

@@ -26,6 +26,9 @@ never stopped; ZooKeeper and whatever is not faulted stay shared.
   kafka_stopped     private Kafka broker stopped for 30 s: tasks wait
   kafka_outage_ttl  tasks with ttl_ms 5 s due during that outage: expired,
                     not published late
+  kafka_hung        private Kafka broker SIGSTOPped for 12 s: the worker's
+                    /readyz 503 kafka:false and 'kafka not acknowledging'
+                    within seconds, back after it, nothing lost
   mariadb_stopped   private MariaDB stopped for 20 s: API 503, nothing lost
   mariadb_hung      private MariaDB SIGSTOPped for 12 s (a hung server, its
                     connections stay up): /readyz 503 db:false and 'database
@@ -1309,6 +1312,61 @@ def test_kafka_outage_ttl():
     p.raise_if_any("ttl while Kafka is down")
 
 
+def test_kafka_hung():
+    """Private Kafka broker SIGSTOPped for HUNG_SERVER_S: its connections
+    stay up, nothing is acknowledged, librdkafka reports nothing before its
+    request timeout. The worker must say so: /readyz 503 "kafka":false and
+    'kafka not acknowledging' a few seconds after the hang began (before:
+    200 and kafka:true all along), 'kafka acknowledging again' and 200
+    after SIGCONT. Nothing is lost or early."""
+    kf = private("kafka")
+    failed = True
+    try:
+        with cluster_for("dur-kafkahung", workers=1, kafka=kf) as c:
+            led = Ledger("kafka_hung", c)
+            st = Stream(led, "kh", rate=20, delay_lo=1000,
+                        delay_hi=3000).start()
+            addr = [c.workers[0].addr]
+            time.sleep(4.0)
+            p = h.Problems()
+            p.check(wait_readyz_key(addr, "kafka", True, 10) is not None,
+                    "worker /readyz not 200 kafka:true before the hang")
+            t_down = h.now_ms()
+            kf.pause()
+            took = wait_readyz_key(addr, "kafka", False, HUNG_SERVER_S - 1)
+            h.log("kafka_hung: worker /readyz 503 kafka:false %s s after "
+                  "SIGSTOP" % ("%.1f" % took if took is not None
+                               else "never"))
+            p.check(took is not None and took <= STALL_S + 3,
+                    "the worker's /readyz did not turn 503 kafka:false "
+                    "within %.0f s of the hang (took %s; now %s)"
+                    % (STALL_S + 3, took, readyz_key(addr[0], "kafka")))
+            time.sleep(max(0, (t_down + HUNG_SERVER_S * 1000 - h.now_ms())
+                           / 1000.0))
+            kf.resume()
+            t_back = h.now_ms()
+            back = wait_readyz_key(addr, "kafka", True, 20)
+            h.log("kafka_hung: /readyz 200 again %s s after SIGCONT" % (
+                "%.1f" % back if back is not None else "never"))
+            p.check(back is not None, "/readyz not 200 kafka:true within "
+                    "20 s after the broker resumed")
+            time.sleep(3.0)
+            st.stop()
+            for needle in ("kafka not acknowledging",
+                           "kafka acknowledging again"):
+                p.check(log_lines(c, needle, t_down),
+                        "the worker did not log '%s'" % needle)
+            led.check_all_fired(p, 40)
+            led.check_output(p)
+            led.check_no_refusals(p)
+            figs = led.figures(led.recovery_ms(t_back))
+            finish(p, led, figs, "Kafka hung")
+            failed = False
+    finally:
+        kf.close(failed=failed)
+        PRIVATE.pop("kafka", None)
+
+
 def test_mariadb_stopped():
     """Private MariaDB stopped for SHORT_OUTAGE_S: the API answers 503
     {"error":{"code":"unavailable"}}, tasks accepted before and due during
@@ -1421,29 +1479,29 @@ def test_mariadb_stopped():
         PRIVATE.pop("mariadb", None)
 
 
-DB_HUNG_S = 12.0
-DB_STALL_S = 5.0  # common/db.c DB_STALL_MS
+HUNG_SERVER_S = 12.0
+STALL_S = 5.0  # common/db.c DB_STALL_MS, common/kafka.c KAFKA_STALL_MS
 
 
-def readyz_db(addr):
-    """(status, the answer's "db") of addr's /readyz; (None, None) when it
+def readyz_key(addr, key):
+    """(status, the answer's key) of addr's /readyz; (None, None) when it
     does not answer within 2 s."""
     api = h.Api(addr, timeout=2)
     try:
         r = api.get("/readyz")
-        return r.status, (r.json or {}).get("db")
+        return r.status, (r.json or {}).get(key)
     except OSError:
         return None, None
     finally:
         api.close()
 
 
-def wait_readyz_db(addrs, want, timeout):
-    """Seconds until every addr's /readyz says db=want (and 200 / 503 with
+def wait_readyz_key(addrs, key, want, timeout):
+    """Seconds until every addr's /readyz says key=want (and 200 / 503 with
     it), None after timeout."""
     t0 = time.monotonic()
     while time.monotonic() - t0 < timeout:
-        got = [readyz_db(a) for a in addrs]
+        got = [readyz_key(a, key) for a in addrs]
         if all(g == ((200 if want else 503), want) for g in got):
             return time.monotonic() - t0
         time.sleep(0.2)
@@ -1451,8 +1509,8 @@ def wait_readyz_db(addrs, want, timeout):
 
 
 def test_mariadb_hung():
-    """Private MariaDB SIGSTOPped for DB_HUNG_S: its connections stay up and
-    nothing answers. The daemons must say so: /readyz of the manager and
+    """Private MariaDB SIGSTOPped for HUNG_SERVER_S: its connections stay
+    up and nothing answers. The daemons must say so: /readyz of the manager and
     the worker 503 with "db":false a few seconds after the hang began
     (before: 200 and db:true all along, while submissions hung), the log
     line 'database not answering', then 'database answering again' and
@@ -1465,27 +1523,28 @@ def test_mariadb_hung():
             # One client at a time: its submission hangs with the server,
             # as a real client's would (timeout above the hang).
             st = Stream(led, "dh", rate=20, delay_lo=1000, delay_hi=3000,
-                        timeout=DB_HUNG_S + 30).start()
+                        timeout=HUNG_SERVER_S + 30).start()
             addrs = [c.manager_addr, c.workers[0].addr]
             time.sleep(3.0)
             p = h.Problems()
-            p.check(wait_readyz_db(addrs, True, 10) is not None,
+            p.check(wait_readyz_key(addrs, "db", True, 10) is not None,
                     "/readyz not 200 db:true before the hang")
             t_down = h.now_ms()
             db.pause()
-            took = wait_readyz_db(addrs, False, DB_HUNG_S - 1)
+            took = wait_readyz_key(addrs, "db", False, HUNG_SERVER_S - 1)
             h.log("mariadb_hung: /readyz 503 db:false on manager and "
                   "worker %s s after SIGSTOP" % (
                       "%.1f" % took if took is not None else "never"))
-            p.check(took is not None and took <= DB_STALL_S + 3,
+            p.check(took is not None and took <= STALL_S + 3,
                     "/readyz of the manager and the worker did not turn 503 "
                     "db:false within %.0f s of the hang (took %s; now %s)"
-                    % (DB_STALL_S + 3, took, [readyz_db(a) for a in addrs]))
-            time.sleep(max(0, (t_down + DB_HUNG_S * 1000 - h.now_ms())
+                    % (STALL_S + 3, took,
+                       [readyz_key(a, "db") for a in addrs]))
+            time.sleep(max(0, (t_down + HUNG_SERVER_S * 1000 - h.now_ms())
                            / 1000.0))
             db.resume()
             t_back = h.now_ms()
-            back = wait_readyz_db(addrs, True, 15)
+            back = wait_readyz_key(addrs, "db", True, 15)
             h.log("mariadb_hung: /readyz 200 again %s s after SIGCONT" % (
                 "%.1f" % back if back is not None else "never"))
             p.check(back is not None, "/readyz not 200 db:true within 15 s "
@@ -1669,7 +1728,7 @@ def main(tests=None):
     try:
         h.ensure_cluster()
         # Slow private servers start while the first tests run.
-        if "test_kafka_stopped" in sel:
+        if "test_kafka_stopped" in sel or "test_kafka_hung" in sel:
             PRIVATE["kafka"] = s.PrivateKafka().start_async()
         if "test_mariadb_stopped" in sel:
             PRIVATE["mariadb"] = s.PrivateMariaDB().start_async()

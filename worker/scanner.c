@@ -1134,7 +1134,8 @@ move_reply_cb(struct redis *r, redisReply *reply, void *arg)
 {
 	struct slot_call *c = arg;
 	struct worker *w = c->w;
-	struct wslot *s = &w->slots[c->slot];
+	int slot = c->slot; /* c is freed before the next call is made */
+	struct wslot *s = &w->slots[slot];
 	long long moved, dropped, more, first;
 
 	s->moving = 0;
@@ -1163,10 +1164,10 @@ move_reply_cb(struct redis *r, redisReply *reply, void *arg)
 	metric_add(w->m.bucket_moved, (double)moved);
 	metric_add(w->m.bucket_dropped, (double)dropped);
 	if (moved > 0 && first < worker_now(w) + w->lookahead_ms)
-		scanner_wake(w, c->slot);
+		scanner_wake(w, slot);
 	slot_call_free(c);
 	if (more)
-		move_slot(w, c->slot, worker_now(w));
+		move_slot(w, slot, worker_now(w));
 }
 
 /* Moves the slot's buckets that start within task.bucket_near_ms into

@@ -205,6 +205,39 @@ def test_far_tasks_wait_in_buckets():
         c.close(failed=failed)
 
 
+def test_bucket_larger_than_one_move():
+    """A slot whose buckets hold more than one move call takes
+    (BUCKET_MOVE_BATCH, 2,000 tasks) is moved in several calls. The reply
+    of the first one used to read its freed call to find the slot of the
+    next: the worker died of SIGSEGV (glibc's free writes into it), and
+    so did every next owner of the slot. Here 2 slots and 5,000 tasks due
+    in one second: the worker lives, all fire once, none early."""
+    c = h.Cluster(workers=1, name="bk-big", conf=CONF, slots=2).open()
+    failed = True
+    try:
+        c.start()
+        h.create_topics(c.brokers, [c.topic(TOPIC)])
+        rd = c.reader([TOPIC])
+        api = c.api()
+        now = h.now_ms()
+        start = now + 8000 - now % 1000
+        due, batch = spread("bb", 5000, start, 900, 7)
+        post_batches(api, batch, 1000)
+        p = h.Problems()
+        check_fired(p, rd, due, timeout=40)
+        w = c.workers[0]
+        p.check(w.running(), "the worker died while moving the buckets: %s"
+                % (w.tail(3),))
+        p.check(worker_sum(c, "prophet_bucket_moved_total") >= 4000,
+                "prophet_bucket_moved_total %s: the tasks did not go "
+                "through the buckets" % worker_sum(
+                    c, "prophet_bucket_moved_total"))
+        p.raise_if_any("a bucket larger than one move")
+        failed = False
+    finally:
+        c.close(failed=failed)
+
+
 def test_cancel_and_reschedule_in_buckets():
     """Cancelled and rescheduled tasks leave their copies in the buckets;
     the move drops the stale ones: a cancelled task never fires, a

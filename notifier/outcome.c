@@ -82,10 +82,13 @@ rec_run(struct db_conn *c, struct db_job *job)
 		struct db_params p;
 		int rc;
 
-		db_params_init(&p, 3);
+		db_params_init(&p, 6);
 		db_params_str(&p, outcome_names[j->msgs[i]->outcome]);
+		db_params_int(&p, j->msgs[i]->occurrence);
 		db_params_int(&p, j->now);
 		db_params_str(&p, j->msgs[i]->id);
+		db_params_int(&p, j->msgs[i]->occurrence);
+		db_params_int(&p, j->msgs[i]->occurrence);
 		rc = db_exec(c, SQL_TASK_CALLBACK_STATUS, &p, &affected);
 		db_params_free(&p);
 		if (rc < 0)

@@ -237,6 +237,16 @@ static const char *const v11_stmts[] = {
 	"ALTER TABLE slot_state ADD COLUMN IF NOT EXISTS eos_part INT NULL",
 	NULL};
 
+/* The occurrence a recurring task's callback_status is of (0: a one-shot
+ * task's), so that a later occurrence's outcome replaces an earlier one's
+ * final ok or failed. Adding a column is instant in MariaDB 10.3+.
+ * Self-contained, so it can be renumbered when merged after other
+ * migrations. */
+static const char *const v12_stmts[] = {
+	"ALTER TABLE tasks ADD COLUMN IF NOT EXISTS callback_occurrence "
+	"BIGINT NOT NULL DEFAULT 0, ALGORITHM=INSTANT",
+	NULL};
+
 const struct schema_migration schema_migrations[] = {
 	{1, "tasks, task_log, slot_state", v1_stmts, NULL, NULL},
 	{2, "recurring tasks: misfire, start_at, end_at, occurrences", v2_stmts,
@@ -254,6 +264,8 @@ const struct schema_migration schema_migrations[] = {
 	 NULL, NULL},
 	{11, "slot_state.eos_part (exactly-once marker partition)", v11_stmts,
 	 NULL, NULL},
+	{12, "tasks.callback_occurrence (recurring callbacks)", v12_stmts, NULL,
+	 NULL},
 };
 
 const size_t schema_migration_count =

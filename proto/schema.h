@@ -154,11 +154,15 @@ enum sql_task_col {
 #define SQL_TASK_LOG_INSERT_ROW "(?,?,?,?,?,?,?,?)"
 #define SQL_TASK_LOG_INSERT_NCOLS 8
 
-/* A callback outcome (notifier): ok and failed are final, so a replayed
- * older attempt cannot undo them. */
-#define SQL_TASK_CALLBACK_STATUS                                \
-	"UPDATE tasks SET callback_status = ?, updated_at = ? " \
-	"WHERE id = ? AND callback_status NOT IN ('ok', 'failed')"
+/* A callback outcome (notifier) of an occurrence (0 for a one-shot task):
+ * ok and failed are final for that occurrence, so a replayed older attempt
+ * cannot undo them; a later occurrence's outcome replaces them, an earlier
+ * one's does not (params: status, occurrence, now, id, occurrence x2). */
+#define SQL_TASK_CALLBACK_STATUS                                          \
+	"UPDATE tasks SET callback_status = ?, callback_occurrence = ?, " \
+	"updated_at = ? WHERE id = ? AND (callback_occurrence < ? OR "    \
+	"(callback_occurrence = ? AND callback_status NOT IN ('ok', "     \
+	"'failed')))"
 
 /* The columns payload_from_row() reads, in its order. */
 #define SQL_TASK_COLS_INDEX                                            \

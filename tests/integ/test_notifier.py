@@ -11,6 +11,8 @@ origins for the notifier's flow control):
      spacing respected, callback_status ok, the retries in the task log.
   3. An endpoint always failing: exactly max_attempts calls, then the
      dead-letter topic holds the message with the error, status failed.
+     A recurring task's callback_status follows its latest occurrence:
+     ok after earlier occurrences failed, failed after an earlier ok.
   4. A slow endpoint (2 s an answer) does not delay callbacks to a fast
      one, and gets at most notifier.host_max_inflight requests at once.
   5. A topic route calls tasks that have no callback of their own; the
@@ -57,6 +59,7 @@ class Endpoint:
     /ok/<id>      200
     /flaky/<id>   500 for the first 2 calls of that id, then 200
     /fail/<id>    always 500
+    /once/<id>    200 for the first call of that id, then 500
     /slow/<id>    200 after SLOW_S seconds
     """
 
@@ -100,7 +103,9 @@ class Endpoint:
                 try:
                     if kind == "slow":
                         time.sleep(SLOW_S)
-                    fail = kind == "fail" or (kind == "flaky" and nth <= 2)
+                    fail = kind == "fail" or (kind == "flaky" and
+                                              nth <= 2) or \
+                        (kind == "once" and nth > 1)
                     code = 500 if fail else 200
                     out = b'{"ok":false}' if fail else b'{"ok":true}'
                     self.send_response(code)
@@ -368,6 +373,45 @@ def test_failing_endpoint_dead_lettered():
                 % (tid, t["callback_status"]))
     p.raise_if_any("failing endpoint")
     h.log("dead letter headers: %s" % reader.by_id[ids[0]][0].hdr)
+
+
+def test_recurring_callback_status_follows_latest_occurrence():
+    """Every occurrence of a recurring task is a callback of its own. Its
+    callback_status once stayed at the first occurrence's final outcome
+    for good: a series whose first callbacks failed showed failed after
+    later ones succeeded, and one whose first succeeded showed ok while
+    every later one was dead-lettered."""
+    series = {"k3r-up": "flaky", "k3r-down": "once"}
+    submit([{"id": tid, "topic": TOPIC, "body": "tick %s" % tid,
+             "cron": "*/2 * * * * *", "max_occurrences": 3,
+             "max_attempts": 1, "callback": {"url": FAST.url(kind, tid)}}
+            for tid, kind in series.items()])
+    short = FAST.wait_ids(list(series), 40, min_calls=3)
+    h.check(not short, "not called 3 times: %s" % short)
+    wait_status(["k3r-up"], "ok")
+    wait_status(["k3r-down"], "failed")
+    time.sleep(1.0)  # a late outcome would show now
+    p = h.Problems()
+    for tid, want in (("k3r-up", ["failed", "failed", "ok"]),
+                      ("k3r-down", ["ok", "failed", "failed"])):
+        calls = FAST.calls_of(tid)
+        p.check(len(calls) == 3, "%s called %d times" % (tid, len(calls)))
+        dues = [c["headers"].get("x-prophet-due-at") for c in calls]
+        keys = [c["headers"].get("idempotency-key") for c in calls]
+        p.check(len(set(dues)) == len(dues), "%s: occurrences called %r"
+                % (tid, dues))
+        p.check(keys == ["%s:%s" % (tid, d) for d in dues],
+                "%s: Idempotency-Key %r for occurrences %r"
+                % (tid, keys, dues))
+        t = get_task(tid, log=True)
+        cb_log = [e.get("to") for e in t.get("log", [])
+                  if e.get("from") == "callback"]
+        p.check(cb_log == want, "%s callback log %r, want %r"
+                % (tid, cb_log, want))
+        p.check(t["callback_status"] == want[-1],
+                "%s callback_status %s after its last occurrence's %s"
+                % (tid, t["callback_status"], want[-1]))
+    p.raise_if_any("recurring callbacks")
 
 
 def test_slow_endpoint_does_not_delay_fast_one():

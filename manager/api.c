@@ -286,8 +286,8 @@ has_trace_headers(struct evhttp_request *req)
 
 /* The request's W3C trace context headers, for submissions without their
  * own (proto/trace.h). */
-static void
-request_trace(struct evhttp_request *req, json_t *task)
+void
+api_request_trace(struct evhttp_request *req, json_t *task)
 {
 	struct evkeyvalq *h = evhttp_request_get_input_headers(req);
 
@@ -319,7 +319,7 @@ post_task(struct manager *mg, struct evhttp_request *req)
 	}
 	if ((in = body_json(mg, req, body, len)) == NULL)
 		return;
-	request_trace(req, in);
+	api_request_trace(req, in);
 	api_submit(mg, req, in);
 }
 
@@ -532,7 +532,7 @@ post_batch(struct manager *mg, struct evhttp_request *req)
 	json_array_foreach (tasks, i, t) {
 		struct batch_item *it = &b->items[i];
 
-		request_trace(req, t);
+		api_request_trace(req, t);
 		if (task_from_json(t, &mg->limits, now, &it->req.task, &terr) <
 		    0) {
 			metric_inc(mg->m.rejected);

@@ -393,6 +393,9 @@ int api_topic_allowed(const struct manager *mg, const char *topic);
 /* 1 if id is valid; else answers 400 and returns 0. */
 int api_check_id(struct evhttp_request *req, const char *id, size_t idlen);
 void api_submit(struct manager *mg, struct evhttp_request *req, json_t *task);
+/* The request's traceparent/tracestate headers into a task (JSON) that has
+ * no trace context of its own. */
+void api_request_trace(struct evhttp_request *req, json_t *task);
 /* A task as GET /v1/tasks/{id} answers it: row `row` of SQL_TASK_GET's
  * columns, and with log (n rows from first, SQL_TASK_LOG_GET's columns
  * from col) its state log. Pure: also on pool threads. */

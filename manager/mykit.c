@@ -143,10 +143,12 @@ mykit_push(void *ctx, struct evhttp_request *req, const char *a, size_t n)
 		return;
 	task = map_push(in, &why);
 	json_decref(in);
-	if (task == NULL)
+	if (task == NULL) {
 		http_reply_error(req, 400, "invalid_value", NULL, "%s", why);
-	else
-		api_submit(mg, req, task);
+		return;
+	}
+	api_request_trace(req, task);
+	api_submit(mg, req, task);
 }
 
 /* /delete and /reStoreJob: the job id checked, then the native call. */

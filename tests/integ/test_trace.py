@@ -7,7 +7,8 @@ worker, a notifier, a local HTTP receiver):
      about the task carry trace=<trace-id> (cancel and reschedule too).
   2. A replay with a new parent-id (a client's retry) is a replay (200).
   3. Batch: per-task fields, and the request's headers for tasks without
-     their own; Kafka ingest: task fields.
+     their own; mykit-delay's /push: the request's headers; Kafka ingest:
+     task fields.
   4. A failing callback: the retry call carries the same trace context.
   5. A recurring task: every occurrence carries the same trace context.
   6. Redis down (DB mode): the publish still carries it.
@@ -175,6 +176,24 @@ def test_batch_fields_and_request_default():
         got[tid] = (m.hdr.get("traceparent"), m.hdr.get("tracestate"))
     h.check_eq(got, {"tr-b1": (tp(1), "a=1"), "tr-b2": (tp(2), None),
                      "tr-b3": (tp(3), None)}, "trace headers per task")
+
+
+def test_mykit_push_takes_request_headers():
+    """mykit-delay's /push is a submission like POST /v1/tasks: a client
+    whose HTTP library sends the trace context (as instrumented ones do)
+    gets it on the publish and the callback's request. It was dropped."""
+    r = submit({"id": "tr-mk", "topic": TOPIC, "body": "m", "delay": 100},
+               headers={"traceparent": tp(5), "tracestate": "mk=1"},
+               path="/push", want=200)
+    h.check_eq(r.json, {"success": True, "data": "tr-mk", "code": 200},
+               "/push answer")
+    m = message("tr-mk")
+    h.check_eq((m.hdr.get("traceparent"), m.hdr.get("tracestate")),
+               (tp(5), "mk=1"), "trace headers of a mykit push")
+    r = submit({"id": "tr-mk2", "topic": TOPIC, "body": "m", "delay": 100},
+               headers={"traceparent": "00-xyz"}, path="/push", want=200)
+    h.check(not r.json["success"] and "traceparent" in r.json["message"],
+            "a bad traceparent refused in mykit's shape: %r" % r.json)
 
 
 def test_prophetctl_push_carries_trace():

@@ -310,9 +310,10 @@ int64_t tasks_out_of_reach(const struct manager *mg, int64_t now);
 void tasks_uncancel(struct manager *mg, int slot, const char *id,
 		    int64_t score);
 /* In the transaction that cancelled retry_id, a task of the notifier's
- * retry topic: if it is "cbr:<id>:<n>", the callback of <id> stops
- * retrying and has failed (callback_status retrying -> failed, with a log
- * row by actor). On a pool thread; 0, or -1 on a DB error. */
+ * retry topic: the callback it retries (its callback-of header, of the
+ * occurrence in callback-occurrence) stops retrying and has failed
+ * (callback_status retrying -> failed, with a log row by actor). On a
+ * pool thread; 0, or -1 on a DB error. */
 struct db_conn;
 int tasks_retry_cancelled(struct db_conn *conn, const char *retry_id,
 			  const char *actor, int64_t now);

@@ -11,6 +11,7 @@
 #include <event2/keyvalq_struct.h>
 #include <jansson.h>
 
+#include "callback.h"
 #include "cfg.h"
 #include "cron.h"
 #include "daemon.h"
@@ -95,21 +96,41 @@ bind_log(struct db_params *p, const struct change *c, const char *to,
 	db_params_str(p, note);
 }
 
-/* The id a notifier retry task "cbr:<id>:<n>" retries into out, or "". */
-static void
-retry_origin(const char *id, char *out, size_t len)
+/* The task and occurrence (0: none) a notifier retry task retries, from
+ * its callback-of and callback-occurrence headers (signed, so they are
+ * the notifier's); 0, or -1 on a DB error. origin is "" when the task is
+ * not one. Its id cannot tell: an occurrence's is "cbr:<id>:<occ>:<n>",
+ * a long id's "cbr:h<hash>:<n>". */
+static int
+retry_origin(struct db_conn *conn, const char *retry_id, char *origin,
+	     size_t len, int64_t *occurrence)
 {
-	const char *end = strrchr(id, ':');
-	size_t n;
+	struct db_params p;
+	struct db_rows rows = {0};
+	const char *text;
+	json_t *h, *v;
+	int rc;
 
-	out[0] = '\0';
-	if (strncmp(id, "cbr:", 4) != 0 || end == NULL || end <= id + 4)
-		return;
-	n = (size_t)(end - (id + 4));
-	if (n < len) {
-		memcpy(out, id + 4, n);
-		out[n] = '\0';
-	}
+	origin[0] = '\0';
+	*occurrence = 0;
+	db_params_init(&p, 1);
+	db_params_str(&p, retry_id);
+	rc = db_query(conn, "SELECT headers FROM tasks WHERE id = ?", &p,
+		      &rows);
+	db_params_free(&p);
+	if (rc < 0)
+		return -1;
+	text = rows.nrows > 0 ? db_rows_get(&rows, 0, 0, NULL) : NULL;
+	h = text != NULL ? json_loads(text, 0, NULL) : NULL;
+	db_rows_free(&rows);
+	if ((v = json_object_get(h, RHDR_OF)) != NULL && json_is_string(v) &&
+	    json_string_length(v) < len)
+		snprintf(origin, len, "%s", json_string_value(v));
+	if ((v = json_object_get(h, RHDR_OCCURRENCE)) != NULL &&
+	    json_is_string(v))
+		*occurrence = strtoll(json_string_value(v), NULL, 10);
+	json_decref(h);
+	return 0;
 }
 
 int
@@ -119,18 +140,23 @@ tasks_retry_cancelled(struct db_conn *conn, const char *retry_id,
 	struct db_params p;
 	unsigned long long n = 0;
 	char origin[TASK_ID_MAX + 1], note[255];
+	int64_t occ;
 	int rc;
 
-	retry_origin(retry_id, origin, sizeof(origin));
+	if (retry_origin(conn, retry_id, origin, sizeof(origin), &occ) < 0)
+		return -1;
 	if (origin[0] == '\0')
 		return 0;
+	/* Only while the status is this occurrence's: a later occurrence's
+	 * outcome has replaced it otherwise. */
 	db_params_init(&p, 8);
 	db_params_int(&p, now);
 	db_params_str(&p, origin);
+	db_params_int(&p, occ);
 	rc = db_exec(conn,
 		     "UPDATE tasks SET callback_status = 'failed', "
 		     "updated_at = ? WHERE id = ? AND callback_status = "
-		     "'retrying'",
+		     "'retrying' AND callback_occurrence = ?",
 		     &p, &n);
 	if (rc == 0 && n > 0) {
 		p.n = 0;

@@ -11,7 +11,8 @@ worker, one notifier with a callback endpoint run here.
   2. A delivery is shown in the log from the task's columns (no stored
      row).
   3. A callback still retrying keeps its task past the retention; once
-     it succeeded the task goes.
+     it succeeded the task goes. Cancelling its pending retry task fails
+     the callback (also a recurring occurrence's and a long id's).
   4. Two managers: one holds /pruner; the holder stopped past its
      session (SIGSTOP) is replaced, the pass is resumed by the other, and
      the stopped one deletes nothing more once it wakes (the epoch fence);
@@ -376,6 +377,54 @@ def test_cancelled_retry_fails_the_callback():
         "prophet_prune_oldest_finished_seconds", 0)
     h.check(oldest < RETENTION_MS / 1000.0 + 1,
             "prophet_prune_oldest_finished_seconds %.1f" % oldest)
+
+
+def fnv1a64(text):
+    v = 0xcbf29ce484222325
+    for b in text.encode():
+        v = ((v ^ b) * 0x100000001b3) & 0xffffffffffffffff
+    return "%016x" % v
+
+
+def test_cancelled_retry_of_an_occurrence_or_a_long_id():
+    """The retry task of a recurring task's occurrence is
+    cbr:<id>:<occurrence>:<n>, and that of an id too long for cbr:<id>:<n>
+    is cbr:h<FNV-1a-64 of the id>:<n> (docs/architecture.md). Cancelling
+    either left the callback retrying, its task kept for ever: the
+    manager took the task to fail from the retry's id."""
+    rid, lid = "cbk-r", "cbk-" + "l" * 120
+    submit(A, [{"id": rid, "topic": CB_TOPIC, "body": "cb",
+                "cron": "* * * * * *", "max_occurrences": 1,
+                "max_attempts": 3,
+                "callback": {"url": SINK.url("fail", rid)}},
+               {"id": lid, "topic": CB_TOPIC, "body": "cb", "delay_ms": 0,
+                "max_attempts": 3,
+                "callback": {"url": SINK.url("fail", "long")}}])
+    api = api_of(A.manager_addr)
+    try:
+        h.wait_until(lambda: api.get("/v1/tasks/" + rid).json.get(
+            "occurrences") == 1, 30, 0.2, "the occurrence")
+        occ = api.get("/v1/tasks/" + rid).json["due_at"]
+        for tid, retry in ((rid, "cbr:%s:%d:2" % (rid, occ)),
+                           (lid, "cbr:h%s:2" % fnv1a64(lid))):
+            h.wait_until(lambda: api.get("/v1/tasks/" + retry).status ==
+                         200, 30, 0.2, "the retry task %s" % retry)
+            r = api.request("DELETE", "/v1/tasks/" + retry)
+            h.check_eq(r.status, 200, "cancel %s: %r" % (retry, r))
+            h.check_eq(A.mysql("SELECT callback_status FROM tasks WHERE "
+                               "id = '%s'" % tid), [["failed"]],
+                       "%s: the callback failed with the cancel" % tid[:12])
+            log = api.get("/v1/tasks/%s?log=1" % tid).json["log"]
+            h.check(any(e["to"] == "failed" and e["actor"] == "api" and
+                        "retries cancelled (%s)" % retry in
+                        (e.get("note") or "") for e in log),
+                    "%s: the log row of the cancelled retries: %r"
+                    % (tid[:12], log))
+    finally:
+        api.close()
+    wait_gone(A, [rid, lid], RETENTION_MS / 1000.0 + 20,
+              "the tasks to go a retention after their retries were "
+              "cancelled")
 
 
 def holds(addr):

@@ -43,6 +43,9 @@ int cli_int_opt(const char *opt, const char *s, long long *v);
 /* "2026-11-30 12:41:29.335", local time, from ms since the epoch. */
 const char *cli_time(long long ms, char *buf, size_t len);
 
+/* "/v1/tasks/<id><rest>", the id escaped as one path segment (also the
+ * ids "." and "..", which are valid). */
+void cli_task_path(char *buf, size_t len, const char *id, const char *rest);
 /* An integer field of an answer (0 if absent). */
 long long cli_num(const json_t *o, const char *field);
 /* "\r[####      ] " + fmt on stderr: a progress bar (done past total

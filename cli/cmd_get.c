@@ -5,8 +5,6 @@
 #include <stdio.h>
 #include <string.h>
 
-#include <curl/curl.h>
-
 #include "cli.h"
 
 static void
@@ -52,7 +50,6 @@ cmd_get(struct cli *c, int argc, char **argv)
 	char path[1024], err[512], when[64];
 	json_t *ans, *e;
 	int log = 0;
-	char *esc;
 	size_t i;
 	long st;
 
@@ -66,10 +63,7 @@ cmd_get(struct cli *c, int argc, char **argv)
 		fprintf(stderr, "usage: prophetctl get ID [--log]\n");
 		return 2;
 	}
-	esc = curl_escape(id, 0);
-	snprintf(path, sizeof(path), "/v1/tasks/%s%s", esc,
-		 log ? "?log=1" : "");
-	curl_free(esc);
+	cli_task_path(path, sizeof(path), id, log ? "?log=1" : "");
 	st = cli_request(c, "GET", path, NULL, &ans, err, sizeof(err));
 	if (st != 200)
 		return cli_fail(st, ans, err);

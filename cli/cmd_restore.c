@@ -6,8 +6,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <curl/curl.h>
-
 #include "cli.h"
 
 static void
@@ -24,11 +22,9 @@ restore_one_task(struct cli *c, const char *id)
 {
 	char path[1024], err[512];
 	json_t *ans;
-	char *esc = curl_escape(id, 0);
 	long st;
 
-	snprintf(path, sizeof(path), "/v1/tasks/%s/restore", esc);
-	curl_free(esc);
+	cli_task_path(path, sizeof(path), id, "/restore");
 	st = cli_request(c, "POST", path, "", &ans, err, sizeof(err));
 	if (st != 200)
 		return cli_fail(st, ans, err);

@@ -10,16 +10,6 @@
 
 #include "cli.h"
 
-static int
-id_path(char *buf, size_t len, const char *id)
-{
-	char *esc = curl_escape(id, 0);
-
-	snprintf(buf, len, "/v1/tasks/%s", esc);
-	curl_free(esc);
-	return 0;
-}
-
 /* prophetctl cancel ID: exit 0 only when the task will never be
  * published (cancelled now or before). */
 int
@@ -33,7 +23,7 @@ cmd_cancel(struct cli *c, int argc, char **argv)
 		fprintf(stderr, "usage: prophetctl cancel ID\n");
 		return 2;
 	}
-	id_path(path, sizeof(path), argv[1]);
+	cli_task_path(path, sizeof(path), argv[1], "");
 	st = cli_request(c, "DELETE", path, NULL, &ans, err, sizeof(err));
 	if (st != 200)
 		return cli_fail(st, ans, err);
@@ -72,7 +62,7 @@ cmd_reschedule(struct cli *c, int argc, char **argv)
 	}
 	snprintf(body, sizeof(body), "{\"%s\":%lld}",
 		 !strcmp(argv[2], "--delay") ? "delay_ms" : "due_at", v);
-	id_path(path, sizeof(path), argv[1]);
+	cli_task_path(path, sizeof(path), argv[1], "");
 	st = cli_request(c, "PATCH", path, body, &ans, err, sizeof(err));
 	if (st != 200)
 		return cli_fail(st, ans, err);

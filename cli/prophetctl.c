@@ -224,6 +224,23 @@ cli_time(long long ms, char *buf, size_t len)
 	return buf;
 }
 
+void
+cli_task_path(char *buf, size_t len, const char *id, const char *rest)
+{
+	char *esc = curl_escape(id, 0);
+
+	/* A segment of dots alone is a dot segment: libcurl (as any URL
+	 * library) removes it, and "." or ".." would name the path above.
+	 * The manager decodes %2E. */
+	if (!strcmp(id, "."))
+		snprintf(buf, len, "/v1/tasks/%%2E%s", rest);
+	else if (!strcmp(id, ".."))
+		snprintf(buf, len, "/v1/tasks/%%2E%%2E%s", rest);
+	else
+		snprintf(buf, len, "/v1/tasks/%s%s", esc, rest);
+	curl_free(esc);
+}
+
 long long
 cli_num(const json_t *o, const char *field)
 {

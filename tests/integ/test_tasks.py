@@ -391,6 +391,20 @@ def test_prophetctl():
             % (p,))
     p = run("push", "--topic", TOPIC)
     h.check(p.returncode != 0, "push without body must fail")
+    # "." and ".." are valid ids; as URL path segments they are dot
+    # segments, which libcurl removed: get and cancel reached "/v1/"
+    # ("no route") and the task could not be cancelled from the CLI.
+    for tid in (".", ".."):
+        p = run("push", "--topic", TOPIC, "--body", "dots", "--delay", "1h",
+                "--id", tid)
+        h.check_eq(p.returncode, 0, "push --id %s: %s" % (tid, p.stderr))
+        for args in (("reschedule", tid, "--delay", "2h"), ("get", tid),
+                     ("cancel", tid), ("--json", "get", tid)):
+            p = run(*args)
+            h.check_eq(p.returncode, 0, "%s: %s" % (" ".join(args),
+                                                   p.stderr))
+        h.check_eq((json.loads(p.stdout)["id"], json.loads(p.stdout)[
+            "status"]), (tid, "cancelled"), "get --json %s" % tid)
 
 
 def cleanup(failed):

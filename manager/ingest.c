@@ -172,6 +172,7 @@ resolve_one(struct db_conn *c, struct ingest_batch *b, struct ingest_req *r,
 			r->result = 201;
 		} else {
 			r->result = hash == r->task.content_hash ? 200 : 409;
+			r->stored_hash = hash;
 			task_status_parse(db_rows_get(&rows, 0, 2, NULL),
 					  &r->stored_status);
 			r->stored_due_at = db_rows_int(&rows, 0, 3);
@@ -835,8 +836,10 @@ wake_workers(struct manager *mg, const char *wake)
 /*
  * A duplicate id inside one batch: only its first occurrence o went to
  * the database. The same content shares o's outcome (a replay of what o
- * stored); other content conflicts with what o stored, and is left
- * unanswered (503, to be retried alone) when o's content was not stored.
+ * stored); other content conflicts with what o stored, or when o
+ * conflicted, is compared with the stored task o met (a replay of it, or
+ * another conflict); it is left unanswered (503, to be retried alone)
+ * when o was refused and nothing tells what is stored.
  */
 static void
 dup_result(struct ingest_req *r, const struct ingest_req *o)
@@ -851,8 +854,15 @@ dup_result(struct ingest_req *r, const struct ingest_req *o)
 			o->result == 201 ? TASK_SCHEDULED : o->stored_status;
 		r->stored_due_at =
 			o->result == 201 ? o->task.due_at : o->stored_due_at;
+		r->stored_hash = o->result == 201 ? o->task.content_hash
+						  : o->stored_hash;
 		break;
 	case 409:
+		r->result = r->task.content_hash == o->stored_hash ? 200 : 409;
+		r->stored_status = o->stored_status;
+		r->stored_due_at = o->stored_due_at;
+		r->stored_hash = o->stored_hash;
+		break;
 	case 400:
 		r->result = same ? o->result : 503;
 		r->refused = o->refused;

@@ -212,6 +212,7 @@ struct ingest_req {
 	int result;
 	enum task_status stored_status;
 	int64_t stored_due_at;
+	uint64_t stored_hash; /* 200 and 409: the stored task's content */
 	char err[256];
 	struct task_error refused;
 	ingest_done_fn done_cb;

@@ -87,6 +87,19 @@ def test_batch_results_in_order():
     h.check_eq(len(ok), 47, "accepted (50 - invalid - conflict - replay)")
     missing = READER.wait_for(ok, 30)
     h.check(not missing, "batch tasks not published: %s" % missing[:5])
+    # An id stored before, then a conflict and a replay of it in one
+    # batch: each item gets what a single submission would (the replay
+    # after the conflict was 503 "database unavailable ... submit again").
+    stored = {"id": "bat-old", "topic": TOPIC, "body": "a",
+              "delay_ms": 3600000}
+    h.check_eq(API.post("/v1/tasks", stored).status, 201, "bat-old")
+    r = API.post("/v1/tasks/batch", {"tasks": [
+        dict(stored, body="b"), stored, dict(stored, body="c"),
+        dict(stored, body="b")]})
+    h.check_eq([x["code"] for x in r.json["results"]], [409, 200, 409, 409],
+               "conflict, replay, conflicts of a stored id in one batch")
+    h.check_eq(r.json["results"][1].get("status"), "scheduled",
+               "the replay shows the stored status")
     # Batch limits are reported, not applied partially.
     r = API.post("/v1/tasks/batch", {"tasks": []})
     h.check_eq(r.status, 400, "empty batch")

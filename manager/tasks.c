@@ -703,6 +703,14 @@ tasks_reschedule(struct manager *mg, struct evhttp_request *req, const char *id,
 		json_decref(in);
 		return;
 	}
+	if (json_object_get(in, "timezone") != NULL) {
+		json_decref(in);
+		http_reply_error(req, 400, "missing_field", "cron",
+				 "timezone goes with cron: PATCH "
+				 "{\"cron\":\"...\",\"timezone\":\"...\"} "
+				 "(the expression again, to keep it)");
+		return;
+	}
 	due = json_object_get(in, "due_at");
 	delay = json_object_get(in, "delay_ms");
 	if ((due == NULL) == (delay == NULL) || json_object_size(in) != 1) {

@@ -193,6 +193,12 @@ def test_delete_stops_and_patch_changes_the_series():
             "GET after PATCH: %r" % j)
     r = api.request("PATCH", "/v1/tasks/" + tid, {"delay_ms": 5})
     h.check(r.status == 400, "PATCH due of a recurring task: %r" % r)
+    # Only a new zone: it goes with the expression. The answer once asked
+    # for "exactly one of due_at and delay_ms" (field due_at).
+    r = api.request("PATCH", "/v1/tasks/" + tid, {"timezone": "Asia/Tokyo"})
+    h.check(r.status == 400 and r.json["error"]["field"] == "cron" and
+            "timezone goes with cron" in r.json["error"]["message"],
+            "PATCH of the timezone alone: %r" % r)
     api.close()
 
 

@@ -1941,9 +1941,18 @@ http_query_known(struct evhttp_request *req, const char *const *known)
 				snprintf(list + strlen(list),
 					 sizeof(list) - strlen(list), "%s%s",
 					 i ? ", " : "", known[i]);
-			http_reply_error(req, 400, "unknown_field", name,
-					 "unknown query parameter '%s' (%s)",
-					 name, list);
+			if (known[0] == NULL)
+				http_reply_error(req, 400, "unknown_field",
+						 name,
+						 "unknown query parameter "
+						 "'%s': this call takes none",
+						 name);
+			else
+				http_reply_error(req, 400, "unknown_field",
+						 name,
+						 "unknown query parameter "
+						 "'%s' (%s)",
+						 name, list);
 			return -1;
 		}
 		q = amp ? amp + 1 : q + len;

@@ -844,6 +844,12 @@ get_done_cb(struct db_job *job, int status, const char *err)
 	get_free(g);
 }
 
+/* GET /v1/tasks/{id}'s query: log (the state log too). */
+static const char *const get_params[] = {"log", NULL};
+/* The calls that take no query parameter refuse any: a filter they do
+ * not have (?state=running) must not be ignored. */
+static const char *const no_params[] = {NULL};
+
 static void
 get_task(struct manager *mg, struct evhttp_request *req, const char *id,
 	 size_t idlen)
@@ -853,7 +859,8 @@ get_task(struct manager *mg, struct evhttp_request *req, const char *id,
 	struct get_ctx *g;
 
 	/* idlen, not strlen: an encoded NUL must not cut the id short. */
-	if (!api_check_id(req, id, idlen))
+	if (!api_check_id(req, id, idlen) ||
+	    http_query_known(req, get_params) < 0)
 		return;
 	g = xcalloc(1, sizeof(*g));
 	g->mg = mg;
@@ -970,6 +977,8 @@ r_restore_start(void *ctx, struct evhttp_request *req, const char *a, size_t n)
 static void
 r_restore_status(void *ctx, struct evhttp_request *req, const char *a, size_t n)
 {
+	if (http_query_known(req, no_params) < 0)
+		return;
 	/* Job ids are ours: printable, no NUL. */
 	if (strlen(a) != n) {
 		http_reply_error(req, 404, "not_found", "job", "no such job");
@@ -983,6 +992,8 @@ r_prune_get(void *ctx, struct evhttp_request *req, const char *a, size_t n)
 {
 	(void)a;
 	(void)n;
+	if (http_query_known(req, no_params) < 0)
+		return;
 	prune_get(ctx, req);
 }
 
@@ -1007,12 +1018,16 @@ r_jobs_list(void *ctx, struct evhttp_request *req, const char *a, size_t n)
 {
 	(void)a;
 	(void)n;
+	if (http_query_known(req, no_params) < 0)
+		return;
 	bulk_jobs_list(ctx, req);
 }
 
 static void
 r_job_get(void *ctx, struct evhttp_request *req, const char *a, size_t n)
 {
+	if (http_query_known(req, no_params) < 0)
+		return;
 	bulk_job_get(ctx, req, a, n);
 }
 
@@ -1045,6 +1060,8 @@ r_topics(void *ctx, struct evhttp_request *req, const char *a, size_t n)
 {
 	(void)a;
 	(void)n;
+	if (http_query_known(req, no_params) < 0)
+		return;
 	topics_list(ctx, req);
 }
 
@@ -1053,6 +1070,8 @@ r_cluster(void *ctx, struct evhttp_request *req, const char *a, size_t n)
 {
 	(void)a;
 	(void)n;
+	if (http_query_known(req, no_params) < 0)
+		return;
 	cluster_get(ctx, req);
 }
 
@@ -1061,6 +1080,8 @@ r_lateness(void *ctx, struct evhttp_request *req, const char *a, size_t n)
 {
 	(void)a;
 	(void)n;
+	if (http_query_known(req, no_params) < 0)
+		return;
 	lateness_get(ctx, req);
 }
 
@@ -1101,6 +1122,8 @@ r_openapi(void *ctx, struct evhttp_request *req, const char *a, size_t n)
 {
 	(void)a;
 	(void)n;
+	if (http_query_known(req, no_params) < 0)
+		return;
 	openapi_get(ctx, req);
 }
 

@@ -140,6 +140,32 @@ def test_unknown_field():
     bad_submit(ok_task(Topic="a"), 400, "unknown_field")
 
 
+def test_unknown_query_parameter():
+    """A query parameter a call does not take is refused, naming it: the
+    calls without parameters ignored them (?state=running listed every
+    job), GET /v1/tasks/{id} took anything beside log."""
+    tid = "no-such"  # the query is checked first (nothing stored here)
+    for path, name in (("/v1/topics?state=paused", "state"),
+                       ("/v1/admin/jobs?state=running", "state"),
+                       ("/v1/admin/jobs/1?x=1", "x"),
+                       ("/v1/admin/prune?dry_run=1", "dry_run"),
+                       ("/v1/admin/restore/r1?x=1", "x"),
+                       ("/v1/cluster?slot=3", "slot"),
+                       ("/v1/cluster/lateness?window=60", "window"),
+                       ("/v1/openapi.json?v=2", "v"),
+                       ("/v1/tasks/%s?lgo=1" % tid, "lgo")):
+        r = API.get(path)
+        h.check_eq(r.status, 400, "%s: status (%r)" % (path, r))
+        e = r.json["error"]
+        h.check_eq((e["code"], e["field"]), ("unknown_field", name), path)
+    h.check("takes none" in API.get("/v1/topics?x=1").json["error"][
+        "message"], "the message says the call takes no parameter")
+    # What they take still works.
+    h.check_eq(API.get("/v1/topics").status, 200, "GET /v1/topics")
+    h.check_eq(API.get("/v1/tasks/%s?log=1" % tid).status, 404,
+               "GET of an unknown id with log=1")
+
+
 def test_wrong_types():
     cases = [
         ({"id": 5}, "id"),

@@ -52,10 +52,9 @@ struct db_conn {
 	unsigned int errnum;
 	const struct db_dsn *dsn;
 	int64_t next_try_ms;
-	size_t max_packet;	/* the server's max_allowed_packet */
-	unsigned long answers;	/* statements the server answered */
-	int64_t fail_logged_ms; /* last "database connect failed" line */
-	long fail_suppressed;
+	size_t max_packet;	   /* the server's max_allowed_packet */
+	unsigned long answers;	   /* statements the server answered */
+	struct log_every fail_log; /* "database connect failed" */
 };
 
 /* Not a MySQL error number: the server offered no TLS. */
@@ -890,18 +889,12 @@ job_done_cb(void *item, void *arg)
 static void
 conn_fail_log(const struct db_pool *p, struct db_conn *c)
 {
-	int64_t now = mono_ms();
+	long skipped;
 
-	if (c->fail_logged_ms != 0 &&
-	    now - c->fail_logged_ms < DB_FAIL_LOG_MS) {
-		c->fail_suppressed++;
-		return;
-	}
-	log_warn("database connect failed",
-		 "pool=%s error=\"%s\" not_logged_since_last=%ld", p->name,
-		 c->err, c->fail_suppressed);
-	c->fail_logged_ms = now;
-	c->fail_suppressed = 0;
+	if (log_every(&c->fail_log, mono_ms(), DB_FAIL_LOG_MS, &skipped))
+		log_warn("database connect failed",
+			 "pool=%s error=\"%s\" not_logged_since_last=%ld",
+			 p->name, c->err, skipped);
 }
 
 static void *
@@ -936,8 +929,7 @@ pool_thread(void *arg)
 					mono_ms() + DB_RECONNECT_INTERVAL_MS;
 				conn_fail_log(p, c);
 			} else {
-				c->fail_logged_ms = 0;
-				c->fail_suppressed = 0;
+				memset(&c->fail_log, 0, sizeof(c->fail_log));
 				log_info("database connected", "pool=%s",
 					 p->name);
 				__atomic_add_fetch(&p->connected, 1,

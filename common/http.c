@@ -158,8 +158,7 @@ struct http_server {
 	int starved; /* accept() ran out of file descriptors */
 	struct event *sweep;
 	struct event *unstarve;
-	uint64_t accept_errors;
-	int64_t accept_logged_ms;
+	struct log_every accept_log; /* "cannot accept connections" */
 	size_t body_memory;
 	const struct http_route *routes;
 	size_t nroutes;
@@ -884,8 +883,8 @@ accept_error_cb(struct evconnlistener *lev, void *arg)
 {
 	struct http_server *s = NULL;
 	int err = EVUTIL_SOCKET_ERROR();
-	int64_t now = clock_mono_ms();
 	struct http_conn *v;
+	long skipped;
 
 	(void)arg;
 	for (size_t i = 0; i < HTTP_MAX_SERVERS && s == NULL; i++)
@@ -893,18 +892,13 @@ accept_error_cb(struct evconnlistener *lev, void *arg)
 			s = &servers[i];
 	if (s == NULL)
 		return;
-	s->accept_errors++;
-	if (s->accept_logged_ms == 0 ||
-	    now - s->accept_logged_ms >= ACCEPT_LOG_MS) {
+	if (log_every(&s->accept_log, clock_mono_ms(), ACCEPT_LOG_MS, &skipped))
 		log_warn("cannot accept connections",
-			 "error=\"%s\" times=%llu "
+			 "error=\"%s\" times=%ld "
 			 "open=%zu hint=\"raise the open-file limit "
 			 "(LimitNOFILE) or lower http.max_connections\"",
-			 evutil_socket_error_to_string(err),
-			 (unsigned long long)s->accept_errors, s->nconns);
-		s->accept_logged_ms = now;
-		s->accept_errors = 0;
-	}
+			 evutil_socket_error_to_string(err), skipped + 1,
+			 s->nconns);
 	s->starved = 1;
 	if ((v = server_victim(s)) != NULL) {
 		metric_inc(s->m_evicted);

@@ -108,6 +108,20 @@ log_fatal(const char *msg, const char *kvfmt, ...)
 	_exit(1);
 }
 
+int
+log_every(struct log_every *l, long long now_ms, long long every_ms,
+	  long *skipped)
+{
+	if (l->last_ms != 0 && now_ms - l->last_ms < every_ms) {
+		l->skipped++;
+		return 0;
+	}
+	*skipped = l->skipped;
+	l->last_ms = now_ms;
+	l->skipped = 0;
+	return 1;
+}
+
 const char *
 log_mask_url(const char *url, char *buf, size_t len)
 {

@@ -18,6 +18,20 @@ void log_write(enum log_level lvl, const char *msg, const char *kvfmt, ...)
 /* Logs and exits(1); for startup errors only. */
 void log_fatal(const char *msg, const char *kvfmt, ...)
 	__attribute__((format(printf, 2, 3), noreturn));
+/*
+ * A warning that can repeat fast (every failed call of an outage): one
+ * line per interval at most, the others counted. Zeroed: never logged.
+ */
+struct log_every {
+	long long last_ms; /* monotonic, of the last line */
+	long skipped;	   /* occurrences not logged since */
+};
+/* Whether this occurrence (at now_ms, monotonic) gets its line: the first
+ * one and then at most one per every_ms. On 1, *skipped is how many were
+ * not logged since the last line (the count starts again); on 0 this one
+ * is counted. */
+int log_every(struct log_every *l, long long now_ms, long long every_ms,
+	      long *skipped);
 /* Copies url into buf with any password replaced by "***". */
 const char *log_mask_url(const char *url, char *buf, size_t len);
 

@@ -51,8 +51,7 @@ struct coverage {
 	int outstanding;
 	int failed;
 	/* what was said */
-	int64_t warned_mono;
-	long suppressed;
+	struct log_every uncovered_log;
 	long long uncovered;
 	char last_topic[TASK_TOPIC_MAX + 1];
 	char last_id[TASK_ID_MAX + 1];
@@ -237,6 +236,7 @@ cover_check(struct manager *mg, const struct task *t)
 	struct coverage *c = mg->cover;
 	char ktopic[KAFKA_TOPIC_NAME_MAX + TASK_TOPIC_MAX + 2];
 	int64_t now;
+	long skipped;
 
 	if (c == NULL || t->callback == NULL || !c->known)
 		return;
@@ -254,18 +254,12 @@ cover_check(struct manager *mg, const struct task *t)
 	snprintf(c->last_topic, sizeof(c->last_topic), "%s", t->topic);
 	snprintf(c->last_id, sizeof(c->last_id), "%s", t->id);
 	c->last_at = clock_now_ms();
-	now = clock_mono_ms();
-	if (c->warned_mono != 0 && now - c->warned_mono < COVER_WARN_S * 1000) {
-		c->suppressed++;
-		return;
-	}
-	log_warn("task with a callback on a topic no running notifier "
-		 "consumes: the callback is not made until one does",
-		 "topic=%s kafka_topic=%s id=%s notifiers=%zu "
-		 "not_logged_since_last=%ld",
-		 t->topic, ktopic, t->id, c->n, c->suppressed);
-	c->warned_mono = now;
-	c->suppressed = 0;
+	if (log_every(&c->uncovered_log, now, COVER_WARN_S * 1000, &skipped))
+		log_warn("task with a callback on a topic no running notifier "
+			 "consumes: the callback is not made until one does",
+			 "topic=%s kafka_topic=%s id=%s notifiers=%zu "
+			 "not_logged_since_last=%ld",
+			 t->topic, ktopic, t->id, c->n, skipped);
 }
 
 json_t *

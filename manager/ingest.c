@@ -45,8 +45,7 @@ struct ingest {
 	struct event *timer;
 	int timer_armed;
 	int plugged; /* > 0: submissions only queue (ingest_plug) */
-	int64_t commit_warned_mono;
-	long commit_suppressed;
+	struct log_every commit_log; /* "group commit failed" */
 };
 
 struct ingest_batch {
@@ -881,18 +880,13 @@ static void
 commit_failed_log(struct ingest *ing, const struct ingest_batch *b,
 		  const char *err)
 {
-	int64_t now = clock_mono_ms();
+	long skipped;
 
-	if (ing->commit_warned_mono != 0 &&
-	    now - ing->commit_warned_mono < COMMIT_WARN_MS) {
-		ing->commit_suppressed++;
-		return;
-	}
-	log_warn("group commit failed",
-		 "rows=%zu error=\"%s\" not_logged_since_last=%ld", b->n, err,
-		 ing->commit_suppressed);
-	ing->commit_warned_mono = now;
-	ing->commit_suppressed = 0;
+	if (log_every(&ing->commit_log, clock_mono_ms(), COMMIT_WARN_MS,
+		      &skipped))
+		log_warn("group commit failed",
+			 "rows=%zu error=\"%s\" not_logged_since_last=%ld",
+			 b->n, err, skipped);
 }
 
 static void

@@ -76,8 +76,7 @@ struct ktopics {
 	struct kt_job *head, *tail; /* under mu */
 	int stop;		    /* under mu */
 	int64_t down_until_ms;
-	int64_t warned_ms;
-	long unlogged;
+	struct log_every unverified_log;
 };
 
 static void *
@@ -150,18 +149,14 @@ refusal(const struct kt_entry *e, struct task_error *err)
 static void
 unverified(struct ktopics *k, const struct kt_job *j)
 {
-	int64_t now = clock_mono_ms();
+	long skipped;
 
 	metric_inc(k->mg->m.topic_unverified);
-	if (k->warned_ms != 0 && now - k->warned_ms < KT_WARN_MS) {
-		k->unlogged++;
-		return;
-	}
-	log_warn("task topic not verified: its tasks are accepted",
-		 "topic=%s error=\"%s\" not_logged_since_last=%ld", j->name,
-		 j->err, k->unlogged);
-	k->warned_ms = now;
-	k->unlogged = 0;
+	if (log_every(&k->unverified_log, clock_mono_ms(), KT_WARN_MS,
+		      &skipped))
+		log_warn("task topic not verified: its tasks are accepted",
+			 "topic=%s error=\"%s\" not_logged_since_last=%ld",
+			 j->name, j->err, skipped);
 }
 
 static void

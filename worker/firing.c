@@ -39,8 +39,7 @@ struct firing {
 	int marking;
 	size_t publishing; /* sent to Kafka, no delivery report yet */
 	int64_t mark_retry_at_ms;
-	int64_t unknown_warned_ms; /* the last warning of an unknown outcome */
-	long unknown_unlogged;	   /* since then */
+	struct log_every unknown_log; /* warnings of an unknown topic */
 	struct event *mark_ev;
 };
 
@@ -123,21 +122,17 @@ is_unknown_topic(rd_kafka_resp_err_t err)
 static void
 unknown_topic(struct worker *w, const struct wtask *t, const char *topic)
 {
-	int64_t now = clock_mono_ms();
+	long skipped;
 
 	metric_inc(w->m.unknown_topic);
-	if (w->fi->unknown_warned_ms != 0 &&
-	    now - w->fi->unknown_warned_ms < UNKNOWN_WARN_MS) {
-		w->fi->unknown_unlogged++;
-		return;
-	}
-	log_warn("task topic does not exist in Kafka: the task is retried "
-		 "after its lease; create the topic",
-		 "topic=%s id=%s%s lease_ms=%lld not_logged_since_last=%ld",
-		 topic, t->id, t->trace, (long long)w->lease_ms,
-		 w->fi->unknown_unlogged);
-	w->fi->unknown_warned_ms = now;
-	w->fi->unknown_unlogged = 0;
+	if (log_every(&w->fi->unknown_log, clock_mono_ms(), UNKNOWN_WARN_MS,
+		      &skipped))
+		log_warn("task topic does not exist in Kafka: the task is "
+			 "retried after its lease; create the topic",
+			 "topic=%s id=%s%s lease_ms=%lld "
+			 "not_logged_since_last=%ld",
+			 topic, t->id, t->trace, (long long)w->lease_ms,
+			 skipped);
 }
 
 /* Errors of a delivery report that say the message was not written. */

@@ -103,6 +103,8 @@ int db_commit(struct db_conn *c);
 int db_rollback(struct db_conn *c);
 const char *db_conn_error(struct db_conn *c);
 unsigned int db_conn_errno(struct db_conn *c);
+/* MariaDB's error number for a statement cut by max_statement_time. */
+#define DB_ER_STATEMENT_TIMEOUT 1969
 /* The server's max_allowed_packet: no statement may be larger. */
 size_t db_conn_max_packet(const struct db_conn *c);
 

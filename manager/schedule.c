@@ -60,7 +60,6 @@
 #define SCHED_REDIS_MARGIN_MS 5000
 #define SCHED_DB_TIMEOUT_S 10
 #define SCHED_SAMPLE_INTERVAL_S 5
-#define ER_STATEMENT_TIMEOUT 1969
 
 struct schedule {
 	struct manager *mg;
@@ -276,7 +275,7 @@ sched_db_done_cb(struct db_job *job, int status, const char *err)
 		metric_set(mg->schedule->next_minute,
 			   status < 0 ? NAN : (double)total);
 		mg->schedule->sampling = 0;
-	} else if (status < 0 && s->db_errno == ER_STATEMENT_TIMEOUT) {
+	} else if (status < 0 && s->db_errno == DB_ER_STATEMENT_TIMEOUT) {
 		http_reply_error(s->http, 503, "unavailable", NULL,
 				 "counting took longer than %d s: narrow the "
 				 "range or give a topic",

@@ -760,7 +760,6 @@ tasks_reschedule(struct manager *mg, struct evhttp_request *req, const char *id,
 #define LIST_SQL_HEAD                                   \
 	"SET STATEMENT max_statement_time = " LIST_STR( \
 		LIST_DB_TIMEOUT_S) " FOR "
-#define ER_STATEMENT_TIMEOUT 1969
 
 struct list_job {
 	struct db_job job;
@@ -816,7 +815,7 @@ list_done_cb(struct db_job *job, int status, const char *err)
 	size_t n = l->rows.nrows;
 
 	l->mg->listing--;
-	if (status < 0 && l->db_errno == ER_STATEMENT_TIMEOUT) {
+	if (status < 0 && l->db_errno == DB_ER_STATEMENT_TIMEOUT) {
 		http_reply_error(l->req, 503, "unavailable", NULL,
 				 "listing took longer than %d s: give a topic "
 				 "with a status, or a narrower due_from and "

@@ -791,12 +791,34 @@ server_victim(struct http_server *s)
 	return best;
 }
 
+/* Makes room: closes the oldest idle connection, or answers the slowest
+ * request 408 (why: what ran out). */
+static void
+server_evict(struct http_server *s, const char *why)
+{
+	struct http_conn *v = server_victim(s);
+	char msg[128];
+
+	if (v == NULL)
+		return;
+	metric_inc(s->m_evicted);
+	if (v->state == CS_HEAD && v->head_seen == 0) {
+		conn_close(v); /* idle keep-alive: nothing to say */
+	} else if (v->state != CS_REFUSED) {
+		snprintf(msg, sizeof(msg),
+			 "the server is %s and this request was the slowest",
+			 why);
+		conn_refuse(v, v->shape, 408, "timeout", msg, 1);
+	} else {
+		conn_close(v);
+	}
+}
+
 /* Drops the connections evhttp has freed; at the limit, makes room. */
 static void
 server_sweep(struct http_server *s)
 {
 	struct http_conn *c = s->conns, *next;
-	struct http_conn *v;
 
 	for (; c != NULL; c = next) {
 		next = c->next;
@@ -804,20 +826,8 @@ server_sweep(struct http_server *s)
 			conn_free(c);
 	}
 	if (s->lim.max_connections > 0 &&
-	    (long)s->nconns >= s->lim.max_connections &&
-	    (v = server_victim(s)) != NULL) {
-		metric_inc(s->m_evicted);
-		if (v->state == CS_HEAD && v->head_seen == 0) {
-			conn_close(v); /* idle keep-alive: nothing to say */
-		} else if (v->state != CS_REFUSED) {
-			conn_refuse(v, v->shape, 408, "timeout",
-				    "the server is at its connection limit "
-				    "and this request was the slowest",
-				    1);
-		} else {
-			conn_close(v);
-		}
-	}
+	    (long)s->nconns >= s->lim.max_connections)
+		server_evict(s, "at its connection limit");
 }
 
 /*
@@ -883,7 +893,6 @@ accept_error_cb(struct evconnlistener *lev, void *arg)
 {
 	struct http_server *s = NULL;
 	int err = EVUTIL_SOCKET_ERROR();
-	struct http_conn *v;
 	long skipped;
 
 	(void)arg;
@@ -900,18 +909,7 @@ accept_error_cb(struct evconnlistener *lev, void *arg)
 			 evutil_socket_error_to_string(err), skipped + 1,
 			 s->nconns);
 	s->starved = 1;
-	if ((v = server_victim(s)) != NULL) {
-		metric_inc(s->m_evicted);
-		if (v->state == CS_HEAD && v->head_seen == 0)
-			conn_close(v);
-		else if (v->state != CS_REFUSED)
-			conn_refuse(v, v->shape, 408, "timeout",
-				    "the server is out of connections and "
-				    "this request was the slowest",
-				    1);
-		else
-			conn_close(v);
-	}
+	server_evict(s, "out of connections");
 	server_update(s);
 	timer_in(s->unstarve, ACCEPT_PAUSE_MS);
 }

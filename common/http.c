@@ -1118,6 +1118,20 @@ http_tls_client_context(const char *ca_file, const char *cert_file,
 	return NULL;
 }
 
+void
+http_reply_unknown(struct evhttp_request *req, const char *what,
+		   const char *name, const char *const *known)
+{
+	char list[256] = "";
+
+	for (int i = 0; known[i] != NULL; i++)
+		snprintf(list + strlen(list), sizeof(list) - strlen(list),
+			 "%s%s", i ? ", " : "", known[i]);
+	http_reply_error(req, 400, "unknown_field", name,
+			 "unknown %s '%s' (%s)", what, name,
+			 known[0] != NULL ? list : "this call takes none");
+}
+
 int
 http_tls_check(const char *cert, const char *key, const char *client_ca,
 	       char *err, size_t errlen)
@@ -1913,7 +1927,6 @@ http_query_known(struct evhttp_request *req, const char *const *known)
 {
 	const char *q =
 		evhttp_uri_get_query(evhttp_request_get_evhttp_uri(req));
-	char list[256] = "";
 
 	while (q != NULL && *q != '\0') {
 		const char *amp = strchr(q, '&');
@@ -1929,22 +1942,7 @@ http_query_known(struct evhttp_request *req, const char *const *known)
 
 			snprintf(name, sizeof(name), "%.*s",
 				 (int)(nl < 64 ? nl : 64), q);
-			for (int i = 0; known[i] != NULL; i++)
-				snprintf(list + strlen(list),
-					 sizeof(list) - strlen(list), "%s%s",
-					 i ? ", " : "", known[i]);
-			if (known[0] == NULL)
-				http_reply_error(req, 400, "unknown_field",
-						 name,
-						 "unknown query parameter "
-						 "'%s': this call takes none",
-						 name);
-			else
-				http_reply_error(req, 400, "unknown_field",
-						 name,
-						 "unknown query parameter "
-						 "'%s' (%s)",
-						 name, list);
+			http_reply_unknown(req, "query parameter", name, known);
 			return -1;
 		}
 		q = amp ? amp + 1 : q + len;

@@ -128,6 +128,11 @@ char *http_query_get(struct evhttp_request *req, const char *name,
  * -1: a misspelt filter or option must not be dropped silently.
  */
 int http_query_known(struct evhttp_request *req, const char *const *known);
+/* 400 unknown_field naming name, a what ("query parameter", "field") the
+ * call does not take, and those it takes (known, NULL-terminated; none:
+ * "this call takes none"). */
+void http_reply_unknown(struct evhttp_request *req, const char *what,
+			const char *name, const char *const *known);
 /* Route handlers every daemon has: GET /metrics and GET /healthz. */
 void http_route_metrics(void *ctx, struct evhttp_request *req, const char *a,
 			size_t n);

@@ -758,8 +758,7 @@ api_fields_known(struct evhttp_request *req, json_t *in,
 			if (!strcmp(key, names[i]))
 				break;
 		if (names[i] == NULL) {
-			http_reply_error(req, 400, "unknown_field", key,
-					 "unknown field '%s'", key);
+			http_reply_unknown(req, "field", key, names);
 			return 0;
 		}
 	}

@@ -641,32 +641,8 @@ reschedule_cron(struct manager *mg, struct evhttp_request *req, const char *id,
 	db_pool_submit(mg->db, &c->job);
 }
 
-/* A member PATCH does not know (a misspelt due_at) answered 400
- * unknown_field naming it, as a submission's; -1 then. */
-static int
-reschedule_unknown(struct evhttp_request *req, json_t *in)
-{
-	static const char *const known[] = {"due_at", "delay_ms", "cron",
-					    "timezone", NULL};
-	const char *k;
-	json_t *v;
-
-	json_object_foreach (in, k, v) {
-		int i;
-
-		for (i = 0; known[i] != NULL && strcmp(k, known[i]); i++)
-			;
-		if (known[i] == NULL) {
-			http_reply_error(req, 400, "unknown_field", k,
-					 "'%s' is not a reschedule field "
-					 "(due_at, delay_ms, or cron and "
-					 "timezone)",
-					 k);
-			return -1;
-		}
-	}
-	return 0;
-}
+static const char *const reschedule_fields[] = {"due_at", "delay_ms", "cron",
+						"timezone", NULL};
 
 void
 tasks_reschedule(struct manager *mg, struct evhttp_request *req, const char *id,
@@ -694,7 +670,8 @@ tasks_reschedule(struct manager *mg, struct evhttp_request *req, const char *id,
 			"expected {\"due_at\":ms} or {\"delay_ms\":n}");
 		return;
 	}
-	if (reschedule_unknown(req, in) < 0) {
+	/* A misspelt due_at must not be ignored. */
+	if (!api_fields_known(req, in, reschedule_fields)) {
 		json_decref(in);
 		return;
 	}

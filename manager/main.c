@@ -361,11 +361,13 @@ main(int argc, char **argv)
 	db_dsn_destroy(mg.dsn);
 	kingest_destroy(mg.kingest);
 	ktopics_destroy(mg.ktopics);
-	ingest_destroy(mg.ingest);
 	event_free(gauges);
 	cluster_sampler_stop(&mg);
 	topics_stop(&mg);
 	redis_destroy(mg.redis);
+	/* After: redis_destroy answers the index writes still pending (NULL
+	 * replies), whose callbacks mark their slots in index_dirty. */
+	ingest_destroy(mg.ingest);
 	refclock_destroy(mg.clock);
 	schedule_destroy(&mg);
 	lateness_shutdown(&mg);

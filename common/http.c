@@ -1408,23 +1408,6 @@ req_heads(struct evhttp_request *req, struct req_heads *h)
 	}
 }
 
-/* Whether a host (a name or an address literal) is this machine's
- * loopback. */
-static int
-is_loopback(const char *name)
-{
-	struct in_addr a4;
-	struct in6_addr a6;
-	size_t n = strlen(name);
-
-	if (!strcasecmp(name, "localhost") ||
-	    (n > 10 && !strcasecmp(name + n - 10, ".localhost")))
-		return 1;
-	if (inet_pton(AF_INET, name, &a4) == 1)
-		return (ntohl(a4.s_addr) >> 24) == 127;
-	return inet_pton(AF_INET6, name, &a6) == 1 && IN6_IS_ADDR_LOOPBACK(&a6);
-}
-
 /*
  * A Host header a browser would send for a page of another site whose
  * name resolves to this loopback server (DNS rebinding): a DNS name with
@@ -1452,7 +1435,7 @@ host_rebound(const char *v)
 	name[e - b] = '\0';
 	if (v[0] == '[')
 		return inet_pton(AF_INET6, name, &a6) != 1;
-	if (is_loopback(name) || strchr(name, '.') == NULL)
+	if (url_host_is_loopback(name) || strchr(name, '.') == NULL)
 		return 0;
 	return strspn(name, "0123456789.") != strlen(name);
 }
@@ -1635,7 +1618,7 @@ http_server_create(struct event_base *base, const char *listen,
 	s->lim = *lim;
 	s->lim.tls_cert = s->lim.tls_key = s->lim.tls_client_ca = NULL;
 	s->lim.loopback_hosts_only =
-		lim->loopback_hosts_only && is_loopback(host);
+		lim->loopback_hosts_only && url_host_is_loopback(host);
 	if (s->lim.max_headers == 0)
 		s->lim.max_headers = 16384;
 	s->listener = evhttp_bound_socket_get_listener(bound);

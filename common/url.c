@@ -3,9 +3,13 @@
 #endif
 
 #include <ctype.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
 
 #include "url.h"
 #include "xmalloc.h"
@@ -175,6 +179,34 @@ hostport_parse(const char *s, char *host, size_t hostlen, int *port)
 	memcpy(host, h, n);
 	host[n] = '\0';
 	return port_parse(colon + 1, strlen(colon + 1), port);
+}
+
+int
+url_host_is_loopback(const char *host)
+{
+	struct in_addr a4;
+	struct in6_addr a6;
+	size_t n = strlen(host);
+
+	if (!strcasecmp(host, "localhost") ||
+	    (n > 10 && !strcasecmp(host + n - 10, ".localhost")))
+		return 1;
+	if (inet_pton(AF_INET, host, &a4) == 1)
+		return (ntohl(a4.s_addr) >> 24) == 127;
+	if (inet_pton(AF_INET6, host, &a6) != 1)
+		return 0;
+	return IN6_IS_ADDR_LOOPBACK(&a6) ||
+	       (IN6_IS_ADDR_V4MAPPED(&a6) && a6.s6_addr[12] == 127);
+}
+
+int
+url_listen_is_loopback(const char *listen)
+{
+	char host[256];
+	int port;
+
+	return hostport_parse(listen, host, sizeof(host), &port) == 0 &&
+	       url_host_is_loopback(host);
 }
 
 /* The next "name=value" of *q: name and value spans, *q moved past it. */

@@ -19,6 +19,13 @@ int url_parse(const char *s, struct url *u, char *err, size_t errlen);
 void url_clear(struct url *u);
 /* "host:port" or "[v6]:port"; host is copied into buf. */
 int hostport_parse(const char *s, char *host, size_t hostlen, int *port);
+/* Whether host (a name or an address literal, no brackets) is this
+ * machine's loopback: localhost, *.localhost, 127.0.0.0/8, ::1 (also as
+ * ::ffff:127.x.y.z). */
+int url_host_is_loopback(const char *host);
+/* The same for a listen address ("host:port", "[v6]:port"); 0 if it does
+ * not parse. */
+int url_listen_is_loopback(const char *listen);
 /*
  * The value of parameter name in a query ("a=1&b=x%2Fy"), percent-decoded,
  * as a new string; NULL if absent. A name given twice is -1 from

@@ -216,8 +216,7 @@ elsewhere_loopback(const char *addr, const char *worker_host)
 
 	if (hostport_parse(addr, host, sizeof(host), &port) < 0)
 		return 0;
-	if (strncmp(host, "127.", 4) != 0 && strcmp(host, "::1") != 0 &&
-	    strcmp(host, "localhost") != 0)
+	if (!url_host_is_loopback(host))
 		return 0;
 	if (gethostname(self, sizeof(self)) != 0)
 		return 0;

@@ -20,6 +20,7 @@
 #include "metrics.h"
 #include "redis.h"
 #include "tz.h"
+#include "url.h"
 #include "xmalloc.h"
 #include "zk.h"
 
@@ -254,9 +255,7 @@ main(int argc, char **argv)
 	if (load_access(&mg, err, sizeof(err)) < 0)
 		log_fatal("access", "error=\"%s\"", err);
 	if (!auth_enabled(mg.auth) &&
-	    strncmp(cfg_str(mg.cfg, CFG_HTTP_LISTEN), "127.", 4) != 0 &&
-	    strncmp(cfg_str(mg.cfg, CFG_HTTP_LISTEN), "[::1]", 5) != 0 &&
-	    strncmp(cfg_str(mg.cfg, CFG_HTTP_LISTEN), "localhost", 9) != 0)
+	    !url_listen_is_loopback(cfg_str(mg.cfg, CFG_HTTP_LISTEN)))
 		log_warn("the API listens beyond loopback without tokens: "
 			 "set http.tokens_file",
 			 "listen=%s", cfg_str(mg.cfg, CFG_HTTP_LISTEN));

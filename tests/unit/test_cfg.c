@@ -859,6 +859,37 @@ test_hostport_parse(void **state)
 	assert_string_equal(host, "abc");
 }
 
+/* Loopback by address, not by how the text starts: "127.example.com" and
+ * "localhost.evil.test" are names like any other. */
+static void
+test_loopback(void **state)
+{
+	static const char *const yes[] = {
+		"127.0.0.1:7070",	"127.1.2.3:80", "[::1]:80",
+		"localhost:8080",	"LocalHost:1",	"api.localhost:9",
+		"[::ffff:127.0.0.1]:80"};
+	static const char *const no[] = {
+		"127.example.com:80", "localhost.evil.test:80",
+		"0.0.0.0:7070",	      "[::]:80",
+		"10.0.0.1:80",	      "[::ffff:10.0.0.1]:80",
+		"128.0.0.1:80",	      "127.0.0.1",
+		"localhost",	      "[::1]",
+		"xlocalhost:80",      ""};
+	size_t i;
+
+	(void)state;
+	for (i = 0; i < sizeof(yes) / sizeof(yes[0]); i++)
+		if (!url_listen_is_loopback(yes[i]))
+			fail_msg("%s: not loopback", yes[i]);
+	for (i = 0; i < sizeof(no) / sizeof(no[0]); i++)
+		if (url_listen_is_loopback(no[i]))
+			fail_msg("%s: loopback", no[i]);
+	assert_true(url_host_is_loopback("::1"));
+	assert_true(url_host_is_loopback("127.255.255.255"));
+	assert_false(url_host_is_loopback("127.0.0"));
+	assert_false(url_host_is_loopback("127.0.0.1.nip.io"));
+}
+
 /* A secret file of mode 0600 (or mode) holding text; returns its path. */
 static void
 secret_write(struct tmpconf *tc, const char *text, mode_t mode)
@@ -1324,6 +1355,7 @@ main(void)
 		cmocka_unit_test(test_url_parse),
 		cmocka_unit_test(test_url_errors),
 		cmocka_unit_test(test_hostport_parse),
+		cmocka_unit_test(test_loopback),
 		cmocka_unit_test(test_url_query),
 		cmocka_unit_test(test_url_errors_hide_password),
 		cmocka_unit_test(test_db_tls),

@@ -397,6 +397,12 @@
 	  "a slot's tasks due within this many ms of each other are claimed "  \
 	  "in one Redis call, up to claim_ahead_ms + this - 1 ms early (1: "   \
 	  "each due millisecond claimed on its own)")                          \
+	X(WORKER_RT_PRIORITY, "worker", "rt_priority", CFG_INT, "0", 0, 99,    \
+	  NULL, 0,                                                             \
+	  "1..99: the firing loop (claims, timing wheel, publishes) runs at "  \
+	  "this SCHED_RR real-time priority, so that a busy database or bulk " \
+	  "job on the same host does not delay publishes (needs "              \
+	  "LimitRTPRIO= or CAP_SYS_NICE; refused at start otherwise); 0: off") \
 	X(WORKER_LEASE_MS, "worker", "lease_ms", CFG_INT, "30000", 1000,       \
 	  3600000, NULL, 0,                                                    \
 	  "a claimed task not confirmed delivered within this is re-fired")    \

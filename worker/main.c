@@ -2,6 +2,8 @@
 #include "config.h"
 #endif
 
+#include <errno.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -154,6 +156,35 @@ static const struct http_route routes[] = {
 	{EVHTTP_REQ_GET, "/readyz", 0, HTTP_SHAPE_NATIVE, 0, r_readyz},
 };
 
+/*
+ * worker.rt_priority: the loop thread (claims, the timing wheel, every
+ * publish and its fired-at stamp) at SCHED_RR, so that CPU-bound work on
+ * the same host (MariaDB running a bulk job, say) cannot hold a due
+ * publish for a scheduler time slice. Only this thread: set before any
+ * other exists, with RESET_ON_FORK, so that every thread it creates (the
+ * DB pool's, librdkafka's, ZooKeeper's, now or later) starts as a normal
+ * one. Refused before the worker registers anywhere.
+ */
+static void
+loop_realtime(struct worker *w)
+{
+	int prio = (int)cfg_int(w->cfg, CFG_WORKER_RT_PRIORITY);
+	struct sched_param sp;
+
+	if (prio == 0)
+		return;
+	memset(&sp, 0, sizeof(sp));
+	sp.sched_priority = prio;
+	if (sched_setscheduler(0, SCHED_RR | SCHED_RESET_ON_FORK, &sp) != 0)
+		log_fatal("worker.rt_priority",
+			  "error=\"cannot run the firing loop at SCHED_RR "
+			  "priority %d: %s (give the service LimitRTPRIO=%d "
+			  "or CAP_SYS_NICE, or set worker.rt_priority = 0)\"",
+			  prio, strerror(errno), prio);
+	log_info("firing loop at real-time priority",
+		 "policy=SCHED_RR priority=%d", prio);
+}
+
 int
 main(int argc, char **argv)
 {
@@ -197,6 +228,7 @@ main(int argc, char **argv)
 	w.queue_max = (int)cfg_int(w.cfg, CFG_KAFKA_QUEUE_MAX);
 	w.topic_prefix = cfg_str(w.cfg, CFG_KAFKA_TOPIC_PREFIX);
 	w.tasks = hmap_create();
+	loop_realtime(&w);
 
 	daemon_libevent_init();
 	w.base = event_base_new();

@@ -451,6 +451,86 @@ def test_warns_when_redis_may_evict_the_index():
             "the cluster's own manager (noeviction) did not warn")
 
 
+def thread_policies(pid):
+    """{tid: (policy, rt_priority)} of a process's threads (/proc stat
+    fields 41 and 40; 0 SCHED_OTHER, 2 SCHED_RR)."""
+    out = {}
+    for tid in os.listdir("/proc/%d/task" % pid):
+        try:
+            with open("/proc/%d/task/%s/stat" % (pid, tid)) as f:
+                s = f.read()
+        except OSError:
+            continue  # a thread that just ended
+        fields = s[s.rindex(")") + 2:].split()  # from field 3 (state) on
+        out[int(tid)] = (int(fields[41 - 3]), int(fields[40 - 3]))
+    return out
+
+
+def test_worker_rt_priority():
+    """worker.rt_priority: the loop thread, and only it, runs at SCHED_RR
+    (librdkafka's, ZooKeeper's and the DB pool's threads stay normal), and
+    the worker fires; a service that may not use real-time priorities is
+    refused at start, before it registers, naming the key and the fix."""
+    port = h.free_port()
+    w = h.Proc("w-rt", [h.WORKER_BIN, "-c", C.conf_path,
+                        "--set", "worker.id=w-rt-" + C.tag,
+                        "--set", "worker.http_listen=127.0.0.1:%d" % port,
+                        "--set", "worker.rt_priority=7"],
+               os.path.join(C.dir, "worker-rt.log"))
+    w.addr = "127.0.0.1:%d" % port
+    C.workers.append(w)
+    C.start_worker(w)
+    pol = thread_policies(w.popen.pid)
+    h.check_eq(pol.get(w.popen.pid), (2, 7), "the loop thread: SCHED_RR 7")
+    others = {t: p for t, p in pol.items() if t != w.popen.pid}
+    h.check(len(others) >= 5, "the worker's other threads: %d" % len(others))
+    h.check_eq({t: p for t, p in others.items() if p != (0, 0)}, {},
+               "threads other than the loop at real-time priority")
+    h.check(w.grep('msg="firing loop at real-time priority"'),
+            "the worker says so at start")
+    # It takes slots and fires their tasks.
+    h.wait_until(lambda: sum(v for _, _, v in parse_metrics(
+        metrics(w.addr))["prophet_slots_owned"]["samples"]) > 0, 30, 0.2,
+        "the real-time worker owns slots")
+    ids = ["rt-%d" % i for i in range(40)]
+    api = C.api()
+    try:
+        due = h.now_ms() + 500
+        for tid in ids:
+            h.check_eq(api.post("/v1/tasks", {"id": tid, "topic": "ops",
+                                              "body": "x", "due_at": due}
+                                ).status, 201, "submit")
+    finally:
+        api.close()
+    rd = C.reader(["ops"])
+    h.check_eq(rd.wait_for(ids, 30), [], "fired")
+    h.check_eq(w.stop(), 0, "exit code after SIGTERM")
+    C.workers.remove(w)
+    # Without CAP_SYS_NICE and with RLIMIT_RTPRIO 0 (a systemd service
+    # without LimitRTPRIO=): exits at once, not registered.
+    denied = h.Proc("w-rt-denied", [
+        "prlimit", "--rtprio=0", "setpriv", "--bounding-set=-sys_nice",
+        h.WORKER_BIN, "-c", C.conf_path,
+        "--set", "worker.id=w-rt-denied-" + C.tag,
+        "--set", "worker.http_listen=127.0.0.1:%d" % h.free_port(),
+        "--set", "worker.rt_priority=7"],
+        os.path.join(C.dir, "worker-rt-denied.log")).start()
+    rc = denied.wait(30)
+    h.check(rc not in (0, None), "refused worker exit code %r" % rc)
+    line = "\n".join(denied.tail(5))
+    for want in ("worker.rt_priority", "LimitRTPRIO=7",
+                 "Operation not permitted"):
+        h.check(want in line, "refusal names %r: %s" % (want, line))
+    zk = C.zk()
+    try:
+        nodes = zk.children(C.zk_root + "/workers")
+        h.check(nodes is not None, "the workers' node is there")
+        h.check(not [n for n in nodes if "w-rt-denied" in n],
+                "the refused worker never registered: %s" % nodes)
+    finally:
+        zk.close()
+
+
 def test_stopping_on_sigterm():
     check_stops("notifier", NOTIFIER)
     check_stops("worker", C.workers[0])

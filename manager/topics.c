@@ -22,6 +22,8 @@
 #include "rindex.h"
 #include "schema.h"
 #include "scripts.h"
+#include "task.h"
+#include "tz.h"
 #include "xmalloc.h"
 #include "zk.h"
 
@@ -179,10 +181,61 @@ check_paused(struct db_conn *c, struct top *t, const char *sql)
 	return paused;
 }
 
+/* Most occurrences the backlog counts through the cron expressions of the
+ * topic's fire_all series (a bound on the resume's work). */
+#define CATCH_UP_COUNT_MAX 1000000
+
+/* The occurrences the topic's fire_all series missed after the one each
+ * holds (that one is in SQL_PAUSE_BACKLOG's count), up to now. */
+static int
+catch_up_count(struct db_conn *c, struct top *t, long long *out)
+{
+	struct db_params p;
+	struct db_rows rows;
+	long long n = 0;
+	char err[256];
+
+	db_params_init(&p, 2);
+	db_params_str(&p, t->topic);
+	db_params_int(&p, t->now);
+	if (db_query(c, SQL_PAUSE_CATCH_UP, &p, &rows) < 0) {
+		db_params_free(&p);
+		return -1;
+	}
+	db_params_free(&p);
+	for (size_t i = 0; i < rows.nrows && n < CATCH_UP_COUNT_MAX; i++) {
+		const char *zone = db_rows_get(&rows, i, SQL_CC_TIMEZONE, NULL);
+		const struct tz *z =
+			tz_get(zone ? zone : "UTC", err, sizeof(err));
+		int64_t at = db_rows_int(&rows, i, SQL_CC_DUE_AT);
+		int64_t max = db_rows_int(&rows, i, SQL_CC_MAX_OCCURRENCES);
+		int64_t left =
+			max > 0 ? max -
+					  db_rows_int(&rows, i,
+						      SQL_CC_OCCURRENCES) -
+					  1
+				: INT64_MAX;
+
+		while (left-- > 0 && n < CATCH_UP_COUNT_MAX) {
+			at = task_cron_next(
+				db_rows_get(&rows, i, SQL_CC_CRON, NULL), z, at,
+				db_rows_int(&rows, i, SQL_CC_END_AT), err,
+				sizeof(err));
+			if (at < 0 || at > t->now)
+				break;
+			n++;
+		}
+	}
+	db_rows_free(&rows);
+	*out = n;
+	return 0;
+}
+
 static int
 run_resume(struct db_conn *c, struct top *t, const char *policy)
 {
 	struct db_params p;
+	long long more = 0;
 	int rc;
 
 	if (db_begin(c) < 0)
@@ -195,8 +248,11 @@ run_resume(struct db_conn *c, struct top *t, const char *policy)
 	if (!strcmp(policy, "fire")) {
 		db_params_str(&p, t->topic);
 		db_params_int(&p, t->now);
-		if (db_query_int(c, SQL_PAUSE_BACKLOG, &p, 0, &t->backlog) < 0)
+		if (db_query_int(c, SQL_PAUSE_BACKLOG, &p, 0, &t->backlog) <
+			    0 ||
+		    catch_up_count(c, t, &more) < 0)
 			goto fail;
+		t->backlog += more;
 		/* How long the drain takes at its rate, and a margin for
 		 * the workers to see the resume. */
 		t->drain_until =

@@ -177,7 +177,8 @@ enum sql_task_col {
 
 /* What a worker holds: every topic ever paused, paused or not, and the
  * rate its last resume gave. */
-#define SQL_PAUSE_LIST "SELECT topic, paused, rate FROM topic_pause"
+#define SQL_PAUSE_LIST \
+	"SELECT topic, paused, rate, COALESCE(resumed_at, 0) FROM topic_pause"
 
 /* Pausing and resuming a topic (manager/topics.c). A pause keeps the
  * first pause time of a topic paused twice. */
@@ -199,6 +200,13 @@ enum sql_task_col {
 #define SQL_PAUSE_BACKLOG                                          \
 	"SELECT COUNT(*) FROM tasks WHERE topic = ? AND status = " \
 	"'scheduled' AND due_at <= ?"
+/* The fire_all series of a topic that fell due while it was paused (topic,
+ * now): each publishes every occurrence it missed, the drain paces them,
+ * the backlog counts them. Columns as enum sql_cron_col. */
+#define SQL_PAUSE_CATCH_UP                                                 \
+	"SELECT cron, timezone, due_at, end_at, max_occurrences, "         \
+	"occurrences FROM tasks WHERE topic = ? AND status = 'scheduled' " \
+	"AND due_at <= ? AND cron IS NOT NULL AND misfire = 'fire_all'"
 /* (resumed_at, policy, rate, drain_until, backlog, updated_at, topic) */
 #define SQL_PAUSE_RESUME                                                  \
 	"UPDATE topic_pause SET paused = 0, resumed_at = ?, policy = ?, " \

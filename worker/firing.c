@@ -902,6 +902,12 @@ recurring_next(struct worker *w, struct mark_job *mj)
 	for (int slot = 0; slot < w->nslots; slot++) {
 		struct slot_eval ev;
 		int soon = 0, head;
+		size_t npace = 0;
+		struct pace {
+			const char *id;
+			int64_t due;
+			char topic[TASK_TOPIC_MAX + 1];
+		} *pace = NULL;
 
 		slot_eval_init(&ev, SCRIPT_CRON_NEXT, slot, "itadckbv");
 		redis_args_addint(&ev.a, now + w->bucket_near_ms);
@@ -925,6 +931,17 @@ recurring_next(struct worker *w, struct mark_job *mj)
 					   &pt) == 0) {
 				pt.due_at = it->next_due;
 				pl = payload_encode(&pt, &len);
+				if (it->next_due < now && pause_ready(w)) {
+					if (pace == NULL)
+						pace = xcalloc(mj->n,
+							       sizeof(*pace));
+					pace[npace].id = t->id;
+					pace[npace].due = it->next_due;
+					snprintf(pace[npace].topic,
+						 sizeof(pace[npace].topic),
+						 "%s", pt.topic);
+					npace++;
+				}
 				task_clear(&pt);
 			}
 			/* Arguments are borrowed until sent: the task keeps the
@@ -946,7 +963,15 @@ recurring_next(struct worker *w, struct mark_job *mj)
 			if (redis_eval_args(w->redis, cron_indexed_cb, ci,
 					    &ev.a) < 0)
 				xfree(ci);
+			else
+				/* Sent after the indexing, on one connection:
+				 * a catch-up of a rate-limited resume goes on
+				 * to the held set before any claim. */
+				for (size_t k = 0; k < npace; k++)
+					pause_pace(w, slot, pace[k].topic,
+						   pace[k].id, pace[k].due);
 		}
+		xfree(pace);
 		slot_eval_free(&ev);
 	}
 }

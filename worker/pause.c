@@ -48,6 +48,7 @@ struct ptopic {
 	char topic[TASK_TOPIC_MAX + 1];
 	int paused;
 	int rate; /* resume rate, tasks/s for the cluster; 0: unlimited */
+	int64_t resumed_at; /* wall ms of the last resume (DB); 0: none */
 	int draining;
 	double budget;
 	long long released; /* by this drain, on this worker */
@@ -210,6 +211,7 @@ refresh_done_cb(struct db_job *job, int status, const char *err)
 
 			t->seen = 1;
 			t->rate = (int)db_rows_int(&r->rows, i, 2);
+			t->resumed_at = db_rows_int(&r->rows, i, 3);
 			set_paused(w, t, db_rows_int(&r->rows, i, 1) != 0,
 				   "db");
 		}
@@ -368,6 +370,55 @@ pause_hold(struct worker *w, struct wtask *t, const struct task *pt)
 		wtask_release(w, t);
 		xfree(h);
 	}
+	slot_eval_free(&ev);
+	return 1;
+}
+
+/* A fire_all series catching up after a rate-limited resume. -------------- */
+
+struct pace_call {
+	struct worker *w;
+	char topic[TASK_TOPIC_MAX + 1];
+	int slot;
+};
+
+static void
+pace_cb(struct redis *r, redisReply *reply, void *arg)
+{
+	struct pace_call *pc = arg;
+	struct worker *w = pc->w;
+	struct ptopic *t = w->pause ? find(w->pause, pc->topic) : NULL;
+
+	if (reply != NULL && reply->type == REDIS_REPLY_INTEGER)
+		metric_add(w->m.pause_held, (double)reply->integer);
+	/* After any lift sent before the hold: the slot's drain looks again
+	 * and finds it (a lift sent later sees it anyway). */
+	if (t != NULL && !t->paused && slot_owned(w, pc->slot))
+		drain_activate(w, t, pc->slot);
+	xfree(pc);
+}
+
+int
+pause_pace(struct worker *w, int slot, const char *topic, const char *id,
+	   int64_t due)
+{
+	struct ptopic *t = w->pause ? find(w->pause, topic) : NULL;
+	struct pace_call *pc;
+	struct slot_eval ev;
+
+	if (t == NULL || t->paused || t->rate <= 0 || due >= t->resumed_at)
+		return 0;
+	pc = xcalloc(1, sizeof(*pc));
+	pc->w = w;
+	pc->slot = slot;
+	snprintf(pc->topic, sizeof(pc->topic), "%s", topic);
+	/* From due (where the next occurrence was just indexed) to held. */
+	slot_eval_init(&ev, SCRIPT_HOLD, slot, "dh");
+	redis_args_addstr(&ev.a, topic);
+	redis_args_addstr(&ev.a, id);
+	redis_args_addint(&ev.a, due);
+	if (redis_eval_args(w->redis, pace_cb, pc, &ev.a) < 0)
+		xfree(pc);
 	slot_eval_free(&ev);
 	return 1;
 }

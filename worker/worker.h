@@ -441,6 +441,12 @@ int pause_is_paused(const struct worker *w, const char *topic);
 /* A claimed task of a paused topic: held (t is released when Redis
  * answers) and 1; 0 if its topic is not paused. */
 int pause_hold(struct worker *w, struct wtask *t, const struct task *pt);
+/* The next occurrence of a recurring task, just indexed in its slot's due
+ * set, that fell due while its topic was paused, the topic now draining at
+ * a rate (a fire_all series catching up): moved to the held set, so that
+ * the drain releases it at the rate (1); 0 if not. */
+int pause_pace(struct worker *w, int slot, const char *topic, const char *id,
+	       int64_t due);
 /* A ZooKeeper event for the paused node (1: handled); a (re)connect. */
 int pause_zk_event(struct worker *w, int type, const char *path);
 void pause_zk_connected(struct worker *w);

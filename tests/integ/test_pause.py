@@ -3,7 +3,8 @@
 ledger: no task of a paused topic is published once the pause reached the
 workers (within a second of its answer), cancel and reschedule work on
 held tasks, a resume with fire publishes the backlog oldest first at its
-rate, a resume with skip expires it with a log row, and the pause holds
+rate (a fire_all series' missed occurrences too), a resume with skip
+expires it with a log row, and the pause holds
 across a worker SIGKILL, a Redis FLUSHALL, DB mode and a manager restart.
 """
 
@@ -21,7 +22,7 @@ import servers as s  # noqa: E402
 C = None
 API = None
 READER = None
-TOPICS = ["pz-a", "pz-b", "pz-c", "pz-d", "pz-e", "pz-f", "pz-free"]
+TOPICS = ["pz-a", "pz-b", "pz-c", "pz-d", "pz-e", "pz-f", "pz-g", "pz-free"]
 
 
 def setup():
@@ -268,6 +269,45 @@ def test_resume_fire_at_rate_oldest_first():
     for t in times:
         inwin = sum(1 for u in times if t <= u < t + 1000)
         h.check(inwin <= rate + 1, "%d published within 1 s" % inwin)
+
+
+def test_resume_at_rate_paces_a_fire_all_catch_up():
+    """A fire_all series misses an occurrence a second while its topic is
+    paused; the resume's rate applies to all of them (it used to apply to
+    the held one only, the others went out at once after it), each is
+    published once, in order, and the backlog counts them."""
+    pause(API, "pz-g")
+    tid, rate = "pz-series", 2
+    submit("pz-g", id=tid, cron="* * * * * *", misfire="fire_all")
+    h.wait_until(lambda: held_count(C, "pz-g") == 1, 10, what="held")
+    time.sleep(6)
+    held_at = API.get("/v1/tasks/" + tid).json["due_at"]
+    t_res = h.now_ms()
+    out = resume(API, "pz-g", {"policy": "fire", "rate": rate})
+    missed = list(range(held_at, t_res, 1000))
+    h.check(len(missed) <= out["backlog"] <= len(missed) + 1,
+            "backlog %d for %d missed" % (out["backlog"], len(missed)))
+
+    def occurrences():
+        return [(int(m.hdr["prophet-occurrence"]),
+                 int(m.hdr["prophet-fired-at"]))
+                for m in published(READER, tid)]
+    h.wait_until(lambda: {o for o, _ in occurrences()} >= set(missed),
+                 len(missed) / rate + 10, what="the missed occurrences")
+    got = sorted(occurrences(), key=lambda x: x[1])
+    occ = [o for o, _ in got]
+    h.check_eq(len(occ), len(set(occ)), "an occurrence published twice")
+    h.check_eq(occ, sorted(occ), "publish order")
+    times = [f for o, f in got if o in missed]
+    span = times[-1] - times[0]
+    h.log("%d missed occurrences at rate %d/s: span %d ms"
+          % (len(missed), rate, span))
+    h.check(span >= (len(missed) - 1) * 1000 / rate - 400,
+            "span %d ms: faster than %d/s" % (span, rate))
+    for t in times:
+        inwin = sum(1 for u in times if t <= u < t + 1000)
+        h.check(inwin <= rate + 1, "%d published within 1 s" % inwin)
+    API.request("DELETE", "/v1/tasks/" + tid)
 
 
 def test_resume_skip_expires_with_log_row():

@@ -56,10 +56,12 @@ cmd_get(struct cli *c, int argc, char **argv)
 	for (int k = 1; k < argc; k++) {
 		if (!strcmp(argv[k], "--log"))
 			log = 1;
+		else if (id != NULL || !strncmp(argv[k], "--", 2))
+			id = ""; /* a second id, an unknown option */
 		else
 			id = argv[k];
 	}
-	if (id == NULL) {
+	if (id == NULL || *id == '\0') {
 		fprintf(stderr, "usage: prophetctl get ID [--log]\n");
 		return 2;
 	}

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <curl/curl.h>
 
@@ -35,39 +36,85 @@ cmd_cancel(struct cli *c, int argc, char **argv)
 	return 0;
 }
 
-/* prophetctl reschedule ID (--delay D | --due-at MS) */
+/* prophetctl reschedule ID (--delay D | --due-at MS | --cron EXPR
+ * [--timezone ZONE]): a one-shot task gets a due time, a recurring one a
+ * new expression (its next occurrence the first after now). */
+#define RESCHEDULE_USAGE                                                     \
+	"usage: prophetctl reschedule ID (--delay D | --due-at MS | --cron " \
+	"EXPR [--timezone ZONE])\n"
 int
 cmd_reschedule(struct cli *c, int argc, char **argv)
 {
-	char path[1024], err[512], body[128];
-	json_t *ans;
+	const char *delay = NULL, *due = NULL, *cron = NULL, *zone = NULL;
+	char path[1024], err[512];
+	json_t *req, *ans = NULL;
+	char *body;
 	long long v;
 	long st;
 
-	if (argc != 4 ||
-	    (strcmp(argv[2], "--delay") && strcmp(argv[2], "--due-at"))) {
-		fprintf(stderr, "usage: prophetctl reschedule ID (--delay D | "
-				"--due-at MS)\n");
-		return 2;
-	}
-	if (!strcmp(argv[2], "--due-at")) {
-		if (cli_int_opt(argv[2], argv[3], &v) < 0)
+	for (int k = 2; k < argc; k += 2) {
+		const char **slot = !strcmp(argv[k], "--delay")	     ? &delay
+				    : !strcmp(argv[k], "--due-at")   ? &due
+				    : !strcmp(argv[k], "--cron")     ? &cron
+				    : !strcmp(argv[k], "--timezone") ? &zone
+								     : NULL;
+
+		if (slot == NULL || k + 1 >= argc || *slot != NULL) {
+			fprintf(stderr, RESCHEDULE_USAGE);
 			return 2;
-	} else if ((v = cli_duration_ms(argv[3])) < 0) {
-		fprintf(stderr,
-			"prophetctl: --delay: bad duration '%s' (e.g. "
-			"1500, 30s, 5m)\n",
-			argv[3]);
+		}
+		*slot = argv[k + 1];
+	}
+	if (argc < 4 || (delay != NULL) + (due != NULL) + (cron != NULL) != 1 ||
+	    (zone != NULL && cron == NULL)) {
+		if (zone != NULL && cron == NULL)
+			fprintf(stderr, "prophetctl: --timezone goes with "
+					"--cron (a recurring task)\n");
+		fprintf(stderr, RESCHEDULE_USAGE);
 		return 2;
 	}
-	snprintf(body, sizeof(body), "{\"%s\":%lld}",
-		 !strcmp(argv[2], "--delay") ? "delay_ms" : "due_at", v);
+	if (due != NULL) {
+		if (cli_int_opt("--due-at", due, &v) < 0)
+			return 2;
+		req = json_pack("{s:I}", "due_at", (json_int_t)v);
+	} else if (delay != NULL) {
+		if ((v = cli_duration_ms(delay)) < 0) {
+			fprintf(stderr,
+				"prophetctl: --delay: bad duration '%s' (e.g. "
+				"1500, 30s, 5m)\n",
+				delay);
+			return 2;
+		}
+		req = json_pack("{s:I}", "delay_ms", (json_int_t)v);
+	} else {
+		req = json_pack("{s:s}", "cron", cron);
+		if (zone != NULL)
+			json_object_set_new(req, "timezone", json_string(zone));
+	}
+	body = json_dumps(req, JSON_COMPACT);
+	json_decref(req);
 	cli_task_path(path, sizeof(path), argv[1], "");
-	st = cli_request(c, "PATCH", path, body, &ans, err, sizeof(err));
+	/* A recurring task answers 409 while an occurrence is being
+	 * published (milliseconds): try again for a second. */
+	for (int tries = 0;; tries++) {
+		st = cli_request(c, "PATCH", path, body, &ans, err,
+				 sizeof(err));
+		if (st != 409 || cron == NULL || tries >= 20)
+			break;
+		json_decref(ans);
+		ans = NULL;
+		usleep(50 * 1000);
+	}
+	free(body);
 	if (st != 200)
 		return cli_fail(st, ans, err);
 	if (c->json)
 		cli_print_json(ans);
+	else if (cron != NULL)
+		printf("rescheduled %s: cron '%s'%s%s, next occurrence %lld\n",
+		       argv[1], cron, zone ? " in " : "", zone ? zone : "",
+		       (long long)json_integer_value(
+			       json_object_get(ans, "due_at")));
 	else
 		printf("rescheduled %s to %lld\n", argv[1],
 		       (long long)json_integer_value(

@@ -27,8 +27,10 @@ static const struct cli_cmd commands[] = {
 	 "cancel a task (exit 0: it will never be "
 	 "published)",
 	 cmd_cancel},
-	{"reschedule", "reschedule ID (--delay D | --due-at MS)",
-	 "move a task that has not fired yet", cmd_reschedule},
+	{"reschedule",
+	 "reschedule ID (--delay D | --due-at MS | --cron EXPR [--timezone Z])",
+	 "move a task that has not fired yet; a recurring one: its expression",
+	 cmd_reschedule},
 	{"list", "list [--topic T] [--status S] [--limit N] [--all]",
 	 "list tasks by due time", cmd_list},
 	{"restore", "restore [--slot N] [--expired] | --id ID",

@@ -23,6 +23,7 @@
 """
 
 import os
+import subprocess
 import sys
 import time
 
@@ -199,6 +200,44 @@ def test_delete_stops_and_patch_changes_the_series():
     h.check(r.status == 400 and r.json["error"]["field"] == "cron" and
             "timezone goes with cron" in r.json["error"]["message"],
             "PATCH of the timezone alone: %r" % r)
+    api.close()
+
+
+def test_prophetctl_reschedule_changes_the_expression():
+    """prophetctl reschedule takes --cron [--timezone] for a recurring task
+    (it knew --delay/--due-at only, which the API refuses for one, so a
+    series could not be changed from the CLI); get refuses a second id
+    (it showed the last one given)."""
+    api = C.api()
+    tid = submit(api, cron="@yearly")
+
+    def ctl(*args):
+        p = subprocess.run([os.path.join(h.BUILDDIR, "prophetctl"), "--url",
+                            "http://" + C.manager_addr] + list(args),
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                           timeout=60)
+        return p.returncode, p.stdout.decode() + p.stderr.decode()
+    rc, out = ctl("reschedule", tid, "--cron", "30 12 * * *",
+                  "--timezone", "Europe/London")
+    h.check_eq(rc, 0, "reschedule --cron: %s" % out)
+    j = api.get("/v1/tasks/" + tid).json
+    h.check(j["cron"] == "30 12 * * *" and
+            j["timezone"] == "Europe/London", "after reschedule: %r" % j)
+    h.check(str(j["due_at"]) in out, "the next occurrence in %r" % out)
+    tm = time.gmtime(j["due_at"] / 1000)  # GMT or BST: 12:30 or 11:30 UTC
+    h.check(tm.tm_min == 30 and tm.tm_hour in (11, 12), "due %r" % (tm,))
+    rc, out = ctl("reschedule", tid, "--delay", "5s")
+    h.check(rc == 1 and "recurring" in out, "--delay: %d %s" % (rc, out))
+    rc, out = ctl("reschedule", tid, "--timezone", "Asia/Tokyo")
+    h.check(rc == 2 and "--timezone goes with --cron" in out,
+            "--timezone alone: %d %s" % (rc, out))
+    rc, out = ctl("reschedule", tid, "--cron", "0 0 30 2 *")
+    h.check(rc == 1 and "field cron" in out, "no occurrence: %d %s"
+            % (rc, out))
+    rc, out = ctl("get", tid, "other")
+    h.check(rc == 2 and "usage" in out, "get with two ids: %d %s"
+            % (rc, out))
+    api.request("DELETE", "/v1/tasks/" + tid)
     api.close()
 
 

@@ -18,6 +18,7 @@
 #include "log.h"
 #include "manager.h"
 #include "metrics.h"
+#include "payload.h"
 #include "redis.h"
 #include "rindex.h"
 #include "schema.h"
@@ -77,7 +78,9 @@ struct top {
 	struct db_rows page;
 	char **removed; /* ids taken out of Redis, to expire */
 	size_t nremoved;
-	int calls; /* Redis calls out */
+	struct db_rows kept; /* removed but rescheduled meanwhile: re-index */
+	long long expired;   /* by the last SCRIPT_SKIP page */
+	int calls;	     /* Redis calls out */
 	int redis_failed;
 	long long skipped;
 	json_t *out; /* TOP_LIST */
@@ -92,6 +95,7 @@ top_free(struct top *t)
 {
 	db_rows_free(&t->paused);
 	db_rows_free(&t->page);
+	db_rows_free(&t->kept);
 	for (size_t i = 0; i < t->nremoved; i++)
 		xfree(t->removed[i]);
 	xfree(t->removed);
@@ -322,30 +326,74 @@ bind_skip_log(struct db_params *p, size_t i, void *arg)
 	db_params_str(p, l->note);
 }
 
+/* The due time the page read for a task, or -1. */
+static int64_t
+page_due(const struct top *t, const char *id)
+{
+	for (size_t i = 0; i < t->page.nrows; i++)
+		if (!strcmp(db_rows_get(&t->page, i, 0, NULL), id))
+			return db_rows_int(&t->page, i, 2);
+	return -1;
+}
+
+/* The rows of the removed tasks the DB did not expire that are still
+ * scheduled (a PATCH or bulk job moved them after the page was read). */
+static int
+read_kept(struct db_conn *c, struct top *t, const char **ids, size_t n)
+{
+	struct db_params p;
+	size_t len = strlen(SQL_PAUSE_SKIP_KEPT) + 3 * n + 8, at;
+	char *sql = xmalloc(len);
+	int rc;
+
+	at = (size_t)snprintf(sql, len, "%s(", SQL_PAUSE_SKIP_KEPT);
+	db_params_init(&p, n);
+	for (size_t i = 0; i < n; i++) {
+		at += (size_t)snprintf(sql + at, len - at, i ? ",?" : "?");
+		db_params_str(&p, ids[i]);
+	}
+	snprintf(sql + at, len - at, ")");
+	rc = db_query(c, sql, &p, &t->kept);
+	db_params_free(&p);
+	xfree(sql);
+	return rc;
+}
+
 static int
 run_skip_expire(struct db_conn *c, struct top *t)
 {
 	struct db_params p;
 	struct skip_log l = {.t = t};
+	const char **kept;
+	size_t nkept = 0;
 	unsigned long long n;
 
 	l.ids = xcalloc(t->nremoved + 1, sizeof(*l.ids));
+	kept = xcalloc(t->nremoved + 1, sizeof(*kept));
 	snprintf(l.note, sizeof(l.note), "skipped: topic %s resumed with skip",
 		 t->topic);
+	db_rows_free(&t->kept);
+	t->expired = 0;
 	if (db_begin(c) < 0) {
 		xfree(l.ids);
+		xfree(kept);
 		return -1;
 	}
-	db_params_init(&p, 2);
+	db_params_init(&p, 3);
 	for (size_t i = 0; i < t->nremoved; i++) {
 		p.n = 0;
 		db_params_int(&p, t->now);
 		db_params_str(&p, t->removed[i]);
+		db_params_int(&p, page_due(t, t->removed[i]));
 		if (db_exec(c, SQL_PAUSE_SKIP_TASK, &p, &n) < 0)
 			goto fail;
 		if (n > 0)
 			l.ids[l.n++] = t->removed[i];
+		else
+			kept[nkept++] = t->removed[i];
 	}
+	if (nkept > 0 && read_kept(c, t, kept, nkept) < 0)
+		goto fail;
 	if (l.n > 0 &&
 	    db_exec_rows(c, SQL_TASK_LOG_INSERT_PREFIX, SQL_TASK_LOG_INSERT_ROW,
 			 l.n, SQL_TASK_LOG_INSERT_NCOLS, bind_skip_log, &l,
@@ -357,12 +405,16 @@ run_skip_expire(struct db_conn *c, struct top *t)
 		return -1;
 	}
 	t->skipped += (long long)l.n;
+	t->expired = (long long)l.n;
 	xfree(l.ids);
+	xfree(kept);
 	return 0;
 fail:
 	db_params_free(&p);
 	db_rollback(c);
+	db_rows_free(&t->kept);
 	xfree(l.ids);
+	xfree(kept);
 	return -1;
 }
 
@@ -654,6 +706,40 @@ skip_settled(struct top *t)
 	event_base_once(t->mg->base, -1, EV_TIMEOUT, settle_cb, t, &tv);
 }
 
+/* Tasks SCRIPT_SKIP took out of Redis (and tombstoned) that a PATCH or a
+ * bulk job rescheduled after the page was read: the DB kept them
+ * scheduled, so they go back in the index as the DB has them. */
+static void
+reindex_kept(struct top *t)
+{
+	struct manager *mg = t->mg;
+	struct db_rows *k = &t->kept;
+
+	if (k->nrows == 0)
+		return;
+	log_info("resume with skip: tasks rescheduled meanwhile are kept",
+		 "topic=%s count=%zu", t->topic, k->nrows);
+	for (size_t i = 0; i < k->nrows; i++)
+		tasks_uncancel(mg, (int)db_rows_int(k, i, PC__COUNT),
+			       db_rows_get(k, i, 0, NULL), 0);
+	/* Beyond the horizon the loader indexes them in time, as a bulk job
+	 * leaves them (and a cancel there writes no tombstone). */
+	for (int slot = 0; slot < mg->nslots; slot++) {
+		int64_t now = clock_now_ms();
+		struct rindex ix;
+
+		rindex_init(&ix, slot, mg->bucket_ms, now + mg->bucket_near_ms);
+		for (size_t i = 0; i < k->nrows; i++)
+			if (db_rows_int(k, i, PC__COUNT) == slot &&
+			    db_rows_int(k, i, PC_DUE_AT) < now + mg->horizon_ms)
+				rindex_add_row(&ix, k, i);
+		if (rindex_count(&ix) > 0)
+			redis_eval_args(mg->redis, NULL, NULL, &ix.ev.a);
+		rindex_free(&ix);
+	}
+	db_rows_free(k);
+}
+
 static void
 top_done_cb(struct db_job *job, int status, const char *err)
 {
@@ -720,7 +806,8 @@ top_done_cb(struct db_job *job, int status, const char *err)
 		skip_page(t);
 		return;
 	case TOP_SKIP_EXPIRE:
-		metric_add(mg->m.pause_skipped, (double)t->nremoved);
+		metric_add(mg->m.pause_skipped, (double)t->expired);
+		reindex_kept(t);
 		for (size_t i = 0; i < t->nremoved; i++)
 			xfree(t->removed[i]);
 		t->nremoved = 0;

@@ -220,9 +220,16 @@ enum sql_task_col {
 	"AND status = 'scheduled' AND due_at <= ? AND cron IS NULL AND "      \
 	"(due_at > ? OR (due_at = ? AND id > ?)) ORDER BY due_at, id LIMIT "  \
 	"500"
+/* (now, id, due_at as the page read it): a task rescheduled since (PATCH,
+ * a bulk job) is not expired. */
 #define SQL_PAUSE_SKIP_TASK                                    \
 	"UPDATE tasks SET status = 'expired', updated_at = ? " \
-	"WHERE id = ? AND status = 'scheduled'"
+	"WHERE id = ? AND status = 'scheduled' AND due_at = ?"
+/* The tasks SCRIPT_SKIP took out of Redis that the DB did not expire,
+ * still scheduled: indexed again (SQL_TASK_COLS_INDEX, then slot). */
+#define SQL_PAUSE_SKIP_KEPT                                               \
+	"SELECT " SQL_TASK_COLS_INDEX ", slot FROM tasks WHERE status = " \
+	"'scheduled' AND id IN "
 /* GET /v1/topics: the topics with scheduled tasks (a loose scan of
  * by_topic), each one's counts (a range of it), the pause rows, and the
  * tasks delivered since a time (by_status_updated: a task's last change

@@ -4,7 +4,8 @@ ledger: no task of a paused topic is published once the pause reached the
 workers (within a second of its answer), cancel and reschedule work on
 held tasks, a resume with fire publishes the backlog oldest first at its
 rate (a fire_all series' missed occurrences too), a resume with skip
-expires it with a log row, and the pause holds
+expires it with a log row (not a task rescheduled meanwhile), and the
+pause holds
 across a worker SIGKILL, a Redis FLUSHALL, DB mode and a manager restart.
 """
 
@@ -12,6 +13,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
 
 sys.dont_write_bytecode = True
@@ -22,7 +24,8 @@ import servers as s  # noqa: E402
 C = None
 API = None
 READER = None
-TOPICS = ["pz-a", "pz-b", "pz-c", "pz-d", "pz-e", "pz-f", "pz-g", "pz-free"]
+TOPICS = ["pz-a", "pz-b", "pz-c", "pz-d", "pz-e", "pz-f", "pz-g", "pz-h",
+          "pz-free"]
 
 
 def setup():
@@ -339,6 +342,39 @@ def test_resume_skip_expires_with_log_row():
             tp["last_resume"]["skipped"] == 6, "GET /v1/topics %r" % tp)
     h.check(metric(C.manager_addr, "prophet_pause_skipped_total") >= 6,
             "prophet_pause_skipped_total")
+
+
+def test_skip_keeps_a_task_rescheduled_meanwhile():
+    """A resume with skip reads the overdue tasks, takes them out of Redis,
+    then expires them in the DB. A task rescheduled in between (a PATCH, a
+    bulk job's chunk) was expired all the same, its new time still ahead
+    (a bulk shift racing a resume: 500 of 10,000 shifted tasks expired).
+    Now it stays scheduled, indexed again, and fires at its new time."""
+    pause(API, "pz-h")
+    submit("pz-h", id="pz-keep", delay_ms=50)
+    submit("pz-h", id="pz-gone", delay_ms=50)
+    h.wait_until(lambda: held_count(C, "pz-h") == 2, 10, what="2 held")
+    new_due = h.now_ms() + 8000
+    # Another session moves pz-keep holding its row lock for 4 s: the
+    # skip reads the old due time, and its UPDATE waits for the commit.
+    sql = ("SET autocommit = 0; SELECT id FROM tasks WHERE id = 'pz-keep' "
+           "FOR UPDATE; DO SLEEP(4); UPDATE tasks SET due_at = %d WHERE "
+           "id = 'pz-keep'; COMMIT" % new_due)
+    mover = threading.Thread(target=C.mysql, args=(sql,))
+    mover.start()
+    time.sleep(0.5)
+    out = resume(API, "pz-h", {"policy": "skip"})
+    mover.join()
+    h.check_eq(out["skipped"], 1, "skipped")
+    h.check_eq(API.get("/v1/tasks/pz-gone").json["status"], "expired",
+               "the task not moved")
+    j = API.get("/v1/tasks/pz-keep").json
+    h.check(j["status"] == "scheduled" and j["due_at"] == new_due,
+            "the task moved meanwhile: %r" % j)
+    h.check(not READER.wait_for(["pz-keep"], 15), "pz-keep not published")
+    fired = int(published(READER, "pz-keep")[0].hdr["prophet-fired-at"])
+    h.check(fired >= new_due, "published %d ms early" % (new_due - fired))
+    h.check(not published(READER, "pz-gone"), "a skipped task published")
 
 
 def test_prophetctl():

@@ -420,7 +420,9 @@ sched_parse(struct sched *s, struct evhttp_request *req)
 		 param_int(v, &s->to) < 0)
 		bad = "to", why = "to must be ms since the epoch";
 	else if ((v = evhttp_find_header(&kv, "step")) != NULL &&
-		 (param_int(v, &s->step) < 0 || s->step < SCHED_STEP_MIN_MS))
+		 param_int(v, &s->step) < 0)
+		bad = "step", why = "step must be an integer (ms)";
+	else if (v != NULL && s->step < SCHED_STEP_MIN_MS)
 		bad = "step", why = "step must be at least 1000 (ms)";
 	else if ((v = evhttp_find_header(&kv, "topic")) != NULL &&
 		 !task_topic_valid(v, strlen(v)))

@@ -203,6 +203,13 @@ def test_bad_parameters_400():
     r = get("frm=1")
     h.check_eq((r.status, (r.json or {}).get("error", {}).get("field")),
                (400, "frm"), "unknown parameter: %s" % r.text)
+    # A step that is no integer is not "less than 1000" (as it was told).
+    for q, why in (("step=1e5", "integer"), ("step=99999999999999999999",
+                                              "integer"),
+                   ("step=999", "at least 1000")):
+        r = get(q)
+        h.check(r.status == 400 and why in r.json["error"]["message"],
+                "GET /v1/schedule?%s: %s" % (q, r.text))
     # the largest allowed request is answered
     j = counts("from=%d&to=%d&step=1000" % (T0 + MIN,
                                              T0 + MIN + 10000 * 1000))

@@ -61,6 +61,41 @@ recovery_held(struct worker *w, const char *id)
 }
 
 static void
+done_key(char *buf, size_t len, int64_t due_at, const char *id)
+{
+	snprintf(buf, len, "%lld:%s", (long long)due_at, id);
+}
+
+/* A page of the rebuild may have read the task as scheduled before this
+ * record committed, and reach the loop after the task was released: it
+ * must not be indexed again (it would fire twice). Keyed by its due time
+ * too, so that a recurring task's next occurrence is indexed. */
+void
+recovery_task_finished(struct worker *w, const struct wtask *t)
+{
+	char key[NUM_LL_MAX + TASK_ID_MAX + 2];
+
+	done_key(key, sizeof(key), t->due_at, t->id);
+	hmap_set_add(&w->slots[t->slot].rebuild_done, key);
+}
+
+/* Held (publishing, recording) or recorded since the rebuild began. */
+static int
+rebuild_skip(struct worker *w, struct wslot *s, const struct db_rows *rows,
+	     size_t i)
+{
+	const char *id = db_rows_get(rows, i, PC_ID, NULL);
+	char key[NUM_LL_MAX + TASK_ID_MAX + 2];
+
+	if (recovery_held(w, id))
+		return 1;
+	if (s->rebuild_done == NULL)
+		return 0;
+	done_key(key, sizeof(key), db_rows_int(rows, i, PC_DUE_AT), id);
+	return hmap_get(s->rebuild_done, key) != NULL;
+}
+
+static void
 count_db_mode(struct worker *w)
 {
 	int n = 0;
@@ -172,6 +207,7 @@ marker_set_cb(struct redis *r, redisReply *reply, void *arg)
 	}
 	secs = (double)(clock_mono_ms() - s->rebuild_started_ms) / 1000.0;
 	wslot_set_mode(&w->slots[rb->slot], SM_REDIS);
+	hmap_set_free(&s->rebuild_done);
 	s->next_load_ms = 0;
 	s->next_move_ms = 0;
 	s->next_reap_ms = 0;
@@ -241,7 +277,8 @@ page_run(struct db_conn *c, struct db_job *job)
 }
 
 /* Indexes one page of the slot's scheduled tasks, skipping those this
- * worker still holds (publishing or recording): they are in flight. */
+ * worker still holds (publishing or recording: they are in flight) and
+ * those it recorded since the rebuild began (rebuild_skip). */
 static void
 page_done_cb(struct db_job *job, int status, const char *err)
 {
@@ -274,7 +311,7 @@ page_done_cb(struct db_job *job, int status, const char *err)
 	rindex_init(&ix, rb->slot, w->bucket_ms,
 		    clock_now_ms() + w->bucket_near_ms);
 	for (size_t i = 0; i < n; i++)
-		if (!recovery_held(w, db_rows_get(&j->rows, i, PC_ID, NULL)))
+		if (!rebuild_skip(w, s, &j->rows, i))
 			rindex_add_row(&ix, &j->rows, i);
 	indexed = rindex_count(&ix);
 	rb->after_due = db_rows_int(&j->rows, n - 1, PC_DUE_AT);

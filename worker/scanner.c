@@ -1054,13 +1054,17 @@ scanner_task_finished(struct worker *w, const struct wtask *t)
 
 	if (s->finished != NULL)
 		hmap_set_add(&s->finished, t->id);
+	if (s->mode == SM_REBUILD)
+		recovery_task_finished(w, t);
 }
 
 void
 scanner_free(struct worker *w)
 {
-	for (int i = 0; i < w->nslots; i++)
+	for (int i = 0; i < w->nslots; i++) {
 		hmap_set_free(&w->slots[i].finished);
+		hmap_set_free(&w->slots[i].rebuild_done);
+	}
 	xfree(w->sc);
 	w->sc = NULL;
 }

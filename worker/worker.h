@@ -260,6 +260,11 @@ struct wslot {
 	 * recorded since it started (keys owned), so that the sweep, which
 	 * may have read them as still scheduled, does not index them again. */
 	struct hmap *finished;
+	/* While the slot is rebuilt (SM_REBUILD): "<due_at>:<id>" of each
+	 * task whose final state (or occurrence) this worker recorded since,
+	 * so that a page read before that record does not index it again
+	 * (recovery.c); freed when the rebuild completes. */
+	struct hmap *rebuild_done;
 };
 
 struct slot_node;
@@ -421,6 +426,9 @@ void recovery_failover(struct worker *w);
 void recovery_write_refused(struct worker *w, const char *err);
 /* Ids of tasks a rebuild or reaper must not re-index: we hold them. */
 int recovery_held(struct worker *w, const char *id);
+/* t's final state (or occurrence) was recorded while its slot is rebuilt:
+ * the rebuild's pages must not index it again. */
+void recovery_task_finished(struct worker *w, const struct wtask *t);
 
 /* dbmode.c: firing from the DB while Redis is away; the DB lease reaper */
 void dbmode_start(struct worker *w);

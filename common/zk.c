@@ -11,6 +11,7 @@
 
 #include "cfg.h"
 #include "crypto.h"
+#include "daemon.h"
 #include "log.h"
 #include "mailbox.h"
 #include "secret.h"
@@ -54,6 +55,8 @@ struct zk {
 	pthread_mutex_t mu;
 	pthread_cond_t cond;
 	int connected;	     /* written on the client thread, under mu */
+	int64_t lost_ms;     /* monotonic: the connection was lost; 0: not */
+	int expired;	     /* the session expired; until connected again */
 	char *auth;	     /* "user:password" (digest), NULL: none */
 	char digest_id[256]; /* what ACLs record for auth */
 	struct ACL acl_items[2];
@@ -83,6 +86,14 @@ enqueue(struct zk *z, struct zk_ev *e)
 {
 	if (e->kind == ZK_WATCH && e->type == ZOO_SESSION_EVENT) {
 		pthread_mutex_lock(&z->mu);
+		if (e->state == ZOO_CONNECTED_STATE)
+			z->lost_ms = 0;
+		else if (z->connected)
+			z->lost_ms = clock_mono_ms();
+		if (e->state == ZOO_EXPIRED_SESSION_STATE)
+			z->expired = 1;
+		else if (e->state == ZOO_CONNECTED_STATE)
+			z->expired = 0;
 		z->connected = e->state == ZOO_CONNECTED_STATE;
 		pthread_cond_broadcast(&z->cond);
 		pthread_mutex_unlock(&z->mu);
@@ -611,6 +622,19 @@ zk_is_connected(struct zk *z)
 	c = z->connected;
 	pthread_mutex_unlock(&z->mu);
 	return c;
+}
+
+int
+zk_is_ready(struct zk *z)
+{
+	int r;
+
+	pthread_mutex_lock(&z->mu);
+	r = z->connected ||
+	    (z->lost_ms != 0 && !z->expired &&
+	     clock_mono_ms() - z->lost_ms < (int64_t)z->timeout_ms * 2 / 3);
+	pthread_mutex_unlock(&z->mu);
+	return r;
 }
 
 int

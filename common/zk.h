@@ -36,6 +36,15 @@ int zk_wait_connected(struct zk *z, int timeout_ms);
 int zk_reopen(struct zk *z);
 zhandle_t *zk_handle(struct zk *z);
 int zk_is_connected(struct zk *z);
+/*
+ * For /readyz: connected, or the connection lost less than 2/3 of the
+ * session timeout ago with the session not expired (the client moving
+ * to another server of the ensemble, an election, a server restarted):
+ * the session lives on and the workers keep claiming that long (they
+ * self-fence at 2/3), so a rolling restart of the ensemble does not
+ * fail every daemon's readiness at once.
+ */
+int zk_is_ready(struct zk *z);
 
 /*
  * Asynchronous calls: the completion runs on the loop thread. rc is the

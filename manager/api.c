@@ -884,7 +884,7 @@ get_task(struct manager *mg, struct evhttp_request *req, const char *id,
 static void
 readyz(struct manager *mg, struct evhttp_request *req)
 {
-	int zk = zk_is_connected(mg->zk), redis = redis_up(mg->redis);
+	int zk = zk_is_ready(mg->zk), redis = redis_up(mg->redis);
 	int db = db_pool_ready(mg->db);
 	json_t *out = json_pack("{s:b, s:b, s:b}", "zookeeper", zk, "redis",
 				redis, "db", db);

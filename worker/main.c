@@ -134,7 +134,7 @@ static void
 r_readyz(void *ctx, struct evhttp_request *req, const char *a, size_t len)
 {
 	struct worker *w = ctx;
-	int zk = zk_is_connected(w->zk), redis = redis_up(w->redis);
+	int zk = zk_is_ready(w->zk), redis = redis_up(w->redis);
 	int db = db_pool_ready(w->db);
 	int kafka = !kafka_brokers_down(w->kafka) && !kafka_stalled(w->kafka);
 	int ok = zk && redis && db && kafka;

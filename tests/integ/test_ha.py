@@ -69,6 +69,7 @@ import signal
 import socket
 import sys
 import tempfile
+import threading
 import time
 
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
@@ -1049,12 +1050,45 @@ def test_zk_leader_killed():
             finally:
                 z.close()
         before = owners()
+        # /readyz of every daemon, polled through the election: the
+        # sessions live on, so none may say ZooKeeper is not ready
+        polling = threading.Event()
+        not_ready = []
+
+        def poll():
+            apis = [(c.manager.name, h.Api(c.manager_addr, timeout=2))] + \
+                [(w.name, h.Api(w.addr, timeout=2)) for w in c.workers]
+            try:
+                while not polling.is_set():
+                    for name, api in apis:
+                        try:
+                            r = api.get("/readyz")
+                        except Exception as e:  # noqa: BLE001
+                            not_ready.append((name, repr(e)))
+                            api.close()
+                            continue
+                        if r.status != 200 or not (r.json or {}).get(
+                                "zookeeper"):
+                            not_ready.append((name, r.status, r.json))
+                    time.sleep(0.02)
+            finally:
+                for _, api in apis:
+                    api.close()
+        poller = threading.Thread(target=poll, daemon=True)
+        poller.start()
+        time.sleep(0.5)
         t_kill = h.now_ms()
         ens.procs[li].kill()
         alive = [i for i in range(3) if i != li]
         h.wait_until(lambda: ens.serving(alive), 60, 0.02,
                      "a new leader among the survivors")
         t_led = h.now_ms()
+        time.sleep(3.0)
+        polling.set()
+        poller.join(10)
+        p.check(not not_ready, "/readyz not ready during the election "
+                "(%d answers; the sessions live on): %s"
+                % (len(not_ready), not_ready[:3]))
         # the harness's own ZK client takes the first host: a live one
         c.env = dict(c.env, PROPHET_ZK="127.0.0.1:%d" % ens.ports[alive[0]])
         time.sleep(8.0)

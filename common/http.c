@@ -1905,21 +1905,38 @@ http_query_get(struct evhttp_request *req, const char *name, size_t *lenp)
 	return NULL;
 }
 
+/* Every parameter is one of known, once: each call takes one value of a
+ * name, and reading the first of two (?from=X&from=5) would serve another
+ * call than a proxy or a log reading the last one sees. */
 int
 http_query_known(struct evhttp_request *req, const char *const *known)
 {
 	const char *q =
 		evhttp_uri_get_query(evhttp_request_get_evhttp_uri(req));
+	uint64_t seen = 0;
 
 	while (q != NULL && *q != '\0') {
 		const char *amp = strchr(q, '&');
 		size_t len = amp ? (size_t)(amp - q) : strlen(q);
 		size_t nl = strcspn(q, "=&");
-		int found = nl == 0;
+		int found = nl == 0, i;
 
-		for (int i = 0; !found && known[i] != NULL; i++)
+		for (i = 0; !found && known[i] != NULL; i++)
 			found = strlen(known[i]) == nl &&
 				!strncmp(q, known[i], nl);
+		if (found && nl > 0 && i <= 64) {
+			uint64_t bit = (uint64_t)1 << (i - 1);
+
+			if (seen & bit) {
+				http_reply_error(req, 400, "invalid_value",
+						 known[i - 1],
+						 "query parameter '%s' given "
+						 "twice",
+						 known[i - 1]);
+				return -1;
+			}
+			seen |= bit;
+		}
 		if (!found) {
 			char name[65];
 

@@ -143,7 +143,8 @@ def test_unknown_field():
 def test_unknown_query_parameter():
     """A query parameter a call does not take is refused, naming it: the
     calls without parameters ignored them (?state=running listed every
-    job), GET /v1/tasks/{id} took anything beside log."""
+    job), GET /v1/tasks/{id} took anything beside log. So is one given
+    twice."""
     tid = "no-such"  # the query is checked first (nothing stored here)
     for path, name in (("/v1/topics?state=paused", "state"),
                        ("/v1/admin/jobs?state=running", "state"),
@@ -160,6 +161,17 @@ def test_unknown_query_parameter():
         h.check_eq((e["code"], e["field"]), ("unknown_field", name), path)
     h.check("takes none" in API.get("/v1/topics?x=1").json["error"][
         "message"], "the message says the call takes no parameter")
+    # A parameter given twice: which one a call would read is not for the
+    # client to guess (?from=X&from=5 served the first).
+    for path, name in (("/v1/tasks?limit=5&topic=t&limit=6", "limit"),
+                       ("/v1/tasks/%s?log=1&log=0" % tid, "log"),
+                       ("/v1/schedule?from=0&to=60000&step=1000&from=5",
+                        "from")):
+        r = API.get(path)
+        h.check_eq(r.status, 400, "%s: status (%r)" % (path, r))
+        e = r.json["error"]
+        h.check_eq((e["code"], e["field"]), ("invalid_value", name), path)
+        h.check("twice" in e["message"], "%s: %s" % (path, e["message"]))
     # What they take still works.
     h.check_eq(API.get("/v1/topics").status, 200, "GET /v1/topics")
     h.check_eq(API.get("/v1/tasks/%s?log=1" % tid).status, 404,

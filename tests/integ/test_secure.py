@@ -25,6 +25,7 @@ import hashlib
 import http.server
 import json
 import os
+import re
 import socket
 import ssl
 import subprocess
@@ -278,6 +279,82 @@ def test_servers_refuse_strangers():
             acl[1][1] == "digest" and acl[1][2].startswith("prophet:"),
             "ACL of %s: %r" % (slot, acl))
     p.raise_if_any("strangers")
+
+
+def doc_grants():
+    """{user: set of privileges} of the GRANT lines in docs/security.md."""
+    grants = {}
+    with open(os.path.join(h.REPO, "docs", "security.md")) as f:
+        for line in f:
+            m = re.match(r"GRANT (.*) ON prophet\.\* TO '(prophet_\w+)'@",
+                         line)
+            if m:
+                grants[m.group(2)] = {x.strip() for x in
+                                      m.group(1).split(",")}
+    return grants
+
+
+def as_user(program, sql):
+    """sql run as the database user of program (worker, notifier,
+    manager), over TLS: (exit code, stdout, stderr)."""
+    user = C.env["PROPHET_DB_%s_USER" % program.upper()]
+    pw = h.read_secret(C.env["PROPHET_DB_%s_PASSWORD_FILE"
+                             % program.upper()])
+    return run(["mariadb", "--no-defaults", "-N", "-B", "-u", user,
+                "-h", C.db_host, "-P", str(C.db_port),
+                "--ssl-ca=" + C.ca, "--ssl-verify-server-cert",
+                C.db_name, "-e", sql],
+               env=dict(os.environ, MYSQL_PWD=pw))
+
+
+def test_database_users_least_privilege():
+    """Each program's database user has the GRANTs docs/security.md
+    gives, and they are the least it needs: the workers and notifiers
+    read, insert and update rows (the e2e and callback tests run on
+    them) but delete none, so a stolen worker or notifier password
+    cannot delete tasks (only the manager's pruner deletes); only the
+    manager changes the schema, and it drops nothing."""
+    want = doc_grants()
+    p = h.Problems()
+    p.check(set(want) == {"prophet_manager", "prophet_worker",
+                          "prophet_notifier"},
+            "GRANT lines in docs/security.md: %r" % want)
+    for program in ("manager", "worker", "notifier"):
+        user = C.env["PROPHET_DB_%s_USER" % program.upper()]
+        r = as_user(program, "SHOW GRANTS FOR CURRENT_USER")
+        got = set()
+        for line in r.stdout.splitlines():
+            m = re.match(r"GRANT (.*) ON `prophet%`\.\* TO", line)
+            if m:
+                got |= {x.strip() for x in m.group(1).split(",")}
+        p.check(r.returncode == 0 and got == want.get(user),
+                "%s: grants %r, docs/security.md %r (%s)"
+                % (user, sorted(got), sorted(want.get(user, ())),
+                   r.stderr.strip()))
+        r = as_user(program, "SELECT COUNT(*) FROM tasks")
+        p.check(r.returncode == 0, "%s cannot read tasks: %s"
+                % (user, r.stderr.strip()))
+        r = as_user(program, "DELETE FROM tasks WHERE id = 'lp-none'")
+        if program == "manager":
+            p.check(r.returncode == 0, "the manager's user cannot delete "
+                    "(the pruner does): %s" % r.stderr.strip())
+        else:
+            p.check(r.returncode != 0 and "DELETE command denied"
+                    in r.stderr, "%s may delete tasks: rc %d %s"
+                    % (user, r.returncode, r.stderr.strip()))
+        if program != "manager":
+            r = as_user(program, "CREATE TABLE lp_probe (a INT)")
+            p.check(r.returncode != 0 and "CREATE command denied"
+                    in r.stderr, "%s may create tables: %s"
+                    % (user, r.stderr.strip()))
+    r = as_user("manager", "CREATE TABLE IF NOT EXISTS lp_probe (a INT)")
+    p.check(r.returncode == 0, "the manager's user cannot create tables: "
+            "%s" % r.stderr.strip())
+    r = as_user("manager", "DROP TABLE lp_probe")
+    p.check(r.returncode != 0 and "DROP command denied" in r.stderr,
+            "the manager's user may drop tables: %s" % r.stderr.strip())
+    C.mysql("DROP TABLE IF EXISTS lp_probe")
+    p.raise_if_any("database users")
 
 
 def test_e2e_over_secure_links():

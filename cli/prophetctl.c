@@ -118,13 +118,23 @@ cli_request(const struct cli *c, const char *method, const char *path,
 	httpcli_request_blocking(NULL, &rq, &res);
 	explicit_bzero(auth, sizeof(auth));
 	if (res.transport) {
-		snprintf(errmsg, errlen, "%s: %s%s%s", url, res.error,
+		/* The URL without its password (--url https://u:p@host);
+		 * the client-certificate hint only where the connection was
+		 * made and the server then broke it off (TLS alert, send or
+		 * receive failure), not for a host that does not resolve or
+		 * a port nobody listens on. */
+		char masked[1024];
+
+		snprintf(errmsg, errlen, "%s: %s%s%s",
+			 log_mask_url(url, masked, sizeof(masked)), res.error,
 			 res.cls == HTTPCLI_TLS && !c->insecure
 				 ? " (check the CA, --cacert or http.tls_ca, "
 				   "and that the server's certificate names "
 				   "this host)"
 				 : "",
-			 !strncmp(url, "https:", 6) && c->cert[0] == '\0'
+			 !strncmp(url, "https:", 6) && c->cert[0] == '\0' &&
+					 (res.cls == HTTPCLI_TLS ||
+					  res.cls == HTTPCLI_ERROR)
 				 ? " (a server with http.tls_client_ca also "
 				   "wants a client certificate: --client-cert "
 				   "and --client-key, or http.tls_client_cert)"

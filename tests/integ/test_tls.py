@@ -259,6 +259,40 @@ def test_prophetctl_https():
             "plain http:// to the HTTPS port: %r" % p.stdout)
 
 
+def test_prophetctl_errors_hide_url_password():
+    """--url with a password (a manager behind a proxy with basic auth):
+    prophetctl's error messages quoted the URL whole, password included,
+    and told the operator of a port nobody listens on, or of a host that
+    does not resolve, to give a client certificate."""
+    secret = "pw-" + os.urandom(6).hex() + "-secret"
+    port = h.free_port()  # nothing listens there
+    cases = [
+        ("a closed port", "https://op:%s@127.0.0.1:%d" % (secret, port),
+         [], "Failed to connect", False),
+        ("an unknown host", "https://op:%s@no-such-host.invalid:%d"
+         % (secret, port), [], "resolve", False),
+        ("an untrusted certificate", "https://op:%s@%s"
+         % (secret, C.manager_addr), ["--cacert", PKI.other_ca],
+         "--cacert or http.tls_ca", True),
+        ("plain http:// to HTTPS", "http://op:%s@%s"
+         % (secret, C.manager_addr), [], "HTTPS port?", False),
+    ]
+    p = h.Problems()
+    for what, url, extra, want, hint in cases:
+        r = prophetctl(*(["--url", url] + extra + ["cluster"]))
+        out = r.stdout
+        p.check(r.returncode == 1, "%s: exit %d: %r"
+                % (what, r.returncode, out))
+        p.check(secret not in out, "%s: the password printed: %r"
+                % (what, out))
+        p.check("op:***@" in out and want in out,
+                "%s: the masked URL and %r: %r" % (what, want, out))
+        p.check(("--client-cert" in out) == hint,
+                "%s: the client certificate hint %s: %r"
+                % (what, "missing" if hint else "given", out))
+    p.raise_if_any("prophetctl's error messages")
+
+
 def test_plain_http_gets_nothing():
     host, port = C.manager_addr.split(":")
     s = socket.create_connection((host, int(port)), timeout=5)

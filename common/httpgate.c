@@ -253,20 +253,26 @@ parse_header(const char *s, size_t len, struct httpgate_head *h,
 			h->close = 0;
 		return 0;
 	}
-#define KEEP_FIRST(hdr, field)                  \
-	if (name_is(s, nlen, hdr)) {            \
-		if (h->field.s == NULL) {       \
-			h->field.s = v;         \
-			h->field.len = ve - vb; \
-		}                               \
-		return 0;                       \
+	/* Each of these decides who may do what (the token, the
+	 * cross-site and DNS rebinding checks) or how the body is read;
+	 * given twice, a proxy or an audit log reading one would see
+	 * another request than the one served (RFC 9110: none is a list;
+	 * RFC 9112 3.2: two Hosts are a 400). */
+#define ONLY_ONE(hdr, field)                                         \
+	if (name_is(s, nlen, hdr)) {                                 \
+		if (h->field.s != NULL)                              \
+			return fail(err, 400, "bad_request",         \
+				    "more than one " hdr " header"); \
+		h->field.s = v;                                      \
+		h->field.len = ve - vb;                              \
+		return 0;                                            \
 	}
-	KEEP_FIRST("Authorization", authorization)
-	KEEP_FIRST("Content-Type", content_type)
-	KEEP_FIRST("Origin", origin)
-	KEEP_FIRST("Sec-Fetch-Site", sec_fetch_site)
-	KEEP_FIRST("Host", host)
-#undef KEEP_FIRST
+	ONLY_ONE("Authorization", authorization)
+	ONLY_ONE("Content-Type", content_type)
+	ONLY_ONE("Origin", origin)
+	ONLY_ONE("Sec-Fetch-Site", sec_fetch_site)
+	ONLY_ONE("Host", host)
+#undef ONLY_ONE
 	return 0;
 }
 

@@ -113,6 +113,18 @@ test_bad_heads(void **state)
 	refused("POST / HTTP/1.1\r\nContent-Length: 1\r\nContent-Length: 1"
 		"\r\n\r\n",
 		400);
+	refused("GET / HTTP/1.1\r\nAuthorization: Bearer a\r\n"
+		"authorization: Bearer b\r\n\r\n",
+		400);
+	refused("GET / HTTP/1.1\r\nHost: a\r\nHost: a\r\n\r\n", 400);
+	refused("GET / HTTP/1.1\r\nOrigin: http://a\r\nOrigin: null\r\n\r\n",
+		400);
+	refused("GET / HTTP/1.1\r\nSec-Fetch-Site: none\r\n"
+		"Sec-Fetch-Site: cross-site\r\n\r\n",
+		400);
+	refused("POST / HTTP/1.1\r\nContent-Type: application/json\r\n"
+		"Content-Type: text/plain\r\n\r\n",
+		400);
 	refused("POST / HTTP/1.1\r\nContent-Length: -1\r\n\r\n", 400);
 	refused("POST / HTTP/1.1\r\nContent-Length: 1x\r\n\r\n", 400);
 	refused("POST / HTTP/1.1\r\nContent-Length: 9999999999999999999\r\n"

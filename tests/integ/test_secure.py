@@ -241,7 +241,11 @@ def test_servers_refuse_strangers():
     pw = h.read_secret(C.env["PROPHET_REDIS_PASSWORD_FILE"])
     r = h.Redis(C.redis_host, C.redis_port, C.redis_db, password=pw,
                 user="prophet")
-    for cmd in (["FLUSHDB"], ["GET", "not-prophet"], ["CONFIG", "GET", "*"]):
+    # nor other users' functions and scripts (harmless forms: they would
+    # answer "no such library" and NOTBUSY if allowed)
+    for cmd in (["FLUSHDB"], ["GET", "not-prophet"], ["CONFIG", "GET", "*"],
+                ["FUNCTION", "DELETE", "not-prophet"], ["SCRIPT", "KILL"],
+                ["FCALL", "not-prophet", "0"]):
         try:
             r.cmd(*cmd)
             p.add("redis user prophet may %s" % " ".join(cmd))

@@ -110,6 +110,24 @@ reload_cb(void *arg)
 	log_level_parse(cfg_str(n->cfg, CFG_LOG_LEVEL), &lvl);
 	log_set_level(lvl);
 	http_server_reload_tls(n->http);
+	/* http.token_file read again, as the manager reads its tokens file:
+	 * a token rotated (new token added to the managers, the file
+	 * changed, systemctl reload) is sent from the next retry on; until
+	 * then the managers' 401s only delayed the retries. */
+	if (cfg_str(n->cfg, CFG_HTTP_TOKEN_FILE)[0] != '\0') {
+		char *tok = cfg_http_token(n->cfg, err, sizeof(err));
+
+		if (tok == NULL) {
+			log_error("token not reloaded; keeping the running one",
+				  "error=\"%s\"", err);
+		} else if (strcmp(tok, n->token) != 0) {
+			secret_free(n->token);
+			n->token = tok;
+			log_info("token reloaded", "key=http.token_file");
+		} else {
+			secret_free(tok);
+		}
+	}
 	log_info("config reloaded", "");
 }
 

@@ -357,6 +357,66 @@ def test_tokens_file_opened_up_kept_on_reload():
         os.chmod(C.tokens_path, 0o600)
 
 
+def test_notifier_token_rotated_with_sighup():
+    """Rotating the notifier's token as the manager's tokens file is
+    rotated, with SIGHUPs (systemctl reload): the new token added to the
+    manager, the notifier's http.token_file changed, the old token taken
+    away. The notifier read its token file at start only: it went on
+    sending the old token, and every retry task was refused (401) until
+    it was restarted."""
+    old, new, adm = ("rot-old-0123456789abcdef", "rot-new-0123456789abcdef",
+                     "rot-adm-0123456789abcdef")
+    d = tempfile.mkdtemp(prefix="prophet-rot-")
+    tokens, token_file = os.path.join(d, "tokens"), os.path.join(d, "tok")
+    write_private(tokens, "%s submit\n%s admin\n" % (old, adm))
+    write_private(token_file, old + "\n")
+    sink = h.CallbackSink()
+    nport = h.free_port()
+    with h.Cluster(workers=1, name="rot", conf={
+            "http.tokens_file": tokens,
+            "http@notifier.token_file": token_file,
+            "notifier.http_listen": "127.0.0.1:%d" % nport,
+            "notifier.topics": "rot",
+            "notifier.backoff_base_ms": 200,
+            "notifier.callback_networks_allowed": "127.0.0.0/8"}) as c:
+        h.create_topics(c.brokers, [c.topic("rot"),
+                                    c.topic("prophet.callback-retry"),
+                                    c.topic("prophet.callback-dead")])
+        c.start()
+        n = c.notifier(nport)
+        c.workers.append(n)  # stopped with the cluster, its log dumped
+        n.start()
+        c._wait_http(n, n.addr, "/readyz", 60)
+        api = c.api()
+        auth = {"Authorization": "Bearer " + adm}
+
+        def retried(tid):
+            r = api.request("POST", "/v1/tasks", {
+                "id": tid, "topic": "rot", "body": "b", "delay_ms": 100,
+                "callback": {"url": sink.url("flaky/" + tid)}},
+                headers=auth)
+            h.check_eq(r.status, 201, "task %s" % tid)
+            return sink.wait(tid, 2, 30) is not None
+
+        h.check(retried("rot-1-" + c.tag),
+                "a retry submitted with the first token")
+        write_private(tokens, "%s submit\n%s submit\n%s admin\n"
+                      % (old, new, adm))
+        c.manager.signal(signal.SIGHUP)
+        write_private(token_file, new + "\n")
+        n.signal(signal.SIGHUP)
+        h.wait_until(lambda: n.grep("config reloaded"), 10, 0.1,
+                     "the notifier's reload")
+        write_private(tokens, "%s submit\n%s admin\n" % (new, adm))
+        c.manager.signal(signal.SIGHUP)
+        h.wait_until(lambda: len(c.manager.grep("access reloaded")) >= 2,
+                     10, 0.1, "the manager's reloads")
+        ok = retried("rot-2-" + c.tag)
+        h.check(ok, "a retry submitted after the rotation (the notifier's "
+                "401s: %d)" % len(n.grep("status=401")))
+        api.close()
+
+
 def test_bad_tokens_file_refused():
     path = C.tokens_path + ".bad"
     write_private(path, "short admin\n")

@@ -368,6 +368,45 @@ def test_e2e_over_secure_links():
     e2e.test_exactly_once_in_time_and_intact()
 
 
+def test_exactly_once_with_the_documented_acls():
+    """kafka.exactly_once on the secure links, with the ACLs of
+    docs/security.md (devcluster kafka-acls): the worker's principal had
+    no TransactionalId ACL (\"Transactional Id authorization failed\":
+    nothing fired) nor Read on the marker topic and the read-back group
+    (a restarted worker's slots stayed \"not opened\": nothing fired).
+    Tasks fire before and after the worker restarts."""
+    with h.Cluster(workers=1, name="seceos", secure=True, https=HTTPS,
+                   conf={"kafka.exactly_once": "true"}) as c:
+        h.create_topics(c.brokers, [c.topic("eos")], kcat_args=c.kcat_args)
+        c.start()
+        api = c.api()
+        w = c.workers[0]
+
+        def fired(tag, n=5):
+            ids = ["%s-%s-%d" % (tag, c.tag, i) for i in range(n)]
+            for tid in ids:
+                r = api.post("/v1/tasks", {"id": tid, "topic": "eos",
+                                           "body": "b", "delay_ms": 200})
+                h.check_eq(r.status, 201, "task %s: %r" % (tid, r.json))
+
+            def done():
+                return all(api.get("/v1/tasks/" + tid).json["status"] ==
+                           "delivered" for tid in ids)
+            try:
+                h.wait_until(done, 45, 0.5, "%s delivered" % tag)
+            except h.TestFailure as e:
+                raise h.TestFailure("%s; the worker: %s" % (e, [
+                    l[-200:] for l in w.grep("authorization failed")][-2:]))
+
+        fired("first")
+        w.stop()
+        c.start_worker(0)
+        fired("after-restart")
+        h.check(not w.grep("slot not opened"), "slots not opened: %r"
+                % w.grep("slot not opened")[-1:])
+        api.close()
+
+
 def test_notifier_and_ingest_principals():
     api = C.api()
     tasks = [{"id": "cb-ok-" + C.tag, "topic": CB_TOPIC, "body": "b",

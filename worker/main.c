@@ -178,8 +178,10 @@ loop_realtime(struct worker *w)
 	if (sched_setscheduler(0, SCHED_RR | SCHED_RESET_ON_FORK, &sp) != 0)
 		log_fatal("worker.rt_priority",
 			  "error=\"cannot run the firing loop at SCHED_RR "
-			  "priority %d: %s (give the service LimitRTPRIO=%d "
-			  "or CAP_SYS_NICE, or set worker.rt_priority = 0)\"",
+			  "priority %d: %s (the unit needs LimitRTPRIO=%d, "
+			  "RestrictRealtime=no and SystemCallFilter="
+			  "sched_setscheduler, or CAP_SYS_NICE; or set "
+			  "worker.rt_priority = 0)\"",
 			  prio, strerror(errno), prio);
 	log_info("firing loop at real-time priority",
 		 "policy=SCHED_RR priority=%d", prio);

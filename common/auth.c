@@ -17,9 +17,11 @@
 #define AUTH_TOKEN_MAX 256
 #define AUTH_HASH_LEN CRYPTO_SHA256_LEN
 
+/* Every token is kept as its SHA-256 only, given as a hash or not: a
+ * check hashes what was sent and compares fixed-length digests, so its
+ * time tells neither where a token differs nor how long the stored ones
+ * are, and no token is in the daemon's memory. */
 struct auth_token {
-	char *token; /* NULL: stored as its hash */
-	size_t len;
 	unsigned char hash[AUTH_HASH_LEN];
 	int roles;
 };
@@ -27,7 +29,6 @@ struct auth_token {
 struct auth {
 	struct auth_token *tokens;
 	size_t n;
-	int hashed; /* some tokens are stored as hashes */
 };
 
 void
@@ -176,10 +177,8 @@ auth_load(const char *path, char *err, size_t errlen)
 					 path, lineno);
 				goto fail;
 			}
-			a->hashed = 1;
 		} else {
-			t->token = xstrdup(tok);
-			t->len = strlen(tok);
+			crypto_sha256(tok, strlen(tok), t->hash);
 		}
 		a->n++;
 	}
@@ -206,11 +205,6 @@ auth_destroy(struct auth *a)
 {
 	if (a == NULL)
 		return;
-	for (size_t i = 0; i < a->n; i++) {
-		if (a->tokens[i].token != NULL)
-			memset(a->tokens[i].token, 0, a->tokens[i].len);
-		xfree(a->tokens[i].token);
-	}
 	xfree(a->tokens);
 	xfree(a);
 }
@@ -219,19 +213,6 @@ int
 auth_enabled(const struct auth *a)
 {
 	return a != NULL && a->n > 0;
-}
-
-/* Time depends on the lengths only, never on where the bytes differ. */
-static int
-ct_equal(const char *a, size_t alen, const char *b, size_t blen)
-{
-	size_t n = alen > blen ? alen : blen;
-	unsigned char d = (unsigned char)(alen != blen);
-
-	for (size_t i = 0; i < n; i++)
-		d |= (unsigned char)((i < alen ? a[i] : 0) ^
-				     (i < blen ? b[i] : 0));
-	return d == 0;
 }
 
 int
@@ -253,15 +234,12 @@ auth_check(const struct auth *a, const char *authorization, enum auth_role need)
 	len = strlen(tok);
 	if (len == 0 || len > AUTH_TOKEN_MAX)
 		return 401;
-	if (a->hashed)
-		crypto_sha256(tok, len, hash);
+	crypto_sha256(tok, len, hash);
 	/* Every token is compared, so timing tells nothing about which. */
 	for (size_t i = 0; i < a->n; i++) {
 		const struct auth_token *t = &a->tokens[i];
 
-		if (t->token != NULL
-			    ? ct_equal(tok, len, t->token, t->len)
-			    : crypto_equal(hash, t->hash, AUTH_HASH_LEN))
+		if (crypto_equal(hash, t->hash, AUTH_HASH_LEN))
 			roles |= t->roles;
 	}
 	if (roles == 0)

@@ -374,18 +374,20 @@ pause_hold(struct worker *w, struct wtask *t, const struct task *pt)
 	return 1;
 }
 
-/* A fire_all series catching up after a rate-limited resume. -------------- */
-
-struct pace_call {
+/* A Redis call about one topic in one slot (a pace, a lift): what its reply
+ * needs to find the topic again. */
+struct topic_call {
 	struct worker *w;
 	char topic[TASK_TOPIC_MAX + 1];
 	int slot;
 };
 
+/* A fire_all series catching up after a rate-limited resume. -------------- */
+
 static void
 pace_cb(struct redis *r, redisReply *reply, void *arg)
 {
-	struct pace_call *pc = arg;
+	struct topic_call *pc = arg;
 	struct worker *w = pc->w;
 	struct ptopic *t = w->pause ? find(w->pause, pc->topic) : NULL;
 
@@ -403,7 +405,7 @@ pause_pace(struct worker *w, int slot, const char *topic, const char *id,
 	   int64_t due)
 {
 	struct ptopic *t = w->pause ? find(w->pause, topic) : NULL;
-	struct pace_call *pc;
+	struct topic_call *pc;
 	struct slot_eval ev;
 
 	if (t == NULL || t->paused || t->rate <= 0 || due >= t->resumed_at)
@@ -425,16 +427,10 @@ pause_pace(struct worker *w, int slot, const char *topic, const char *id,
 
 /* Draining a resumed topic. ----------------------------------------------- */
 
-struct lift_call {
-	struct worker *w;
-	char topic[TASK_TOPIC_MAX + 1];
-	int slot;
-};
-
 static void
 lift_cb(struct redis *r, redisReply *reply, void *arg)
 {
-	struct lift_call *l = arg;
+	struct topic_call *l = arg;
 	struct worker *w = l->w;
 	struct ptopic *t = w->pause ? find(w->pause, l->topic) : NULL;
 	int s = l->slot;
@@ -466,7 +462,7 @@ static void
 lift(struct worker *w, struct ptopic *t, int slot, int count, int peek)
 {
 	struct slot_eval ev;
-	struct lift_call *l = xcalloc(1, sizeof(*l));
+	struct topic_call *l = xcalloc(1, sizeof(*l));
 
 	l->w = w;
 	l->slot = slot;

@@ -301,6 +301,15 @@ def markers(c, port):
         r.close()
 
 
+def start_reading(c):
+    """Starts c's daemons, then a reader of d.TOPIC, warmed up (its start
+    is not counted as lateness)."""
+    c.start()
+    h.create_topics(c.brokers, [c.topic(d.TOPIC)])
+    c.rd = c.reader([d.TOPIC])
+    d.warm_reader(c)
+
+
 def sentinel_cluster(name, ha, workers=2):
     """An isolated cluster whose redis.url names a dead port: the daemons
     can only find the primary through the Sentinels."""
@@ -316,10 +325,7 @@ def sentinel_cluster(name, ha, workers=2):
     if ha.password_file:
         c.extra_conf["redis.sentinel_password_file"] = ha.password_file
     c.write_conf()
-    c.start()
-    h.create_topics(c.brokers, [c.topic(d.TOPIC)])
-    c.rd = c.reader([d.TOPIC])
-    d.warm_reader(c)
+    start_reading(c)
     return c
 
 
@@ -765,10 +771,7 @@ def restarted_single(name, acl):
                     s.HOST, rd.port, c.redis_db),
                 "redis.password_file": pw})
             c.write_conf()
-        c.start()
-        h.create_topics(c.brokers, [c.topic(d.TOPIC)])
-        c.rd = c.reader([d.TOPIC])
-        d.warm_reader(c)
+        start_reading(c)
         p = h.Problems()
         led, ids, t_kill = burst_after_snapshot(c, rd, name, p)
         blate = burst_lateness(p, led, ids, 3000)
@@ -1028,10 +1031,7 @@ def test_zk_leader_killed():
     try:
         c = s.Cluster(workers=2, name="ha-zk", zk_hosts=ens.hosts).open()
         CLUSTERS.append(c)
-        c.start()
-        h.create_topics(c.brokers, [c.topic(d.TOPIC)])
-        c.rd = c.reader([d.TOPIC])
-        d.warm_reader(c)
+        start_reading(c)
         p = h.Problems()
         led = d.Ledger("zk_leader_killed", c)
         st = d.Stream(led, "zk", rate=50, delay_lo=1000,
@@ -1132,10 +1132,7 @@ def test_rebuild_while_firing():
     try:
         c = s.Cluster(workers=1, name="ha-rbf").open()
         CLUSTERS.append(c)
-        c.start()
-        h.create_topics(c.brokers, [c.topic(d.TOPIC)])
-        c.rd = c.reader([d.TOPIC])
-        d.warm_reader(c)
+        start_reading(c)
         p = h.Problems()
         led = d.Ledger("rebuild_while_firing", c)
         # A backlog due in 20 min (within the horizon: every rebuild reads

@@ -211,6 +211,11 @@ class PrivateMariaDB(_Server):
         self.port = h.free_port()
         self.datadir = os.path.join(self.dir, "data")
         self.socket = os.path.join(self.dir, "mysqld.sock")
+        # its own tmpdir: installs sharing /tmp remove each other's
+        # temporary tables (failed a CI run: "Unknown table
+        # 'mysql.tmp_user_sys'")
+        self.tmpdir = os.path.join(self.dir, "tmp")
+        os.makedirs(self.tmpdir, exist_ok=True)
         self.initialised = False
         self.users_created = False
         if len(self.socket) >= 107:
@@ -221,15 +226,19 @@ class PrivateMariaDB(_Server):
         with open(logf, "ab") as f:
             p = subprocess.run(
                 ["mariadb-install-db", "--no-defaults",
-                 "--datadir=" + self.datadir, "--user=root",
-                 "--auth-root-authentication-method=normal",
+                 "--datadir=" + self.datadir, "--tmpdir=" + self.tmpdir,
+                 "--user=root", "--auth-root-authentication-method=normal",
                  "--skip-test-db"],
                 stdout=f, stderr=subprocess.STDOUT)
         if p.returncode != 0:
             with open(logf, "rb") as f:
-                tail = f.read().decode("utf-8", "replace")[-2000:]
-            raise h.TestFailure("mariadb-install-db failed (exit %d):\n%s"
-                                % (p.returncode, tail))
+                lines = f.read().decode("utf-8", "replace").splitlines()
+            # the ERROR lines first, indented: CI keeps the first few
+            # indented lines after a failure
+            errs = [x for x in lines if "ERROR" in x or "Warning" in x]
+            raise h.TestFailure("mariadb-install-db failed (exit %d), log %s"
+                                ":\n%s" % (p.returncode, logf, "\n".join(
+                                    "  " + x for x in errs + lines[-20:])))
         self.initialised = True
 
     def _launch(self):
@@ -238,6 +247,7 @@ class PrivateMariaDB(_Server):
         if self.proc is None:
             self.proc = h.Proc("mariadb", [
                 "mariadbd", "--no-defaults", "--datadir=" + self.datadir,
+                "--tmpdir=" + self.tmpdir,
                 "--socket=" + self.socket,
                 "--pid-file=" + os.path.join(self.dir, "mariadbd.pid"),
                 "--port=%d" % self.port, "--bind-address=" + HOST,

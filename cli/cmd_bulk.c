@@ -50,6 +50,9 @@ print_job(const json_t *j)
 	if (s > 0 && e > 0)
 		printf(", took %lld ms", e - s);
 	putchar('\n');
+	if (json_is_string(json_object_get(j, "cancelled_by")))
+		printf("  cancelled by %s\n",
+		       json_string_value(json_object_get(j, "cancelled_by")));
 	if (json_array_size(json_object_get(j, "firing_ids")) > 0) {
 		char *ids = json_dumps(json_object_get(j, "firing_ids"),
 				       JSON_COMPACT);
@@ -191,7 +194,28 @@ bad:
 	return usage();
 }
 
-/* prophetctl jobs [ID [--wait]]: the bulk jobs, or one. */
+/* prophetctl jobs ID --cancel: the job stops after its chunk in
+ * progress rolls back. */
+static int
+cancel_job(struct cli *c, long long id)
+{
+	char err[512], path[80];
+	json_t *ans;
+	long code;
+
+	snprintf(path, sizeof(path), "/v1/admin/jobs/%lld/cancel", id);
+	code = cli_request(c, "POST", path, NULL, &ans, err, sizeof(err));
+	if (code != 200)
+		return cli_fail(code, ans, err);
+	if (c->json)
+		cli_print_json(ans);
+	else
+		print_job(ans);
+	json_decref(ans);
+	return 0;
+}
+
+/* prophetctl jobs [ID [--wait | --cancel]]: the bulk jobs, or one. */
 int
 cmd_jobs(struct cli *c, int argc, char **argv)
 {
@@ -203,12 +227,19 @@ cmd_jobs(struct cli *c, int argc, char **argv)
 
 	if (argc >= 2) {
 		if (cli_int(argv[1], &id) < 0 || id < 1) {
-			fprintf(stderr,
-				"usage: prophetctl jobs [ID [--wait]]\n");
+			fprintf(stderr, "usage: prophetctl jobs [ID [--wait | "
+					"--cancel]]\n");
 			return 2;
 		}
 		if (argc >= 3 && !strcmp(argv[2], "--wait"))
 			return follow(c, id);
+		if (argc >= 3 && !strcmp(argv[2], "--cancel"))
+			return cancel_job(c, id);
+		if (argc >= 3) {
+			fprintf(stderr, "usage: prophetctl jobs [ID [--wait | "
+					"--cancel]]\n");
+			return 2;
+		}
 		snprintf(path, sizeof(path), "/v1/admin/jobs/%lld", id);
 		code = cli_request(c, "GET", path, NULL, &ans, err,
 				   sizeof(err));

@@ -48,8 +48,9 @@ static const struct cli_cmd commands[] = {
 	 "cancel or reschedule every scheduled task a filter matches (a job, "
 	 "with a progress bar; --dry-run: count them)",
 	 cmd_bulk},
-	{"jobs", "jobs [ID [--wait]]",
-	 "the bulk jobs (who, filter, counts), or one; --wait: follow it",
+	{"jobs", "jobs [ID [--wait | --cancel]]",
+	 "the bulk jobs (who, filter, counts), or one; --wait: follow it; "
+	 "--cancel: stop it (its chunk in progress rolls back)",
 	 cmd_jobs},
 	{"schedule", "schedule [--from T] [--to T] [--step D] [--topic T]",
 	 "the booked load: scheduled tasks due per step (default the next "

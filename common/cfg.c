@@ -23,6 +23,7 @@
 #include "log.h"
 #include "netguard.h"
 #include "secret.h"
+#include "whsign.h"
 #include "url.h"
 #include "xmalloc.h"
 
@@ -69,6 +70,8 @@ static const struct {
 	{CFG_KAFKA_SASL_PASSWORD_FILE, "a password",
 	 ",manager,worker,notifier,"},
 	{CFG_HTTP_TOKEN_FILE, "a token", ",notifier,prophetctl,"},
+	{CFG_NOTIFIER_CALLBACK_SIGNING_KEY_FILE, "callback signing keys",
+	 ",notifier,"},
 };
 
 struct cfg_extra {
@@ -601,13 +604,76 @@ cfg_secret(const struct cfg *cfg, enum cfg_id file_id, char *err, size_t errlen)
 	return s;
 }
 
+/* What a manager's tokens file takes (common/auth.c): 16-256 visible
+ * ASCII characters, so a token that could never be accepted (a space, a
+ * quote pasted along) is refused at start, not by a 401 at every call. */
+#define HTTP_TOKEN_MIN 16
+#define HTTP_TOKEN_MAX 256
+
 char *
 cfg_http_token(const struct cfg *cfg, char *err, size_t errlen)
 {
-	if (cfg->str[CFG_HTTP_TOKEN_FILE][0] != '\0')
-		return cfg_secret(cfg, CFG_HTTP_TOKEN_FILE, err, errlen);
+	int from_file = cfg->str[CFG_HTTP_TOKEN_FILE][0] != '\0';
+	char *t = from_file ? cfg_secret(cfg, CFG_HTTP_TOKEN_FILE, err, errlen)
+			    : xstrdup(cfg->str[CFG_HTTP_TOKEN]);
+	size_t n, bad = 0;
+
+	if (t == NULL)
+		return NULL;
 	err[0] = '\0';
-	return xstrdup(cfg->str[CFG_HTTP_TOKEN]);
+	n = strlen(t);
+	for (size_t i = 0; i < n && !bad; i++)
+		if ((unsigned char)t[i] <= 0x20 || (unsigned char)t[i] >= 0x7f)
+			bad = i + 1;
+	if (n > 0 && (bad || n < HTTP_TOKEN_MIN || n > HTTP_TOKEN_MAX)) {
+		if (bad)
+			snprintf(err, errlen,
+				 "%s: the token has a space, a control or a "
+				 "non-ASCII character (at character %zu); a "
+				 "manager accepts 16-256 visible ASCII "
+				 "characters",
+				 from_file ? "http.token_file" : "http.token",
+				 bad);
+		else
+			snprintf(err, errlen,
+				 "%s: the token has %zu characters; a manager "
+				 "accepts 16-256",
+				 from_file ? "http.token_file" : "http.token",
+				 n);
+		secret_free(t);
+		return NULL;
+	}
+	return t;
+}
+
+int
+cfg_signing_keys(const struct cfg *cfg, struct whsign *ks, char *err,
+		 size_t errlen)
+{
+	struct whsign tmp;
+	char why[256];
+	char *s;
+	int rc;
+
+	if (cfg->str[CFG_NOTIFIER_CALLBACK_SIGNING_KEY_FILE][0] == '\0') {
+		err[0] = '\0';
+		return 0;
+	}
+	s = cfg_secret(cfg, CFG_NOTIFIER_CALLBACK_SIGNING_KEY_FILE, err,
+		       errlen);
+	if (s == NULL)
+		return -1;
+	rc = whsign_parse(&tmp, s, why, sizeof(why));
+	secret_free(s);
+	if (rc < 0) {
+		snprintf(err, errlen, "notifier.callback_signing_key_file: %s",
+			 why);
+		return -1;
+	}
+	if (ks != NULL)
+		*ks = tmp;
+	whsign_wipe(&tmp);
+	return (int)(ks != NULL ? ks->n : 1);
 }
 
 int
@@ -1563,7 +1629,22 @@ check_secret_files(const struct cfg *cfg, char *err, size_t errlen)
 		s = cfg_secret(cfg, cfg_secret_files[i].id, err, errlen);
 		if (s == NULL && err[0] != '\0')
 			return -1;
+		if (s != NULL &&
+		    cfg_secret_files[i].id ==
+			    CFG_NOTIFIER_CALLBACK_SIGNING_KEY_FILE &&
+		    cfg_signing_keys(cfg, NULL, err, errlen) < 0) {
+			secret_free(s);
+			return -1;
+		}
 		secret_free(s);
+	}
+	if (cfg->prog != NULL && (!strcmp(cfg->prog, "notifier") ||
+				  !strcmp(cfg->prog, "prophetctl"))) {
+		char *t = cfg_http_token(cfg, err, errlen);
+
+		if (t == NULL)
+			return -1;
+		secret_free(t);
 	}
 	if (cfg->prog == NULL || strcmp(cfg->prog, "manager"))
 		return check_kafka_principal(cfg, err, errlen);

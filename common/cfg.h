@@ -362,6 +362,10 @@
 	  NULL, 0, "tasks one transaction of a bulk job changes")              \
 	X(TASK_BULK_PAUSE_MS, "task", "bulk_pause_ms", CFG_INT, "0", 0, 60000, \
 	  NULL, 0, "pause after each transaction of a bulk job (throttle)")    \
+	X(TASK_BULK_MAX_JOBS, "task", "bulk_max_jobs", CFG_INT, "8", 1, 1000,  \
+	  NULL, 1,                                                             \
+	  "bulk jobs queued or running at once; a POST /v1/tasks/bulk "        \
+	  "beyond it is answered 429")                                         \
 	X(TASK_ARCHIVE_TOPIC, "task", "archive_topic", CFG_STR, "", 0, 0,      \
 	  cfg_check_topic_or_empty, 0,                                         \
 	  "optional: each finished task's final record (as GET ?log=1 shows "  \
@@ -469,6 +473,12 @@
 	  "comma-separated CIDRs callbacks may connect to although refused "   \
 	  "by default (loopback, private, link-local, CGNAT, multicast, "      \
 	  "reserved), e.g. 10.1.0.0/16, fd00::/8")                             \
+	X(NOTIFIER_CALLBACK_SIGNING_KEY_FILE, "notifier",                      \
+	  "callback_signing_key_file", CFG_STR, "", 0, 0, NULL, 1,             \
+	  "file (mode 600) of keys callbacks are signed with (Standard "       \
+	  "Webhooks: webhook-id, webhook-timestamp, webhook-signature): "      \
+	  "whsec_<base64 of 24-64 random bytes>, several separated by "        \
+	  "spaces while rotating; empty: unsigned")                            \
 	X(NOTIFIER_MAX_REDIRECTS, "notifier", "max_redirects", CFG_INT, "0",   \
 	  0, 20, NULL, 0, "redirects followed by a callback (0: none)")        \
 	X(NOTIFIER_MAX_INFLIGHT, "notifier", "max_inflight", CFG_INT, "256",   \
@@ -565,6 +575,12 @@ char *cfg_secret(const struct cfg *cfg, enum cfg_id file_id, char *err,
 /* The token the notifier and prophetctl send: http.token_file's, else
  * http.token ("" if none); free it with secret_free. */
 char *cfg_http_token(const struct cfg *cfg, char *err, size_t errlen);
+struct whsign;
+/* notifier.callback_signing_key_file's keys into *ks (not if ks is
+ * NULL: only checked): their count, 0 if the key is empty (callbacks
+ * unsigned), -1 with err naming the key. */
+int cfg_signing_keys(const struct cfg *cfg, struct whsign *ks, char *err,
+		     size_t errlen);
 
 /* Re-reads the file, with the --set arguments (cfg_set_arg) over it as at
  * start, and applies the keys marked reloadable. */

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <strings.h>
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -1050,6 +1051,20 @@ tls_server_context(const char *cert, const char *key, const char *ca, char *err,
 	if (SSL_CTX_use_certificate_chain_file(ctx, cert) != 1) {
 		tls_error(err, errlen, "cannot load the certificate", cert);
 		goto fail;
+	}
+	/* As the secret files: a key others may read is no secret (a group
+	 * may: Debian's ssl-cert convention is 0640). */
+	{
+		struct stat st;
+
+		if (key != NULL && stat(key, &st) == 0 && (st.st_mode & 007)) {
+			snprintf(err, errlen,
+				 "%s: mode %04o lets others read or write the "
+				 "private key: chmod 600 it (640 to share it "
+				 "with a group)",
+				 key, (unsigned)(st.st_mode & 07777));
+			goto fail;
+		}
 	}
 	if (SSL_CTX_use_PrivateKey_file(ctx, key, SSL_FILETYPE_PEM) != 1) {
 		tls_error(err, errlen, "cannot load the private key", key);

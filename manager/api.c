@@ -1031,6 +1031,14 @@ r_job_get(void *ctx, struct evhttp_request *req, const char *a, size_t n)
 }
 
 static void
+r_job_cancel(void *ctx, struct evhttp_request *req, const char *a, size_t n)
+{
+	if (http_query_known(req, no_params) < 0)
+		return;
+	bulk_job_cancel(ctx, req, a, n);
+}
+
+static void
 r_pull_next(void *ctx, struct evhttp_request *req, const char *a, size_t n)
 {
 	pull_next(ctx, req, a, n);
@@ -1155,6 +1163,8 @@ static const struct http_route routes[] = {
 	{POST, "/v1/tasks/bulk", AUTH_ADMIN, NATIVE, STATE | JSON, r_bulk_post},
 	{GET, "/v1/admin/jobs", AUTH_ADMIN, NATIVE, 0, r_jobs_list},
 	{GET, "/v1/admin/jobs/{}", AUTH_ADMIN, NATIVE, 0, r_job_get},
+	{POST, "/v1/admin/jobs/{}/cancel", AUTH_ADMIN, NATIVE, STATE,
+	 r_job_cancel},
 	{GET, "/v1/admin/prune", AUTH_ADMIN, NATIVE, 0, r_prune_get},
 	{POST, "/v1/admin/prune", AUTH_ADMIN, NATIVE, STATE | JSON,
 	 r_prune_post},

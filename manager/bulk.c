@@ -393,7 +393,7 @@ requester(struct manager *mg, struct evhttp_request *req, char *out, size_t len)
 	"id, action, filter, by_ms, due_at, who, state, total, cursor_id, " \
 	"scanned, changed, firing, skipped, firing_ids, chunks, resumed, "  \
 	"epoch, owner, lease_until, created_at, started_at, finished_at, "  \
-	"updated_at"
+	"updated_at, cancelled_by"
 enum {
 	BC_ID,
 	BC_ACTION,
@@ -417,7 +417,8 @@ enum {
 	BC_CREATED,
 	BC_STARTED,
 	BC_FINISHED,
-	BC_UPDATED
+	BC_UPDATED,
+	BC_CANCELLED_BY
 };
 
 static json_t *
@@ -449,7 +450,13 @@ job_json(const struct db_rows *r, size_t i)
 	json_object_set_new(j, "who",
 			    utf8_json_str(db_rows_get(r, i, BC_WHO, NULL)));
 	json_object_set_new(j, "state", json_string(st));
-	json_object_set_new(j, "done", json_boolean(!strcmp(st, "done")));
+	/* finished: its last chunk written, or cancelled */
+	json_object_set_new(j, "done", json_boolean(strcmp(st, "running")));
+	json_object_set_new(j, "cancelled_by",
+			    db_rows_get(r, i, BC_CANCELLED_BY, NULL)
+				    ? utf8_json_str(db_rows_get(
+					      r, i, BC_CANCELLED_BY, NULL))
+				    : json_null());
 	json_object_set_new(j, "total",
 			    json_integer(db_rows_int(r, i, BC_TOTAL)));
 	json_object_set_new(j, "scanned",
@@ -517,6 +524,7 @@ struct job_state {
 	 * Redis step overlap the previous chunk's write) */
 	long long step_us[3];
 	long long write_us[4];
+	long long slow_chunks; /* chunks the fast path did not fit */
 };
 
 /* The chunk after the one being written. */
@@ -534,10 +542,12 @@ struct bulk_runner {
 	int redis_failed;
 	int64_t redis_t0;
 	int stopping;
-	int dead;  /* destroyed while Redis replies were awaited */
-	int lost;  /* a step found the job taken over */
-	int retry; /* a step failed: on from the job's cursor, later */
-	int wrote; /* a chunk was just written (task.bulk_pause_ms) */
+	int cancelled;	  /* the job lost was cancelled */
+	int64_t released; /* that job, put back: its owner cleared next */
+	int dead;	  /* destroyed while Redis replies were awaited */
+	int lost;	  /* a step found the job taken over */
+	int retry;	  /* a step failed: on from the job's cursor, later */
+	int wrote;	  /* a chunk was just written (task.bulk_pause_ms) */
 	struct job_state *job;
 	enum next_state next;
 	struct item *items; /* the next chunk, read or decided */
@@ -570,10 +580,20 @@ struct runner_job {
 	size_t nitems;
 	/* results */
 	int fenced;
+	int cancelled;	  /* fenced by POST /v1/admin/jobs/{id}/cancel */
+	int64_t released; /* take: the cancelled job this runner put back */
+	int64_t holding;  /* take: the job this runner holds (none: 0) */
+	int abandoned;	  /* take: cancelled jobs found abandoned */
+	struct {
+		int slot;
+		char *id;
+	} * repair; /* take: tasks whose tombstones go (abandoned_window) */
+	size_t nrepair;
 	struct db_rows rows;
 	long long counts[BO__COUNT];
 	long long run_us;      /* the step's time on the pool thread */
 	long long write_us[4]; /* lock, update, log rows, cursor + commit */
+	int slow_chunks;       /* written again with the locking read */
 };
 
 static void runner_step(struct bulk_runner *p);
@@ -625,6 +645,20 @@ in_bind(struct db_params *p, size_t from, size_t m, void *arg)
 		db_params_str(p, a->items[a->idx[from + i]].id);
 }
 
+/* (id, the due time read) tuples, after the lead integers. */
+static void
+in_bind_due(struct db_params *p, size_t from, size_t m, void *arg)
+{
+	struct in_arg *a = arg;
+
+	for (size_t i = 0; i < a->nlead; i++)
+		db_params_int(p, a->lead[i]);
+	for (size_t i = 0; i < m; i++) {
+		db_params_str(p, a->items[a->idx[from + i]].id);
+		db_params_int(p, a->items[a->idx[from + i]].old_due);
+	}
+}
+
 static void
 in_rows(struct db_rows *r, void *arg)
 {
@@ -667,18 +701,92 @@ static int
 fence_ok(struct db_conn *c, struct runner_job *j)
 {
 	struct db_params p;
-	long long epoch;
+	struct db_rows rows;
 	int rc;
 
 	db_params_init(&p, 1);
 	db_params_int(&p, j->job_id);
-	rc = db_query_int(c,
-			  "SELECT epoch FROM bulk_jobs WHERE id = ? FOR UPDATE",
-			  &p, -1, &epoch);
+	rc = db_query(c,
+		      "SELECT epoch, state FROM bulk_jobs WHERE id = ? FOR "
+		      "UPDATE",
+		      &p, &rows);
 	db_params_free(&p);
 	if (rc < 0)
 		return -1;
-	j->fenced = epoch != j->epoch;
+	j->fenced = rows.nrows != 1 || db_rows_int(&rows, 0, 0) != j->epoch;
+	j->cancelled = rows.nrows == 1 &&
+		       !strcmp(db_rows_get(&rows, 0, 1, NULL), "cancelled");
+	db_rows_free(&rows);
+	return 0;
+}
+
+/*
+ * A cancel job abandoned mid-chunk: its runner's last Redis steps may
+ * have tombstoned up to two chunks of tasks after the committed cursor
+ * that the job will never cancel now. The scheduled tasks the filter
+ * matches in a window of four chunks after the cursor are listed in
+ * j->repair ("slot id" pairs): their tombstones are dropped before every
+ * slot is rebuilt (runner_done_cb), so they are indexed again.
+ */
+static int
+abandoned_window(struct db_conn *c, struct runner_job *j, int64_t id)
+{
+	struct bulk_filter f;
+	struct db_params p;
+	struct db_rows rows;
+	char field[64], msg[200], cursor[TASK_ID_MAX + 1], *sql;
+	json_t *fj;
+	int rc;
+
+	db_params_init(&p, 12);
+	db_params_int(&p, id);
+	rc = db_query(c,
+		      "SELECT action, filter, cursor_id FROM bulk_jobs WHERE "
+		      "id = ?",
+		      &p, &rows);
+	if (rc < 0 || rows.nrows != 1 ||
+	    strcmp(db_rows_get(&rows, 0, 0, NULL), "cancel") != 0) {
+		db_params_free(&p);
+		if (rc == 0)
+			db_rows_free(&rows);
+		return rc; /* a reschedule's slots are all rebuilt: enough */
+	}
+	memset(&f, 0, sizeof(f));
+	fj = json_loads(db_rows_get(&rows, 0, 1, NULL), 0, NULL);
+	if (fj == NULL ||
+	    filter_parse(fj, &f, field, sizeof(field), msg, sizeof(msg)) < 0) {
+		json_decref(fj);
+		xfree(f.key);
+		db_rows_free(&rows);
+		db_params_free(&p);
+		return 0; /* recorded by a POST that parsed it: not here */
+	}
+	json_decref(fj);
+	/* parameters are bound by pointer: the cursor copied out of rows */
+	snprintf(cursor, sizeof(cursor), "%s", db_rows_get(&rows, 0, 2, NULL));
+	db_rows_free(&rows);
+	p.n = 0;
+	db_params_str(&p, cursor);
+	filter_bind(&p, &f);
+	db_params_int(&p, 4LL * j->chunk);
+	sql = filter_sql("SELECT slot, id FROM tasks FORCE INDEX (PRIMARY) "
+			 "WHERE id > ? AND status = 'scheduled'",
+			 &f, " ORDER BY id LIMIT ?");
+	rc = db_query(c, sql, &p, &rows);
+	xfree(sql);
+	xfree(f.key);
+	db_params_free(&p);
+	if (rc < 0)
+		return -1;
+	for (size_t i = 0; i < rows.nrows; i++) {
+		j->repair = xrealloc(j->repair,
+				     (j->nrepair + 1) * sizeof(*j->repair));
+		j->repair[j->nrepair].slot = (int)db_rows_int(&rows, i, 0);
+		j->repair[j->nrepair].id =
+			xstrdup(db_rows_get(&rows, i, 1, NULL));
+		j->nrepair++;
+	}
+	db_rows_free(&rows);
 	return 0;
 }
 
@@ -693,6 +801,49 @@ take_run(struct db_conn *c, struct runner_job *j)
 
 	if (db_begin(c) < 0)
 		return -1;
+	/*
+	 * A cancelled job keeps its owner until the owner's runner has put
+	 * back what the Redis steps of its unwritten chunks changed (the job
+	 * this runner just gave up: j->released). One still owned by a
+	 * manager whose lease ran out, or by this one in an earlier life,
+	 * was abandoned mid-chunk: which tasks those steps changed is not
+	 * known, so every slot's index is rebuilt from the DB (j->abandoned).
+	 */
+	if (db_query(c,
+		     "SELECT id, owner, lease_until FROM bulk_jobs WHERE "
+		     "state = 'cancelled' AND owner IS NOT NULL FOR UPDATE",
+		     NULL, &rows) < 0)
+		goto fail;
+	for (size_t i = 0; i < rows.nrows; i++) {
+		const char *o = db_rows_get(&rows, i, 1, NULL);
+		int64_t id = db_rows_int(&rows, i, 0);
+		int mine = !strcmp(o, j->owner);
+
+		if (mine && id == j->released) {
+			/* put back already */
+		} else if ((mine && id != j->holding) ||
+			   (!mine && db_rows_int(&rows, i, 2) < now)) {
+			j->abandoned++;
+			if (abandoned_window(c, j, id) < 0) {
+				db_rows_free(&rows);
+				goto fail;
+			}
+		} else {
+			continue; /* its runner is still at it */
+		}
+		db_params_init(&p, 1);
+		db_params_int(&p, id);
+		rc = db_exec(c,
+			     "UPDATE bulk_jobs SET owner = NULL, lease_until "
+			     "= 0 WHERE id = ?",
+			     &p, NULL);
+		db_params_free(&p);
+		if (rc < 0) {
+			db_rows_free(&rows);
+			goto fail;
+		}
+	}
+	db_rows_free(&rows);
 	if (db_query(c,
 		     "SELECT id, owner, lease_until FROM bulk_jobs WHERE "
 		     "state = 'running' ORDER BY id FOR UPDATE",
@@ -760,10 +911,13 @@ read_run(struct db_conn *c, struct runner_job *j)
 	/* Not ours any more: not even a Redis step. */
 	db_params_init(&p, 12);
 	db_params_int(&p, j->job_id);
-	rc = db_query_int(c, "SELECT epoch FROM bulk_jobs WHERE id = ?", &p, -1,
-			  &epoch);
+	rc = db_query_int(c,
+			  "SELECT IF(state = 'cancelled', -1, epoch) FROM "
+			  "bulk_jobs WHERE id = ?",
+			  &p, -1, &epoch);
 	if (rc < 0 || epoch != j->epoch) {
 		j->fenced = rc == 0;
+		j->cancelled = rc == 0 && epoch == -1;
 		db_params_free(&p);
 		return rc;
 	}
@@ -906,9 +1060,67 @@ bind_log_row(struct db_params *p, size_t i, void *arg)
 	db_params_str(p, it->note);
 }
 
-/* The chunk's transaction: fence, lock, change, log, cursor. */
+/*
+ * The fast path of a chunk's change: one UPDATE of the rows still as they
+ * were read (scheduled; for a reschedule, at the due time read, as a
+ * (id, due_at) tuple), without reading them first. If it changed all of
+ * them, they are all changed, exactly as the locking read would have
+ * decided; else 1: the transaction is rolled back and the chunk done
+ * again the careful way (a row fired, moved or cancelled meanwhile).
+ */
 static int
-write_run(struct db_conn *c, struct runner_job *j)
+write_fast(struct db_conn *c, struct runner_job *j, const size_t *idx, size_t n,
+	   int64_t now)
+{
+	const struct bulk_spec *s = j->spec;
+	struct in_arg a = {j->items, idx, NULL, 0, NULL, NULL};
+	struct db_list l = {
+		.item = "?",
+		.suffix = ")",
+		.sizes = in_sizes,
+		.nsizes = sizeof(in_sizes) / sizeof(in_sizes[0]),
+		.bind = in_bind,
+		.arg = &a,
+	};
+	unsigned long long affected = 0;
+	int64_t lead[2];
+
+	if (s->action == BA_CANCEL) {
+		l.prefix = "UPDATE tasks FORCE INDEX (PRIMARY) SET status = "
+			   "'cancelled', updated_at = ? "
+			   "WHERE status = 'scheduled' AND id IN (";
+		lead[0] = now;
+		a.nlead = 1;
+	} else {
+		l.prefix = s->action == BA_SHIFT
+				   ? "UPDATE tasks FORCE INDEX (PRIMARY) SET "
+				     "due_at = due_at + ?, updated_at = ? "
+				     "WHERE status = 'scheduled' AND (id, "
+				     "due_at) IN ("
+				   : "UPDATE tasks FORCE INDEX (PRIMARY) SET "
+				     "due_at = ?, updated_at = ? "
+				     "WHERE status = 'scheduled' AND (id, "
+				     "due_at) IN (";
+		l.item = "(?, ?)";
+		l.bind = in_bind_due;
+		lead[0] = s->action == BA_SHIFT ? s->by_ms : s->due_at;
+		lead[1] = now;
+		a.nlead = 2;
+	}
+	a.lead = lead;
+	if (db_run_list(c, &l, n, &affected) < 0)
+		return -1;
+	if (affected != n)
+		return 1;
+	for (size_t k = 0; k < n; k++)
+		j->items[idx[k]].outcome = BO_CHANGED;
+	return 0;
+}
+
+/* The chunk's transaction: fence, lock, change, log, cursor; fast: the
+ * change first (write_fast), 1 if it did not fit. */
+static int
+write_run_once(struct db_conn *c, struct runner_job *j, int fast)
 {
 	const struct bulk_spec *s = j->spec;
 	size_t *idx = xcalloc(j->nitems + 1, sizeof(*idx)), n = 0;
@@ -931,6 +1143,21 @@ write_run(struct db_conn *c, struct runner_job *j)
 	for (size_t i = 0; i < j->nitems; i++)
 		if (j->items[i].outcome == BO_PENDING)
 			idx[n++] = i;
+	if (fast && n > 0) {
+		int rc;
+
+		t = clock_mono_us();
+		rc = write_fast(c, j, idx, n, now);
+		j->write_us[1] = clock_mono_us() - t;
+		if (rc < 0)
+			goto fail;
+		if (rc > 0) {
+			db_rollback(c);
+			xfree(idx);
+			return 1;
+		}
+		goto log_rows;
+	}
 	t = clock_mono_us();
 	if (in_run(c,
 		   "SELECT id, status, due_at FROM tasks FORCE INDEX (PRIMARY) "
@@ -969,6 +1196,11 @@ write_run(struct db_conn *c, struct runner_job *j)
 		   s->action == BA_CANCEL ? 1 : 2, NULL, NULL, &affected) < 0)
 		goto fail;
 	j->write_us[1] = clock_mono_us() - t;
+log_rows:
+	n = 0;
+	for (size_t i = 0; i < j->nitems; i++)
+		if (j->items[i].outcome == BO_CHANGED)
+			idx[n++] = i;
 	t = clock_mono_us();
 	logc.j = j;
 	logc.idx = idx;
@@ -1017,6 +1249,23 @@ fail:
 	db_rollback(c);
 	xfree(idx);
 	return -1;
+}
+
+static int
+write_run(struct db_conn *c, struct runner_job *j)
+{
+	int rc = write_run_once(c, j, 1);
+
+	if (rc == 1) {
+		/* Only the rows' outcomes (still pending) and the timings
+		 * were touched: done again with the locking read. */
+		for (size_t i = 0; i < j->nitems; i++)
+			if (j->items[i].outcome == BO_CHANGED)
+				j->items[i].outcome = BO_PENDING;
+		j->slow_chunks++;
+		rc = write_run_once(c, j, 0);
+	}
+	return rc;
 }
 
 static int
@@ -1089,6 +1338,8 @@ rjob_new(struct bulk_runner *p, enum rjob_kind kind)
 		memcpy(j->cursor, p->job->cursor, sizeof(j->cursor));
 	}
 	j->chunk = p->chunk;
+	if (kind == RJ_TAKE)
+		j->released = p->released;
 	return j;
 }
 
@@ -1115,8 +1366,16 @@ rebuild_slot(struct bulk_runner *p, int slot)
 static void
 lose_job(struct bulk_runner *p, const char *why)
 {
-	log_warn("bulk job lost", "job=%lld reason=\"%s\"",
-		 (long long)p->job->id, why);
+	if (p->cancelled) {
+		log_info("bulk job stopped: cancelled",
+			 "job=%lld changed=%lld firing=%lld skipped=%lld",
+			 (long long)p->job->id, p->job->counts[BO_CHANGED],
+			 p->job->counts[BO_FIRING], p->job->counts[BO_SKIPPED]);
+		p->released = p->job->id;
+	} else
+		log_warn("bulk job lost", "job=%lld reason=\"%s\"",
+			 (long long)p->job->id, why);
+	p->cancelled = 0;
 	job_state_free(p->job);
 	p->job = NULL;
 	metric_set(p->running, 0);
@@ -1479,8 +1738,18 @@ chunk_written(struct bulk_runner *p, struct runner_job *j)
 static void
 undo_redis_step(struct bulk_runner *p, const struct item *items, size_t n)
 {
-	if (p->job->spec.action == BA_CANCEL)
+	if (p->job->spec.action == BA_CANCEL) {
+		/* Cancelled: nobody will redo the chunk, so what its Redis
+		 * step took out of the index goes back, as tasks.c undoes a
+		 * cancel whose update did not go in. */
+		for (size_t i = 0; p->cancelled && i < n; i++)
+			if (items[i].redis_changed && !items[i].far) {
+				tasks_uncancel(p->mg, items[i].slot,
+					       items[i].id, items[i].score);
+				ingest_wake(p->mg, items[i].slot);
+			}
 		return;
+	}
 	for (size_t i = 0; i < n; i++)
 		if (items[i].redis_changed)
 			rebuild_slot(p, items[i].slot);
@@ -1504,10 +1773,43 @@ runner_done_cb(struct db_job *job, int status, const char *err)
 	}
 	switch (j->kind) {
 	case RJ_TAKE:
+		p->released = 0;
+		if (j->abandoned > 0) {
+			log_warn("a cancelled bulk job was left mid-chunk by a "
+				 "manager that stopped: every slot index is "
+				 "rebuilt from the database",
+				 "jobs=%d tombstones_dropped=%zu", j->abandoned,
+				 j->nrepair);
+			for (int sl = 0; sl < p->mg->nslots; sl++) {
+				struct redis_args a;
+				char key[RKEY_MAX];
+				size_t n = 0;
+
+				rkey_cancelled(key, sizeof(key), sl);
+				redis_args_init(&a);
+				redis_args_addstr(&a, "ZREM");
+				redis_args_addstr(&a, key);
+				for (size_t k = 0; k < j->nrepair; k++)
+					if (j->repair[k].slot == sl) {
+						redis_args_addstr(
+							&a, j->repair[k].id);
+						n++;
+					}
+				if (n > 0)
+					redis_command_argv(p->mg->redis, NULL,
+							   NULL, a.argc, a.argv,
+							   a.len);
+				redis_args_free(&a);
+				rebuild_slot(p, sl);
+			}
+		}
 		take_job(p, &j->rows);
 		db_rows_free(&j->rows);
 		if (p->job == NULL) {
 			/* The tick looks again. */
+			for (size_t k = 0; k < j->nrepair; k++)
+				xfree(j->repair[k].id);
+			xfree(j->repair);
 			xfree(j);
 			return;
 		}
@@ -1517,6 +1819,7 @@ runner_done_cb(struct db_job *job, int status, const char *err)
 		if (j->fenced) {
 			p->next = NX_NONE;
 			p->lost = 1;
+			p->cancelled |= j->cancelled;
 		} else if (j->nitems == 0) {
 			p->next = NX_EMPTY;
 		} else {
@@ -1529,11 +1832,13 @@ runner_done_cb(struct db_job *job, int status, const char *err)
 	case RJ_WRITE:
 		p->job->step_us[2] += j->run_us;
 		if (j->fenced) {
+			p->cancelled |= j->cancelled;
 			undo_redis_step(p, j->items, j->nitems);
 			p->lost = 1;
 		} else {
 			for (int k = 0; k < 4; k++)
 				p->job->write_us[k] += j->write_us[k];
+			p->job->slow_chunks += j->slow_chunks;
 			chunk_written(p, j);
 			p->wrote = 1;
 		}
@@ -1548,7 +1853,8 @@ runner_done_cb(struct db_job *job, int status, const char *err)
 				"scanned=%lld changed=%lld firing=%lld "
 				"skipped=%lld duration_ms=%lld read_ms=%lld "
 				"redis_ms=%lld write_ms=%lld (lock_ms=%lld "
-				"update_ms=%lld log_ms=%lld commit_ms=%lld)",
+				"update_ms=%lld log_ms=%lld commit_ms=%lld) "
+				"locked_chunks=%lld",
 				(long long)js->id,
 				action_names[js->spec.action], js->who,
 				js->spec.filter_text, js->scanned,
@@ -1558,16 +1864,20 @@ runner_done_cb(struct db_job *job, int status, const char *err)
 				js->step_us[0] / 1000, js->step_us[1] / 1000,
 				js->step_us[2] / 1000, js->write_us[0] / 1000,
 				js->write_us[1] / 1000, js->write_us[2] / 1000,
-				js->write_us[3] / 1000);
+				js->write_us[3] / 1000, js->slow_chunks);
 			job_state_free(p->job);
 			p->job = NULL;
 			metric_set(p->running, 0);
 		} else {
 			p->lost = 1;
+			p->cancelled |= j->cancelled;
 		}
 		break;
 	}
 out:
+	for (size_t k = 0; k < j->nrepair; k++)
+		xfree(j->repair[k].id);
+	xfree(j->repair);
 	if (j->items != NULL)
 		items_free(j->items, j->nitems);
 	xfree(j->firing_text);
@@ -1593,6 +1903,7 @@ advance(struct bulk_runner *p)
 		p->lost = p->retry = p->wrote = 0;
 		if (p->job != NULL)
 			lose_job(p, "another manager took it over");
+		p->cancelled = 0;
 		runner_later(p, 0);
 		return;
 	}
@@ -1763,11 +2074,67 @@ struct api_job {
 	struct bulk_spec spec;
 	int dry_run;
 	int list;
+	int cancel; /* POST /v1/admin/jobs/{id}/cancel */
 	int64_t id;
 	char who[130];
 	long long count;
+	long long max_jobs; /* task.bulk_max_jobs */
+	long long queued;   /* jobs queued or running, when max_jobs refused */
+	char state[16];	    /* cancel: the state of a job not running */
 	struct db_rows rows;
 };
+
+/* Cancels a running (or queued) job: its epoch raised fences the runner,
+ * whose chunk in progress rolls back; chunks written stay written. */
+static int
+api_cancel_run(struct db_conn *c, struct api_job *a)
+{
+	struct db_params p;
+	struct db_rows rows;
+	int64_t now = clock_now_ms();
+	int rc;
+
+	if (db_begin(c) < 0)
+		return -1;
+	db_params_init(&p, 4);
+	db_params_int(&p, a->id);
+	rc = db_query(c, "SELECT state FROM bulk_jobs WHERE id = ? FOR UPDATE",
+		      &p, &rows);
+	if (rc < 0)
+		goto fail;
+	if (rows.nrows == 1)
+		snprintf(a->state, sizeof(a->state), "%s",
+			 db_rows_get(&rows, 0, 0, NULL));
+	db_rows_free(&rows);
+	if (a->state[0] != '\0' && !strcmp(a->state, "running")) {
+		a->state[0] = '\0';
+		p.n = 0;
+		db_params_str(&p, a->who);
+		db_params_int(&p, now);
+		db_params_int(&p, now);
+		db_params_int(&p, a->id);
+		if (db_exec(c,
+			    "UPDATE bulk_jobs SET state = 'cancelled', epoch = "
+			    "epoch + 1, cancelled_by = ?, finished_at = ?, "
+			    "updated_at = ? WHERE id = ?",
+			    &p, NULL) < 0)
+			goto fail;
+	}
+	p.n = 0;
+	db_params_int(&p, a->id);
+	rc = db_query(c, "SELECT " SQL_BULK_COLS " FROM bulk_jobs WHERE id = ?",
+		      &p, &a->rows);
+	db_params_free(&p);
+	if (rc < 0) {
+		db_rollback(c);
+		return -1;
+	}
+	return db_commit(c);
+fail:
+	db_params_free(&p);
+	db_rollback(c);
+	return -1;
+}
 
 static int
 api_run(struct db_conn *c, struct db_job *job)
@@ -1779,6 +2146,8 @@ api_run(struct db_conn *c, struct db_job *job)
 	char *sql;
 	int rc;
 
+	if (a->cancel)
+		return api_cancel_run(c, a);
 	db_params_init(&p, 10);
 	if (a->list || a->id > 0) {
 		if (a->list)
@@ -1805,6 +2174,17 @@ api_run(struct db_conn *c, struct db_job *job)
 		db_params_free(&p);
 		return rc;
 	}
+	/* At most task.bulk_max_jobs queued or running (two requests at
+	 * once may both pass: a bound, not an exact count). */
+	rc = db_query_int(c,
+			  "SELECT COUNT(*) FROM bulk_jobs WHERE state = "
+			  "'running'",
+			  NULL, 0, &a->queued);
+	if (rc < 0 || a->queued >= a->max_jobs) {
+		db_params_free(&p);
+		return rc;
+	}
+	a->queued = -1;
 	p.n = 0;
 	db_params_str(&p, action_names[a->spec.action]);
 	db_params_str(&p, a->spec.filter_text);
@@ -1846,6 +2226,19 @@ api_done_cb(struct db_job *job, int status, const char *err)
 	if (status < 0) {
 		http_reply_error(a->req, 503, "unavailable", NULL,
 				 "database unavailable: %s", err);
+	} else if (a->cancel) {
+		if (a->rows.nrows == 0) {
+			http_reply_error(a->req, 404, "not_found", "job",
+					 "no bulk job %lld", (long long)a->id);
+		} else if (a->state[0] != '\0') {
+			http_reply_error(a->req, 409, "not_running", "job",
+					 "bulk job %lld is %s, not running",
+					 (long long)a->id, a->state);
+		} else {
+			log_info("bulk job cancelled", "job=%lld who=\"%s\"",
+				 (long long)a->id, a->who);
+			http_reply_json(a->req, 200, job_json(&a->rows, 0));
+		}
 	} else if (a->list) {
 		json_t *arr = json_array();
 
@@ -1858,6 +2251,13 @@ api_done_cb(struct db_job *job, int status, const char *err)
 					 "no bulk job %lld", (long long)a->id);
 		else
 			http_reply_json(a->req, 200, job_json(&a->rows, 0));
+	} else if (!a->dry_run && a->queued >= 0) {
+		http_reply_error(a->req, 429, "too_many_jobs", NULL,
+				 "%lld bulk jobs are queued or running "
+				 "(task.bulk_max_jobs %lld): wait for one to "
+				 "finish, or cancel one (POST "
+				 "/v1/admin/jobs/{id}/cancel)",
+				 a->queued, a->max_jobs);
 	} else if (a->dry_run) {
 		json_t *out = json_pack("{s:b, s:s, s:I}", "dry_run", 1,
 					"action", action_names[a->spec.action],
@@ -1916,6 +2316,7 @@ bulk_post(struct manager *mg, struct evhttp_request *req)
 	}
 	json_decref(in);
 	requester(mg, req, a->who, sizeof(a->who));
+	a->max_jobs = cfg_int(mg->cfg, CFG_TASK_BULK_MAX_JOBS);
 	api_submit_job(mg, a);
 }
 
@@ -1926,6 +2327,35 @@ bulk_jobs_list(struct manager *mg, struct evhttp_request *req)
 
 	a->req = req;
 	a->list = 1;
+	api_submit_job(mg, a);
+}
+
+static long long
+job_id_parse(const char *id, size_t idlen)
+{
+	/* Digits only, no sign, no leading zero, within range. */
+	if (idlen >= 1 && idlen <= 18 && id[0] != '0' &&
+	    strspn(id, "0123456789") == idlen && strlen(id) == idlen)
+		return strtoll(id, NULL, 10);
+	return 0;
+}
+
+void
+bulk_job_cancel(struct manager *mg, struct evhttp_request *req, const char *id,
+		size_t idlen)
+{
+	long long n = job_id_parse(id, idlen);
+	struct api_job *a;
+
+	if (n <= 0) {
+		http_reply_error(req, 404, "not_found", "job", "no such job");
+		return;
+	}
+	a = xcalloc(1, sizeof(*a));
+	a->req = req;
+	a->id = n;
+	a->cancel = 1;
+	requester(mg, req, a->who, sizeof(a->who));
 	api_submit_job(mg, a);
 }
 

@@ -346,6 +346,10 @@ void bulk_stop(struct bulk_runner *p);
 void bulk_destroy(struct bulk_runner *p);
 void bulk_post(struct manager *mg, struct evhttp_request *req);
 void bulk_jobs_list(struct manager *mg, struct evhttp_request *req);
+/* POST /v1/admin/jobs/{id}/cancel: a running or queued job stops (its
+ * chunk in progress rolls back); 409 if it is not running. */
+void bulk_job_cancel(struct manager *mg, struct evhttp_request *req,
+		     const char *id, size_t idlen);
 void bulk_job_get(struct manager *mg, struct evhttp_request *req,
 		  const char *id, size_t idlen);
 

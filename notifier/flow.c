@@ -95,9 +95,15 @@ request_done_cb(const struct httpcli_result *r, void *arg)
 static void
 start(struct notifier *n, struct nmsg *m)
 {
-	char **hdrs = callback_headers_build(&m->cb, m->id, m->attempt,
-					     m->due_at, m->occurrence,
-					     m->traceparent, m->tracestate);
+	struct callback_signing sign = {
+		.keys = &n->sign,
+		.timestamp = clock_now_ms() / 1000,
+		.body = m->body,
+		.body_len = m->body_len,
+	};
+	char **hdrs = callback_headers_build(
+		&m->cb, m->id, m->attempt, m->due_at, m->occurrence,
+		m->traceparent, m->tracestate, &sign);
 	int64_t tmax = cfg_int(n->cfg, CFG_NOTIFIER_MAX_TIMEOUT_MS);
 	int64_t timeout = m->cb.timeout_ms > 0
 				  ? m->cb.timeout_ms

@@ -128,6 +128,31 @@ reload_cb(void *arg)
 			secret_free(tok);
 		}
 	}
+	/* The signing keys too (a rotation: the new key first, the old one
+	 * kept until every receiver has the new one, then dropped). */
+	{
+		struct whsign ks;
+		int nk = cfg_signing_keys(n->cfg, &ks, err, sizeof(err));
+
+		if (nk < 0) {
+			log_error("callback signing keys not reloaded; keeping "
+				  "the running ones",
+				  "error=\"%s\" keys=%zu", err, n->sign.n);
+		} else {
+			if (nk == 0)
+				memset(&ks, 0, sizeof(ks));
+			if (ks.n != n->sign.n ||
+			    memcmp(&ks, &n->sign, sizeof(ks)) != 0)
+				log_info("callback signing keys reloaded",
+					 "key=notifier.callback_signing_key_"
+					 "file "
+					 "keys=%zu",
+					 ks.n);
+			whsign_wipe(&n->sign);
+			n->sign = ks;
+			whsign_wipe(&ks);
+		}
+	}
 	log_info("config reloaded", "");
 }
 
@@ -322,6 +347,8 @@ main(int argc, char **argv)
 	n.token = cfg_http_token(n.cfg, err, sizeof(err));
 	if (n.token == NULL)
 		log_fatal("bad config", "error=\"%s\"", err);
+	if (cfg_signing_keys(n.cfg, &n.sign, err, sizeof(err)) < 0)
+		log_fatal("bad config", "error=\"%s\"", err);
 	log_info("starting", "version=%s commit=%s id=%s config=%s manager=%s",
 		 PACKAGE_VERSION, prophet_commit, n.id, cfg_path(n.cfg),
 		 log_mask_url(cfg_str(n.cfg, CFG_NOTIFIER_MANAGER_URL), masked,
@@ -391,8 +418,10 @@ main(int argc, char **argv)
 	gauges = event_new(n.base, -1, EV_PERSIST, gauges_cb, &n);
 	event_add(gauges, &one_s);
 
-	log_info("ready", "id=%s listen=%s dead_letter_topic=%s", n.id,
-		 cfg_str(n.cfg, CFG_NOTIFIER_HTTP_LISTEN), n.dlq_ktopic);
+	log_info("ready",
+		 "id=%s listen=%s dead_letter_topic=%s signing_keys=%zu", n.id,
+		 cfg_str(n.cfg, CFG_NOTIFIER_HTTP_LISTEN), n.dlq_ktopic,
+		 n.sign.n);
 	daemon_notify("READY=1");
 	event_base_dispatch(n.base);
 	daemon_teardown(DAEMON_TEARDOWN_S);
@@ -421,6 +450,7 @@ main(int argc, char **argv)
 	xfree(n.dlq_ktopic);
 	xfree(n.submit_url);
 	secret_free(n.token);
+	whsign_wipe(&n.sign);
 	cfg_destroy(n.cfg);
 	log_info("stopped", "");
 	return 0;

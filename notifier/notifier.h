@@ -14,6 +14,7 @@
 #include "task.h"
 #include "tbucket.h"
 #include "trace.h"
+#include "whsign.h"
 
 struct cfg;
 struct db_pool;
@@ -154,6 +155,7 @@ struct notifier {
 	char *dlq_ktopic;
 	char *submit_url;	/* <notifier.manager_url>/v1/tasks */
 	char *token;		/* http.token_file's or http.token, or "" */
+	struct whsign sign;	/* callback signing keys (n 0: unsigned) */
 	struct netguard *guard; /* callbacks' addresses */
 	struct notifier_metrics m;
 

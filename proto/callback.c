@@ -15,6 +15,7 @@
 #include "hash.h"
 #include "task.h"
 #include "trace.h"
+#include "whsign.h"
 #include "xmalloc.h"
 
 char *
@@ -299,13 +300,22 @@ callback_spec_sanitize(struct callback_spec *cb, char *first, size_t firstlen)
 char **
 callback_headers_build(const struct callback_spec *cb, const char *id,
 		       int attempt, int64_t due_at, int64_t occurrence,
-		       const char *traceparent, const char *tracestate)
+		       const char *traceparent, const char *tracestate,
+		       const struct callback_signing *sign)
 {
 	size_t n = cb->headers ? json_object_size(cb->headers) : 0, i = 0;
-	char **h = xcalloc(n + 8, sizeof(char *));
+	char **h = xcalloc(n + 11, sizeof(char *));
 	int has_ctype = 0, has_idem = 0;
+	int body = !strcmp(cb->method, "POST") || !strcmp(cb->method, "PUT") ||
+		   !strcmp(cb->method, "PATCH");
+	char msg_id[TASK_ID_MAX + 32];
 	const char *k;
 	json_t *v;
+
+	if (sign != NULL && (sign->keys == NULL || sign->keys->n == 0))
+		sign = NULL;
+	snprintf(msg_id, sizeof(msg_id), "%s:%lld", id,
+		 (long long)(occurrence > 0 ? occurrence : due_at));
 
 	if (cb->headers != NULL) {
 		json_object_foreach (cb->headers, k, v) {
@@ -318,6 +328,11 @@ callback_headers_build(const struct callback_spec *cb, const char *id,
 			if (traceparent != NULL &&
 			    (!strcasecmp(k, TRACE_PARENT) ||
 			     !strcasecmp(k, TRACE_STATE)))
+				continue;
+			if (sign != NULL &&
+			    (!strcasecmp(k, "webhook-id") ||
+			     !strcasecmp(k, "webhook-timestamp") ||
+			     !strcasecmp(k, "webhook-signature")))
 				continue;
 			if (!strcasecmp(k, "content-type"))
 				has_ctype = 1;
@@ -333,13 +348,22 @@ callback_headers_build(const struct callback_spec *cb, const char *id,
 	h[i++] = xasprintf("X-Prophet-Attempt: %d", attempt);
 	h[i++] = xasprintf("X-Prophet-Due-At: %lld", (long long)due_at);
 	if (!has_idem)
-		h[i++] = xasprintf(
-			"Idempotency-Key: %s:%lld", id,
-			(long long)(occurrence > 0 ? occurrence : due_at));
+		h[i++] = xasprintf("Idempotency-Key: %s", msg_id);
 	if (traceparent != NULL)
 		h[i++] = xasprintf("%s: %s", TRACE_PARENT, traceparent);
 	if (traceparent != NULL && tracestate != NULL)
 		h[i++] = xasprintf("%s: %s", TRACE_STATE, tracestate);
+	if (sign != NULL) {
+		char *sig = whsign_header(sign->keys, msg_id, sign->timestamp,
+					  body ? sign->body : NULL,
+					  body ? sign->body_len : 0);
+
+		h[i++] = xasprintf("webhook-id: %s", msg_id);
+		h[i++] = xasprintf("webhook-timestamp: %lld",
+				   (long long)sign->timestamp);
+		h[i++] = xasprintf("webhook-signature: %s", sig);
+		xfree(sig);
+	}
 	h[i] = NULL;
 	return h;
 }

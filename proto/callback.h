@@ -107,12 +107,23 @@ int callback_spec_sanitize(struct callback_spec *cb, char *first,
  * every retry and every duplicate of one publish; left out when the spec
  * has one), then the task's W3C trace context (traceparent, tracestate;
  * NULL: none), which replaces spec headers of those names. Refused spec
- * headers (above) and those naming X-Prophet-* are left out.
+ * headers (above) and those naming X-Prophet-* are left out. With sign
+ * (and keys in it), the request is signed (common/whsign.h): webhook-id
+ * (the Idempotency-Key value Prophet makes), webhook-timestamp and
+ * webhook-signature over the body sent (none for GET and DELETE), which
+ * replace spec headers of those names.
  */
+struct whsign;
+struct callback_signing {
+	const struct whsign *keys;
+	int64_t timestamp; /* Unix seconds */
+	const void *body;
+	size_t body_len;
+};
 char **callback_headers_build(const struct callback_spec *cb, const char *id,
 			      int attempt, int64_t due_at, int64_t occurrence,
-
-			      const char *traceparent, const char *tracestate);
+			      const char *traceparent, const char *tracestate,
+			      const struct callback_signing *sign);
 void callback_headers_free(char **h);
 
 /*

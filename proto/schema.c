@@ -247,6 +247,14 @@ static const char *const v12_stmts[] = {
 	"BIGINT NOT NULL DEFAULT 0, ALGORITHM=INSTANT",
 	NULL};
 
+/* Who cancelled a bulk job (POST /v1/admin/jobs/{id}/cancel). Adding a
+ * column is instant. Self-contained, so it can be renumbered when merged
+ * after other migrations. */
+static const char *const v13_stmts[] = {
+	"ALTER TABLE bulk_jobs ADD COLUMN IF NOT EXISTS cancelled_by "
+	"VARCHAR(128) NULL, ALGORITHM=INSTANT",
+	NULL};
+
 const struct schema_migration schema_migrations[] = {
 	{1, "tasks, task_log, slot_state", v1_stmts, NULL, NULL},
 	{2, "recurring tasks: misfire, start_at, end_at, occurrences", v2_stmts,
@@ -266,6 +274,7 @@ const struct schema_migration schema_migrations[] = {
 	 NULL, NULL},
 	{12, "tasks.callback_occurrence (recurring callbacks)", v12_stmts, NULL,
 	 NULL},
+	{13, "bulk_jobs.cancelled_by", v13_stmts, NULL, NULL},
 };
 
 const size_t schema_migration_count =

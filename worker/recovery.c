@@ -46,6 +46,7 @@ struct recovery {
 	int64_t redis_down_since_ms; /* monotonic; 0: up or unknown */
 	int64_t redis_up_since_ms;
 	int db_mode_logged;
+	char db_mode_why[256]; /* why the last slot went to SM_DB */
 	/* The primary refuses writes (NOREPLICAS: fewer good replicas than
 	 * its min-replicas-to-write): claims fail, so Redis counts as down
 	 * until a probe write goes through. */
@@ -107,16 +108,25 @@ count_db_mode(struct worker *w)
 		return;
 	if (n > 0 && !w->rec->db_mode_logged) {
 		w->rec->db_mode_logged = 1;
-		log_warn("redis fallback on: firing from the database", "");
+		log_warn("redis fallback on: firing from the database",
+			 "slots=%d reason=\"%s\"", n, w->rec->db_mode_why);
 	} else if (n == 0 && w->rec->db_mode_logged) {
 		w->rec->db_mode_logged = 0;
 		log_info("redis fallback off: firing from redis again", "");
 	}
 }
 
+/* why: for the fallback's log line (quotes in it become '). */
 static void
-enter_db_mode(struct worker *w, int slot)
+enter_db_mode(struct worker *w, int slot, const char *why)
 {
+	if (w->rec != NULL) {
+		snprintf(w->rec->db_mode_why, sizeof(w->rec->db_mode_why), "%s",
+			 why);
+		for (char *p = w->rec->db_mode_why; *p; p++)
+			if (*p == '"' || *p == '\\')
+				*p = '\'';
+	}
 	wslot_set_mode(&w->slots[slot], SM_DB);
 	/* Ids read from Redis are claimed through the DB now. */
 	scanner_drop_slot(w, slot);
@@ -182,7 +192,12 @@ rebuild_fail(struct rebuild *rb, const char *step, const char *err)
 	log_warn("rebuild step failed", "slot=%d step=%s error=\"%s\"",
 		 rb->slot, step, err);
 	if (!redis_up(w->redis)) {
-		enter_db_mode(w, rb->slot);
+		char why[256];
+
+		snprintf(why, sizeof(why),
+			 "redis went down while slot %d was rebuilt (%s: %s)",
+			 rb->slot, step, err);
+		enter_db_mode(w, rb->slot, why);
 		xfree(rb);
 		return;
 	}
@@ -550,7 +565,14 @@ recovery_tick_cb(evutil_socket_t fd, short what, void *arg)
 			continue;
 		if (!up && s->mode != SM_DB &&
 		    mono - w->rec->redis_down_since_ms >= REDIS_DOWN_GRACE_MS) {
-			enter_db_mode(w, i);
+			char why[96];
+
+			snprintf(why, sizeof(why),
+				 "redis unreachable for %lld ms (the redis "
+				 "lines before say why)",
+				 (long long)(mono -
+					     w->rec->redis_down_since_ms));
+			enter_db_mode(w, i, why);
 		} else if (up && s->mode == SM_DB &&
 			   mono - w->rec->redis_up_since_ms >=
 				   REDIS_UP_GRACE_MS) {

@@ -469,14 +469,32 @@
         el("td", { class: "num" }, String(j.job)),
         el("td", {}, j.action),
         el("td", {}, j.who),
-        el("td", {}, j.done ? "done" : el("progress", { max: "100", value: String(pct) }),
-          j.done ? "" : " " + pct + "%"),
+        el("td", {}, j.done ? j.state : el("progress", { max: "100", value: String(pct) }),
+          j.done ? (j.cancelled_by ? " by " + j.cancelled_by : "") : " " + pct + "%"),
         el("td", { class: "num" }, String(j.changed)),
         el("td", { class: "num" }, String(j.firing)),
-        el("td", { class: "num" }, String(j.skipped))));
+        el("td", { class: "num" }, String(j.skipped)),
+        el("td", {}, j.done ? "" : el("button", { type: "button", class: "danger",
+          "data-job": String(j.job) }, "Stop"))));
     }
     $("jobs-card").hidden = ans.jobs.length === 0;
   }
+
+  $("jobs").addEventListener("click", async (ev) => {
+    const b = ev.target.closest("button[data-job]");
+    if (!b) return;
+    const id = b.getAttribute("data-job");
+    if (!window.confirm("Stop bulk job " + id + "? What it changed so far stays changed.")) return;
+    try {
+      const j = await api("POST", "/v1/admin/jobs/" + encodeURIComponent(id) + "/cancel");
+      $("jobs-msg").textContent = "Job " + id + " stopped: " + j.changed + " tasks changed.";
+      $("jobs-msg").className = "done";
+    } catch (e) {
+      $("jobs-msg").textContent = "Job " + id + ": " + e.message;
+      $("jobs-msg").className = "error";
+    }
+    pollJobs();
+  });
 
   async function pollJobs() {
     if (jobsOff || state.needToken) return;

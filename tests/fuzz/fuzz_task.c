@@ -83,7 +83,7 @@ check_callback(const char *s, size_t n)
 	if (callback_spec_parse(s, n, &cb) < 0)
 		return;
 	hdrs = callback_headers_build(&cb, "id-1", 2, 1796040000000LL, 0, NULL,
-				      NULL);
+				      NULL, NULL);
 	for (size_t i = 0; hdrs[i] != NULL; i++) {
 		const char *colon = strchr(hdrs[i], ':');
 

@@ -430,6 +430,41 @@ def test_bad_tokens_file_refused():
             % p.stderr[-300:])
 
 
+def test_unusable_client_token_refused():
+    """A token the managers could never accept (a space, a control
+    character, too short) stops the notifier and prophetctl at start,
+    naming the key and not the token, rather than failing every call with
+    a 401."""
+    p = h.Problems()
+    bad = [("http.token", "0123456789abcdef 0123", "a space"),
+           ("http.token", "0123456789abcdef\x010123", "a control"),
+           ("http.token", "0123456789", "10 characters")]
+    path = C.tokens_path + ".client"
+    for key, tok, why in bad + [("http.token_file", "0123456789abcdef 01",
+                                 "a space")]:
+        if key == "http.token_file":
+            write_private(path, tok + "\n")
+            sets = ["--set", "http.token_file=" + path]
+        else:
+            sets = ["--set", "http.token=" + tok]
+        for argv in ([h.NOTIFIER_BIN, "-c", C.conf_path] + sets,
+                     [h.NOTIFIER_BIN, "-c", C.conf_path] + sets +
+                     ["--check-config"],
+                     [os.path.join(h.BUILDDIR, "prophetctl"), "-c",
+                      C.conf_path] + sets + ["cluster"]):
+            r = subprocess.run(argv, capture_output=True, text=True,
+                               timeout=30)
+            what = "%s %s %s" % (os.path.basename(argv[0]), key, why)
+            out = r.stdout + r.stderr
+            p.check(r.returncode != 0, "%s: exit %d" % (what, r.returncode))
+            p.check(key + ":" in out and why in out,
+                    "%s: the message: %r" % (what, out[-300:]))
+            p.check(tok[:12] not in out, "%s: the token shown" % what)
+    if os.path.exists(path):
+        os.unlink(path)
+    p.raise_if_any("unusable client tokens")
+
+
 def cleanup(failed):
     if READER is not None:
         READER.stop()

@@ -6,10 +6,13 @@ cancelled, never both, with exact counts; a bulk shift moves tasks across
 the horizon and the buckets and they fire at their new time only; the dry
 run counts what the job changes; a job resumes after a kill -9 of its
 manager without doing a task twice; bad requests get a 400 naming the
-field; the job row and the per-task log rows say who did it."""
+field; the job row and the per-task log rows say who did it; a job
+cancelled mid-way stops with every task either changed once (with its log
+row) or untouched, and task.bulk_max_jobs bounds the jobs queued."""
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -424,6 +427,194 @@ def test_cli_bulk_and_jobs():
     h.check(rc == 0 and ("by bulk epoch 0 attempt 0: bulk job %d by "
                          "anonymous: set_due" % j["job"]) in out,
             "get --log: %s %s" % (out, err))
+
+
+def test_cancel_job_mid_way():
+    n = 6000
+    far = h.now_ms() + 6 * 3600 * 1000
+    submit_batch(tasks("cj", n, far, spread=n))
+    before = statuses("cj")
+    job = bulk({"action": "shift", "filter": {"id_prefix": "cj-"},
+                "by_ms": 3600000})["job"]
+
+    def started():
+        return API.get("/v1/admin/jobs/%d" % job).json["scanned"] >= 500
+    h.wait_until(started, 60, interval=0.05, what="job under way")
+    rc, out, err = ctl("jobs", str(job), "--cancel")
+    h.check(rc == 0 and "cancelled by anonymous" in out,
+            "jobs --cancel: %s %s" % (out, err))
+    j = API.get("/v1/admin/jobs/%d" % job).json
+    h.check_eq((j["state"], j["done"], j["cancelled_by"]),
+               ("cancelled", True, "anonymous"), "the job: %r" % j)
+    # its runner lets go of it once it has put back what it held
+    h.wait_until(lambda: API.get("/v1/admin/jobs/%d" % job).json["owner"]
+                 is None, 10, 0.1, "the runner's release of the job")
+    h.check(j["finished_at"] is not None, "finished_at set: %r" % j)
+    time.sleep(1.5)  # a runner that did not stop would go on now
+    j = API.get("/v1/admin/jobs/%d" % job).json
+    h.check(0 < j["changed"] < n, "stopped mid-way: %r" % j)
+    after = statuses("cj")
+    moved = [i for i in before if after[i][1] == before[i][1] + 3600000]
+    wrong = [i for i in before if after[i][1] not in
+             (before[i][1], before[i][1] + 3600000)]
+    h.check(not wrong, "moved other than once or not at all: %s" % wrong[:5])
+    h.check_eq(len(moved), j["changed"], "tasks moved = changed")
+    logs = bulk_log_rows("cj")
+    h.check_eq(sorted(logs), sorted(moved), "log rows of the moved tasks "
+               "only")
+    h.check(all(v == 1 for v in logs.values()), "no task done twice")
+    time.sleep(1)
+    h.check_eq(len(bulk_log_rows("cj")), len(moved), "nothing after")
+
+    r = API.post("/v1/admin/jobs/%d/cancel" % job, None)
+    h.check_eq((r.status, r.json["error"]["code"], r.json["error"]["field"]),
+               (409, "not_running", "job"), "cancelled twice: %r" % r)
+    h.check("cancelled" in r.json["error"]["message"], "says why: %r" % r)
+    r = API.post("/v1/admin/jobs/999999999/cancel", None)
+    h.check_eq(r.status, 404, "unknown job: %r" % r)
+    r = API.post("/v1/admin/jobs/x1/cancel", None)
+    h.check_eq(r.status, 404, "not a job id: %r" % r)
+    # the next job runs as usual
+    done = bulk({"action": "cancel", "filter": {"id_prefix": "cj-0000"}})
+    d = wait_job(done["job"])
+    h.check_eq((d["state"], d["changed"], d["cancelled_by"]),
+               ("done", 10, None), "the next job: %r" % d)
+    r = API.post("/v1/admin/jobs/%d/cancel" % done["job"], None)
+    h.check_eq(r.status, 409, "a done job: %r" % r)
+    h.check("is done" in r.json["error"]["message"], "says why: %r" % r)
+
+
+def test_cancelled_cancel_job_leaves_the_rest_firing():
+    """A cancel job stopped mid-way over tasks in the Redis index: the
+    chunk rolled back had been taken out of Redis already; its slots are
+    rebuilt, so every task the job did not cancel fires, and none it
+    cancelled does."""
+    n = 4000
+    due = h.now_ms() + 25000
+    submit_batch(tasks("cc", n, due, spread=4000))
+    job = bulk({"action": "cancel", "filter": {"id_prefix": "cc-"}})["job"]
+
+    def started():
+        return API.get("/v1/admin/jobs/%d" % job).json["scanned"] >= 400
+    h.wait_until(started, 60, interval=0.05, what="job under way")
+    r = API.post("/v1/admin/jobs/%d/cancel" % job, None)
+    h.check_eq(r.status, 200, "cancel: %r" % r)
+    time.sleep(1)
+    j = API.get("/v1/admin/jobs/%d" % job).json
+    h.check(0 < j["changed"] < n, "stopped mid-way: %r" % j)
+    st = statuses("cc")
+    cancelled = {i for i, v in st.items() if v[0] == "cancelled"}
+    h.check_eq(len(cancelled), j["changed"], "cancelled = changed")
+    rest = [i for i in st if i not in cancelled]
+
+    def all_fired():
+        return all(published(i) for i in rest)
+    h.wait_until(all_fired, max(30, (due - h.now_ms()) / 1000 + 30), 0.5,
+                 "the %d tasks not cancelled fired" % len(rest))
+    time.sleep(2)
+    fired = [i for i in cancelled if published(i)]
+    h.check(not fired, "cancelled tasks published: %s" % fired[:5])
+    h.log("FIGURES cancel job stopped after %d of %d; the other %d fired"
+          % (len(cancelled), n, len(rest)))
+
+
+def test_cancel_after_its_runner_died():
+    """The runner is killed mid-chunk and the job cancelled through
+    another manager before anyone took it over: the Redis steps of its
+    last chunks are unknown, so the next manager to look rebuilds every
+    slot index once the dead runner's lease is out, and every task the
+    job did not cancel still fires."""
+    m2 = C.add_manager()
+    api2 = h.Api(m2.addr)
+    victim = None
+    try:
+        n = 4000
+        due = h.now_ms() + 22000
+        submit_batch(tasks("cd", n, due, spread=3000))
+        job = bulk({"action": "cancel", "filter": {"id_prefix": "cd-"}})
+        job = job["job"]
+
+        def started():
+            return api2.get("/v1/admin/jobs/%d" % job).json["scanned"] \
+                >= 400
+        h.wait_until(started, 60, interval=0.02, what="job under way")
+        runner = api2.get("/v1/admin/jobs/%d" % job).json["owner"]
+        victim = C.manager if runner.endswith(C.manager_addr) else m2
+        other = m2 if victim is C.manager else C.manager
+        victim.kill()
+        oapi = api2 if other is m2 else API
+        r = oapi.post("/v1/admin/jobs/%d/cancel" % job, None)
+        h.check_eq(r.status, 200, "cancel through the other manager: %r"
+                   % r)
+        h.wait_until(lambda: other.grep("left mid-chunk by a manager"),
+                     40, 0.2, "the abandoned job's repair")
+        line = other.grep("left mid-chunk by a manager")[-1]
+        dropped = int(line.split("tombstones_dropped=")[1].split()[0])
+        h.check(dropped > 0, "no task of the job's window: %s" % line)
+        st = statuses("cd")
+        cancelled = {i for i, v in st.items() if v[0] == "cancelled"}
+        rest = [i for i in st if i not in cancelled]
+        h.check(0 < len(cancelled) < n, "stopped mid-way: %d cancelled"
+                % len(cancelled))
+
+        def all_fired():
+            return all(published(i) for i in rest)
+        h.wait_until(all_fired, max(30, (due - h.now_ms()) / 1000 + 40),
+                     0.5, "the %d tasks not cancelled fired" % len(rest))
+        time.sleep(2)
+        fired = [i for i in cancelled if published(i)]
+        h.check(not fired, "cancelled tasks published: %s" % fired[:5])
+        h.log("FIGURES runner killed, job cancelled through the other "
+              "manager: %d cancelled, %d tasks of the window given back, "
+              "the other %d fired" % (len(cancelled), dropped, len(rest)))
+        h.check(api2.get("/v1/admin/jobs/%d" % job).json["owner"] is None
+                if other is m2 else
+                API.get("/v1/admin/jobs/%d" % job).json["owner"] is None,
+                "the job's owner cleared")
+    finally:
+        api2.close()
+        if victim is C.manager:
+            C.start_manager()
+        m2.stop()
+
+
+def test_max_jobs_bounds_the_queue():
+    C.extra_conf["task.bulk_max_jobs"] = 2
+    C.write_conf()
+    reloads = len(C.manager.grep("access reloaded"))
+    C.manager.signal(signal.SIGHUP)
+    h.wait_until(lambda: len(C.manager.grep("access reloaded")) > reloads,
+                 10, 0.1, "the manager's reload")
+    try:
+        far = h.now_ms() + 7 * 3600 * 1000
+        submit_batch(tasks("cap", 4000, far, spread=4000))
+        jobs = [bulk({"action": "shift", "filter": {"id_prefix": "cap-"},
+                      "by_ms": 1000})["job"] for _ in range(2)]
+        r = API.post("/v1/tasks/bulk", {"action": "cancel",
+                                        "filter": {"id_prefix": "cap-"}})
+        h.check_eq((r.status, r.json["error"]["code"]),
+                   (429, "too_many_jobs"), "a third job: %r" % r)
+        h.check("task.bulk_max_jobs" in r.json["error"]["message"],
+                "names the key: %r" % r)
+        # a dry run is no job: answered
+        h.check_eq(bulk({"action": "cancel", "dry_run": True,
+                         "filter": {"id_prefix": "cap-"}}, 200)["matched"],
+                   4000, "dry run at the bound")
+        # the second is queued behind the first: cancelled first, so that
+        # the runner does not take it up when the first stops
+        for job in reversed(jobs):
+            r = API.post("/v1/admin/jobs/%d/cancel" % job, None)
+            h.check_eq(r.status, 200, "cancel %d: %r" % (job, r))
+        j2 = API.get("/v1/admin/jobs/%d" % jobs[1]).json
+        h.check_eq((j2["state"], j2["started_at"]), ("cancelled", None),
+                   "the queued job never started: %r" % j2)
+        again = bulk({"action": "cancel", "filter": {"id_prefix": "cap-"}})
+        d = wait_job(again["job"])
+        h.check_eq(d["changed"], 4000, "a job after the cancels: %r" % d)
+    finally:
+        del C.extra_conf["task.bulk_max_jobs"]
+        C.write_conf()
+        C.manager.signal(signal.SIGHUP)
 
 
 def cleanup(failed=False):

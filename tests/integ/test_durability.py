@@ -966,8 +966,11 @@ def redis_outage(fault, hung, outage_s):
                       fmt(max(lf) if lf else None), fmt(fb_ms),
                       fmt(back_ms)), flush=True)
             rebuild_report(c, fault, t_back)
-            p.check(log_lines(c, "redis fallback on", t_down),
-                    "no 'redis fallback on' logged")
+            fb_lines = log_lines(c, "redis fallback on", t_down)
+            p.check(fb_lines, "no 'redis fallback on' logged")
+            p.check(all('reason="redis unreachable for ' in x[1]
+                        for x in fb_lines),
+                    "the fallback line gives no reason: %r" % fb_lines[:2])
             p.check(log_lines(c, "redis fallback off", t_back),
                     "no 'redis fallback off' logged")
             led.wait_db_converged(40)

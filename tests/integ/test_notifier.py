@@ -19,14 +19,25 @@ origins for the notifier's flow control):
      callback survives a Redis index rebuild (it travels in the DB copy).
   6. kill -9 of the notifier mid-stream: after its restart every callback
      was made at least once (duplicates counted) and recorded ok.
-  7. A backlog of 20,000 messages read through without the group session
+  7. Callbacks are signed (Standard Webhooks, checked here with Python's
+     hmac): every call of 1, the retries of 2 (one webhook-id, a fresh
+     timestamp and signature each); keys rotated by SIGHUP (two
+     signatures, new key first), a bad key file kept out at reload and
+     refused at start, naming the key and showing no key.
+  8. A backlog of 20,000 messages read through without the group session
      running out, and committed; a topic created while a static member was
      away is read when it comes back (see the tests' own docstrings).
 """
 
+import base64
+import hashlib
+import hmac
 import http.server
 import json
 import os
+import shutil
+import signal
+import tempfile
 import re
 import socket
 import socketserver
@@ -47,6 +58,13 @@ BACKOFF_BASE_MS = 200
 JITTER_PCT = 20
 HOST_MAX_INFLIGHT = 8
 SLOW_S = 2.0
+
+# callback signing keys (whsec_ + base64 of 32 random bytes)
+KEY1 = "whsec_" + base64.b64encode(os.urandom(32)).decode()
+KEY2 = "whsec_" + base64.b64encode(os.urandom(32)).decode()
+KEY_DIR = tempfile.mkdtemp(prefix="prophet-notifier-keys-")
+KEY_FILE = os.path.join(KEY_DIR, "callback-signing.key")
+SIGNED_BY = [KEY1]  # the keys the notifier signs with now, in order
 
 C = None         # the cluster
 NOTIFIER = None  # its Proc
@@ -96,6 +114,7 @@ class Endpoint:
                     call = {"ms": recv, "kind": kind, "method": self.command,
                             "headers": {k.lower(): v for k, v in
                                         self.headers.items()},
+                            "raw_headers": list(self.headers.items()),
                             "body": body, "nth": nth}
                     calls.append(call)
                     ep.calls.append(call)
@@ -155,6 +174,45 @@ class Endpoint:
         self.server.server_close()
 
 
+def write_private(path, text, mode=0o600):
+    fd = os.open(path + ".new", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+    os.chmod(path + ".new", mode)
+    os.replace(path + ".new", path)
+
+
+def sign_check(p, call, keys, msg_id):
+    """Checks a call's Standard Webhooks headers the way a receiver does
+    (an implementation of the spec independent of the notifier's): one
+    header each, webhook-id msg_id, a timestamp of the call's second,
+    one v1 signature per key, in order, over id.timestamp.body."""
+    what = "%s (attempt %s)" % (msg_id, call["headers"].get(
+        "x-prophet-attempt"))
+    for name in ("webhook-id", "webhook-timestamp", "webhook-signature"):
+        n = sum(1 for k, _ in call["raw_headers"] if k.lower() == name)
+        if not p.check(n == 1, "%s: %d %s headers" % (what, n, name)):
+            return
+    hd = call["headers"]
+    p.check(hd["webhook-id"] == msg_id, "%s: webhook-id %r"
+            % (what, hd["webhook-id"]))
+    ts = hd["webhook-timestamp"]
+    p.check(ts.isdigit() and
+            call["ms"] // 1000 - 5 <= int(ts) <= call["ms"] // 1000 + 1,
+            "%s: webhook-timestamp %r, called at %d ms"
+            % (what, ts, call["ms"]))
+    body = call["body"] if call["method"] in ("POST", "PUT", "PATCH") \
+        else b""
+    signed = ("%s.%s." % (hd["webhook-id"], ts)).encode() + body
+    want = " ".join(
+        "v1," + base64.b64encode(hmac.new(
+            base64.b64decode(k[len("whsec_"):]), signed,
+            hashlib.sha256).digest()).decode() for k in keys)
+    p.check(hmac.compare_digest(hd["webhook-signature"], want),
+            "%s: webhook-signature %r, want %r"
+            % (what, hd["webhook-signature"], want))
+
+
 def start_notifier():
     NOTIFIER.start()
     C._wait_http(NOTIFIER, NOTIFIER.addr, "/readyz", 60)
@@ -165,7 +223,9 @@ def setup():
     FAST = Endpoint()
     SLOW = Endpoint()
     port = h.free_port()
+    write_private(KEY_FILE, KEY1 + "\n")
     C = h.Cluster(workers=1, name="notifier", conf={
+        "notifier.callback_signing_key_file": KEY_FILE,
         "notifier.topics": "%s,%s" % (TOPIC, ROUTED_TOPIC),
         "notifier.http_listen": "127.0.0.1:%d" % port,
         "notifier.backoff_base_ms": BACKOFF_BASE_MS,
@@ -270,6 +330,7 @@ def test_thousand_callbacks_once_with_right_headers():
                 "%s content-type %r" % (t["id"], hd.get("content-type")))
         p.check(c["ms"] >= due, "%s called %d ms before due"
                 % (t["id"], due - c["ms"]))
+        sign_check(p, c, SIGNED_BY, "%s:%d" % (t["id"], due))
         lat.append(c["ms"] - due)
     p.raise_if_any("1,000 callbacks")
     wait_status(ids, "ok")
@@ -290,9 +351,13 @@ def test_thousand_callbacks_once_with_right_headers():
 
 def test_flaky_endpoint_retried_with_backoff():
     ids = ["k2-%d" % i for i in range(3)]
-    submit([{"id": tid, "topic": TOPIC, "delay_ms": 500,
+    due = h.now_ms() + 500
+    submit([{"id": tid, "topic": TOPIC, "due_at": due,
              "body": "flaky %s" % tid,
-             "callback": {"url": FAST.url("flaky", tid), "method": "PUT"}}
+             "callback": {"url": FAST.url("flaky", tid), "method": "PUT",
+                          # replaced by the notifier's own
+                          "headers": {"Webhook-Signature": "v1,forged",
+                                      "webhook-id": "forged"}}}
             for tid in ids])
     short = FAST.wait_ids(ids, 40, min_calls=3)
     h.check(not short, "not called 3 times: %s" % short)
@@ -311,6 +376,8 @@ def test_flaky_endpoint_retried_with_backoff():
         p.check(all(c["method"] == "PUT" and c["body"] ==
                     ("flaky %s" % tid).encode() for c in calls),
                 "%s: method or body changed on retry" % tid)
+        for c in calls:  # one webhook-id, each attempt signed anew
+            sign_check(p, c, SIGNED_BY, "%s:%d" % (tid, due))
         g2 = calls[1]["ms"] - calls[0]["done_ms"]
         g3 = calls[2]["ms"] - calls[1]["done_ms"]
         gaps.append((g2, g3))
@@ -791,6 +858,99 @@ def test_backlog_read_without_losing_the_group():
           "started again it read %d" % (n, took, n / took, again))
 
 
+def signed_call(tid):
+    submit([{"id": tid, "topic": TOPIC, "delay_ms": 0, "body": "s " + tid,
+             "callback": {"url": FAST.url("ok", tid)}}])
+    h.check(not FAST.wait_ids([tid], 30), "%s not called" % tid)
+    return FAST.calls_of(tid)[0]
+
+
+def test_signing_keys_rotated_on_reload():
+    """The rotation of operations.md: the new key put first (both sign),
+    receivers moved, the old key dropped; a bad file at a reload keeps
+    the running keys."""
+    global SIGNED_BY
+    reloaded = len(NOTIFIER.grep("callback signing keys reloaded"))
+    write_private(KEY_FILE, "%s %s\n" % (KEY2, KEY1))
+    NOTIFIER.signal(signal.SIGHUP)
+    h.wait_until(lambda: len(NOTIFIER.grep(
+        "callback signing keys reloaded")) > reloaded, 10, 0.1,
+        "the notifier's reload of the keys")
+    SIGNED_BY = [KEY2, KEY1]
+    p = h.Problems()
+    c = signed_call("sig-both")
+    sign_check(p, c, SIGNED_BY, "sig-both:%s" % c["headers"].get(
+        "x-prophet-due-at"))
+    p.raise_if_any("signed with both keys")
+
+    # not a key: refused, the running keys kept
+    failed = len(NOTIFIER.grep("callback signing keys not reloaded"))
+    write_private(KEY_FILE, "whsec_not-a-key %s\n" % KEY2)
+    NOTIFIER.signal(signal.SIGHUP)
+    h.wait_until(lambda: len(NOTIFIER.grep(
+        "callback signing keys not reloaded")) > failed, 10, 0.1,
+        "the refused reload")
+    line = NOTIFIER.grep("callback signing keys not reloaded")[-1]
+    h.check("notifier.callback_signing_key_file" in line and
+            "not base64" in line, "the refusal: %s" % line)
+    c = signed_call("sig-kept")
+    sign_check(p, c, SIGNED_BY, "sig-kept:%s" % c["headers"].get(
+        "x-prophet-due-at"))
+    p.raise_if_any("keys kept after a bad reload")
+
+    # the old key dropped
+    write_private(KEY_FILE, KEY2 + "\n")
+    reloaded = len(NOTIFIER.grep("callback signing keys reloaded"))
+    NOTIFIER.signal(signal.SIGHUP)
+    h.wait_until(lambda: len(NOTIFIER.grep(
+        "callback signing keys reloaded")) > reloaded, 10, 0.1,
+        "the notifier's reload of the keys")
+    SIGNED_BY = [KEY2]
+    c = signed_call("sig-new")
+    sign_check(p, c, SIGNED_BY, "sig-new:%s" % c["headers"].get(
+        "x-prophet-due-at"))
+    p.raise_if_any("signed with the new key only")
+    for k in (KEY1, KEY2):
+        h.check(not NOTIFIER.grep(k[len("whsec_"):][:16]),
+                "a signing key is in the notifier's log")
+
+
+def test_bad_signing_key_refused_at_start():
+    """A key file others may read, a malformed key, a missing file: the
+    notifier does not start, its message names the key and shows no key;
+    --check-config finds the same."""
+    p = h.Problems()
+    loose = os.path.join(KEY_DIR, "loose.key")
+    write_private(loose, KEY1 + "\n", mode=0o644)
+    short = os.path.join(KEY_DIR, "short.key")
+    write_private(short, "whsec_" + base64.b64encode(b"x" * 16).decode()
+                  + "\n")
+    cases = [(loose, "group or others"), (short, "16 bytes"),
+             (os.path.join(KEY_DIR, "missing.key"), "missing.key")]
+    for path, why in cases:
+        for extra in ([], ["--check-config"]):
+            try:
+                r = subprocess.run(
+                    [h.NOTIFIER_BIN, "-c", C.conf_path, "--set",
+                     "notifier.callback_signing_key_file=" + path] + extra,
+                    stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                    timeout=30)
+            except subprocess.TimeoutExpired:
+                p.check(False, "%s %s: still running after 30 s"
+                        % (path, extra))
+                continue
+            out = r.stdout.decode("utf-8", "replace")
+            p.check(r.returncode != 0, "%s %s: exit %d" % (
+                os.path.basename(path), extra, r.returncode))
+            p.check("notifier.callback_signing_key_file" in out and
+                    why in out, "%s %s: the message names the key and "
+                    "%r: %s" % (os.path.basename(path), extra, why,
+                                out[-400:]))
+            p.check(KEY1[6:][:16] not in out, "%s %s: the key is shown"
+                    % (os.path.basename(path), extra))
+    p.raise_if_any("bad key files")
+
+
 def test_graceful_stop():
     NOTIFIER.signal(15)
     rc = NOTIFIER.wait(30)
@@ -804,6 +964,7 @@ def cleanup(failed):
     for e in (FAST, SLOW):
         if e is not None:
             e.close()
+    shutil.rmtree(KEY_DIR, ignore_errors=True)
 
 
 def main():

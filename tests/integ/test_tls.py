@@ -540,6 +540,29 @@ def test_config_errors_name_the_key():
         h.check(p.returncode != 0, "%r started" % conf)
         h.check(key in p.stdout, "%r: the error names %s: %r"
                 % (conf, key, p.stdout[-300:]))
+    # a private key others may read: refused, at start and by
+    # --check-config, naming the file and what to do
+    lcert, lkey = PKI.issue("loose-key")
+    os.chmod(lkey, 0o644)
+    for extra in ([], ["--check-config"]):
+        p = subprocess.run([h.MANAGER_BIN, "-c", C.conf_path, "--set",
+                            "http.tls_cert=" + lcert, "--set",
+                            "http.tls_key=" + lkey, "--set",
+                            "http.listen=127.0.0.1:%d" % h.free_port()] +
+                           extra, stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT, text=True, timeout=30)
+        h.check(p.returncode != 0 and lkey in p.stdout and
+                "mode 0644" in p.stdout and "chmod 600" in p.stdout,
+                "a key of mode 0644 %s: exit %d, %r"
+                % (extra, p.returncode, p.stdout[-300:]))
+    os.chmod(lkey, 0o640)  # a group may read it
+    p = subprocess.run([h.MANAGER_BIN, "-c", C.conf_path, "--set",
+                        "http.tls_cert=" + lcert, "--set",
+                        "http.tls_key=" + lkey, "--check-config"],
+                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                       text=True, timeout=30)
+    h.check(p.returncode == 0, "a key of mode 0640: exit %d, %r"
+            % (p.returncode, p.stdout[-300:]))
     # --check-config loads them as the start does: an expired
     # certificate passed it, then stopped the manager at start.
     ecert, ekey = PKI.issue("expired-check", days=-1)

@@ -15,6 +15,7 @@
 #include <jansson.h>
 
 #include "callback.h"
+#include "whsign.h"
 #include "payload.h"
 #include "task.h"
 #include "tbucket.h"
@@ -225,7 +226,7 @@ test_headers_build(void **state)
 
 	assert_int_equal(callback_spec_parse(s, strlen(s), &cb), 0);
 	h = callback_headers_build(&cb, "job-9", 2, 1700000000000, 0, NULL,
-				   NULL);
+				   NULL, NULL);
 	assert_true(has(h, "Authorization: Bearer t"));
 	assert_true(has(h, "Content-Type: application/json"));
 	assert_true(has(h, "X-Prophet-Id: job-9"));
@@ -240,7 +241,7 @@ test_headers_build(void **state)
 
 	/* a body method gets a default content type, GET does not */
 	callback_spec_route("http://x/", &cb);
-	h = callback_headers_build(&cb, "a", 1, 5, 0, NULL, NULL);
+	h = callback_headers_build(&cb, "a", 1, 5, 0, NULL, NULL, NULL);
 	assert_true(has(h, "Content-Type: application/octet-stream"));
 	assert_int_equal(count(h), 5);
 	callback_headers_free(h);
@@ -248,7 +249,8 @@ test_headers_build(void **state)
 	cb.method = xstrdup("GET");
 	/* recurring: the key is the id and the occurrence, whatever the
 	 * attempt */
-	h = callback_headers_build(&cb, "a", 3, 5, 1800000000000, NULL, NULL);
+	h = callback_headers_build(&cb, "a", 3, 5, 1800000000000, NULL, NULL,
+				   NULL);
 	assert_true(has(h, "Idempotency-Key: a:1800000000000"));
 	assert_int_equal(count(h), 4);
 	callback_headers_free(h);
@@ -261,7 +263,7 @@ test_headers_build(void **state)
 	h = callback_headers_build(
 		&cb, "a", 1, 5, 0,
 		"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
-		"k=v");
+		"k=v", NULL);
 	assert_true(has(
 		h, "traceparent: "
 		   "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"));
@@ -270,11 +272,168 @@ test_headers_build(void **state)
 	assert_int_equal(count(h), 6);
 	callback_headers_free(h);
 	/* without one, the spec's headers go as they are */
-	h = callback_headers_build(&cb, "a", 1, 5, 0, NULL, NULL);
+	h = callback_headers_build(&cb, "a", 1, 5, 0, NULL, NULL, NULL);
 	assert_true(has(h, "TraceParent: spoof"));
 	assert_int_equal(count(h), 6);
 	callback_headers_free(h);
 	callback_spec_clear(&cb);
+}
+
+/* The Standard Webhooks reference vector (their test suite's), and a
+ * second key: one signature each, space-separated. */
+static void
+test_signing_vector(void **state)
+{
+	struct whsign ks;
+	char err[200], *sig;
+	const char *body = "{\"test\": 2432232314}";
+
+	assert_int_equal(whsign_parse(&ks,
+				      "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
+				      err, sizeof(err)),
+			 0);
+	assert_int_equal(ks.n, 1);
+	assert_int_equal(ks.len[0], 24);
+	sig = whsign_header(&ks, "msg_p5jXN8AQM9LWM0D4loKWxJek", 1614265330,
+			    body, strlen(body));
+	assert_string_equal(sig,
+			    "v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE=");
+	xfree(sig);
+	/* the same key second: its signature second, unchanged */
+	assert_int_equal(
+		whsign_parse(
+			&ks,
+			"  whsec_AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA="
+			" whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw ",
+			err, sizeof(err)),
+		0);
+	assert_int_equal(ks.n, 2);
+	assert_int_equal(ks.len[0], 32);
+	sig = whsign_header(&ks, "msg_p5jXN8AQM9LWM0D4loKWxJek", 1614265330,
+			    body, strlen(body));
+	assert_int_equal(strlen(sig), 48 + 47);
+	assert_string_equal(sig + 48,
+			    "v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE=");
+	assert_memory_equal(sig, "v1,", 3);
+	assert_int_equal(sig[47], ' ');
+	xfree(sig);
+	whsign_wipe(&ks);
+	assert_int_equal(ks.n, 0);
+}
+
+/* Keys that are refused, each with a reason that names no key bytes. */
+static void
+test_signing_keys_refused(void **state)
+{
+	static const char *const bad[] = {
+		"", "   ",
+		/* no prefix */
+		"MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", "whsec_",
+		/* not base64: a character, the length, padding inside */
+		"whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaS!",
+		"whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaS",
+		"whsec_MfKQ9r8GKYqrTwjU=D8ILPZIo2LaLaSw",
+		/* 18 bytes: too short */
+		"whsec_MfKQ9r8GKYqrTwjUPD8ILPZI",
+		/* 66 bytes: too long */
+		"whsec_"
+		"AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA"
+		"AAAAAAAAAA"
+		"AAAAAAAAAAAAAAAA",
+		/* five keys */
+		"whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw "
+		"whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw "
+		"whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw "
+		"whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw "
+		"whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
+		/* a good key, then a bad one */
+		"whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw whsec_xyz", NULL};
+	struct whsign ks;
+	char err[200];
+
+	for (size_t i = 0; bad[i] != NULL; i++) {
+		err[0] = '\0';
+		assert_int_equal(whsign_parse(&ks, bad[i], err, sizeof(err)),
+				 -1);
+		assert_true(err[0] != '\0');
+		assert_null(strstr(err, "MfKQ"));
+		assert_int_equal(ks.n, 0);
+	}
+	/* 64 bytes is the most */
+	assert_int_equal(
+		whsign_parse(
+			&ks,
+			"whsec_"
+			"AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA"
+			"AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA==",
+			err, sizeof(err)),
+		0);
+	assert_int_equal(ks.len[0], 64);
+}
+
+/* Signed headers: webhook-id is the Idempotency-Key Prophet makes (also
+ * when the spec sets its own), the spec's webhook-* are replaced, and
+ * GET signs no body. */
+static void
+test_headers_signed(void **state)
+{
+	struct callback_spec cb;
+	struct whsign ks;
+	struct callback_signing sign = {&ks, 1614265330,
+					"{\"test\": 2432232314}", 20};
+	const char *s = "{\"url\":\"http://x\",\"headers\":{"
+			"\"Webhook-Signature\":\"v1,forged\","
+			"\"webhook-id\":\"forged\","
+			"\"Idempotency-Key\":\"own\"}}";
+	char err[200], **h, *want;
+
+	assert_int_equal(whsign_parse(&ks,
+				      "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
+				      err, sizeof(err)),
+			 0);
+	assert_int_equal(callback_spec_parse(s, strlen(s), &cb), 0);
+	h = callback_headers_build(&cb, "job-9", 2, 1700000000000, 0, NULL,
+				   NULL, &sign);
+	assert_true(has(h, "Idempotency-Key: own"));
+	assert_true(has(h, "webhook-id: job-9:1700000000000"));
+	assert_true(has(h, "webhook-timestamp: 1614265330"));
+	assert_false(has(h, "Webhook-Signature: v1,forged"));
+	assert_false(has(h, "webhook-id: forged"));
+	want = whsign_header(&ks, "job-9:1700000000000", 1614265330, sign.body,
+			     sign.body_len);
+	{
+		char line[200];
+
+		snprintf(line, sizeof(line), "webhook-signature: %s", want);
+		assert_true(has(h, line));
+	}
+	xfree(want);
+	/* Idempotency-Key, Content-Type, X-Prophet-* x3, webhook-* x3 */
+	assert_int_equal(count(h), 8);
+	callback_headers_free(h);
+	/* GET: the body is not sent, so not signed */
+	xfree(cb.method);
+	cb.method = xstrdup("GET");
+	h = callback_headers_build(&cb, "job-9", 2, 1700000000000, 0, NULL,
+				   NULL, &sign);
+	want = whsign_header(&ks, "job-9:1700000000000", 1614265330, "", 0);
+	{
+		char line[200];
+
+		snprintf(line, sizeof(line), "webhook-signature: %s", want);
+		assert_true(has(h, line));
+	}
+	xfree(want);
+	callback_headers_free(h);
+	/* no keys: unsigned, the spec's webhook-* headers go as they are */
+	ks.n = 0;
+	h = callback_headers_build(&cb, "job-9", 2, 1700000000000, 0, NULL,
+				   NULL, &sign);
+	assert_true(has(h, "Webhook-Signature: v1,forged"));
+	assert_true(has(h, "webhook-id: forged"));
+	callback_headers_free(h);
+	callback_spec_clear(&cb);
+	whsign_wipe(&ks);
 }
 
 /* Framing and hop-by-hop headers, names that are not tokens, values
@@ -354,7 +513,7 @@ test_spec_sanitize(void **state)
 	callback_spec_clear(&cb);
 	/* even unsanitized, the request never carries them */
 	assert_int_equal(callback_spec_parse(s, strlen(s), &cb), 0);
-	h = callback_headers_build(&cb, "id", 1, 5, 0, NULL, NULL);
+	h = callback_headers_build(&cb, "id", 1, 5, 0, NULL, NULL, NULL);
 	assert_true(has(h, "X-Ok: 1"));
 	assert_true(has(h, "X-Also: 2"));
 	assert_false(has(h, "Host: internal"));
@@ -619,6 +778,9 @@ main(void)
 		cmocka_unit_test(test_header_round_trip),
 		cmocka_unit_test(test_headers_build),
 		cmocka_unit_test(test_header_refused),
+		cmocka_unit_test(test_signing_vector),
+		cmocka_unit_test(test_signing_keys_refused),
+		cmocka_unit_test(test_headers_signed),
 		cmocka_unit_test(test_spec_sanitize),
 		cmocka_unit_test(test_retry_canon_and_sign),
 		cmocka_unit_test(test_retry_verify_tampered),

@@ -1309,10 +1309,34 @@ test_secret_files(void **state)
 
 	assert_int_equal(
 		cfg_set(cfg, "http", "token_file", "", err, sizeof(err)), 0);
-	assert_int_equal(cfg_set(cfg, "http", "token", "tok", err, sizeof(err)),
+	assert_int_equal(cfg_set(cfg, "http", "token", "tok-0123456789abc", err,
+				 sizeof(err)),
 			 0);
 	s = cfg_http_token(cfg, err, sizeof(err));
-	assert_string_equal(s, "tok");
+	assert_string_equal(s, "tok-0123456789abc");
+	secret_free(s);
+	/* a token no manager accepts: too short, a space, not ASCII */
+	assert_int_equal(cfg_set(cfg, "http", "token", "tok", err, sizeof(err)),
+			 0);
+	assert_null(cfg_http_token(cfg, err, sizeof(err)));
+	assert_contains(err, "http.token: the token has 3 characters");
+	assert_int_equal(cfg_set(cfg, "http", "token", "tok-0123456789 abc",
+				 err, sizeof(err)),
+			 0);
+	assert_null(cfg_http_token(cfg, err, sizeof(err)));
+	assert_contains(err, "at character 15");
+	assert_null(strstr(err, "0123456789"));
+	assert_int_equal(cfg_set(cfg, "http", "token",
+				 "tok-0123456789\xc3\xa9"
+				 "abc",
+				 err, sizeof(err)),
+			 0);
+	assert_null(cfg_http_token(cfg, err, sizeof(err)));
+	assert_contains(err, "non-ASCII");
+	assert_int_equal(cfg_set(cfg, "http", "token", "", err, sizeof(err)),
+			 0);
+	s = cfg_http_token(cfg, err, sizeof(err));
+	assert_string_equal(s, "");
 	secret_free(s);
 	assert_null(cfg_secret(cfg, CFG_KAFKA_SASL_PASSWORD_FILE, err,
 			       sizeof(err)));

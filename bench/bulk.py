@@ -261,9 +261,6 @@ def main():
         if done:
             res["steps_ms"] = {k: int(v) for k, v in re.findall(
                 r"\b(\w+_ms)=(\d+)", done[-1])}
-            lc = re.search(r"\blocked_chunks=(\d+)", done[-1])
-            if lc:  # chunks written again with the locking read
-                res["locked_chunks"] = int(lc.group(1))
         time.sleep(10)
         st.stop_at = time.monotonic()
         st.join()

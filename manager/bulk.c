@@ -524,7 +524,6 @@ struct job_state {
 	 * Redis step overlap the previous chunk's write) */
 	long long step_us[3];
 	long long write_us[4];
-	long long slow_chunks; /* chunks the fast path did not fit */
 };
 
 /* The chunk after the one being written. */
@@ -593,7 +592,6 @@ struct runner_job {
 	long long counts[BO__COUNT];
 	long long run_us;      /* the step's time on the pool thread */
 	long long write_us[4]; /* lock, update, log rows, cursor + commit */
-	int slow_chunks;       /* written again with the locking read */
 };
 
 static void runner_step(struct bulk_runner *p);
@@ -643,20 +641,6 @@ in_bind(struct db_params *p, size_t from, size_t m, void *arg)
 		db_params_int(p, a->lead[i]);
 	for (size_t i = 0; i < m; i++)
 		db_params_str(p, a->items[a->idx[from + i]].id);
-}
-
-/* (id, the due time read) tuples, after the lead integers. */
-static void
-in_bind_due(struct db_params *p, size_t from, size_t m, void *arg)
-{
-	struct in_arg *a = arg;
-
-	for (size_t i = 0; i < a->nlead; i++)
-		db_params_int(p, a->lead[i]);
-	for (size_t i = 0; i < m; i++) {
-		db_params_str(p, a->items[a->idx[from + i]].id);
-		db_params_int(p, a->items[a->idx[from + i]].old_due);
-	}
 }
 
 static void
@@ -1060,67 +1044,9 @@ bind_log_row(struct db_params *p, size_t i, void *arg)
 	db_params_str(p, it->note);
 }
 
-/*
- * The fast path of a chunk's change: one UPDATE of the rows still as they
- * were read (scheduled; for a reschedule, at the due time read, as a
- * (id, due_at) tuple), without reading them first. If it changed all of
- * them, they are all changed, exactly as the locking read would have
- * decided; else 1: the transaction is rolled back and the chunk done
- * again the careful way (a row fired, moved or cancelled meanwhile).
- */
+/* The chunk's transaction: fence, lock, change, log, cursor. */
 static int
-write_fast(struct db_conn *c, struct runner_job *j, const size_t *idx, size_t n,
-	   int64_t now)
-{
-	const struct bulk_spec *s = j->spec;
-	struct in_arg a = {j->items, idx, NULL, 0, NULL, NULL};
-	struct db_list l = {
-		.item = "?",
-		.suffix = ")",
-		.sizes = in_sizes,
-		.nsizes = sizeof(in_sizes) / sizeof(in_sizes[0]),
-		.bind = in_bind,
-		.arg = &a,
-	};
-	unsigned long long affected = 0;
-	int64_t lead[2];
-
-	if (s->action == BA_CANCEL) {
-		l.prefix = "UPDATE tasks FORCE INDEX (PRIMARY) SET status = "
-			   "'cancelled', updated_at = ? "
-			   "WHERE status = 'scheduled' AND id IN (";
-		lead[0] = now;
-		a.nlead = 1;
-	} else {
-		l.prefix = s->action == BA_SHIFT
-				   ? "UPDATE tasks FORCE INDEX (PRIMARY) SET "
-				     "due_at = due_at + ?, updated_at = ? "
-				     "WHERE status = 'scheduled' AND (id, "
-				     "due_at) IN ("
-				   : "UPDATE tasks FORCE INDEX (PRIMARY) SET "
-				     "due_at = ?, updated_at = ? "
-				     "WHERE status = 'scheduled' AND (id, "
-				     "due_at) IN (";
-		l.item = "(?, ?)";
-		l.bind = in_bind_due;
-		lead[0] = s->action == BA_SHIFT ? s->by_ms : s->due_at;
-		lead[1] = now;
-		a.nlead = 2;
-	}
-	a.lead = lead;
-	if (db_run_list(c, &l, n, &affected) < 0)
-		return -1;
-	if (affected != n)
-		return 1;
-	for (size_t k = 0; k < n; k++)
-		j->items[idx[k]].outcome = BO_CHANGED;
-	return 0;
-}
-
-/* The chunk's transaction: fence, lock, change, log, cursor; fast: the
- * change first (write_fast), 1 if it did not fit. */
-static int
-write_run_once(struct db_conn *c, struct runner_job *j, int fast)
+write_run(struct db_conn *c, struct runner_job *j)
 {
 	const struct bulk_spec *s = j->spec;
 	size_t *idx = xcalloc(j->nitems + 1, sizeof(*idx)), n = 0;
@@ -1143,21 +1069,6 @@ write_run_once(struct db_conn *c, struct runner_job *j, int fast)
 	for (size_t i = 0; i < j->nitems; i++)
 		if (j->items[i].outcome == BO_PENDING)
 			idx[n++] = i;
-	if (fast && n > 0) {
-		int rc;
-
-		t = clock_mono_us();
-		rc = write_fast(c, j, idx, n, now);
-		j->write_us[1] = clock_mono_us() - t;
-		if (rc < 0)
-			goto fail;
-		if (rc > 0) {
-			db_rollback(c);
-			xfree(idx);
-			return 1;
-		}
-		goto log_rows;
-	}
 	t = clock_mono_us();
 	if (in_run(c,
 		   "SELECT id, status, due_at FROM tasks FORCE INDEX (PRIMARY) "
@@ -1196,11 +1107,6 @@ write_run_once(struct db_conn *c, struct runner_job *j, int fast)
 		   s->action == BA_CANCEL ? 1 : 2, NULL, NULL, &affected) < 0)
 		goto fail;
 	j->write_us[1] = clock_mono_us() - t;
-log_rows:
-	n = 0;
-	for (size_t i = 0; i < j->nitems; i++)
-		if (j->items[i].outcome == BO_CHANGED)
-			idx[n++] = i;
 	t = clock_mono_us();
 	logc.j = j;
 	logc.idx = idx;
@@ -1249,23 +1155,6 @@ fail:
 	db_rollback(c);
 	xfree(idx);
 	return -1;
-}
-
-static int
-write_run(struct db_conn *c, struct runner_job *j)
-{
-	int rc = write_run_once(c, j, 1);
-
-	if (rc == 1) {
-		/* Only the rows' outcomes (still pending) and the timings
-		 * were touched: done again with the locking read. */
-		for (size_t i = 0; i < j->nitems; i++)
-			if (j->items[i].outcome == BO_CHANGED)
-				j->items[i].outcome = BO_PENDING;
-		j->slow_chunks++;
-		rc = write_run_once(c, j, 0);
-	}
-	return rc;
 }
 
 static int
@@ -1838,7 +1727,6 @@ runner_done_cb(struct db_job *job, int status, const char *err)
 		} else {
 			for (int k = 0; k < 4; k++)
 				p->job->write_us[k] += j->write_us[k];
-			p->job->slow_chunks += j->slow_chunks;
 			chunk_written(p, j);
 			p->wrote = 1;
 		}
@@ -1853,8 +1741,7 @@ runner_done_cb(struct db_job *job, int status, const char *err)
 				"scanned=%lld changed=%lld firing=%lld "
 				"skipped=%lld duration_ms=%lld read_ms=%lld "
 				"redis_ms=%lld write_ms=%lld (lock_ms=%lld "
-				"update_ms=%lld log_ms=%lld commit_ms=%lld) "
-				"locked_chunks=%lld",
+				"update_ms=%lld log_ms=%lld commit_ms=%lld)",
 				(long long)js->id,
 				action_names[js->spec.action], js->who,
 				js->spec.filter_text, js->scanned,
@@ -1864,7 +1751,7 @@ runner_done_cb(struct db_job *job, int status, const char *err)
 				js->step_us[0] / 1000, js->step_us[1] / 1000,
 				js->step_us[2] / 1000, js->write_us[0] / 1000,
 				js->write_us[1] / 1000, js->write_us[2] / 1000,
-				js->write_us[3] / 1000, js->slow_chunks);
+				js->write_us[3] / 1000);
 			job_state_free(p->job);
 			p->job = NULL;
 			metric_set(p->running, 0);

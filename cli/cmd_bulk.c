@@ -63,6 +63,20 @@ print_job(const json_t *j)
 	free(f);
 }
 
+/* A job's answer: printed (and freed), or the failure. */
+static int
+show_job(const struct cli *c, long code, json_t *ans, const char *err)
+{
+	if (code != 200)
+		return cli_fail(code, ans, err);
+	if (c->json)
+		cli_print_json(ans);
+	else
+		print_job(ans);
+	json_decref(ans);
+	return 0;
+}
+
 /* Follows a job until done, with a progress bar on a terminal. */
 static int
 follow(struct cli *c, long long id)
@@ -73,14 +87,7 @@ follow(struct cli *c, long long id)
 
 	snprintf(path, sizeof(path), "/v1/admin/jobs/%lld", id);
 	st = cli_follow(c, path, 250, draw, &code, err, sizeof(err));
-	if (code != 200)
-		return cli_fail(code, st, err);
-	if (c->json)
-		cli_print_json(st);
-	else
-		print_job(st);
-	json_decref(st);
-	return 0;
+	return show_job(c, code, st, err);
 }
 
 /* prophetctl bulk ACTION [filter...]: a bulk cancel or reschedule. */
@@ -205,14 +212,7 @@ cancel_job(struct cli *c, long long id)
 
 	snprintf(path, sizeof(path), "/v1/admin/jobs/%lld/cancel", id);
 	code = cli_request(c, "POST", path, NULL, &ans, err, sizeof(err));
-	if (code != 200)
-		return cli_fail(code, ans, err);
-	if (c->json)
-		cli_print_json(ans);
-	else
-		print_job(ans);
-	json_decref(ans);
-	return 0;
+	return show_job(c, code, ans, err);
 }
 
 /* prophetctl jobs [ID [--wait | --cancel]]: the bulk jobs, or one. */
@@ -243,14 +243,7 @@ cmd_jobs(struct cli *c, int argc, char **argv)
 		snprintf(path, sizeof(path), "/v1/admin/jobs/%lld", id);
 		code = cli_request(c, "GET", path, NULL, &ans, err,
 				   sizeof(err));
-		if (code != 200)
-			return cli_fail(code, ans, err);
-		if (c->json)
-			cli_print_json(ans);
-		else
-			print_job(ans);
-		json_decref(ans);
-		return 0;
+		return show_job(c, code, ans, err);
 	}
 	code = cli_request(c, "GET", "/v1/admin/jobs", NULL, &ans, err,
 			   sizeof(err));

@@ -87,6 +87,13 @@ def wait_job(job, timeout=60):
     return out
 
 
+def wait_under_way(job, scanned, api=None):
+    """Until the job has looked at scanned tasks."""
+    api = api or API
+    h.wait_until(lambda: api.get("/v1/admin/jobs/%d" % job).json[
+        "scanned"] >= scanned, 60, interval=0.02, what="job under way")
+
+
 def statuses(prefix):
     rows = C.mysql("SELECT id, status, due_at FROM tasks WHERE id LIKE '%s-%%'"
                    % prefix)
@@ -319,9 +326,7 @@ def test_resume_after_kill():
               "by_ms": 3600000})
     job = j["job"]
 
-    def started():
-        return API.get("/v1/admin/jobs/%d" % job).json["scanned"] >= 500
-    h.wait_until(started, 60, interval=0.05, what="job under way")
+    wait_under_way(job, 500)
     C.manager.kill()
     mid = int(C.mysql("SELECT scanned FROM bulk_jobs WHERE id = %d"
                       % job)[0][0])
@@ -437,9 +442,7 @@ def test_cancel_job_mid_way():
     job = bulk({"action": "shift", "filter": {"id_prefix": "cj-"},
                 "by_ms": 3600000})["job"]
 
-    def started():
-        return API.get("/v1/admin/jobs/%d" % job).json["scanned"] >= 500
-    h.wait_until(started, 60, interval=0.05, what="job under way")
+    wait_under_way(job, 500)
     rc, out, err = ctl("jobs", str(job), "--cancel")
     h.check(rc == 0 and "cancelled by anonymous" in out,
             "jobs --cancel: %s %s" % (out, err))
@@ -494,9 +497,7 @@ def test_cancelled_cancel_job_leaves_the_rest_firing():
     submit_batch(tasks("cc", n, due, spread=4000))
     job = bulk({"action": "cancel", "filter": {"id_prefix": "cc-"}})["job"]
 
-    def started():
-        return API.get("/v1/admin/jobs/%d" % job).json["scanned"] >= 400
-    h.wait_until(started, 60, interval=0.05, what="job under way")
+    wait_under_way(job, 400)
     r = API.post("/v1/admin/jobs/%d/cancel" % job, None)
     h.check_eq(r.status, 200, "cancel: %r" % r)
     time.sleep(1)
@@ -534,10 +535,7 @@ def test_cancel_after_its_runner_died():
         job = bulk({"action": "cancel", "filter": {"id_prefix": "cd-"}})
         job = job["job"]
 
-        def started():
-            return api2.get("/v1/admin/jobs/%d" % job).json["scanned"] \
-                >= 400
-        h.wait_until(started, 60, interval=0.02, what="job under way")
+        wait_under_way(job, 400, api2)
         runner = api2.get("/v1/admin/jobs/%d" % job).json["owner"]
         victim = C.manager if runner.endswith(C.manager_addr) else m2
         other = m2 if victim is C.manager else C.manager

@@ -581,7 +581,6 @@ struct runner_job {
 	int fenced;
 	int cancelled;	  /* fenced by POST /v1/admin/jobs/{id}/cancel */
 	int64_t released; /* take: the cancelled job this runner put back */
-	int64_t holding;  /* take: the job this runner holds (none: 0) */
 	int abandoned;	  /* take: cancelled jobs found abandoned */
 	struct {
 		int slot;
@@ -805,8 +804,7 @@ take_run(struct db_conn *c, struct runner_job *j)
 
 		if (mine && id == j->released) {
 			/* put back already */
-		} else if ((mine && id != j->holding) ||
-			   (!mine && db_rows_int(&rows, i, 2) < now)) {
+		} else if (mine || db_rows_int(&rows, i, 2) < now) {
 			j->abandoned++;
 			if (abandoned_window(c, j, id) < 0) {
 				db_rows_free(&rows);
@@ -1264,7 +1262,6 @@ lose_job(struct bulk_runner *p, const char *why)
 	} else
 		log_warn("bulk job lost", "job=%lld reason=\"%s\"",
 			 (long long)p->job->id, why);
-	p->cancelled = 0;
 	job_state_free(p->job);
 	p->job = NULL;
 	metric_set(p->running, 0);
@@ -1645,6 +1642,16 @@ undo_redis_step(struct bulk_runner *p, const struct item *items, size_t n)
 }
 
 static void
+repair_free(struct runner_job *j)
+{
+	for (size_t k = 0; k < j->nrepair; k++)
+		xfree(j->repair[k].id);
+	xfree(j->repair);
+	j->repair = NULL;
+	j->nrepair = 0;
+}
+
+static void
 runner_done_cb(struct db_job *job, int status, const char *err)
 {
 	struct runner_job *j = (struct runner_job *)job;
@@ -1696,9 +1703,7 @@ runner_done_cb(struct db_job *job, int status, const char *err)
 		db_rows_free(&j->rows);
 		if (p->job == NULL) {
 			/* The tick looks again. */
-			for (size_t k = 0; k < j->nrepair; k++)
-				xfree(j->repair[k].id);
-			xfree(j->repair);
+			repair_free(j);
 			xfree(j);
 			return;
 		}
@@ -1762,9 +1767,7 @@ runner_done_cb(struct db_job *job, int status, const char *err)
 		break;
 	}
 out:
-	for (size_t k = 0; k < j->nrepair; k++)
-		xfree(j->repair[k].id);
-	xfree(j->repair);
+	repair_free(j);
 	if (j->items != NULL)
 		items_free(j->items, j->nitems);
 	xfree(j->firing_text);
@@ -2227,9 +2230,10 @@ job_id_parse(const char *id, size_t idlen)
 	return 0;
 }
 
-void
-bulk_job_cancel(struct manager *mg, struct evhttp_request *req, const char *id,
-		size_t idlen)
+/* GET /v1/admin/jobs/{id} or, with cancel, its POST .../cancel. */
+static void
+job_request(struct manager *mg, struct evhttp_request *req, const char *id,
+	    size_t idlen, int cancel)
 {
 	long long n = job_id_parse(id, idlen);
 	struct api_job *a;
@@ -2241,28 +2245,22 @@ bulk_job_cancel(struct manager *mg, struct evhttp_request *req, const char *id,
 	a = xcalloc(1, sizeof(*a));
 	a->req = req;
 	a->id = n;
-	a->cancel = 1;
-	requester(mg, req, a->who, sizeof(a->who));
+	a->cancel = cancel;
+	if (cancel)
+		requester(mg, req, a->who, sizeof(a->who));
 	api_submit_job(mg, a);
+}
+
+void
+bulk_job_cancel(struct manager *mg, struct evhttp_request *req, const char *id,
+		size_t idlen)
+{
+	job_request(mg, req, id, idlen, 1);
 }
 
 void
 bulk_job_get(struct manager *mg, struct evhttp_request *req, const char *id,
 	     size_t idlen)
 {
-	struct api_job *a;
-	long long n = 0;
-
-	/* Digits only, no sign, no leading zero, within range. */
-	if (idlen >= 1 && idlen <= 18 && id[0] != '0' &&
-	    strspn(id, "0123456789") == idlen && strlen(id) == idlen)
-		n = strtoll(id, NULL, 10);
-	if (n <= 0) {
-		http_reply_error(req, 404, "not_found", "job", "no such job");
-		return;
-	}
-	a = xcalloc(1, sizeof(*a));
-	a->req = req;
-	a->id = n;
-	api_submit_job(mg, a);
+	job_request(mg, req, id, idlen, 0);
 }
